@@ -1,0 +1,68 @@
+"""Argument groups shared by subcommands: sample data, tolerance, verbosity."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..compare import Tolerance
+from ..data import SampleSpec
+
+
+def _shape(text: str) -> tuple[str, tuple[int, ...]]:
+    name, sep, dims = text.rpartition(":")
+    try:
+        shape = tuple(int(d) for d in dims.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if not sep or not name or not shape or any(d <= 0 for d in shape):
+        raise argparse.ArgumentTypeError(f"'{text}': expected NAME:DIMxDIMx..., e.g. x:1x3x224x224")
+    return name, shape
+
+
+def _range(text: str) -> tuple[str, tuple[float, float]]:
+    name, sep, bounds = text.rpartition(":")
+    lo_hi = bounds.split(",")
+    try:
+        lo, hi = (float(v) for v in lo_hi)
+    except ValueError:
+        lo = hi = float("nan")
+    if not sep or not name or not lo < hi:
+        raise argparse.ArgumentTypeError(f"'{text}': expected NAME:LO,HI with LO < HI, e.g. x:-1,1")
+    return name, (lo, hi)
+
+
+def add_sample_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("sample data")
+    group.add_argument("--inputs", metavar="DATA",
+                       help="an .npz (one feed), a directory of .npz files (one feed each), or a "
+                            "Polygraphy JSON from 'polygraphy run --save-inputs'; default: synthetic feeds")
+    group.add_argument("--seed", type=int, default=0, help="seed for synthetic feeds (default 0)")
+    group.add_argument("--input-shape", type=_shape, action="append", default=[], metavar="NAME:1x3x224x224",
+                       help="shape of a synthetic input with symbolic dimensions (repeatable)")
+    group.add_argument("--input-range", type=_range, action="append", default=[], metavar="NAME:LO,HI",
+                       help="value range of a synthetic input (repeatable)")
+
+
+def sample_spec(args: argparse.Namespace) -> SampleSpec:
+    return SampleSpec(inputs=args.inputs, seed=args.seed, input_shapes=dict(args.input_shape),
+                      input_ranges=dict(args.input_range))
+
+
+def add_tolerance_args(parser: argparse.ArgumentParser) -> None:
+    default = Tolerance()
+    group = parser.add_argument_group("tolerance (an output passes when all three hold)")
+    group.add_argument("--atol", type=float, default=default.atol,
+                       help=f"absolute error allowance (default {default.atol:g})")
+    group.add_argument("--rtol", type=float, default=default.rtol,
+                       help=f"error allowance relative to the FP32 output's magnitude (default {default.rtol:g})")
+    group.add_argument("--min-cosine", type=float, default=default.min_cosine,
+                       help=f"minimum cosine similarity to the FP32 output (default {default.min_cosine:g})")
+
+
+def tolerance(args: argparse.Namespace) -> Tolerance:
+    return Tolerance(atol=args.atol, rtol=args.rtol, min_cosine=args.min_cosine)
+
+
+def add_verbosity_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-q", "--quiet", action="count", default=0, help="print only errors")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="print more detail")

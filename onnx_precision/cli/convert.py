@@ -1,0 +1,51 @@
+"""``onnx-precision convert``: FP32 model in, FP16 model (with FP32 pins) out."""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import convert as convert_lib
+from . import common
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("convert", help="convert an FP32 model to FP16, pinning unsafe nodes to FP32")
+    p.add_argument("model", help="the FP32 ONNX model")
+    p.add_argument("-o", "--output", required=True, help="where to write the FP16 model")
+    p.add_argument("--mode", choices=["all-fp16", "static", "auto"], default="all-fp16",
+                   help="all-fp16: every node that can be FP16 is; static: pin nodes flagged by risk rules "
+                        "and ranges; auto: search the smallest FP32 set that passes (default all-fp16)")
+    p.add_argument("--keep-fp32", action="append", default=[], metavar="REGEX",
+                   help="keep nodes whose name matches REGEX in FP32 (repeatable)")
+    p.add_argument("--keep-fp32-op", action="append", default=[], metavar="OPTYPE",
+                   help="keep every node of this op type in FP32 (repeatable)")
+    p.add_argument("--plan", metavar="PLAN.json", help="a precision plan to apply (from --save-plan or by hand)")
+    p.add_argument("--save-plan", metavar="PLAN.json", help="write the final precision plan")
+    p.add_argument("--fp16-io", action="store_true",
+                   help="make FP32 graph inputs and outputs FP16 (default: they stay FP32)")
+    p.add_argument("--external-data", action="store_true",
+                   help="write weights to OUTPUT.data beside the model (always on for models over 2 GB)")
+    p.add_argument("--trt-flags", metavar="FILE", help="write TensorRT flags for the plan to FILE")
+    p.add_argument("--headroom", type=float, default=convert_lib.ConvertOptions.headroom,
+                   help="auto mode: also pin nodes whose FP32 activations exceed 65504/H")
+    p.add_argument("--report", metavar="FILE.json", help="write the JSON report")
+    p.add_argument("--report-md", metavar="FILE.md", help="write the Markdown report")
+    p.add_argument("--oracle", choices=["emulate", "cuda", "tensorrt"], default="emulate",
+                   help="also run the written model natively on this provider (needs onnxruntime-gpu)")
+    common.add_sample_args(p)
+    common.add_tolerance_args(p)
+    common.add_verbosity_args(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    options = convert_lib.ConvertOptions(
+        mode=args.mode, keep_fp32=tuple(args.keep_fp32), keep_fp32_ops=tuple(args.keep_fp32_op),
+        plan_path=args.plan, fp16_io=args.fp16_io, external_data=args.external_data,
+        trt_flags_path=args.trt_flags, plan_out=args.save_plan, samples=common.sample_spec(args),
+        tolerance=common.tolerance(args), headroom=args.headroom, report_json=args.report,
+        report_md=args.report_md, oracle=args.oracle)
+    result = convert_lib.convert(args.model, args.output, options)
+    for line in result.summary_lines():
+        print(line)
+    return result.exit_code

@@ -1,0 +1,37 @@
+"""The error family of onnx-precision.
+
+Every mistake a user can make (a missing file, a plan naming an unknown node, sample data of the
+wrong shape) raises a subclass of :class:`PrecisionError` whose message is one line naming the
+file, node or tensor at fault. The CLI prints that line and exits non-zero; anything else that
+escapes is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class PrecisionError(Exception):
+    """A problem with the user's input, reported as one line."""
+
+    exit_code = 2
+
+
+class ModelLoadError(PrecisionError):
+    """The model file is missing, not ONNX, truncated, or its external data is missing."""
+
+
+class PlanError(PrecisionError):
+    """A precision plan is malformed or names nodes the model does not have."""
+
+
+class DataError(PrecisionError):
+    """Sample data does not fit the model (names, dtypes, ranks) or cannot be read."""
+
+
+class OutputError(PrecisionError):
+    """An output path cannot be written (e.g. it is the input file)."""
+
+
+class SearchError(PrecisionError):
+    """The automatic search cannot produce a passing plan (e.g. the FP32 model is itself non-finite)."""
+
+    exit_code = 1

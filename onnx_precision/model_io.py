@@ -1,0 +1,199 @@
+"""Loading, naming, walking and saving models.
+
+Loading never pulls external data into memory (``load_external_data=False``): tensors stored
+outside the proto are read on demand through :func:`initializer_array`, so a model over 2 GB is
+never held twice. Naming runs before anything else so that plans, reports and TensorRT flags all
+point at the same nodes.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import numpy_helper
+
+from .errors import ModelLoadError, OutputError
+
+
+@dataclass
+class LoadedModel:
+    """A model proto whose external data (if any) still lives in files under ``base_dir``."""
+
+    model: onnx.ModelProto
+    path: str
+    base_dir: str
+    renamed: list[tuple[str, str]]  # (old name or "", new name) for every node the loader named
+
+
+@dataclass(frozen=True)
+class NodeRef:
+    """A node and where it lives: ``graph_path`` is () for the main graph, else the chain of
+    (owner node name, attribute name) leading to its subgraph."""
+
+    node: onnx.NodeProto
+    graph: onnx.GraphProto
+    graph_path: tuple[tuple[str, str], ...]
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+
+def subgraphs(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            yield attr.name, attr.g
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            for i, g in enumerate(attr.graphs):
+                yield f"{attr.name}[{i}]", g
+
+
+def walk_nodes(graph: onnx.GraphProto, graph_path: tuple[tuple[str, str], ...] = ()) -> Iterator[NodeRef]:
+    """Every node of ``graph`` and of its subgraphs, depth first, each owner before its bodies."""
+    for node in graph.node:
+        yield NodeRef(node, graph, graph_path)
+        for attr_name, sub in subgraphs(node):
+            yield from walk_nodes(sub, graph_path + ((node.name, attr_name),))
+
+
+def name_nodes(model: onnx.ModelProto) -> list[tuple[str, str]]:
+    """Give every node a unique, deterministic name, in place; return the (old, new) renames.
+
+    An unnamed node is called ``node_of_<first output>``, the name TensorRT gives its layer, so
+    flags written for the converted model also apply to the original one. A name already taken
+    gets the first free ``_<k>`` suffix. Named, unique nodes are never touched.
+    """
+    refs = list(walk_nodes(model.graph))
+    taken = {r.node.name for r in refs if r.node.name}
+    kept: set[str] = set()
+    renames: list[tuple[str, str]] = []
+    for ref in refs:
+        node = ref.node
+        old = node.name
+        if old and old not in kept:
+            kept.add(old)
+            continue
+        base = old or f"node_of_{node.output[0] if node.output and node.output[0] else node.op_type}"
+        new, k = base, 0
+        while new in taken:
+            k += 1
+            new = f"{base}_{k}"
+        node.name = new
+        taken.add(new)
+        renames.append((old, new))
+    return renames
+
+
+def load_model(path: str) -> LoadedModel:
+    """Load ``path`` (external data left on disk), check it parses, and name its nodes."""
+    if not os.path.exists(path):
+        raise ModelLoadError(f"{path}: no such file")
+    if not os.path.isfile(path):
+        raise ModelLoadError(f"{path}: not a file")
+    try:
+        model = onnx.load(path, load_external_data=False)
+    except DecodeError:
+        raise ModelLoadError(f"{path}: not an ONNX model (protobuf does not parse; truncated or another format)")
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"{path}: cannot load: {e}")
+    if not model.graph.node and not model.graph.output:
+        raise ModelLoadError(f"{path}: not an ONNX model (no graph)")
+    base_dir = os.path.dirname(os.path.abspath(path))
+    check_external_data(model, base_dir, path)
+    renamed = name_nodes(model)
+    return LoadedModel(model, path, base_dir, renamed)
+
+
+def _all_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    yield from _graph_tensors(model.graph)
+
+
+def _graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.TENSOR:
+                yield attr.t
+        for _, sub in subgraphs(node):
+            yield from _graph_tensors(sub)
+
+
+def external_location(tensor: onnx.TensorProto) -> str | None:
+    if tensor.data_location != onnx.TensorProto.EXTERNAL:
+        return None
+    for entry in tensor.external_data:
+        if entry.key == "location":
+            return entry.value
+    return None
+
+
+def check_external_data(model: onnx.ModelProto, base_dir: str, path: str) -> None:
+    for tensor in _all_tensors(model):
+        location = external_location(tensor)
+        if location is None:
+            continue
+        file = os.path.join(base_dir, location)
+        if not os.path.isfile(file):
+            raise ModelLoadError(f"{path}: external data file '{location}' of tensor '{tensor.name}' is missing")
+
+
+def initializer_array(tensor: onnx.TensorProto, base_dir: str) -> np.ndarray:
+    """The tensor's values; external data is memory-mapped, not read whole."""
+    location = external_location(tensor)
+    if location is None:
+        return numpy_helper.to_array(tensor)
+    info = {e.key: e.value for e in tensor.external_data}
+    offset = int(info.get("offset", 0))
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
+    shape = tuple(tensor.dims)
+    file = os.path.join(base_dir, location)
+    return np.memmap(file, dtype=dtype, mode="r", offset=offset, shape=shape)
+
+
+def atomic_write(path: str, write: Callable[[str], None], input_paths: tuple[str, ...] = ()) -> None:
+    """Call ``write(tmp)`` on a temporary file beside ``path`` and rename it into place.
+
+    Refuses to overwrite any of ``input_paths``; on failure nothing is left behind.
+    """
+    target = os.path.abspath(path)
+    for src in input_paths:
+        if os.path.exists(src) and os.path.exists(target) and os.path.samefile(src, target):
+            raise OutputError(f"{path}: output path is the input file; choose another output")
+        if os.path.abspath(src) == target:
+            raise OutputError(f"{path}: output path is the input file; choose another output")
+    directory = os.path.dirname(target) or "."
+    if not os.path.isdir(directory):
+        raise OutputError(f"{path}: directory '{directory}' does not exist")
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(target) + ".", suffix=".tmp", dir=directory)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_text(path: str, text: str, input_paths: tuple[str, ...] = ()) -> None:
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    atomic_write(path, write, input_paths)
+
+
+def save_model(model: onnx.ModelProto, path: str, input_paths: tuple[str, ...] = ()) -> None:
+    """Write a model that fits in one proto (< 2 GB) atomically. Large models: see the rewriter's
+    external-data path."""
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            f.write(model.SerializeToString(deterministic=True))
+
+    atomic_write(path, write, input_paths)

@@ -1,0 +1,189 @@
+"""The precision plan: each node's precision and the reasons for it.
+
+A plan is an immutable value keyed by node name (names are unique after
+:func:`onnx_precision.model_io.name_nodes`; nodes inside If/Loop/Scan bodies are keyed the same
+way). Every search probe, the rewriter input and the report all speak in plans, so a plan can be
+written to JSON by one run and read back by another (``--plan``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Iterable, Mapping
+
+from .errors import PlanError
+
+PLAN_FORMAT = "onnx-precision-plan/1"
+
+
+class Precision(str, Enum):
+    FP16 = "fp16"
+    FP32 = "fp32"
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a node has its precision.
+
+    ``source`` is one of a small vocabulary so reports can group pins:
+    ``default`` (the mode's choice), ``user`` (--keep-fp32, --keep-fp32-op, --plan),
+    ``type`` (the schema or onnxruntime allow no FP16 here), ``initializer`` (an FP16 copy of a
+    constant would overflow or flush to zero), ``rule`` (a static risk rule), ``range`` (recorded
+    activations), ``search`` (the search needed it), ``headroom`` (activations close to 65504).
+    """
+
+    source: str
+    detail: str
+    evidence: tuple[tuple[str, str], ...] = ()
+
+    def to_json(self) -> dict:
+        out: dict = {"source": self.source, "detail": self.detail}
+        if self.evidence:
+            out["evidence"] = dict(self.evidence)
+        return out
+
+    @staticmethod
+    def from_json(obj: Mapping) -> "Reason":
+        evidence = tuple(sorted((str(k), str(v)) for k, v in obj.get("evidence", {}).items()))
+        return Reason(str(obj["source"]), str(obj.get("detail", "")), evidence)
+
+
+@dataclass(frozen=True)
+class NodeDecision:
+    precision: Precision
+    reasons: tuple[Reason, ...] = ()
+
+
+@dataclass(frozen=True)
+class PrecisionPlan:
+    """Node name -> decision, in the model's topological order, plus the graph I/O choice."""
+
+    decisions: Mapping[str, NodeDecision] = field(default_factory=dict)
+    fp16_io: bool = False
+
+    def __post_init__(self) -> None:
+        # A plain dict copy keeps the value immutable for callers that keep their own dict.
+        object.__setattr__(self, "decisions", dict(self.decisions))
+
+    def __hash__(self) -> int:
+        return hash((tuple(sorted((k, v.precision) for k, v in self.decisions.items())), self.fp16_io))
+
+    def precision(self, node_name: str) -> Precision:
+        return self.decisions[node_name].precision
+
+    def is_fp16(self, node_name: str) -> bool:
+        decision = self.decisions.get(node_name)
+        return decision is not None and decision.precision is Precision.FP16
+
+    @property
+    def fp32_nodes(self) -> tuple[str, ...]:
+        return tuple(n for n, d in self.decisions.items() if d.precision is Precision.FP32)
+
+    @property
+    def fp16_nodes(self) -> tuple[str, ...]:
+        return tuple(n for n, d in self.decisions.items() if d.precision is Precision.FP16)
+
+    def with_precision(self, names: Iterable[str], precision: Precision, reason: Reason | None = None,
+                       ) -> "PrecisionPlan":
+        """A new plan with ``names`` set to ``precision``; ``reason`` is appended to their reasons."""
+        decisions = dict(self.decisions)
+        for name in names:
+            if name not in decisions:
+                raise PlanError(f"plan: unknown node '{name}'")
+            old = decisions[name]
+            reasons = old.reasons if old.precision is precision else ()
+            if reason is not None and reason not in reasons:
+                reasons = reasons + (reason,)
+            decisions[name] = NodeDecision(precision, reasons)
+        return replace(self, decisions=decisions)
+
+    def with_fp32(self, names: Iterable[str], reason: Reason | None = None) -> "PrecisionPlan":
+        return self.with_precision(names, Precision.FP32, reason)
+
+    def with_fp16(self, names: Iterable[str], reason: Reason | None = None) -> "PrecisionPlan":
+        return self.with_precision(names, Precision.FP16, reason)
+
+    # --- JSON -----------------------------------------------------------------------------------
+
+    def to_json(self) -> dict:
+        return {
+            "format": PLAN_FORMAT,
+            "fp16_io": self.fp16_io,
+            "nodes": {
+                name: {"precision": d.precision.value, "reasons": [r.to_json() for r in d.reasons]}
+                for name, d in self.decisions.items()
+            },
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2, sort_keys=False) + "\n"
+
+    @staticmethod
+    def from_json(obj: Mapping, source: str = "plan") -> "PrecisionPlan":
+        if not isinstance(obj, Mapping) or not isinstance(obj.get("nodes"), Mapping):
+            raise PlanError(f"{source}: not a precision plan (expected an object with 'nodes')")
+        decisions = {}
+        for name, entry in obj["nodes"].items():
+            value = entry.get("precision") if isinstance(entry, Mapping) else entry
+            try:
+                precision = Precision(str(value).lower())
+            except ValueError:
+                raise PlanError(f"{source}: node '{name}' has precision {value!r}; expected fp16 or fp32")
+            reasons = entry.get("reasons", []) if isinstance(entry, Mapping) else []
+            decisions[name] = NodeDecision(precision, tuple(Reason.from_json(r) for r in reasons))
+        return PrecisionPlan(decisions, bool(obj.get("fp16_io", False)))
+
+    @staticmethod
+    def load(path: str) -> "PrecisionPlan":
+        try:
+            with open(path, encoding="utf-8") as f:
+                obj = json.load(f)
+        except OSError as e:
+            raise PlanError(f"{path}: cannot read plan: {e.strerror}")
+        except json.JSONDecodeError as e:
+            raise PlanError(f"{path}: not valid JSON: {e.msg} at line {e.lineno}")
+        return PrecisionPlan.from_json(obj, source=path)
+
+
+def uniform_plan(node_names: Iterable[str], precision: Precision, reason: Reason,
+                 fp16_io: bool = False) -> PrecisionPlan:
+    return PrecisionPlan({n: NodeDecision(precision, (reason,)) for n in node_names}, fp16_io)
+
+
+def apply_user_choices(plan: PrecisionPlan, node_ops: Mapping[str, str], keep_fp32: Iterable[str] = (),
+                       keep_fp32_ops: Iterable[str] = (), user_plan: PrecisionPlan | None = None,
+                       ) -> tuple[PrecisionPlan, list[str]]:
+    """Apply --plan, --keep-fp32 REGEX and --keep-fp32-op OPTYPE to ``plan``.
+
+    ``node_ops`` maps every node name to its op type. Returns the new plan and warnings (a pattern
+    or op type that matches nothing is a warning, not an error). A user plan naming an unknown node
+    is an error.
+    """
+    warnings: list[str] = []
+    if user_plan is not None:
+        unknown = [n for n in user_plan.decisions if n not in node_ops]
+        if unknown:
+            more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+            raise PlanError(f"plan names node '{unknown[0]}' which is not in the model{more}")
+        for name, decision in user_plan.decisions.items():
+            reason = decision.reasons[0] if decision.reasons else Reason("user", "--plan")
+            plan = plan.with_precision([name], decision.precision, reason)
+        plan = replace(plan, fp16_io=plan.fp16_io or user_plan.fp16_io)
+    for pattern in keep_fp32:
+        try:
+            regex = re.compile(pattern)
+        except re.error as e:
+            raise PlanError(f"--keep-fp32 '{pattern}': invalid regular expression: {e}")
+        matched = [n for n in node_ops if regex.fullmatch(n) or regex.search(n)]
+        if not matched:
+            warnings.append(f"--keep-fp32 '{pattern}' matches no node")
+        plan = plan.with_fp32(matched, Reason("user", f"--keep-fp32 {pattern}"))
+    for op in keep_fp32_ops:
+        matched = [n for n, t in node_ops.items() if t == op]
+        if not matched:
+            warnings.append(f"--keep-fp32-op '{op}' matches no node")
+        plan = plan.with_fp32(matched, Reason("user", f"--keep-fp32-op {op}"))
+    return plan, warnings
