@@ -189,9 +189,29 @@ def write_text(path: str, text: str, input_paths: tuple[str, ...] = ()) -> None:
     atomic_write(path, write, input_paths)
 
 
-def save_model(model: onnx.ModelProto, path: str, input_paths: tuple[str, ...] = ()) -> None:
-    """Write a model that fits in one proto (< 2 GB) atomically. Large models: see the rewriter's
-    external-data path."""
+def initializer_range(tensor: onnx.TensorProto, base_dir: str) -> tuple[float, float]:
+    """(max |x|, smallest nonzero |x|) of a float tensor; (0, inf) when it is all zeros."""
+    values = np.abs(np.asarray(initializer_array(tensor, base_dir), dtype=np.float64))
+    if values.size == 0:
+        return 0.0, float("inf")
+    nonzero = values[values > 0]
+    return float(values.max()), float(nonzero.min()) if nonzero.size else float("inf")
+
+
+def cast_initializer(tensor: onnx.TensorProto, base_dir: str, to: int, name: str) -> onnx.TensorProto:
+    """A copy of ``tensor`` named ``name`` with element type ``to`` (values cast, not clamped)."""
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(to)
+    out = numpy_helper.from_array(np.asarray(initializer_array(tensor, base_dir)).astype(dtype), name)
+    return out
+
+
+def save_model(model: onnx.ModelProto, path: str, *, source_dir: str | None = None,
+               external_data: bool | None = None, input_paths: tuple[str, ...] = ()) -> None:
+    """Write ``model`` to ``path`` atomically.
+
+    ``source_dir`` is where tensors still marked external are read from. ``external_data``: True
+    writes weights to ``<path>.data``; None decides by size (over 2 GB must be external).
+    """
     def write(tmp: str) -> None:
         with open(tmp, "wb") as f:
             f.write(model.SerializeToString(deterministic=True))
