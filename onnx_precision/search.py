@@ -1,0 +1,260 @@
+"""The search for a small set of nodes to keep in FP32, as a pure state object.
+
+:class:`PinSearch` knows nothing of models, sessions or files. It proposes a *pinned set* (the
+searchable nodes to keep FP32, on top of whatever the caller always keeps FP32), the caller
+probes it (does every sample pass with those nodes pinned?) and reports back with ``step``::
+
+    search = PinSearch(candidates, widen_order)
+    while (pinned := search.select()) is not None:
+        search.step(probe(pinned))
+    outcome = search.outcome()
+
+This is Polygraphy's ``debug precision`` state (``select`` / ``step`` / ``remaining``), but over
+*sets* of nodes rather than a count of leading layers, so culprits far apart in the graph are
+found together. The phases:
+
+1. ``start``: nothing pinned. If that passes the search is over.
+2. ``candidates``: pin every candidate (rules, ranges, first divergence).
+3. ``widen``: while it fails, add the next nodes of ``widen_order`` (largest layerwise error
+   first) in doubling steps, then bisect the prefix length between the last failing and the first
+   passing step. If even everything pinned fails, the search fails.
+4. ``shrink``: delta debugging (Zeller's ddmin) over the passing set, down to a *1-minimal* one:
+   un-pinning any single node of it makes the probe fail.
+
+Results are cached by set, and a set that is a subset of one known to fail is taken to fail
+without a probe: pinning fewer nodes to FP32 never makes FP16 more accurate. That assumption only
+ever skips probes that would shrink further, so the final set still comes from a real passing
+probe.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Generator, Iterable, Sequence
+
+PinnedSet = frozenset  # of node names
+
+START, CANDIDATES, WIDEN, SHRINK = "start", "candidates", "widen", "shrink"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One evaluated pinned set, in the order probes ran."""
+
+    index: int
+    phase: str
+    pinned: PinnedSet
+    passed: bool
+    detail: str = ""  # e.g. which sample and output failed
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why a node of the final set is needed: the probe showing that un-pinning it fails."""
+
+    node: str
+    probe: int  # index of a failing probe whose pinned set lacks this node but has the rest
+    detail: str
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    passed: bool  # False: even pinning every searchable node fails
+    pinned: tuple[str, ...]  # in the caller's node order
+    verdicts: tuple[Verdict, ...]  # one per pinned node
+    probes: tuple[Probe, ...]
+
+    @property
+    def probes_run(self) -> int:
+        return len(self.probes)
+
+
+Query = Generator[PinnedSet, bool, None]
+
+
+class PinSearch:
+    """Find a 1-minimal set of nodes to pin, given candidates and an order to widen in."""
+
+    def __init__(self, candidates: Iterable[str], widen_order: Iterable[str] = ()) -> None:
+        self._candidates = _unique(candidates)
+        chosen = set(self._candidates)
+        self._widen_order = [n for n in _unique(widen_order) if n not in chosen]
+        # Node order of the final answer: candidates first, then widening order.
+        self._rank = {n: i for i, n in enumerate(self._candidates + self._widen_order)}
+        self._known: dict[PinnedSet, Probe] = {}
+        self._failed_sets: list[PinnedSet] = []
+        self._probes: list[Probe] = []
+        self._phase = START
+        self._estimate = 1
+        self._result: list[str] | None = None
+        self._gen: Query = self._run()
+        self._pending: PinnedSet | None = None
+        self._advance(next(self._gen, None))
+
+    # --- the state interface --------------------------------------------------------------------
+
+    def select(self) -> PinnedSet | None:
+        """The pinned set to probe next, or None when the search is over."""
+        return self._pending
+
+    def step(self, passed: bool, detail: str = "") -> None:
+        """Record the result of probing :meth:`select`'s set."""
+        if self._pending is None:
+            raise RuntimeError("PinSearch.step() called after the search finished")
+        probe = Probe(len(self._probes), self._phase, self._pending, bool(passed), detail)
+        self._probes.append(probe)
+        self._known[probe.pinned] = probe
+        if not probe.passed:
+            self._failed_sets.append(probe.pinned)
+        self._advance(self._send(probe.passed))
+
+    @property
+    def phase(self) -> str:
+        return self._phase
+
+    @property
+    def remaining(self) -> int:
+        """An estimate of the probes still to run (for progress display; 0 when done)."""
+        return 0 if self._pending is None else max(1, self._estimate)
+
+    @property
+    def done(self) -> bool:
+        return self._pending is None
+
+    def outcome(self) -> SearchOutcome:
+        if self._pending is not None:
+            raise RuntimeError("PinSearch.outcome() called before the search finished")
+        if self._result is None:
+            return SearchOutcome(False, (), (), tuple(self._probes))
+        pinned = tuple(sorted(self._result, key=self._rank.__getitem__))
+        verdicts = tuple(self._verdict(n, frozenset(pinned)) for n in pinned)
+        return SearchOutcome(True, pinned, verdicts, tuple(self._probes))
+
+    # --- driving the generator ------------------------------------------------------------------
+
+    def _send(self, passed: bool) -> PinnedSet | None:
+        try:
+            return self._gen.send(passed)
+        except StopIteration:
+            return None
+
+    def _advance(self, query: PinnedSet | None) -> None:
+        # Answer queries from the cache (or by monotonicity) until one needs a real probe.
+        while query is not None:
+            known = self._lookup(query)
+            if known is None:
+                break
+            query = self._send(known)
+        self._pending = query
+
+    def _lookup(self, pinned: PinnedSet) -> bool | None:
+        probe = self._known.get(pinned)
+        if probe is not None:
+            return probe.passed
+        if any(pinned <= failed for failed in self._failed_sets):
+            return False
+        return None
+
+    def _verdict(self, node: str, pinned: PinnedSet) -> Verdict:
+        without = pinned - {node}
+        exact = self._known.get(without)
+        if exact is not None and not exact.passed:
+            return Verdict(node, exact.index, exact.detail)
+        for probe in self._probes:  # a failing superset of `without` that still lacks `node`
+            if not probe.passed and without <= probe.pinned and node not in probe.pinned:
+                return Verdict(node, probe.index, probe.detail)
+        raise AssertionError(f"no failing probe shows that '{node}' is needed")  # ddmin guarantees one
+
+    # --- the search itself ----------------------------------------------------------------------
+
+    def _run(self) -> Query:
+        self._phase, self._estimate = START, 2
+        if (yield frozenset()):
+            self._result = []
+            return
+        pinned = list(self._candidates)
+        if pinned:
+            self._phase, self._estimate = CANDIDATES, 1
+            passed = yield frozenset(pinned)
+        else:
+            passed = False
+        if not passed:
+            widened = yield from self._widen(pinned)
+            if widened is None:
+                return
+            pinned = widened
+        self._phase = SHRINK
+        self._result = yield from self._ddmin(pinned)
+
+    def _widen(self, base: list[str]) -> Generator[PinnedSet, bool, list[str] | None]:
+        """Add widening nodes in doubling steps, then bisect the shortest passing prefix."""
+        self._phase = WIDEN
+        order = self._widen_order
+        failing, k = 0, 1
+        while True:
+            k = min(k, len(order))
+            if k == 0:
+                return None
+            self._estimate = int(math.log2(max(len(order) // k, 1))) + 1
+            if (yield frozenset(base + order[:k])):
+                break
+            if k == len(order):
+                return None
+            failing, k = k, 2 * k
+        passing = k
+        while passing - failing > 1:
+            self._estimate = int(math.log2(passing - failing)) + 1
+            mid = (failing + passing) // 2
+            if (yield frozenset(base + order[:mid])):
+                passing = mid
+            else:
+                failing = mid
+        return base + order[:passing]
+
+    def _ddmin(self, items: list[str]) -> Generator[PinnedSet, bool, list[str]]:
+        """Shrink a passing set to a 1-minimal passing one (Zeller and Hildebrandt's ddmin)."""
+        n = 2
+        while len(items) >= 2:
+            chunks = _split(items, n)
+            # With two chunks each complement is the other chunk, so subsets cover both.
+            trials = [(c, 2) for c in chunks]
+            if n > 2:
+                trials += [(_without(items, c), max(n - 1, 2)) for c in chunks]
+            self._estimate = len(trials) + 2 * int(math.log2(max(len(items) // n, 1)))
+            for trial, next_n in trials:
+                self._estimate = max(1, self._estimate - 1)
+                if (yield frozenset(trial)):
+                    items, n = trial, next_n
+                    break
+            else:
+                if n >= len(items):
+                    break
+                n = min(2 * n, len(items))
+        return items
+
+
+def _unique(names: Iterable[str]) -> list[str]:
+    seen: set[str] = set()
+    out = []
+    for name in names:
+        if name not in seen:
+            seen.add(name)
+            out.append(name)
+    return out
+
+
+def _without(items: Sequence[str], drop: Sequence[str]) -> list[str]:
+    dropped = set(drop)
+    return [x for x in items if x not in dropped]
+
+
+def _split(items: Sequence[str], n: int) -> list[list[str]]:
+    """``items`` in ``n`` contiguous chunks of near-equal size (order kept)."""
+    size, extra = divmod(len(items), n)
+    chunks, start = [], 0
+    for i in range(n):
+        end = start + size + (1 if i < extra else 0)
+        chunks.append(list(items[start:end]))
+        start = end
+    return [c for c in chunks if c]
