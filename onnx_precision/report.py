@@ -1,0 +1,423 @@
+"""The conversion report: JSON for machines, Markdown for people, a short summary for the terminal.
+
+Everything here renders a :class:`RunReport`, a plain value assembled by ``convert`` from the
+plan, the oracle's statistics and the search; nothing here runs a model. Each FP32 node is listed
+with every reason it got (``Reason.source``: user, type, initializer, rule, range, headroom,
+search), its FP32 range and its emulated layerwise error, so a user can always ask "why is this
+node FP32". FP16 shares are given by node count and by estimated FLOPs (:func:`estimate_flops`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import onnx
+
+from . import model_io
+from .plan import PrecisionPlan
+
+if TYPE_CHECKING:
+    from .compare import Comparison, Tolerance
+
+REPORT_FORMAT = "onnx-precision-report/1"
+
+
+@dataclass(frozen=True)
+class PhaseCost:
+    """Where the time went: one phase of a run (reference, layerwise, search, write, verify)."""
+
+    name: str
+    seconds: float
+    sessions: int = 0  # onnxruntime sessions built in this phase
+    probes: int = 0  # runs of a session over all samples in this phase
+
+
+@dataclass(frozen=True)
+class NodeStats:
+    """What the oracle saw at one node's outputs (worst case over samples)."""
+
+    max_abs: float | None = None
+    min_nonzero_abs: float | None = None
+    layerwise_error: float | None = None  # emulated FP16 error of the node's output vs FP32
+
+
+@dataclass(frozen=True)
+class RunReport:
+    model: str
+    output: str | None
+    mode: str
+    oracle: str
+    status: str  # "passed" | "failed" | "fp32-nonfinite" | "not-checked"
+    message: str
+    plan: PrecisionPlan
+    node_ops: Mapping[str, str]  # every node, in the model's order
+    samples_source: str = ""
+    samples_synthetic: bool = False
+    sample_count: int = 0
+    warnings: tuple[str, ...] = ()
+    tolerance: Tolerance | None = None
+    node_flops: Mapping[str, float] = field(default_factory=dict)
+    node_stats: Mapping[str, NodeStats] = field(default_factory=dict)
+    before: Comparison | None = None  # all-FP16 plan, emulated
+    after: Comparison | None = None  # the chosen plan, emulated
+    verified: Comparison | None = None  # the written model, emulated
+    native: Comparison | None = None  # the written model on a GPU provider (--oracle cuda/tensorrt)
+    phases: tuple[PhaseCost, ...] = ()
+    headroom: float | None = None
+
+    @property
+    def sessions_built(self) -> int:
+        return sum(p.sessions for p in self.phases)
+
+    @property
+    def probes_run(self) -> int:
+        return sum(p.probes for p in self.phases)
+
+    @property
+    def seconds(self) -> float:
+        return sum(p.seconds for p in self.phases)
+
+    @property
+    def fp32_nodes(self) -> tuple[str, ...]:
+        return self.plan.fp32_nodes
+
+    def fp16_node_share(self) -> float:
+        total = len(self.plan.decisions)
+        return len(self.plan.fp16_nodes) / total if total else 0.0
+
+    def fp16_flop_share(self) -> float:
+        flops = {n: self.node_flops.get(n, 0.0) for n in self.plan.decisions}
+        total = sum(flops.values())
+        if total <= 0:
+            return self.fp16_node_share()
+        return sum(flops[n] for n in self.plan.fp16_nodes) / total
+
+
+# --- JSON -------------------------------------------------------------------------------------------
+
+
+def to_json(report: RunReport) -> dict:
+    return _finite({
+        "format": REPORT_FORMAT,
+        "model": report.model,
+        "output": report.output,
+        "mode": report.mode,
+        "oracle": report.oracle,
+        "status": report.status,
+        "message": report.message,
+        "samples": {
+            "source": report.samples_source,
+            "synthetic": report.samples_synthetic,
+            "count": report.sample_count,
+            "note": _samples_note(report),
+        },
+        "warnings": list(report.warnings),
+        "tolerance": None if report.tolerance is None else {
+            "atol": report.tolerance.atol, "rtol": report.tolerance.rtol,
+            "min_cosine": report.tolerance.min_cosine},
+        "headroom": report.headroom,
+        "fp16_share": {
+            "nodes": report.fp16_node_share(),
+            "flops": report.fp16_flop_share(),
+            "fp16_nodes": len(report.plan.fp16_nodes),
+            "total_nodes": len(report.plan.decisions),
+        },
+        "pinned": [_pin_json(report, name) for name in report.fp32_nodes],
+        "outputs": {key: _comparison_json(c) for key, c in _comparisons(report)},
+        "cost": {
+            "sessions_built": report.sessions_built,
+            "probes_run": report.probes_run,
+            "seconds": report.seconds,
+            "phases": [{"name": p.name, "seconds": p.seconds, "sessions": p.sessions, "probes": p.probes}
+                       for p in report.phases],
+        },
+    })
+
+
+def dumps(report: RunReport) -> str:
+    return json.dumps(to_json(report), indent=2) + "\n"
+
+
+def write_json(report: RunReport, path: str, input_paths: tuple[str, ...] = ()) -> None:
+    model_io.write_text(path, dumps(report), input_paths)
+
+
+def _pin_json(report: RunReport, name: str) -> dict:
+    stats = report.node_stats.get(name, NodeStats())
+    return {
+        "node": name,
+        "op": report.node_ops.get(name, ""),
+        "reasons": [r.to_json() for r in report.plan.decisions[name].reasons],
+        "range": {"max_abs": stats.max_abs, "min_nonzero_abs": stats.min_nonzero_abs},
+        "layerwise_error": stats.layerwise_error,
+        "flops": report.node_flops.get(name),
+    }
+
+
+def _comparison_json(comparison: Comparison) -> dict:
+    return {
+        "oracle": comparison.oracle,
+        "passed": comparison.passed,
+        "outputs": [{"name": m.name, "max_abs_err": m.max_abs_err, "max_rel_err": m.max_rel_err,
+                     "cosine": m.cosine, "new_nonfinite": m.new_nonfinite, "passed": m.passed}
+                    for m in comparison.outputs],
+    }
+
+
+def _comparisons(report: RunReport) -> list[tuple[str, Comparison]]:
+    labelled = [("before", report.before), ("after", report.after), ("verified", report.verified),
+                ("native", report.native)]
+    return [(key, c) for key, c in labelled if c is not None]
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN/Infinity: write them as strings so every JSON parser reads the report."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value
+
+
+def _samples_note(report: RunReport) -> str:
+    if report.samples_synthetic:
+        return ("synthetic feeds: what overflows depends on the value ranges; "
+                "pass real data with --inputs for a plan you can trust")
+    return ""
+
+
+# --- Markdown ---------------------------------------------------------------------------------------
+
+
+_COMPARISON_TITLES = {
+    "before": "Before: all FP16 (emulated)",
+    "after": "After: the chosen plan (emulated)",
+    "verified": "Verified: the written model (emulated)",
+    "native": "Native run of the written model",
+}
+
+
+def to_markdown(report: RunReport) -> str:
+    lines = [
+        f"# onnx-precision report: {report.model}",
+        "",
+        f"- output: `{report.output}`" if report.output else "- output: (none written)",
+        f"- mode: {report.mode}; oracle: {report.oracle}",
+        f"- status: **{report.status}**" + (f": {report.message}" if report.message else ""),
+        f"- samples: {report.sample_count} ({report.samples_source})",
+    ]
+    if report.samples_synthetic:
+        lines.append(f"- note: {_samples_note(report)}")
+    if report.tolerance is not None:
+        t = report.tolerance
+        lines.append(f"- tolerance: atol {t.atol:g}, rtol {t.rtol:g}, cosine >= {t.min_cosine:g}")
+    if report.headroom is not None:
+        lines.append(f"- headroom: {report.headroom:g} (nodes whose FP32 activations exceed "
+                     f"{65504 / report.headroom:.6g} are pinned)")
+    lines += [f"- warning: {w}" for w in report.warnings]
+    lines += [
+        f"- FP16 share: {len(report.plan.fp16_nodes)}/{len(report.plan.decisions)} nodes "
+        f"({_pct(report.fp16_node_share())}), {_pct(report.fp16_flop_share())} of estimated FLOPs",
+        f"- cost: {report.sessions_built} onnxruntime sessions, {report.probes_run} probes, "
+        f"{report.seconds:.2f} s",
+        "",
+        f"## FP32 nodes ({len(report.fp32_nodes)})",
+        "",
+    ]
+    if report.fp32_nodes:
+        lines += ["| node | op | why | FP32 max abs | FP32 min nonzero | FP16 error |",
+                  "|---|---|---|---|---|---|"]
+        for name in report.fp32_nodes:
+            stats = report.node_stats.get(name, NodeStats())
+            why = "<br>".join(_reason_text(r) for r in report.plan.decisions[name].reasons)
+            lines.append(f"| `{name}` | {report.node_ops.get(name, '')} | {_md_cell(why)} | "
+                         f"{_num(stats.max_abs)} | {_num(stats.min_nonzero_abs)} | {_num(stats.layerwise_error)} |")
+    else:
+        lines.append("None: every node runs in FP16.")
+    for key, comparison in _comparisons(report):
+        lines += ["", f"## {_COMPARISON_TITLES[key]}: {'pass' if comparison.passed else 'FAIL'} "
+                      f"({comparison.oracle})", "",
+                  "| output | max abs err | max rel err | cosine | new NaN/Inf | |",
+                  "|---|---|---|---|---|---|"]
+        for m in comparison.outputs:
+            lines.append(f"| `{m.name}` | {_num(m.max_abs_err)} | {_num(m.max_rel_err)} | {_num(m.cosine)} | "
+                         f"{m.new_nonfinite} | {'pass' if m.passed else 'FAIL'} |")
+    if report.phases:
+        lines += ["", "## Cost", "", "| phase | seconds | sessions | probes |", "|---|---|---|---|"]
+        lines += [f"| {p.name} | {p.seconds:.3f} | {p.sessions} | {p.probes} |" for p in report.phases]
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(report: RunReport, path: str, input_paths: tuple[str, ...] = ()) -> None:
+    model_io.write_text(path, to_markdown(report), input_paths)
+
+
+def _reason_text(reason) -> str:
+    evidence = ", ".join(f"{k}={v}" for k, v in reason.evidence)
+    return f"{reason.source}: {reason.detail}" + (f" ({evidence})" if evidence else "")
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+# --- terminal summary -------------------------------------------------------------------------------
+
+
+def summary_lines(report: RunReport, report_paths: Sequence[str] = ()) -> list[str]:
+    """5-10 lines for the terminal: what was written, the share, the pins, before/after, cost."""
+    target = f" -> {report.output}" if report.output else ""
+    lines = [
+        f"{report.model}{target}: {report.status}" + (f" ({report.message})" if report.message else ""),
+        f"mode {report.mode}, oracle {report.oracle}, {report.sample_count} sample(s): {report.samples_source}",
+        f"FP16: {len(report.plan.fp16_nodes)}/{len(report.plan.decisions)} nodes ({_pct(report.fp16_node_share())}), "
+        f"{_pct(report.fp16_flop_share())} of estimated FLOPs",
+        "FP32 pins: " + _pins_line(report),
+    ]
+    for key, comparison in _comparisons(report):
+        lines.append(f"{key}: {_comparison_line(comparison)}")
+    cost = f"cost: {report.sessions_built} session(s), {report.probes_run} probe(s), {report.seconds:.2f} s"
+    if report_paths:
+        cost += "; report: " + ", ".join(report_paths)
+    lines.append(cost)
+    return lines
+
+
+def _pins_line(report: RunReport, limit: int = 6) -> str:
+    names = report.fp32_nodes
+    if not names:
+        return "none"
+    parts = []
+    for name in names[:limit]:
+        sources = sorted({r.source for r in report.plan.decisions[name].reasons})
+        parts.append(f"{name} ({'/'.join(sources) or '?'})")
+    more = f", ... {len(names) - limit} more" if len(names) > limit else ""
+    return f"{len(names)}: " + ", ".join(parts) + more
+
+
+def _comparison_line(comparison: Comparison) -> str:
+    verdict = "pass" if comparison.passed else "FAIL"
+    worst = _worst_output(comparison.outputs)
+    if worst is None:
+        return verdict
+    detail = f"worst {worst.name}: max abs err {_num(worst.max_abs_err)}, cosine {_num(worst.cosine)}"
+    if worst.new_nonfinite:
+        detail += f", {worst.new_nonfinite} new NaN/Inf"
+    return f"{verdict} ({detail})"
+
+
+def _worst_output(outputs: Iterable):
+    outputs = list(outputs)
+    if not outputs:
+        return None
+    failing = [m for m in outputs if not m.passed]
+    pool = failing or outputs
+    return max(pool, key=lambda m: (m.new_nonfinite, _sortable(m.max_abs_err)))
+
+
+def _sortable(x: float | None) -> float:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return math.inf
+    return float(x)
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:.1f}%"
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "-"
+    x = float(x)
+    if not math.isfinite(x):
+        return str(x)
+    return f"{x:.4g}"
+
+
+# --- estimated FLOPs --------------------------------------------------------------------------------
+
+
+def estimate_flops(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> dict[str, float]:
+    """Rough FLOPs per main-graph node: 2*M*N*K for MatMul/Gemm, 2*out*(C/group*kernel) for Conv,
+    the output size for everything else; nodes inside subgraphs count their output size or 1.
+
+    Shapes come from ONNX shape inference with the graph inputs fixed to ``input_shapes`` (the
+    first sample's), so symbolic dimensions resolve. Only for the report's FLOP share.
+    """
+    shapes = _inferred_shapes(model, input_shapes)
+    flops: dict[str, float] = {}
+    for ref in model_io.walk_nodes(model.graph):
+        node = ref.node
+        out = shapes.get(node.output[0]) if node.output else None
+        out_size = float(np.prod(out)) if out is not None else 1.0
+        flops[node.name] = max(out_size * _flops_per_output(node, shapes), 1.0)
+    return flops
+
+
+def _flops_per_output(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]]) -> float:
+    first = shapes.get(node.input[0]) if node.input else None
+    if node.op_type == "MatMul" and first:
+        return 2.0 * first[-1]
+    if node.op_type == "Gemm" and first and len(first) == 2:
+        trans_a = any(a.name == "transA" and a.i for a in node.attribute)
+        return 2.0 * first[0 if trans_a else 1]
+    if node.op_type in ("Conv", "ConvTranspose") and len(node.input) > 1:
+        weight = shapes.get(node.input[1])
+        if weight:
+            return 2.0 * float(np.prod(weight[1:]))
+    return 1.0
+
+
+def _inferred_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
+    shell = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import,
+                            functions=model.functions)
+    graph = shell.graph
+    graph.node.extend(model.graph.node)
+    graph.input.extend(model.graph.input)
+    graph.output.extend(model.graph.output)
+    graph.value_info.extend(model.graph.value_info)
+    for init in model.graph.initializer:
+        # Shape computations need small constants (Reshape targets); big weights only their dims.
+        if _is_small(init):
+            graph.initializer.append(init)
+        else:
+            graph.initializer.append(onnx.TensorProto(name=init.name, dims=init.dims, data_type=init.data_type))
+    for value in graph.input:
+        shape = input_shapes.get(value.name)
+        if shape is None or not value.type.HasField("tensor_type"):
+            continue
+        dims = value.type.tensor_type.shape.dim
+        if len(dims) == len(shape):
+            for dim, size in zip(dims, shape):
+                dim.Clear()
+                dim.dim_value = int(size)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(shell, strict_mode=False)
+    except Exception:  # shape inference is best effort here: FLOPs fall back to one per node
+        inferred = shell
+    shapes: dict[str, tuple[int, ...]] = {}
+    values = list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output)
+    for value in values:
+        tensor_type = value.type.tensor_type
+        if value.type.HasField("tensor_type") and tensor_type.HasField("shape"):
+            dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor_type.shape.dim)
+            if all(d >= 0 for d in dims):
+                shapes[value.name] = dims
+    for init in model.graph.initializer:
+        shapes.setdefault(init.name, tuple(init.dims))
+    return shapes
+
+
+def _is_small(tensor: onnx.TensorProto) -> bool:
+    return model_io.external_location(tensor) is None and int(np.prod(tensor.dims)) <= 4096

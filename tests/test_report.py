@@ -1,0 +1,153 @@
+"""The conversion report: JSON content, Markdown, the terminal summary, estimated FLOPs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from onnx_precision import report as rep
+from onnx_precision.compare import Tolerance
+
+try:  # TEMPORARY until compare.py lands
+    from onnx_precision.compare import Comparison, OutputMetrics
+except ImportError:
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class OutputMetrics:
+        name: str
+        max_abs_err: float
+        max_rel_err: float
+        cosine: float
+        new_nonfinite: int
+        passed: bool
+
+    @dataclass(frozen=True)
+    class Comparison:
+        outputs: tuple
+        passed: bool
+        oracle: str
+from onnx_precision.plan import Precision, Reason, uniform_plan
+from tests.conftest import parse
+
+L2 = """
+<ir_version: 8, opset_import: ["" : 17]>
+l2 (float[N, 64] x) => (float[N, 64] y) {
+  sq = Mul(x, x)
+  axes = Constant<value = int64[1] {-1}>()
+  ss = ReduceSum<keepdims = 1>(sq, axes)
+  norm = Sqrt(ss)
+  y = Div(x, norm)
+}
+"""
+
+
+def metrics(name, err, cosine, nonfinite=0, passed=True):
+    return OutputMetrics(name=name, max_abs_err=err, max_rel_err=err, cosine=cosine,
+                         new_nonfinite=nonfinite, passed=passed)
+
+
+def make_report(**overrides) -> rep.RunReport:
+    ops = {"square": "Mul", "axes": "Constant", "sumsq": "ReduceSum", "norm": "Sqrt", "normalize": "Div"}
+    plan = uniform_plan(ops, Precision.FP16, Reason("default", "auto mode"))
+    plan = plan.with_fp32(["sumsq"], Reason("range", "FP32 max |x| 1.6e+05 > 65504",
+                                             (("max_abs", "160000"),)))
+    plan = plan.with_fp32(["sumsq", "norm"], Reason("search", "un-pinning it fails (probe 3)"))
+    fields = dict(
+        model="l2.onnx", output="l2.fp16.onnx", mode="auto", oracle="emulate", status="passed", message="",
+        plan=plan, node_ops=ops, samples_source="l2.npz", samples_synthetic=False, sample_count=2,
+        tolerance=Tolerance(), headroom=2.0,
+        node_flops={"square": 64, "axes": 1, "sumsq": 64, "norm": 1, "normalize": 64},
+        node_stats={"sumsq": rep.NodeStats(160000.0, 2500.0, float("inf"))},
+        before=Comparison(outputs=(metrics("y", float("nan"), 0.0, nonfinite=64, passed=False),),
+                          passed=False, oracle="emulate"),
+        after=Comparison(outputs=(metrics("y", 1.2e-4, 0.99999),), passed=True, oracle="emulate"),
+        verified=Comparison(outputs=(metrics("y", 1.2e-4, 0.99999),), passed=True, oracle="emulate"),
+        phases=(rep.PhaseCost("reference", 0.5, sessions=1, probes=1), rep.PhaseCost("search", 0.25, probes=7),
+                rep.PhaseCost("verify", 0.1, sessions=1, probes=1)),
+    )
+    fields.update(overrides)
+    return rep.RunReport(**fields)
+
+
+def test_json_lists_each_pin_with_reasons_ranges_and_error():
+    data = json.loads(rep.dumps(make_report()))
+    assert data["format"] == rep.REPORT_FORMAT
+    pins = {p["node"]: p for p in data["pinned"]}
+    assert set(pins) == {"sumsq", "norm"}
+    assert [r["source"] for r in pins["sumsq"]["reasons"]] == ["range", "search"]
+    assert pins["sumsq"]["reasons"][0]["evidence"] == {"max_abs": "160000"}
+    assert pins["sumsq"]["range"] == {"max_abs": 160000.0, "min_nonzero_abs": 2500.0}
+    # JSON has no Infinity/NaN: they are written as strings so strict parsers read the report.
+    assert pins["sumsq"]["layerwise_error"] == "inf"
+    assert data["outputs"]["before"]["outputs"][0]["max_abs_err"] == "nan"
+    assert data["outputs"]["before"]["passed"] is False and data["outputs"]["verified"]["passed"] is True
+
+
+def test_json_shares_costs_and_samples():
+    data = json.loads(rep.dumps(make_report(samples_synthetic=True, samples_source="synthetic, seed 0")))
+    assert data["fp16_share"]["fp16_nodes"] == 3 and data["fp16_share"]["total_nodes"] == 5
+    assert data["fp16_share"]["nodes"] == pytest.approx(0.6)
+    assert data["fp16_share"]["flops"] == pytest.approx(129 / 194)
+    assert data["cost"]["sessions_built"] == 2 and data["cost"]["probes_run"] == 9
+    assert [p["name"] for p in data["cost"]["phases"]] == ["reference", "search", "verify"]
+    assert data["samples"]["synthetic"] is True and "--inputs" in data["samples"]["note"]
+    json.loads(rep.dumps(make_report()), parse_constant=pytest.fail)  # strictly valid JSON
+
+
+def test_markdown_has_pins_and_before_after_tables():
+    text = rep.to_markdown(make_report())
+    assert "| `sumsq` | ReduceSum | range: FP32 max |" in text.replace("\\|", "|")
+    assert "search: un-pinning it fails (probe 3)" in text
+    assert "## Before: all FP16 (emulated): FAIL (emulate)" in text
+    assert "## Verified: the written model (emulated): pass (emulate)" in text
+    assert "| search | 0.250 | 0 | 7 |" in text
+
+
+def test_summary_is_short_and_says_what_matters():
+    lines = rep.summary_lines(make_report(), ["l2.fp16.report.json"])
+    assert 5 <= len(lines) <= 10
+    text = "\n".join(lines)
+    assert "FP16: 3/5 nodes (60.0%)" in text
+    assert "FP32 pins: 2: sumsq (range/search), norm (search)" in text
+    assert "before: FAIL (worst y: max abs err nan, cosine 0, 64 new NaN/Inf)" in text
+    assert "verified: pass" in text
+    assert "cost: 2 session(s), 9 probe(s), 0.85 s; report: l2.fp16.report.json" in text
+
+
+def test_summary_of_a_model_with_no_pins():
+    report = make_report(plan=uniform_plan(["a", "b"], Precision.FP16, Reason("default", "")), node_ops={})
+    assert "FP32 pins: none" in rep.summary_lines(report)
+
+
+def test_written_atomically_next_to_nothing_else(tmp_path):
+    path = tmp_path / "r.json"
+    rep.write_json(make_report(), str(path))
+    rep.write_markdown(make_report(), str(tmp_path / "r.md"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "r.md"]
+    assert json.loads(path.read_text())["status"] == "passed"
+
+
+def test_estimate_flops_matmul_and_elementwise():
+    model = parse("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[B, 32] x) => (float[B, 16] y) {
+      h = MatMul(x, w)
+      y = Relu(h)
+    }
+    """)
+    model.graph.initializer.append(__import__("onnx").numpy_helper.from_array(
+        __import__("numpy").ones((32, 16), "float32"), "w"))
+    model.graph.node[0].name, model.graph.node[1].name = "mm", "relu"
+    flops = rep.estimate_flops(model, {"x": (4, 32)})
+    assert flops == {"mm": 2 * 4 * 16 * 32, "relu": 4 * 16}
+
+
+def test_estimate_flops_uses_sample_shape_for_symbolic_dims():
+    model = parse(L2)
+    from onnx_precision.model_io import name_nodes
+    name_nodes(model)
+    small = rep.estimate_flops(model, {"x": (1, 64)})
+    large = rep.estimate_flops(model, {"x": (8, 64)})
+    assert large["node_of_sq"] == 8 * small["node_of_sq"] == 512
