@@ -1,0 +1,517 @@
+"""Which tensors of a node become float16 when the node runs in FP16, read from operator schemas.
+
+A node's inputs and outputs are grouped by the schema's type variables (a heterogeneous variadic
+parameter, as in If/Loop/Scan, gives one group per element). A group *converts* when it is bound
+to float32 in this model (by shape inference) and the variable allows the float16 counterpart of
+that type: those inputs/outputs become float16 in an FP16 node. Parameters with a fixed type
+(``tensor(float)``, e.g. Resize scales) and variables that allow no float16 (LayerNormalization's
+Mean/InvStdDev) keep float32. Integer and bool tensors are never touched.
+
+A group that is one input and no output (Cast's input, Shape's input, Pow's exponent, Resize's
+roi) is *flexible*: an FP16 node takes that tensor in whichever precision it has in the written
+model, so no Cast is needed for it and the oracle must not round it.
+
+:func:`resolve_plan` turns a requested plan into one that can be written: nodes with no schema,
+no float16 in their schema, no onnxruntime FP16 kernel, or an initializer that FP16 cannot hold
+(|x| > 65504, or a nonzero that flushes to zero) become FP32 with the reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Mapping, NamedTuple
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from . import model_io
+from .plan import Precision, PrecisionPlan, Reason
+
+logger = logging.getLogger(__name__)
+
+FLOAT = TensorProto.FLOAT
+FLOAT16 = TensorProto.FLOAT16
+FP16_MAX = 65504.0
+ONNX_DOMAINS = ("", "ai.onnx")
+
+
+@dataclass(frozen=True)
+class NodeTyping:
+    """How a node's tensors are typed when it runs in FP16 (indices into node.input/output)."""
+
+    convertible_inputs: tuple[int, ...]  # become float16 (a Cast is inserted if the tensor is float32)
+    convertible_outputs: tuple[int, ...]  # become float16
+    fp16_blocker: str | None  # why the node cannot be FP16 at all (None: it can)
+    flexible_inputs: tuple[int, ...] = ()  # taken in whatever precision the tensor has (no Cast)
+
+    @property
+    def has_float(self) -> bool:
+        return bool(self.convertible_inputs or self.convertible_outputs or self.flexible_inputs)
+
+
+# --- types ------------------------------------------------------------------------------------
+
+
+def elem_type(tp: onnx.TypeProto | None) -> int | None:
+    """The element type of a tensor, sequence-of-tensor or optional type; None if unknown."""
+    while tp is not None:
+        kind = tp.WhichOneof("value")
+        if kind == "tensor_type":
+            return tp.tensor_type.elem_type or None
+        if kind == "sequence_type":
+            tp = tp.sequence_type.elem_type
+        elif kind == "optional_type":
+            tp = tp.optional_type.elem_type
+        else:
+            return None
+    return None
+
+
+def with_elem_type(tp: onnx.TypeProto, elem: int) -> onnx.TypeProto:
+    """A copy of ``tp`` (shape kept) whose innermost tensor element type is ``elem``."""
+    out = onnx.TypeProto()
+    out.CopyFrom(tp)
+    inner = out
+    while True:
+        kind = inner.WhichOneof("value")
+        if kind == "tensor_type":
+            inner.tensor_type.elem_type = elem
+            return out
+        if kind == "sequence_type":
+            inner = inner.sequence_type.elem_type
+        elif kind == "optional_type":
+            inner = inner.optional_type.elem_type
+        else:
+            return out
+
+
+def is_tensor(tp: onnx.TypeProto | None) -> bool:
+    return tp is not None and tp.WhichOneof("value") == "tensor_type"
+
+
+def type_string(tp: onnx.TypeProto, elem: int | None = None) -> str | None:
+    """The schema spelling of a type, e.g. ``seq(tensor(float16))``; ``elem`` overrides the element."""
+    kind = tp.WhichOneof("value")
+    if kind == "tensor_type":
+        e = elem if elem is not None else tp.tensor_type.elem_type
+        return f"tensor({_ELEM_NAMES.get(e, '?')})"
+    if kind in ("sequence_type", "optional_type"):
+        inner = type_string(getattr(tp, kind).elem_type, elem)
+        return None if inner is None else f"{'seq' if kind == 'sequence_type' else 'optional'}({inner})"
+    return None
+
+
+_ELEM_NAMES = {
+    TensorProto.FLOAT: "float", TensorProto.FLOAT16: "float16", TensorProto.DOUBLE: "double",
+    TensorProto.BFLOAT16: "bfloat16", TensorProto.INT8: "int8", TensorProto.INT16: "int16",
+    TensorProto.INT32: "int32", TensorProto.INT64: "int64", TensorProto.UINT8: "uint8",
+    TensorProto.UINT16: "uint16", TensorProto.UINT32: "uint32", TensorProto.UINT64: "uint64",
+    TensorProto.BOOL: "bool", TensorProto.STRING: "string", TensorProto.COMPLEX64: "complex64",
+    TensorProto.COMPLEX128: "complex128",
+}
+
+
+def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    yield graph
+    for node in graph.node:
+        for _, sub in model_io.subgraphs(node):
+            yield from _graphs(sub)
+
+
+def _tensor_type(tensor: onnx.TensorProto) -> onnx.TypeProto:
+    return onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
+
+
+def tensor_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    """Every value's type, main graph and subgraphs (ONNX names are unique across scopes).
+
+    Types come from onnx shape inference; declared types win over inferred ones, and a model
+    that inference rejects falls back to what it declares.
+    """
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+    except Exception as e:  # inference raising is a property of the input model, not our bug
+        logger.debug("shape inference failed (%s); using declared types only", e)
+        inferred = model
+    types: dict[str, onnx.TypeProto] = {}
+    for source in (inferred, model):  # declared (second) overrides inferred
+        for graph in _graphs(source.graph):
+            for vi in list(graph.value_info) + list(graph.input) + list(graph.output):
+                if vi.name and vi.type.WhichOneof("value") is not None and elem_type(vi.type) is not None:
+                    types[vi.name] = vi.type
+            for init in graph.initializer:
+                types[init.name] = _tensor_type(init)
+            for node in graph.node:
+                if node.op_type == "Constant" and node.domain in ONNX_DOMAINS and node.output:
+                    t = _constant_type(node)
+                    if t is not None:
+                        types.setdefault(node.output[0], t)
+    return types
+
+
+def _constant_type(node: onnx.NodeProto) -> onnx.TypeProto | None:
+    for attr in node.attribute:
+        if attr.name in ("value", "sparse_value"):
+            t = attr.t if attr.name == "value" else attr.sparse_value.values
+            return onnx.helper.make_tensor_type_proto(t.data_type, None)
+        if attr.name in ("value_float", "value_floats"):
+            return onnx.helper.make_tensor_type_proto(FLOAT, None)
+    return None
+
+
+# --- schemas ----------------------------------------------------------------------------------
+
+
+class _Param(NamedTuple):
+    type_str: str
+    variadic: bool
+    homogeneous: bool
+
+
+class _Schema(NamedTuple):
+    name: str
+    since_version: int
+    inputs: tuple[_Param, ...]
+    outputs: tuple[_Param, ...]
+    constraints: Mapping[str, frozenset]  # type variable -> allowed type strings
+
+
+def _is_variadic(option: object) -> bool:
+    return str(option).endswith("Variadic")
+
+
+@functools.lru_cache(maxsize=None)
+def _onnx_schema(op_type: str, opset: int, domain: str) -> _Schema | None:
+    try:
+        s = onnx.defs.get_schema(op_type, opset, domain)
+    except onnx.defs.SchemaError:
+        return None
+    return _Schema(
+        s.name, s.since_version,
+        tuple(_Param(p.type_str, _is_variadic(p.option), p.is_homogeneous) for p in s.inputs),
+        tuple(_Param(p.type_str, _is_variadic(p.option), p.is_homogeneous) for p in s.outputs),
+        {c.type_param_str: frozenset(c.allowed_type_strs) for c in s.type_constraints})
+
+
+@functools.lru_cache(maxsize=None)
+def _ort_schemas() -> dict[tuple[str, str], list[_Schema]]:
+    """Contrib-domain schemas as onnxruntime registers them (empty if it does not expose them)."""
+    try:
+        from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
+        raw = ort_state.get_all_operator_schema()
+    except Exception as e:  # an onnxruntime build without the schema export: contrib ops stay FP32
+        logger.debug("onnxruntime exposes no operator schemas: %s", e)
+        return {}
+    out: dict[tuple[str, str], list[_Schema]] = {}
+    for s in raw:
+        if s.domain in ONNX_DOMAINS:
+            continue
+        schema = _Schema(
+            s.name, s.since_version,
+            tuple(_Param(p.typeStr, _is_variadic(p.option), p.isHomogeneous) for p in s.inputs),
+            tuple(_Param(p.typeStr, _is_variadic(p.option), p.isHomogeneous) for p in s.outputs),
+            {c.type_param_str: frozenset(c.allowed_type_strs) for c in s.type_constraints})
+        out.setdefault((s.domain, s.name), []).append(schema)
+    for versions in out.values():
+        versions.sort(key=lambda x: x.since_version)
+    return out
+
+
+def find_schema(op_type: str, domain: str, opset: int) -> _Schema | None:
+    """The schema in force for ``domain::op_type`` at ``opset`` (onnx's, else onnxruntime's)."""
+    schema = _onnx_schema(op_type, opset, domain)
+    if schema is not None or domain in ONNX_DOMAINS:
+        return schema
+    versions = [s for s in _ort_schemas().get((domain, op_type), []) if s.since_version <= opset]
+    return versions[-1] if versions else None
+
+
+def opset_map(model: onnx.ModelProto) -> dict[str, int]:
+    out = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    return out
+
+
+# --- node typing ------------------------------------------------------------------------------
+
+
+def _param_for(params: tuple[_Param, ...], index: int) -> _Param | None:
+    if index < len(params):
+        return params[index]
+    if params and params[-1].variadic:
+        return params[-1]
+    return None
+
+
+def node_typing(node: onnx.NodeProto, opsets: Mapping[str, int],
+                types: Mapping[str, onnx.TypeProto]) -> NodeTyping:
+    """The FP16 typing of ``node`` given the model's opsets and value types."""
+    float_in = [i for i, n in enumerate(node.input) if n and elem_type(types.get(n)) == FLOAT]
+    float_out = [i for i, n in enumerate(node.output) if n and elem_type(types.get(n)) == FLOAT]
+    if not float_in and not float_out:
+        return NodeTyping((), (), None)
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    if domain == "" and node.op_type == "Constant":
+        # A constant is a value, not a computation: the rewriter gives each consumer the value in
+        # the type it needs (as for initializers), so the node itself converts nothing.
+        return NodeTyping((), (), None)
+    opset = opsets.get(domain)
+    schema = find_schema(node.op_type, domain, opset) if opset is not None else None
+    if schema is None:
+        where = f"{domain}::{node.op_type}" if domain else node.op_type
+        return NodeTyping((), (), f"no schema for {where} at opset {opset}")
+
+    control_flow = any(True for _ in model_io.subgraphs(node))
+    # group key -> members as (is_output, index)
+    groups: dict[tuple, list[tuple[bool, int]]] = {}
+    fixed: list[tuple[bool, int]] = []
+    for is_out, names, params in ((False, node.input, schema.inputs), (True, node.output, schema.outputs)):
+        for i, name in enumerate(names):
+            if not name:
+                continue
+            param = _param_for(params, i)
+            if param is None or param.type_str not in schema.constraints:
+                fixed.append((is_out, i))
+                continue
+            key: tuple = (param.type_str,) if param.homogeneous else (param.type_str, is_out, i)
+            groups.setdefault(key, []).append((is_out, i))
+
+    convert: list[tuple[bool, int]] = []
+    flexible: list[int] = []
+    refused: list[str] = []
+    for key, members in groups.items():
+        member_types = [types.get((node.output if o else node.input)[i]) for o, i in members]
+        float32 = [t for t in member_types if elem_type(t) == FLOAT]
+        if not float32:
+            continue
+        wanted = type_string(float32[0], FLOAT16)
+        if wanted not in schema.constraints[key[0]]:
+            refused.append(f"{key[0]} allows no {wanted}")
+            continue
+        only_input = len(members) == 1 and not members[0][0]
+        if only_input and not control_flow:
+            flexible.append(members[0][1])
+        else:
+            convert.extend(members)
+
+    if _is_widening_cast(node, types):
+        # Cast(float16 -> float) already in the model is the user's FP32 pin: it stays a widening
+        # Cast, and the rewriter reuses its float16 input where float16 is needed downstream.
+        convert = [m for m in convert if not m[0]]
+    if refused and not convert:
+        return NodeTyping((), (), f"{node.op_type}-{schema.since_version} schema: {'; '.join(refused)}")
+    typing = NodeTyping(
+        tuple(sorted(i for o, i in convert if not o)), tuple(sorted(i for o, i in convert if o)), None,
+        tuple(sorted(flexible)))
+    blocker = ort_blocker(node, typing, types)
+    if blocker is not None:
+        return NodeTyping(typing.convertible_inputs, typing.convertible_outputs, blocker, typing.flexible_inputs)
+    return typing
+
+
+def _is_widening_cast(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto]) -> bool:
+    return (node.op_type == "Cast" and node.domain in ONNX_DOMAINS
+            and elem_type(types.get(node.input[0])) == FLOAT16 and elem_type(types.get(node.output[0])) == FLOAT)
+
+
+# --- onnxruntime FP16 kernels -----------------------------------------------------------------
+
+# onnxruntime's CPU provider falls back to FP32 (inserting Casts) for most ops without an FP16
+# kernel, so a session still loads. The cases below are the ones where that fallback does not
+# happen and the FP16 model fails to load or run; each was found by the conformance run
+# (tests/test_conformance.py converts every ONNX backend node case to FP16 and runs it).
+# Keyed by (domain, op_type) -> (predicate over the node, reason).
+def _attr(node: onnx.NodeProto, name: str, default: object = None) -> object:
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default
+
+
+_ORT_NO_FP16: dict[tuple[str, str], tuple] = {}
+
+
+def ort_blocker(node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, onnx.TypeProto]) -> str | None:
+    """Why onnxruntime cannot run ``node`` with float16 tensors, or None."""
+    entry = _ORT_NO_FP16.get(("" if node.domain == "ai.onnx" else node.domain, node.op_type))
+    if entry is None:
+        return None
+    predicate, reason = entry
+    return reason if predicate(node) else None
+
+
+def model_typing(model: onnx.ModelProto, types: Mapping[str, onnx.TypeProto] | None = None,
+                 ) -> dict[str, NodeTyping]:
+    """:class:`NodeTyping` of every node, subgraphs included, keyed by node name."""
+    types = tensor_types(model) if types is None else types
+    opsets = opset_map(model)
+    return {ref.name: node_typing(ref.node, opsets, types) for ref in model_io.walk_nodes(model.graph)}
+
+
+# --- plan resolution --------------------------------------------------------------------------
+
+
+def fp16_value_problem(max_abs: float, min_nonzero_abs: float) -> str | None:
+    """Why values with this range cannot be held in float16 without changing, or None."""
+    if max_abs > FP16_MAX:
+        return f"|x| up to {max_abs:.6g} exceeds the FP16 maximum {FP16_MAX:g}"
+    if np.isfinite(min_nonzero_abs) and np.float16(min_nonzero_abs) == 0:
+        return f"nonzero |x| down to {min_nonzero_abs:.3g} would flush to zero in FP16"
+    return None
+
+
+def _value_range(values: np.ndarray) -> tuple[float, float]:
+    a = np.abs(np.asarray(values, dtype=np.float64)).ravel()
+    nonzero = a[a > 0]
+    return (float(a.max()) if a.size else 0.0), (float(nonzero.min()) if nonzero.size else float("inf"))
+
+
+def constant_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
+    """The float value a Constant/ConstantOfShape node carries as a tensor, if any."""
+    for attr in node.attribute:
+        if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
+            return attr.t
+    if node.op_type == "Constant":
+        for attr in node.attribute:
+            if attr.name == "value_float":
+                return onnx.helper.make_tensor("value", FLOAT, [], [attr.f])
+            if attr.name == "value_floats":
+                return onnx.helper.make_tensor("value", FLOAT, [len(attr.floats)], list(attr.floats))
+    return None
+
+
+def constant_values(model: onnx.ModelProto) -> dict[str, onnx.TensorProto]:
+    """Tensor name -> value for every initializer and dense Constant output, subgraphs included."""
+    out: dict[str, onnx.TensorProto] = {}
+    for graph in _graphs(model.graph):
+        for t in graph.initializer:
+            out[t.name] = t
+        for node in graph.node:
+            if node.op_type == "Constant" and node.domain in ONNX_DOMAINS and node.output:
+                value = constant_tensor(node)
+                if value is not None:
+                    out[node.output[0]] = value
+    return out
+
+
+def _value_blockers(model: onnx.ModelProto, plan: PrecisionPlan, typing: Mapping[str, NodeTyping],
+                    base_dir: str) -> dict[str, Reason]:
+    """FP16 nodes whose float constants (initializer inputs, Constant values) FP16 cannot hold."""
+    inits = constant_values(model)
+    ranges: dict[str, str | None] = {}
+    out: dict[str, Reason] = {}
+    for ref in model_io.walk_nodes(model.graph):
+        node = ref.node
+        if not plan.is_fp16(node.name) or typing[node.name].fp16_blocker:
+            continue
+        for i in typing[node.name].convertible_inputs:
+            name = node.input[i]
+            init = inits.get(name)
+            if init is None or init.data_type != FLOAT:
+                continue
+            if name not in ranges:
+                ranges[name] = fp16_value_problem(*model_io.initializer_range(init, base_dir))
+            if ranges[name]:
+                out[node.name] = Reason("initializer", f"initializer '{name}': {ranges[name]}",
+                                        (("tensor", name),))
+                break
+        if node.name not in out and node.op_type == "ConstantOfShape" and \
+                typing[node.name].convertible_outputs:
+            value = constant_tensor(node)
+            if value is not None and value.data_type == FLOAT:
+                problem = fp16_value_problem(*_value_range(onnx.numpy_helper.to_array(value)))
+                if problem:
+                    out[node.name] = Reason("initializer", f"{node.op_type} value: {problem}")
+    return out
+
+
+def _non_tensor_conflicts(model: onnx.ModelProto, plan: PrecisionPlan, typing: Mapping[str, NodeTyping],
+                          types: Mapping[str, onnx.TypeProto]) -> dict[str, Reason]:
+    """FP16 nodes that would need a sequence/optional value converted: Cast cannot do that.
+
+    A float sequence or optional passed between an FP16 and an FP32 side (another node, or a
+    graph input/output kept FP32) forces the FP16 side to FP32; repeated until nothing changes.
+    """
+    fp16 = {n for n in plan.decisions if plan.is_fp16(n) and not typing.get(n, NodeTyping((), (), "")).fp16_blocker}
+    refs = list(model_io.walk_nodes(model.graph))
+    out: dict[str, Reason] = {}
+    io_fp32 = set()
+    if not plan.fp16_io:
+        io_fp32 = {v.name for v in list(model.graph.input) + list(model.graph.output)}
+    changed = True
+    while changed:
+        changed = False
+        # precision of each non-tensor float value as produced: True = float16
+        produced: dict[str, bool] = {v.name: plan.fp16_io for v in model.graph.input}
+        for ref in refs:
+            t = typing[ref.name]
+            for _, body in model_io.subgraphs(ref.node):
+                for v in body.input:
+                    produced[v.name] = ref.name in fp16
+            for i, name in enumerate(ref.node.output):
+                if name and not is_tensor(types.get(name)) and elem_type(types.get(name)) == FLOAT:
+                    produced[name] = ref.name in fp16 and i in t.convertible_outputs
+        for ref in refs:
+            if ref.name not in fp16:
+                continue
+            t = typing[ref.name]
+            for i in t.convertible_inputs:
+                name = ref.node.input[i]
+                if is_tensor(types.get(name)) or elem_type(types.get(name)) != FLOAT:
+                    continue
+                if not produced.get(name, False):
+                    fp16.discard(ref.name)
+                    out[ref.name] = Reason("type", f"sequence/optional input '{name}' is FP32 and cannot be cast")
+                    changed = True
+                    break
+        consumers_fp32 = set(io_fp32) & {v.name for v in model.graph.output}
+        for ref in refs:
+            t = typing[ref.name]
+            if ref.name not in fp16:
+                for _, body in model_io.subgraphs(ref.node):
+                    consumers_fp32.update(v.name for v in body.output)
+            for i, name in enumerate(ref.node.input):
+                fp16_input = ref.name in fp16 and i in t.convertible_inputs
+                flexible = ref.name in fp16 and i in t.flexible_inputs
+                if name and not fp16_input and not flexible:
+                    consumers_fp32.add(name)
+        for ref in refs:
+            if ref.name not in fp16:
+                continue
+            t = typing[ref.name]
+            for i in t.convertible_outputs:
+                name = ref.node.output[i]
+                if not is_tensor(types.get(name)) and name in consumers_fp32:
+                    fp16.discard(ref.name)
+                    out[ref.name] = Reason("type", f"sequence/optional output '{name}' is used in FP32 and cannot be cast")
+                    changed = True
+                    break
+    return out
+
+
+def resolve_plan(model: onnx.ModelProto, plan: PrecisionPlan, base_dir: str = ".",
+                 typing: Mapping[str, NodeTyping] | None = None,
+                 types: Mapping[str, onnx.TypeProto] | None = None) -> PrecisionPlan:
+    """``plan`` with every FP16 node that cannot be written as FP16 forced to FP32, with the reason."""
+    types = tensor_types(model) if types is None else types
+    typing = model_typing(model, types) if typing is None else typing
+    resolved = plan
+    for name, t in typing.items():
+        if t.fp16_blocker and plan.is_fp16(name):
+            resolved = resolved.with_fp32([name], Reason("type", t.fp16_blocker))
+    for name, reason in _value_blockers(model, resolved, typing, base_dir).items():
+        resolved = resolved.with_fp32([name], reason)
+    for name, reason in _non_tensor_conflicts(model, resolved, typing, types).items():
+        resolved = resolved.with_fp32([name], reason)
+    return resolved
+
+
+def fp16_tensors(model: onnx.ModelProto, plan: PrecisionPlan, typing: Mapping[str, NodeTyping],
+                 ) -> Iterable[str]:
+    """Names of the tensors an FP16 node of ``plan`` produces as float16 (for reports/oracle)."""
+    for ref in model_io.walk_nodes(model.graph):
+        if plan.is_fp16(ref.name) and not typing[ref.name].fp16_blocker:
+            for i in typing[ref.name].convertible_outputs:
+                yield ref.node.output[i]
