@@ -9,7 +9,6 @@ point at the same nodes.
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -18,7 +17,9 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
-from .errors import ModelLoadError, OutputError
+from . import external_data as ext
+from . import saving
+from .errors import ModelLoadError
 
 
 @dataclass
@@ -110,20 +111,6 @@ def load_model(path: str) -> LoadedModel:
     return LoadedModel(model, path, base_dir, renamed)
 
 
-def _all_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
-    yield from _graph_tensors(model.graph)
-
-
-def _graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-    yield from graph.initializer
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.TENSOR:
-                yield attr.t
-        for _, sub in subgraphs(node):
-            yield from _graph_tensors(sub)
-
-
 def external_location(tensor: onnx.TensorProto) -> str | None:
     if tensor.data_location != onnx.TensorProto.EXTERNAL:
         return None
@@ -134,26 +121,15 @@ def external_location(tensor: onnx.TensorProto) -> str | None:
 
 
 def check_external_data(model: onnx.ModelProto, base_dir: str, path: str) -> None:
-    for tensor in _all_tensors(model):
-        location = external_location(tensor)
-        if location is None:
-            continue
-        file = os.path.join(base_dir, location)
-        if not os.path.isfile(file):
-            raise ModelLoadError(f"{path}: external data file '{location}' of tensor '{tensor.name}' is missing")
+    """Raise :class:`ModelLoadError` naming the tensor and file if an external data file is missing
+    or too short for a tensor stored in it (nothing is read)."""
+    ext.check_model_external_data(model, base_dir, path)
 
 
 def initializer_array(tensor: onnx.TensorProto, base_dir: str) -> np.ndarray:
-    """The tensor's values; external data is memory-mapped, not read whole."""
-    location = external_location(tensor)
-    if location is None:
-        return numpy_helper.to_array(tensor)
-    info = {e.key: e.value for e in tensor.external_data}
-    offset = int(info.get("offset", 0))
-    dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
-    shape = tuple(tensor.dims)
-    file = os.path.join(base_dir, location)
-    return np.memmap(file, dtype=dtype, mode="r", offset=offset, shape=shape)
+    """The tensor's values; external data is memory-mapped, not read whole (a lazily cast tensor
+    from :func:`cast_initializer` is converted in memory)."""
+    return ext.read_array(tensor, base_dir)
 
 
 def atomic_write(path: str, write: Callable[[str], None], input_paths: tuple[str, ...] = ()) -> None:
@@ -161,24 +137,7 @@ def atomic_write(path: str, write: Callable[[str], None], input_paths: tuple[str
 
     Refuses to overwrite any of ``input_paths``; on failure nothing is left behind.
     """
-    target = os.path.abspath(path)
-    for src in input_paths:
-        if os.path.exists(src) and os.path.exists(target) and os.path.samefile(src, target):
-            raise OutputError(f"{path}: output path is the input file; choose another output")
-        if os.path.abspath(src) == target:
-            raise OutputError(f"{path}: output path is the input file; choose another output")
-    directory = os.path.dirname(target) or "."
-    if not os.path.isdir(directory):
-        raise OutputError(f"{path}: directory '{directory}' does not exist")
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(target) + ".", suffix=".tmp", dir=directory)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    saving.write_files([(saving.check_output_path(path, tuple(input_paths)), write)])
 
 
 def write_text(path: str, text: str, input_paths: tuple[str, ...] = ()) -> None:
@@ -190,30 +149,33 @@ def write_text(path: str, text: str, input_paths: tuple[str, ...] = ()) -> None:
 
 
 def initializer_range(tensor: onnx.TensorProto, base_dir: str) -> tuple[float, float]:
-    """(max |x|, smallest nonzero |x|) of a float tensor; (0, inf) when it is all zeros."""
-    values = np.abs(np.asarray(initializer_array(tensor, base_dir), dtype=np.float64))
-    if values.size == 0:
-        return 0.0, float("inf")
-    nonzero = values[values > 0]
-    return float(values.max()), float(nonzero.min()) if nonzero.size else float("inf")
+    """(max |x|, smallest nonzero |x|) of a numeric tensor; (0, inf) when it is all zeros.
+
+    External data is read in chunks, so memory stays bounded whatever the tensor's size.
+    """
+    return ext.value_range(tensor, base_dir)
 
 
 def cast_initializer(tensor: onnx.TensorProto, base_dir: str, to: int, name: str) -> onnx.TensorProto:
-    """A copy of ``tensor`` named ``name`` with element type ``to`` (values cast, not clamped)."""
+    """A copy of ``tensor`` named ``name`` with element type ``to`` (values cast as ONNX Cast does:
+    round to nearest even, never clamped).
+
+    An external tensor is not read: the copy stays external and is converted chunk by chunk when
+    :func:`save_model` writes it, so a large model is never held in memory.
+    """
+    if ext.is_external(tensor):
+        return ext.lazy_cast(tensor, base_dir, to, name)
     dtype = onnx.helper.tensor_dtype_to_np_dtype(to)
-    out = numpy_helper.from_array(np.asarray(initializer_array(tensor, base_dir)).astype(dtype), name)
-    return out
+    return numpy_helper.from_array(numpy_helper.to_array(tensor).astype(dtype), name)
 
 
 def save_model(model: onnx.ModelProto, path: str, *, source_dir: str | None = None,
                external_data: bool | None = None, input_paths: tuple[str, ...] = ()) -> None:
-    """Write ``model`` to ``path`` atomically.
+    """Write ``model`` to ``path`` atomically (with its data file, if any); see :func:`saving.save_model`.
 
     ``source_dir`` is where tensors still marked external are read from. ``external_data``: True
-    writes weights to ``<path>.data``; None decides by size (over 2 GB must be external).
+    writes weights to ``<file name>.data`` beside ``path``; False writes one file unless the model
+    is over 2 GB; None keeps external weights external and goes external when over 2 GB.
     """
-    def write(tmp: str) -> None:
-        with open(tmp, "wb") as f:
-            f.write(model.SerializeToString(deterministic=True))
-
-    atomic_write(path, write, input_paths)
+    saving.save_model(model, path, source_dir=source_dir, external_data=external_data,
+                      input_paths=tuple(input_paths))

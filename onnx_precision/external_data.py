@@ -1,0 +1,248 @@
+"""Tensors whose data lives outside the model proto: checking, chunked reading, lazy casts.
+
+A model over 2 GB cannot be one protobuf, so its weights sit in a file beside it. We load such
+models with ``load_external_data=False`` and never pull the weights in whole: ranges are
+computed chunk by chunk, and converting an external tensor (FP32 -> FP16) only records the
+conversion. The converted tensor stays external, pointing at the *source* file, with a private
+key naming the element types it goes through; :mod:`onnx_precision.saving` resolves it by
+streaming the source chunk by chunk into the output's data file. Nothing here ever holds a
+whole external tensor except :func:`read_array` on a lazy tensor, which the caller asked for.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import BinaryIO, Iterator
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from .errors import ModelLoadError
+
+# Private keys on a lazily converted tensor. They never reach a written model: saving resolves
+# every lazy tensor. The chain lists the element types from the file's type up to (not
+# including) the tensor's own data_type, so a cast of a cast stays exact.
+CAST_CHAIN_KEY = "onnx_precision.cast_chain"
+BASE_DIR_KEY = "onnx_precision.base_dir"
+_PRIVATE_KEYS = (CAST_CHAIN_KEY, BASE_DIR_KEY)
+
+# Bytes read from a data file at a time: bounds memory whatever the tensor's size.
+CHUNK_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ExternalRef:
+    """Where an external tensor's bytes are, and which element types they go through."""
+
+    tensor_name: str
+    location: str  # as written in the proto, relative to ``directory``
+    directory: str  # the directory the location is relative to
+    file: str  # path of the data file
+    offset: int
+    length: int  # bytes stored in the file
+    chain: tuple[int, ...]  # element types: chain[0] is stored in the file, data_type follows the last
+    data_type: int  # the tensor's element type (what readers get)
+    count: int  # number of elements
+
+    @property
+    def stored_type(self) -> int:
+        return self.chain[0]
+
+    @property
+    def is_lazy(self) -> bool:
+        return len(self.chain) > 1 or self.chain[0] != self.data_type
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the tensor's values in its own element type (what a writer stores)."""
+        return self.count * _itemsize(self.data_type)
+
+
+def model_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor that can hold weights, in a stable order: each graph's initializers, then its
+    nodes' tensor attributes and subgraphs, depth first."""
+    yield from _graph_tensors(model.graph)
+
+
+def _graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.TENSOR:
+                yield attr.t
+            elif attr.type == onnx.AttributeProto.TENSORS:
+                yield from attr.tensors
+            elif attr.type == onnx.AttributeProto.GRAPH:
+                yield from _graph_tensors(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    yield from _graph_tensors(sub)
+
+
+def is_external(tensor: onnx.TensorProto) -> bool:
+    return tensor.data_location == onnx.TensorProto.EXTERNAL
+
+
+def _itemsize(data_type: int) -> int:
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(data_type)).itemsize
+
+
+def _np_dtype(data_type: int) -> np.dtype:
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(data_type))
+
+
+def external_ref(tensor: onnx.TensorProto, base_dir: str, model_path: str | None = None) -> ExternalRef | None:
+    """The tensor's external storage, or None for an inline tensor. Malformed entries raise
+    :class:`ModelLoadError` naming the tensor."""
+    if not is_external(tensor):
+        return None
+    info = {e.key: e.value for e in tensor.external_data}
+    prefix = f"{model_path}: " if model_path else ""
+    location = info.get("location")
+    if not location:
+        raise ModelLoadError(f"{prefix}tensor '{tensor.name}' is marked external but names no data file")
+    try:
+        offset = int(info.get("offset", 0))
+        chain = tuple(int(t) for t in info[CAST_CHAIN_KEY].split(",")) if CAST_CHAIN_KEY in info \
+            else (tensor.data_type,)
+        count = int(np.prod(tensor.dims, dtype=np.int64))
+        stored_size = count * _itemsize(chain[0])
+        length = int(info["length"]) if "length" in info else stored_size
+    except (ValueError, TypeError, KeyError) as e:
+        raise ModelLoadError(f"{prefix}tensor '{tensor.name}' has unreadable external data entries ({e})")
+    if offset < 0 or length != stored_size:
+        raise ModelLoadError(
+            f"{prefix}tensor '{tensor.name}' in '{location}': external data length {length} at offset {offset} "
+            f"does not match its shape {list(tensor.dims)} ({stored_size} bytes)")
+    directory = os.path.abspath(info.get(BASE_DIR_KEY, base_dir))
+    return ExternalRef(tensor.name, location, directory, os.path.join(directory, location), offset, length,
+                       chain, tensor.data_type, count)
+
+
+def check_ref(ref: ExternalRef, model_path: str | None = None) -> None:
+    """Raise :class:`ModelLoadError` if the data file is missing or too short for the tensor."""
+    prefix = f"{model_path}: " if model_path else ""
+    if not os.path.isfile(ref.file):
+        raise ModelLoadError(
+            f"{prefix}external data file '{ref.location}' of tensor '{ref.tensor_name}' is missing")
+    size = os.path.getsize(ref.file)
+    if ref.offset + ref.length > size:
+        raise ModelLoadError(
+            f"{prefix}external data file '{ref.location}' is truncated: tensor '{ref.tensor_name}' needs bytes "
+            f"{ref.offset}..{ref.offset + ref.length} but the file has {size}")
+
+
+def check_model_external_data(model: onnx.ModelProto, base_dir: str, model_path: str | None = None) -> None:
+    """Check every external tensor's file exists and is long enough (no data is read)."""
+    for tensor in model_tensors(model):
+        ref = external_ref(tensor, base_dir, model_path)
+        if ref is not None:
+            check_ref(ref, model_path)
+
+
+def _cast(values: np.ndarray, chain: tuple[int, ...], data_type: int) -> np.ndarray:
+    # numpy's float casts round to nearest even and overflow to inf, as ONNX Cast does.
+    for step in chain[1:] + (data_type,):
+        values = values.astype(_np_dtype(step), copy=False)
+    return values
+
+
+def iter_stored_chunks(ref: ExternalRef, chunk_bytes: int = CHUNK_BYTES) -> Iterator[memoryview]:
+    """The tensor's stored bytes, ``chunk_bytes`` (rounded to whole elements) at a time.
+
+    Each chunk is only valid until the next one is produced (one buffer is reused).
+    """
+    check_ref(ref)
+    item = _itemsize(ref.stored_type)
+    step = max(item, chunk_bytes - chunk_bytes % item)
+    buffer = bytearray(min(step, ref.length))
+    view = memoryview(buffer)
+    with open(ref.file, "rb") as f:
+        f.seek(ref.offset)
+        remaining = ref.length
+        while remaining:
+            n = min(step, remaining)
+            got = _read_exact(f, view[:n])
+            if got < n:
+                raise ModelLoadError(
+                    f"external data file '{ref.location}' is truncated: tensor '{ref.tensor_name}' "
+                    f"ends at byte {ref.offset + ref.length} but the file ends earlier")
+            yield view[:n]
+            remaining -= n
+
+
+def _read_exact(f: BinaryIO, view: memoryview) -> int:
+    total = 0
+    while total < len(view):
+        n = f.readinto(view[total:])
+        if not n:
+            break
+        total += n
+    return total
+
+
+def iter_chunks(ref: ExternalRef, chunk_bytes: int = CHUNK_BYTES) -> Iterator[np.ndarray]:
+    """The tensor's values, flattened, in the tensor's own element type, a chunk at a time."""
+    stored = _np_dtype(ref.stored_type)
+    for chunk in iter_stored_chunks(ref, chunk_bytes):
+        yield _cast(np.frombuffer(chunk, dtype=stored), ref.chain, ref.data_type)
+
+
+def read_array(tensor: onnx.TensorProto, base_dir: str) -> np.ndarray:
+    """The tensor's values. Plain external data is memory-mapped (read on demand); a lazily cast
+    tensor is converted in memory, since the caller asked for all of it."""
+    ref = external_ref(tensor, base_dir)
+    if ref is None:
+        return numpy_helper.to_array(tensor)
+    check_ref(ref)
+    shape = tuple(tensor.dims)
+    if ref.count == 0:
+        return np.zeros(shape, dtype=_np_dtype(ref.data_type))
+    stored = np.memmap(ref.file, dtype=_np_dtype(ref.stored_type), mode="r", offset=ref.offset, shape=shape)
+    return _cast(stored, ref.chain, ref.data_type) if ref.is_lazy else stored
+
+
+def value_range(tensor: onnx.TensorProto, base_dir: str) -> tuple[float, float]:
+    """(max |x|, smallest nonzero |x|) of a numeric tensor, reading external data in chunks;
+    (0, inf) when it is empty or all zeros. NaN values are ignored."""
+    ref = external_ref(tensor, base_dir)
+    chunks = iter_chunks(ref) if ref is not None else iter([numpy_helper.to_array(tensor).reshape(-1)])
+    max_abs, min_nonzero = 0.0, float("inf")
+    for chunk in chunks:
+        magnitude = np.abs(chunk)
+        if magnitude.dtype.kind not in "iub":
+            magnitude = magnitude[~np.isnan(magnitude)] if np.isnan(magnitude).any() else magnitude
+        if magnitude.size == 0:
+            continue
+        max_abs = max(max_abs, float(magnitude.max()))
+        nonzero = magnitude[magnitude > 0]
+        if nonzero.size:
+            min_nonzero = min(min_nonzero, float(nonzero.min()))
+    return max_abs, min_nonzero
+
+
+def lazy_cast(tensor: onnx.TensorProto, base_dir: str, to: int, name: str) -> onnx.TensorProto:
+    """An external tensor cast to element type ``to`` without reading it: still external, pointing at
+    the source file, with the conversion recorded under the private keys."""
+    ref = external_ref(tensor, base_dir)
+    assert ref is not None, "lazy_cast needs an external tensor"
+    out = onnx.TensorProto()
+    out.name = name
+    out.dims.extend(tensor.dims)
+    out.data_type = to
+    out.data_location = onnx.TensorProto.EXTERNAL
+    chain = ref.chain + (ref.data_type,) if ref.is_lazy else ref.chain
+    entries = {"location": ref.location, "offset": str(ref.offset), "length": str(ref.length),
+               BASE_DIR_KEY: ref.directory}
+    if chain != (to,):
+        entries[CAST_CHAIN_KEY] = ",".join(str(t) for t in chain)
+    for key, value in entries.items():
+        entry = out.external_data.add()
+        entry.key, entry.value = key, value
+    return out
+
+
+def has_private_keys(tensor: onnx.TensorProto) -> bool:
+    return any(e.key in _PRIVATE_KEYS for e in tensor.external_data)
