@@ -1,0 +1,129 @@
+"""``check``: does a candidate FP16 / mixed-precision model stay within tolerance of its FP32 model?
+
+A pre-deployment gate for any candidate, also one made by another tool. The default oracle
+*emulates* FP16 on CPU (:func:`onnx_precision.oracle.emulate_model`: the candidate's FP16 tensors
+rounded through float16 inside an FP32 graph), because onnxruntime's CPU provider would run the
+FP16 model in FP32 and hide every overflow. ``cuda`` / ``tensorrt`` run the candidate natively on
+that provider instead (onnxruntime-gpu needed). The result always says which oracle produced it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from . import model_io
+from .compare import Comparison, Tolerance, compare_samples
+from .data import SampleSpec, Samples, load_samples
+from .errors import ModelLoadError, PrecisionError
+
+logger = logging.getLogger(__name__)
+
+ORACLES = ("emulate", "cuda", "tensorrt")
+NATIVE_PROVIDERS = {"cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
+
+
+class OracleUnavailable(PrecisionError):
+    """The requested native oracle's provider is not installed."""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    model: str
+    candidate: str
+    comparison: Comparison
+    samples: Samples
+
+    @property
+    def passed(self) -> bool:
+        return self.comparison.passed
+
+    @property
+    def oracle(self) -> str:
+        return self.comparison.oracle
+
+    def lines(self) -> list[str]:
+        """Per-output metrics and the verdict, for the terminal."""
+        out = [f"check {self.candidate} against {self.model}",
+               f"oracle: {_oracle_text(self.oracle)}",
+               f"samples: {len(self.samples.feeds)} ({self.samples.source})"]
+        out += [f"warning: {w}" for w in self.samples.warnings]
+        for m in self.comparison.outputs:
+            line = (f"  {m.name}: max abs err {_num(m.max_abs_err)}, max rel err {_num(m.max_rel_err)}, "
+                    f"cosine {_num(m.cosine)}")
+            if m.new_nonfinite:
+                line += f", {m.new_nonfinite} new NaN/Inf"
+            out.append(line + ("  pass" if m.passed else "  FAIL"))
+        out.append("PASS: within tolerance" if self.passed else "FAIL: out of tolerance or non-finite")
+        return out
+
+
+def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
+          tol: Tolerance | None = None, oracle: str = "emulate") -> CheckResult:
+    """Compare ``candidate_path`` with the FP32 ``model_path`` on the samples of ``spec``."""
+    from . import oracle as oracle_lib  # heavy: onnxruntime
+
+    spec = spec or SampleSpec()
+    tol = tol or Tolerance()
+    if oracle not in ORACLES:
+        raise OracleUnavailable(f"unknown oracle '{oracle}'; expected one of {', '.join(ORACLES)}")
+    reference = model_io.load_model(model_path)
+    candidate = model_io.load_model(candidate_path)
+    _check_outputs_match(reference.model, candidate.model, model_path, candidate_path)
+    samples = load_samples(reference.model, spec)
+
+    refs = oracle_lib.run_fp32(reference.model, samples.feeds, reference.base_dir).outputs
+    cands = run_candidate(candidate, samples.feeds, oracle)
+    comparison = compare_samples(refs, _only(cands, refs), tol, cands.oracle)
+    return CheckResult(model_path, candidate_path, comparison, samples)
+
+
+def run_candidate(candidate: model_io.LoadedModel, feeds, oracle: str = "emulate"):
+    """The candidate's outputs on ``feeds`` under ``oracle`` (an OracleRun); one session."""
+    from . import oracle as oracle_lib
+
+    if oracle == "emulate":
+        return oracle_lib.run_emulated(candidate.model, feeds, candidate.base_dir)
+    provider = NATIVE_PROVIDERS[oracle]
+    import onnxruntime as ort
+    if provider not in ort.get_available_providers():
+        raise OracleUnavailable(f"--oracle {oracle}: onnxruntime has no {provider} here "
+                                f"(install onnxruntime-gpu on a machine with the GPU stack)")
+    return oracle_lib.run_native(candidate.model, feeds, provider, candidate.base_dir)
+
+
+def _only(run, refs) -> list[dict[str, np.ndarray]]:
+    """Each candidate sample restricted to the reference's outputs."""
+    return [{name: np.asarray(out[name]) for name in ref if name in out} for out, ref in zip(run.outputs, refs)]
+
+
+def _check_outputs_match(model: onnx.ModelProto, candidate: onnx.ModelProto, model_path: str,
+                         candidate_path: str) -> None:
+    expected = [o.name for o in model.graph.output]
+    got = {o.name for o in candidate.graph.output}
+    missing = [n for n in expected if n not in got]
+    if missing:
+        raise ModelLoadError(f"{candidate_path}: has no output '{missing[0]}' of {model_path}; "
+                             f"the candidate must keep the FP32 model's output names")
+    inputs = {i.name for i in candidate.graph.input}
+    absent = [i.name for i in model.graph.input if i.name not in inputs and not _is_initializer(model, i.name)]
+    if absent:
+        raise ModelLoadError(f"{candidate_path}: has no input '{absent[0]}' of {model_path}")
+
+
+def _is_initializer(model: onnx.ModelProto, name: str) -> bool:
+    return any(init.name == name for init in model.graph.initializer)
+
+
+def _oracle_text(oracle: str) -> str:
+    if oracle == "emulate":
+        return "emulate (FP16 rounding emulated on CPU; onnxruntime CPU alone would hide FP16 overflow)"
+    return f"{oracle} (the candidate run natively by onnxruntime's {oracle} provider)"
+
+
+def _num(x) -> str:
+    x = float(x)
+    return f"{x:.4g}" if np.isfinite(x) else str(x)
