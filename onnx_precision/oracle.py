@@ -1,0 +1,217 @@
+"""FP16 oracles: run a precision plan (or a written model) and see what FP16 does to it.
+
+* ``emulate`` (the default, and the search's oracle): :class:`EmulationSession` builds ONE
+  onnxruntime CPU session of the switch graph (see :mod:`onnx_precision.emulation`); the FP32
+  reference, every plan probe and the layerwise run are runs of it with different switches.
+  :func:`run_emulated` runs any written FP16/mixed model the same way (:func:`emulate_model`).
+* ``native:<provider>``: :func:`run_native` runs the real model on a provider. On the CPU
+  provider this HIDES overflow (it computes FP16 nodes in FP32), so it warns.
+* ``reference``: :func:`run_reference` runs the real model in ``onnx.reference`` (numpy FP16
+  arithmetic throughout, slow and pessimistic).
+
+Sessions use ``ORT_DISABLE_ALL``: the Where nodes of the switch graph block every fusion anyway,
+and disabling them in every session of the oracle makes "all switches off" bit-identical to the
+FP32 model run by :func:`run_fp32` and a plan bit-identical to the emulation of the model the
+rewriter writes for it. (No level folds the Cast pairs away; tests keep that true.)
+
+Statistics (:func:`reference_stats`, :func:`layerwise`) are computed per sample and per run and
+the tensors dropped, so memory holds one run's intermediates at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from .emulation import SwitchModel, build_switch_model, emulate_model, round_fp16
+from .model_io import walk_nodes
+from .plan import Precision, PrecisionPlan, Reason, uniform_plan
+from .typing_rules import NodeTyping, model_typing, resolve_plan, tensor_types
+
+log = logging.getLogger(__name__)
+
+EMULATE = "emulate"
+REFERENCE = "reference"
+FP16_MAX = 65504.0
+FP16_FLUSH = 2.0 ** -25  # |x| <= this rounds to zero in FP16 (ties to even at the half-subnormal)
+
+Feed = Mapping[str, np.ndarray]
+
+
+def native_oracle(provider: str) -> str:
+    return f"native:{provider}"
+
+
+def session_options() -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    return options
+
+
+def make_session(model: onnx.ModelProto, base_dir: str | None = None,
+                 providers: Sequence[str] = ("CPUExecutionProvider",),
+                 options: ort.SessionOptions | None = None) -> ort.InferenceSession:
+    """An onnxruntime session of an in-memory model whose external data (if any) is under base_dir."""
+    options = options or session_options()
+    if base_dir:
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                         os.path.abspath(base_dir))
+    return ort.InferenceSession(model.SerializeToString(), options, providers=list(providers))
+
+
+@dataclass(frozen=True)
+class OracleRun:
+    """Outputs of one oracle over several samples (one dict per sample)."""
+
+    oracle: str
+    outputs: tuple[dict[str, np.ndarray], ...]
+
+
+def forced_fp32_nodes(model: onnx.ModelProto, base_dir: str | None, typing: Mapping[str, NodeTyping],
+                types: Mapping[str, onnx.TypeProto]) -> frozenset[str]:
+    """Nodes the resolved plan keeps FP32 whatever the plan asks (type rules, constants FP16 cannot
+    hold): resolving the all-FP16 plan finds them all, since a node's blockers do not depend on
+    its neighbours' precision (sequence/optional conflicts aside, which Cast cannot emulate)."""
+    names = [r.name for r in walk_nodes(model.graph)]
+    all_fp16 = uniform_plan(names, Precision.FP16, Reason("default", "all FP16"))
+    resolved = resolve_plan(model, all_fp16, base_dir or ".", typing=typing, types=types)
+    return frozenset(resolved.fp32_nodes)
+
+
+class EmulationSession:
+    """ONE onnxruntime CPU session that evaluates any precision plan of ``model`` by emulation.
+
+    ``run(None, feed)`` is the FP32 model (bit-identical); ``run(plan, feed)`` rounds every tensor
+    the plan makes FP16. ``sessions_built`` and ``probes_run`` count the work for reports.
+    ``model`` must have named nodes (model_io.load_model names them).
+    """
+
+    def __init__(self, model: onnx.ModelProto, base_dir: str | None = None,
+                 capture_intermediates: bool = True, typing: Mapping | None = None,
+                 forced_fp32: Iterable[str] | None = None) -> None:
+        self.model = model
+        self.base_dir = base_dir
+        types = tensor_types(model)
+        self.typing: Mapping[str, NodeTyping] = typing if typing is not None else model_typing(model, types)
+        self.switch_model: SwitchModel = build_switch_model(model, self.typing, base_dir, capture_intermediates,
+                                                            types)
+        self.forced_fp32 = (frozenset(forced_fp32) if forced_fp32 is not None
+                            else forced_fp32_nodes(model, base_dir, self.typing, types))
+        self.session = make_session(self.switch_model.model, base_dir)
+        self.sessions_built = 1
+        self.probes_run = 0
+        self._off = {s: np.array(False) for s in self.switch_model.switches.values()}
+        self._on = np.array(True)
+        float_inputs = {vi.name for vi in model.graph.input if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
+        self._float_inputs = float_inputs
+        self._float_outputs = {vi.name for vi in model.graph.output
+                               if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return self.switch_model.outputs
+
+    @property
+    def intermediates(self) -> tuple[str, ...]:
+        return self.switch_model.intermediates
+
+    @property
+    def producers(self) -> Mapping[str, str]:
+        return self.switch_model.producers
+
+    @property
+    def switchable(self) -> frozenset[str]:
+        """Nodes whose precision changes anything in the emulation."""
+        return frozenset(self.switch_model.switches) - self.forced_fp32
+
+    def switch_feed(self, plan: PrecisionPlan | None) -> dict[str, np.ndarray]:
+        feed = dict(self._off)
+        if plan is not None:
+            for node, switch in self.switch_model.switches.items():
+                if plan.is_fp16(node) and node not in self.forced_fp32:
+                    feed[switch] = self._on
+        return feed
+
+    def run(self, plan: PrecisionPlan | None, feed: Feed, names: Sequence[str] | None = None,
+            intermediates: bool = False) -> dict[str, np.ndarray]:
+        """Outputs of ``plan`` on ``feed``: the graph outputs, plus every captured intermediate
+        when ``intermediates`` is set, or exactly ``names``."""
+        if names is None:
+            names = self.outputs + (self.intermediates if intermediates else ())
+        fp16_io = plan is not None and plan.fp16_io
+        full = self.switch_feed(plan)
+        for name, value in feed.items():
+            full[name] = round_fp16(value) if fp16_io and name in self._float_inputs else value
+        values = self.session.run(list(names), full)
+        self.probes_run += 1
+        result = dict(zip(names, values))
+        if fp16_io:
+            for name in self._float_outputs.intersection(result):
+                result[name] = round_fp16(result[name])
+        return result
+
+    def run_samples(self, plan: PrecisionPlan | None, feeds: Sequence[Feed]) -> OracleRun:
+        return OracleRun(EMULATE, tuple(self.run(plan, f) for f in feeds))
+
+
+# --- other oracles --------------------------------------------------------------------------------
+
+def _input_dtypes(model: onnx.ModelProto) -> dict[str, np.dtype]:
+    inits = {i.name for i in model.graph.initializer}
+    return {vi.name: onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+            for vi in model.graph.input if vi.name not in inits and vi.type.tensor_type.elem_type}
+
+
+def _cast_feed(feed: Feed, dtypes: Mapping[str, np.dtype]) -> dict[str, np.ndarray]:
+    return {k: (np.asarray(v).astype(dtypes[k]) if k in dtypes else v) for k, v in feed.items()}
+
+
+def _run_session(session: ort.InferenceSession, model: onnx.ModelProto, feeds: Sequence[Feed]
+                 ) -> tuple[dict[str, np.ndarray], ...]:
+    dtypes = _input_dtypes(model)
+    names = [o.name for o in model.graph.output]
+    return tuple(dict(zip(names, session.run(names, _cast_feed(f, dtypes)))) for f in feeds)
+
+
+def run_fp32(model: onnx.ModelProto, feeds: Sequence[Feed], base_dir: str | None = None) -> OracleRun:
+    """The FP32 model as the oracle runs it (same session options as the switch graph)."""
+    return OracleRun("fp32", _run_session(make_session(model, base_dir), model, feeds))
+
+
+def run_emulated(model: onnx.ModelProto, feeds: Sequence[Feed], base_dir: str | None = None) -> OracleRun:
+    """A written FP16/mixed model, emulated on CPU (every FP16 tensor rounded)."""
+    emulated = emulate_model(model, base_dir)
+    return OracleRun(EMULATE, _run_session(make_session(emulated, base_dir), emulated, feeds))
+
+
+def run_native(model: onnx.ModelProto, feeds: Sequence[Feed], provider: str = "CPUExecutionProvider",
+               base_dir: str | None = None) -> OracleRun:
+    """The real model on ``provider``. On CPU, FP16 nodes are computed in FP32: overflow is hidden."""
+    if provider == "CPUExecutionProvider":
+        log.warning("native oracle on CPUExecutionProvider: onnxruntime computes FP16 nodes in FP32 "
+                    "on CPU and hides FP16 overflow; use the emulate oracle to see it")
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = make_session(model, base_dir, providers=[provider], options=options)
+    return OracleRun(native_oracle(provider), _run_session(session, model, feeds))
+
+
+def run_reference(model: onnx.ModelProto, feeds: Sequence[Feed]) -> OracleRun:
+    """The real model in onnx.reference.ReferenceEvaluator: numpy FP16 arithmetic, op by op."""
+    from onnx.reference import ReferenceEvaluator
+    evaluator = ReferenceEvaluator(model)
+    dtypes = _input_dtypes(model)
+    names = [o.name for o in model.graph.output]
+    outs = []
+    for feed in feeds:
+        with np.errstate(all="ignore"):
+            values = evaluator.run(None, _cast_feed(feed, dtypes))
+        outs.append(dict(zip(names, (np.asarray(v) for v in values))))
+    return OracleRun(REFERENCE, tuple(outs))
