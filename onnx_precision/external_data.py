@@ -142,19 +142,27 @@ def check_model_external_data(model: onnx.ModelProto, base_dir: str, model_path:
             check_ref(ref, model_path)
 
 
+def cast_values(values: np.ndarray, to: int) -> np.ndarray:
+    """``values`` in element type ``to`` as ONNX Cast computes them: numpy's float casts round to
+    nearest even and overflow to inf (callers decide beforehand whether that is acceptable)."""
+    with np.errstate(over="ignore"):
+        return values.astype(_np_dtype(to), copy=False)
+
+
 def _cast(values: np.ndarray, chain: tuple[int, ...], data_type: int) -> np.ndarray:
-    # numpy's float casts round to nearest even and overflow to inf, as ONNX Cast does.
     for step in chain[1:] + (data_type,):
-        values = values.astype(_np_dtype(step), copy=False)
+        values = cast_values(values, step)
     return values
 
 
-def iter_stored_chunks(ref: ExternalRef, chunk_bytes: int = CHUNK_BYTES) -> Iterator[memoryview]:
-    """The tensor's stored bytes, ``chunk_bytes`` (rounded to whole elements) at a time.
+def iter_stored_chunks(ref: ExternalRef, chunk_bytes: int | None = None) -> Iterator[memoryview]:
+    """The tensor's stored bytes, ``chunk_bytes`` (default :data:`CHUNK_BYTES`, rounded down to whole
+    elements) at a time.
 
     Each chunk is only valid until the next one is produced (one buffer is reused).
     """
     check_ref(ref)
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
     item = _itemsize(ref.stored_type)
     step = max(item, chunk_bytes - chunk_bytes % item)
     buffer = bytearray(min(step, ref.length))
@@ -183,7 +191,7 @@ def _read_exact(f: BinaryIO, view: memoryview) -> int:
     return total
 
 
-def iter_chunks(ref: ExternalRef, chunk_bytes: int = CHUNK_BYTES) -> Iterator[np.ndarray]:
+def iter_chunks(ref: ExternalRef, chunk_bytes: int | None = None) -> Iterator[np.ndarray]:
     """The tensor's values, flattened, in the tensor's own element type, a chunk at a time."""
     stored = _np_dtype(ref.stored_type)
     for chunk in iter_stored_chunks(ref, chunk_bytes):

@@ -165,8 +165,7 @@ def cast_initializer(tensor: onnx.TensorProto, base_dir: str, to: int, name: str
     """
     if ext.is_external(tensor):
         return ext.lazy_cast(tensor, base_dir, to, name)
-    dtype = onnx.helper.tensor_dtype_to_np_dtype(to)
-    return numpy_helper.from_array(numpy_helper.to_array(tensor).astype(dtype), name)
+    return numpy_helper.from_array(ext.cast_values(numpy_helper.to_array(tensor), to), name)
 
 
 def save_model(model: onnx.ModelProto, path: str, *, source_dir: str | None = None,
