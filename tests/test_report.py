@@ -7,27 +7,7 @@ import json
 import pytest
 
 from onnx_precision import report as rep
-from onnx_precision.compare import Tolerance
-
-try:  # TEMPORARY until compare.py lands
-    from onnx_precision.compare import Comparison, OutputMetrics
-except ImportError:
-    from dataclasses import dataclass
-
-    @dataclass(frozen=True)
-    class OutputMetrics:
-        name: str
-        max_abs_err: float
-        max_rel_err: float
-        cosine: float
-        new_nonfinite: int
-        passed: bool
-
-    @dataclass(frozen=True)
-    class Comparison:
-        outputs: tuple
-        passed: bool
-        oracle: str
+from onnx_precision.compare import Comparison, OutputMetrics, Tolerance
 from onnx_precision.plan import Precision, Reason, uniform_plan
 from tests.conftest import parse
 
