@@ -32,14 +32,17 @@ import onnxruntime as ort
 from .emulation import SwitchModel, build_switch_model, emulate_model, round_fp16
 from .model_io import walk_nodes
 from .plan import Precision, PrecisionPlan, Reason, uniform_plan
+from .stats import (LayerwiseResult, NodeError, ReferenceResult, TensorStats, inspect_plan, layerwise,
+                    reference_stats, tensor_stats)
 from .typing_rules import NodeTyping, model_typing, resolve_plan, tensor_types
 
 log = logging.getLogger(__name__)
 
 EMULATE = "emulate"
 REFERENCE = "reference"
-FP16_MAX = 65504.0
-FP16_FLUSH = 2.0 ** -25  # |x| <= this rounds to zero in FP16 (ties to even at the half-subnormal)
+__all__ = ["EMULATE", "REFERENCE", "EmulationSession", "OracleRun", "TensorStats", "ReferenceResult",
+           "NodeError", "LayerwiseResult", "reference_stats", "layerwise", "inspect_plan", "tensor_stats",
+           "emulate_model", "run_fp32", "run_emulated", "run_native", "run_reference", "native_oracle"]
 
 Feed = Mapping[str, np.ndarray]
 
@@ -148,7 +151,7 @@ class EmulationSession:
         fp16_io = plan is not None and plan.fp16_io
         full = self.switch_feed(plan)
         for name, value in feed.items():
-            full[name] = round_fp16(value) if fp16_io and name in self._float_inputs else value
+            full[name] = self.fed_value(plan, name, value)
         values = self.session.run(list(names), full)
         self.probes_run += 1
         result = dict(zip(names, values))
@@ -156,6 +159,12 @@ class EmulationSession:
             for name in self._float_outputs.intersection(result):
                 result[name] = round_fp16(result[name])
         return result
+
+    def fed_value(self, plan: PrecisionPlan | None, name: str, value: np.ndarray) -> np.ndarray:
+        """The value a graph input has under ``plan`` (FP16 graph inputs hold FP16 values)."""
+        if plan is not None and plan.fp16_io and name in self._float_inputs:
+            return round_fp16(value)
+        return value
 
     def run_samples(self, plan: PrecisionPlan | None, feeds: Sequence[Feed]) -> OracleRun:
         return OracleRun(EMULATE, tuple(self.run(plan, f) for f in feeds))

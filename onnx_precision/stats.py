@@ -1,0 +1,261 @@
+"""What the oracle sees inside a model: per-tensor FP32 ranges and per-node FP16 error.
+
+* :func:`reference_stats`: one FP32 run per sample exposing every float tensor of the main graph;
+  per tensor the worst case over samples of max |x|, smallest nonzero |x|, the fraction of nonzero
+  values FP16 flushes to zero, NaN/Inf counts; and the first node whose output turns non-finite
+  from finite inputs in FP32 itself (that is the FP32 model's fault, never FP16's).
+* :func:`layerwise`: per sample, the FP32 run and the plan's emulated run side by side; per node
+  the error of its output against FP32 (scale-relative, as in :mod:`onnx_precision.compare`) and
+  the *first-divergence* nodes, where the error appears or a value turns non-finite while the
+  node's inputs were still close. Those are the search's first candidates.
+
+Each run's tensors are reduced to numbers and dropped before the next run, so memory holds one
+run's intermediates at a time, whatever the number of samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+
+import numpy as np
+import onnx
+
+from .compare import Tolerance
+
+if TYPE_CHECKING:
+    from .oracle import EmulationSession, Feed
+    from .plan import PrecisionPlan
+
+FP16_MAX = 65504.0
+FP16_FLUSH = 2.0 ** -25  # |x| <= this rounds to zero in FP16 (the half-way point ties to even, 0)
+
+
+@dataclass(frozen=True)
+class TensorStats:
+    """FP32 value range of one tensor (worst case over samples)."""
+
+    max_abs: float          # over non-NaN values; inf if any Inf
+    min_nonzero_abs: float  # inf when every value is zero
+    flush_fraction: float   # nonzero values that FP16 flushes to zero, as a fraction of nonzero values
+    nan_count: int
+    inf_count: int
+    size: int
+
+    @property
+    def finite(self) -> bool:
+        return self.nan_count == 0 and self.inf_count == 0
+
+    @property
+    def overflows_fp16(self) -> bool:
+        return np.isfinite(self.max_abs) and self.max_abs > FP16_MAX
+
+    def worst(self, other: "TensorStats") -> "TensorStats":
+        return TensorStats(max(self.max_abs, other.max_abs), min(self.min_nonzero_abs, other.min_nonzero_abs),
+                           max(self.flush_fraction, other.flush_fraction), max(self.nan_count, other.nan_count),
+                           max(self.inf_count, other.inf_count), max(self.size, other.size))
+
+    def to_json(self) -> dict:
+        return {"max_abs": _num(self.max_abs), "min_nonzero_abs": _num(self.min_nonzero_abs),
+                "flush_fraction": self.flush_fraction, "nan_count": self.nan_count,
+                "inf_count": self.inf_count, "size": self.size}
+
+
+def _num(x: float) -> float | str:
+    return float(x) if np.isfinite(x) else str(float(x))
+
+
+def tensor_stats(values: np.ndarray) -> TensorStats:
+    a = np.abs(np.asarray(values, dtype=np.float32)).ravel()
+    nan = np.isnan(a)
+    nan_count = int(np.count_nonzero(nan))
+    if nan_count:
+        a = a[~nan]
+    if not a.size:
+        return TensorStats(0.0, float("inf"), 0.0, nan_count, 0, int(nan.size))
+    inf_count = int(np.count_nonzero(np.isinf(a)))
+    nonzero = int(np.count_nonzero(a))
+    tiny = int(np.count_nonzero(a <= FP16_FLUSH)) - (a.size - nonzero)
+    min_nonzero = float(np.min(a, where=a > 0, initial=np.inf))
+    return TensorStats(float(a.max()), min_nonzero, tiny / nonzero if nonzero else 0.0, nan_count, inf_count,
+                       int(nan.size))
+
+
+@dataclass(frozen=True)
+class ReferenceResult:
+    """The FP32 reference: ranges of every captured tensor and the FP32 model's own NaN/Inf."""
+
+    stats: Mapping[str, TensorStats]        # graph inputs and main-graph float node outputs
+    producers: Mapping[str, str]            # tensor -> producing node
+    first_nonfinite: str | None             # first node (topological) non-finite from finite inputs
+    outputs: tuple[dict[str, np.ndarray], ...]  # the FP32 graph outputs, per sample
+    oracle: str = "emulate"
+
+    def node_stats(self, node: onnx.NodeProto) -> list[TensorStats]:
+        return [self.stats[o] for o in node.output if o in self.stats]
+
+
+@dataclass(frozen=True)
+class NodeError:
+    """A node's emulated FP16 output against FP32 (worst case over its outputs and the samples)."""
+
+    node: str
+    op_type: str
+    max_abs_err: float
+    max_rel_err: float      # max |err| / max |FP32 value|
+    new_nonfinite: int      # NaN/Inf where FP32 is finite
+    input_rel_err: float    # the worst max_rel_err among its inputs (0 for graph inputs, constants)
+    diverges: bool          # the error appears here (see module docstring)
+
+    def to_json(self) -> dict:
+        return {"node": self.node, "op_type": self.op_type, "max_abs_err": _num(self.max_abs_err),
+                "max_rel_err": _num(self.max_rel_err), "new_nonfinite": self.new_nonfinite,
+                "input_rel_err": _num(self.input_rel_err), "diverges": self.diverges}
+
+
+@dataclass(frozen=True)
+class LayerwiseResult:
+    nodes: Mapping[str, NodeError]          # main-graph nodes with float outputs, topological order
+    first_divergence: tuple[str, ...]       # nodes where error appears, topological order
+    oracle: str = "emulate"
+
+    def ranked(self) -> tuple[str, ...]:
+        """Node names by decreasing error (non-finite first): the search's widening order."""
+        return tuple(sorted(self.nodes, key=lambda n: (-self.nodes[n].new_nonfinite, -self.nodes[n].max_rel_err)))
+
+
+@dataclass(frozen=True)
+class _TensorError:
+    abs_err: float
+    rel_err: float
+    new_nonfinite: int
+    cand_nonfinite: bool
+
+
+_CLOSE = _TensorError(0.0, 0.0, 0, False)
+
+
+def _tensor_error(ref: np.ndarray, cand: np.ndarray) -> _TensorError:
+    finite = np.isfinite(ref)
+    all_finite = bool(finite.all())
+    r = ref if all_finite else ref[finite]
+    c = cand if all_finite else cand[finite]
+    c_finite = np.isfinite(c)
+    new_nonfinite = int(c.size - np.count_nonzero(c_finite))
+    if new_nonfinite:
+        r, c = r[c_finite], c[c_finite]
+    if not r.size:
+        return _TensorError(0.0, 0.0, new_nonfinite, not bool(np.isfinite(cand).all()))
+    err = float(np.max(np.abs(c.astype(np.float64) - r)))
+    scale = float(np.max(np.abs(r)))
+    rel = err / scale if scale > 0 else (0.0 if err == 0 else float("inf"))
+    return _TensorError(err, rel, new_nonfinite, bool(new_nonfinite) or not bool(np.isfinite(cand).all()))
+
+
+def _float_inputs(node: onnx.NodeProto, known: Iterable[str]) -> list[str]:
+    known = set(known)
+    return [i for i in node.input if i in known]
+
+
+def _first_nonfinite(nodes: Sequence[onnx.NodeProto], values: Mapping[str, np.ndarray]) -> str | None:
+    finite = {name: bool(np.isfinite(v).all()) for name, v in values.items()
+              if np.issubdtype(np.asarray(v).dtype, np.floating)}
+    for node in nodes:
+        outs = [o for o in node.output if o in finite]
+        if outs and not all(finite[o] for o in outs) and all(finite[i] for i in _float_inputs(node, finite)):
+            return node.name
+    return None
+
+
+def _captured(session: "EmulationSession", plan: "PrecisionPlan | None", feed: "Feed") -> dict[str, np.ndarray]:
+    """Every float tensor the session exposes, plus the float graph inputs as fed."""
+    values = session.run(plan, feed, intermediates=True)
+    for name, value in feed.items():
+        if np.issubdtype(np.asarray(value).dtype, np.floating):
+            values.setdefault(name, session.fed_value(plan, name, value))
+    return {k: v for k, v in values.items() if np.issubdtype(np.asarray(v).dtype, np.floating)}
+
+
+def _merge_stats(acc: dict[str, TensorStats], values: Mapping[str, np.ndarray]) -> None:
+    for name, value in values.items():
+        s = tensor_stats(value)
+        acc[name] = acc[name].worst(s) if name in acc else s
+
+
+def reference_stats(session: "EmulationSession", samples) -> ReferenceResult:
+    """FP32 ranges of every captured tensor over ``samples`` (a Samples or a sequence of feeds)."""
+    return _inspect(session, None, _feeds(samples), Tolerance())[0]
+
+
+def layerwise(session: "EmulationSession", plan: "PrecisionPlan", samples,
+              reference: ReferenceResult | None = None, tol: Tolerance | None = None) -> LayerwiseResult:
+    """Per-node error of ``plan`` against FP32 over ``samples``.
+
+    ``reference`` is accepted for symmetry with the other calls; the FP32 intermediates are
+    recomputed per sample (they are not kept between runs, to bound memory). Use
+    :func:`inspect_plan` to get both from the same runs.
+    """
+    return _inspect(session, plan, _feeds(samples), tol or Tolerance())[1]
+
+
+def inspect_plan(session: "EmulationSession", plan: "PrecisionPlan", samples, tol: Tolerance | None = None
+                 ) -> tuple[ReferenceResult, LayerwiseResult]:
+    """Reference statistics and the layerwise comparison of ``plan`` from two runs per sample."""
+    ref, lw = _inspect(session, plan, _feeds(samples), tol or Tolerance())
+    assert lw is not None
+    return ref, lw
+
+
+def _feeds(samples) -> Sequence["Feed"]:
+    return samples.feeds if hasattr(samples, "feeds") else tuple(samples)
+
+
+def _inspect(session: "EmulationSession", plan: "PrecisionPlan | None", feeds: Sequence["Feed"],
+             tol: Tolerance) -> tuple[ReferenceResult, LayerwiseResult | None]:
+    nodes = list(session.model.graph.node)
+    stats: dict[str, TensorStats] = {}
+    outputs = []
+    first_bad: list[str] = []
+    errors: dict[str, NodeError] = {}
+    for feed in feeds:
+        ref = _captured(session, None, feed)
+        _merge_stats(stats, ref)
+        outputs.append({name: ref[name] for name in session.outputs if name in ref})
+        bad = _first_nonfinite(nodes, ref)
+        if bad is not None:
+            first_bad.append(bad)
+        if plan is not None:
+            cand = _captured(session, plan, feed)
+            _merge_errors(errors, nodes, ref, cand, tol.rtol)
+            del cand
+        del ref
+    order = {n.name: i for i, n in enumerate(nodes)}
+    first = min(first_bad, key=order.__getitem__) if first_bad else None
+    reference = ReferenceResult(stats, dict(session.producers), first, tuple(outputs))
+    if plan is None:
+        return reference, None
+    ordered = {n.name: errors[n.name] for n in nodes if n.name in errors}
+    return reference, LayerwiseResult(ordered, tuple(n for n, e in ordered.items() if e.diverges))
+
+
+def _merge_errors(acc: dict[str, NodeError], nodes: Sequence[onnx.NodeProto], ref: Mapping[str, np.ndarray],
+                  cand: Mapping[str, np.ndarray], threshold: float) -> None:
+    tensor_err = {name: _tensor_error(ref[name], cand[name]) for name in ref if name in cand}
+    for node in nodes:
+        outs = [tensor_err[o] for o in node.output if o in tensor_err]
+        if not outs:
+            continue
+        ins = [tensor_err.get(i, _CLOSE) for i in node.input if i]
+        # An input already non-finite carries unbounded error, whatever its finite part says.
+        in_rel = max((float("inf") if e.new_nonfinite else e.rel_err for e in ins), default=0.0)
+        in_bad = any(e.cand_nonfinite for e in ins)
+        new_nf = sum(e.new_nonfinite for e in outs)
+        rel = max(e.rel_err for e in outs)
+        diverges = (not in_bad and in_rel <= threshold) and (new_nf > 0 or rel > threshold)
+        err = NodeError(node.name, node.op_type, max(e.abs_err for e in outs), rel, new_nf, in_rel, diverges)
+        old = acc.get(node.name)
+        if old is not None:
+            err = NodeError(node.name, node.op_type, max(old.max_abs_err, err.max_abs_err),
+                            max(old.max_rel_err, err.max_rel_err), max(old.new_nonfinite, err.new_nonfinite),
+                            max(old.input_rel_err, err.input_rel_err), old.diverges or err.diverges)
+        acc[node.name] = err
