@@ -1,0 +1,415 @@
+"""Write a precision plan into a model: FP16 nodes get float16 tensors, FP32 nodes are pinned by Casts.
+
+The rules (see :mod:`onnx_precision.typing_rules` for which tensors of a node convert):
+
+- A tensor is float16 iff its producer is an FP16 node that converts it (or it is an FP32 graph
+  input and ``plan.fp16_io``). A consumer that needs the other type reads a Cast of it; there is
+  one Cast per (tensor, type) in a graph, shared by every consumer, named from the tensor
+  (``<tensor>_fp16`` / ``<tensor>_fp32``). Consumers in a subgraph that need an outer tensor
+  converted share a Cast placed before the node that owns the subgraph.
+- A float16 value widened by a Cast already in the model is narrowed back by reusing the Cast's
+  input, never by a second Cast (the pair would cancel).
+- Constant values (initializers and Constant nodes) are never Cast at run time: each is converted
+  in place when every consumer needs the other type, kept when none does, and duplicated
+  (``<name>_fp16``) when both do. Conversion goes through :func:`model_io.cast_initializer`.
+- Graph outputs keep their names and order: when the producer writes another type, the producer's
+  tensor is renamed ``<name>_fp16``/``_fp32`` and the Cast writes the output name.
+- Cast ``to``, ``dtype`` and ``Optional``'s ``type`` attributes and ConstantOfShape values follow the
+  node's precision; control-flow bodies of an FP16 If/Loop/Scan take and give float16 values.
+- Node names, graph I/O, IR version and opsets are kept; node order stays topological; value_info
+  types follow the written types so the full checker passes.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from . import model_io
+from . import typing_rules as tr
+from .plan import PrecisionPlan
+
+logger = logging.getLogger(__name__)
+
+FLOAT = TensorProto.FLOAT
+FLOAT16 = TensorProto.FLOAT16
+_FLOATS = (FLOAT, FLOAT16)
+_SUFFIX = {FLOAT: "fp32", FLOAT16: "fp16"}
+_DTYPE_ATTRS = ("dtype",)  # attributes that choose an output's element type
+
+
+@dataclass(frozen=True)
+class RewriteResult:
+    """The written model and what it took."""
+
+    model: onnx.ModelProto
+    plan: PrecisionPlan  # the resolved plan that was written
+    casts_added: int
+    initializers_converted: int  # converted in place
+    initializers_duplicated: int  # one copy per type, because consumers of both kinds exist
+    notes: tuple[str, ...] = ()
+
+
+@dataclass
+class _Scope:
+    """One graph being rewritten: where its new nodes go and which Casts it already has."""
+
+    graph: onnx.GraphProto
+    local: set  # names defined in this graph (inputs, initializers, node outputs)
+    parent: "_Scope | None"
+    nodes: list = field(default_factory=list)
+    casts: dict = field(default_factory=dict)  # (tensor, type) -> cast output name
+
+
+class _Rewriter:
+    def __init__(self, model: onnx.ModelProto, plan: PrecisionPlan, base_dir: str,
+                 types: Mapping[str, onnx.TypeProto], typing: Mapping[str, tr.NodeTyping]) -> None:
+        self.model = model
+        self.plan = plan
+        self.base_dir = base_dir
+        self.types = types
+        self.typing = typing
+        self.taken = _all_names(model)
+        self.written: dict[str, int] = {}  # float tensor -> element type in the output model
+        self.widened_from: dict[str, str] = {}  # output of a widening Cast -> its float16 input
+        self.renamed: dict[str, str] = {}  # graph output -> the name its producer now writes
+        self.output_alias: dict[tuple[str, int], str] = {}  # (source, type) -> required cast output name
+        self.const_plan: dict[str, set] = {}  # constant -> element types its consumers need
+        self.constants = tr.constant_values(model)
+        self.new_value_info: dict[str, onnx.TypeProto] = {}
+        self.casts_added = 0
+        self.converted = 0
+        self.duplicated = 0
+        self.notes: list[str] = []
+
+    # --- what each side needs --------------------------------------------------------------
+
+    def orig(self, name: str) -> int | None:
+        return tr.elem_type(self.types.get(name))
+
+    def fp16(self, node: onnx.NodeProto) -> bool:
+        return self.plan.is_fp16(node.name) and not self.typing[node.name].fp16_blocker
+
+    def required(self, node: onnx.NodeProto, i: int) -> int | None:
+        """The element type ``node`` needs on input ``i``; None when any float type will do."""
+        name = node.input[i]
+        orig = self.orig(name)
+        if orig not in _FLOATS:
+            return None
+        t = self.typing[node.name]
+        if self.fp16(node):
+            if i in t.convertible_inputs:
+                return FLOAT16
+            if i in t.flexible_inputs:
+                return None
+        return orig
+
+    def produced(self, node: onnx.NodeProto, i: int) -> int | None:
+        orig = self.orig(node.output[i])
+        if orig == FLOAT and self.fp16(node) and i in self.typing[node.name].convertible_outputs:
+            return FLOAT16
+        return orig
+
+    def io_type(self, name: str, owner: onnx.NodeProto | None) -> int | None:
+        """Element type of a graph input/output: the main graph's follow fp16_io, a body's its owner."""
+        orig = self.orig(name)
+        if orig != FLOAT:
+            return orig
+        converts = self.plan.fp16_io if owner is None else self.fp16(owner)
+        return FLOAT16 if converts else FLOAT
+
+    # --- pre-pass: constants and graph outputs -----------------------------------------------
+
+    def plan_constants(self) -> None:
+        for ref in model_io.walk_nodes(self.model.graph):
+            for i, name in enumerate(ref.node.input):
+                if name in self.constants:
+                    need = self.required(ref.node, i)
+                    if need is not None:
+                        self.const_plan.setdefault(name, set()).add(need)
+        for graph, owner in _graphs_with_owner(self.model.graph, None):
+            for out in graph.output:
+                if out.name in self.constants:
+                    need = self.io_type(out.name, owner)
+                    if need in _FLOATS:
+                        self.const_plan.setdefault(out.name, set()).add(need)
+
+    def plan_main_outputs(self) -> None:
+        producers = {o: (n, i) for n in self.model.graph.node for i, o in enumerate(n.output)}
+        for out in self.model.graph.output:
+            if out.name not in producers or out.name in self.renamed:
+                continue
+            node, i = producers[out.name]
+            have, need = self.produced(node, i), self.io_type(out.name, None)
+            if have in _FLOATS and need in _FLOATS and have != need:
+                new = self.fresh(f"{out.name}_{_SUFFIX[have]}")
+                self.renamed[out.name] = new
+                if out.name in self.types:
+                    self.new_value_info[new] = tr.with_elem_type(self.types[out.name], have)
+                self.output_alias[(new, need)] = out.name
+
+    # --- names --------------------------------------------------------------------------------
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 0
+        while name in self.taken:
+            k += 1
+            name = f"{base}_{k}"
+        self.taken.add(name)
+        return name
+
+    def name_of(self, name: str) -> str:
+        return self.renamed.get(name, name)
+
+    # --- conversions ------------------------------------------------------------------------
+
+    def version(self, scope: _Scope, name: str, to: int) -> str:
+        """The name of ``name`` as element type ``to``, adding a shared Cast where needed."""
+        source = self.name_of(name)
+        have = self.written.get(source, self.orig(name))
+        if have == to or have not in _FLOATS:
+            return source
+        narrow = self.widened_from.get(source)
+        if narrow is not None and to == FLOAT16:
+            return narrow  # float16 -> float -> float16 is lossless: use the float16 original
+        if scope.parent is not None and source not in scope.local:
+            return self.version(scope.parent, source, to)
+        key = (source, to)
+        if key not in scope.casts:
+            scope.casts[key] = self.add_cast(scope, source, to)
+        return scope.casts[key]
+
+    def add_cast(self, scope: _Scope, source: str, to: int) -> str:
+        if self.types.get(source) is not None and not tr.is_tensor(self.types[source]):
+            # resolve_plan keeps sequence/optional values on one side; reaching here is a bug
+            raise RuntimeError(f"cannot Cast non-tensor value '{source}'")
+        alias = self.output_alias.get((source, to))
+        out = alias if alias is not None else self.fresh(f"{source}_{_SUFFIX[to]}")
+        node_name = self.fresh(f"{source}_cast_{_SUFFIX[to]}")
+        scope.nodes.append(helper.make_node("Cast", [source], [out], name=node_name, to=to))
+        scope.local.add(out)
+        self.written[out] = to
+        src_type = self.types.get(source) or self.new_value_info.get(source)
+        if src_type is not None and tr.is_tensor(src_type):
+            self.new_value_info[out] = tr.with_elem_type(src_type, to)
+        self.casts_added += 1
+        return out
+
+    def convert_constants(self, scope: _Scope) -> None:
+        """Initializers of this graph: convert in place, keep, or add a copy of the other type."""
+        graph = scope.graph
+        added = []
+        for init in graph.initializer:
+            plan = self.decide_constant(init.name, init.data_type)
+            if plan is None:
+                continue
+            in_place, to = plan
+            if in_place:
+                init.CopyFrom(model_io.cast_initializer(init, self.base_dir, to, init.name))
+                self.written[init.name] = to
+            else:
+                copy_name = self.fresh(f"{init.name}_{_SUFFIX[to]}")
+                added.append(model_io.cast_initializer(init, self.base_dir, to, copy_name))
+                self.register_copy(scope, init.name, copy_name, to)
+        graph.initializer.extend(added)
+
+    def decide_constant(self, name: str, have: int) -> tuple[bool, int] | None:
+        """(in place?, type) for a constant whose consumers need another type; None: keep."""
+        needs = self.const_plan.get(name, set())
+        others = [t for t in needs if t != have]
+        if not others:
+            return None
+        to = others[0]
+        if have in needs:
+            self.duplicated += 1
+            return False, to
+        self.converted += 1
+        return True, to
+
+    def register_copy(self, scope: _Scope, name: str, copy_name: str, to: int) -> None:
+        scope.casts[(name, to)] = copy_name
+        scope.local.add(copy_name)
+        self.written[copy_name] = to
+        self.new_value_info[copy_name] = tr.with_elem_type(self.types[name], to)
+
+    def constant_node(self, scope: _Scope, node: onnx.NodeProto) -> None:
+        """A Constant node: its value converted in place, or a second Constant of the other type."""
+        out = node.output[0]
+        value = tr.constant_tensor(node)
+        decided = None if value is None else self.decide_constant(out, value.data_type)
+        if decided is None:
+            scope.nodes.append(node)
+            return
+        in_place, to = decided
+        converted = model_io.cast_initializer(value, self.base_dir, to, "value")
+        if in_place:
+            _set_constant_value(node, converted)
+            self.written[out] = to
+            self.new_value_info[out] = tr.with_elem_type(self.types[out], to)
+            scope.nodes.append(node)
+            return
+        scope.nodes.append(node)
+        copy_name = self.fresh(f"{out}_{_SUFFIX[to]}")
+        scope.nodes.append(helper.make_node("Constant", [], [copy_name], name=self.fresh(f"{node.name}_{_SUFFIX[to]}"),
+                                            value=converted))
+        self.register_copy(scope, out, copy_name, to)
+
+    # --- graphs and nodes ---------------------------------------------------------------------
+
+    def rewrite_graph(self, graph: onnx.GraphProto, owner: onnx.NodeProto | None, parent: _Scope | None) -> None:
+        local = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+        local |= {o for n in graph.node for o in n.output if o}
+        scope = _Scope(graph, local, parent)
+        for v in graph.input:
+            t = self.io_type(v.name, owner)
+            if t in _FLOATS:
+                self.written[v.name] = t
+        self.convert_constants(scope)
+        for node in list(graph.node):
+            if node.op_type == "Constant" and node.domain in tr.ONNX_DOMAINS and node.output \
+                    and node.output[0] in self.constants:
+                self.constant_node(scope, node)
+            else:
+                self.rewrite_node(scope, node)
+        self.finish_outputs(scope, owner)
+        del graph.node[:]
+        graph.node.extend(scope.nodes)
+        self.update_types(graph)
+
+    def rewrite_node(self, scope: _Scope, node: onnx.NodeProto) -> None:
+        for attr_name, body in model_io.subgraphs(node):
+            self.rewrite_graph(body, node, scope)
+        for i, name in enumerate(node.input):
+            if not name:
+                continue
+            need = self.required(node, i)
+            node.input[i] = self.name_of(name) if need is None else self.version(scope, name, need)
+        fp16 = self.fp16(node)
+        for i, name in enumerate(node.output):
+            if not name:
+                continue
+            t = self.produced(node, i)
+            node.output[i] = self.name_of(name)
+            if t in _FLOATS:
+                self.written[node.output[i]] = t
+        if fp16 and self.typing[node.name].convertible_outputs:
+            self.retarget_attributes(node)
+        if node.op_type == "Cast" and node.domain in tr.ONNX_DOMAINS and \
+                self.written.get(node.input[0]) == FLOAT16 and self.written.get(node.output[0]) == FLOAT:
+            self.widened_from[node.output[0]] = node.input[0]
+        scope.nodes.append(node)
+
+    def retarget_attributes(self, node: onnx.NodeProto) -> None:
+        """Attributes that pick a float output type now pick float16."""
+        converts_float = any(self.orig(node.output[i]) == FLOAT for i in self.typing[node.name].convertible_outputs)
+        if not converts_float:
+            return
+        for attr in node.attribute:
+            if attr.name == "to" and node.op_type == "Cast" and attr.i == FLOAT:
+                attr.i = FLOAT16
+            elif attr.name in _DTYPE_ATTRS and attr.type == onnx.AttributeProto.INT and attr.i == FLOAT:
+                attr.i = FLOAT16
+            elif attr.type == onnx.AttributeProto.TYPE_PROTO and tr.elem_type(attr.tp) == FLOAT:
+                attr.tp.CopyFrom(tr.with_elem_type(attr.tp, FLOAT16))
+            elif node.op_type == "ConstantOfShape" and attr.name == "value" and attr.t.data_type == FLOAT:
+                attr.t.CopyFrom(model_io.cast_initializer(attr.t, self.base_dir, FLOAT16, attr.t.name))
+        present = {a.name for a in node.attribute}
+        if node.op_type == "ConstantOfShape" and "value" not in present:
+            node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(np.zeros(1, np.float16))))
+        if _schema_has_attr(node, self.model, "dtype") and "dtype" not in present:
+            # The default dtype (float, or the input's type) would no longer be float16.
+            node.attribute.append(helper.make_attribute("dtype", FLOAT16))
+
+    def finish_outputs(self, scope: _Scope, owner: onnx.NodeProto | None) -> None:
+        """Graph outputs get the type their consumer (the application or the owner node) expects."""
+        for out in scope.graph.output:
+            need = self.io_type(out.name, owner)
+            if need not in _FLOATS:
+                continue
+            if owner is not None:  # a body's outputs are positional: point them at the right version
+                out.name = self.version(scope, out.name, need)
+            elif out.name in self.renamed:  # the Cast writes the output's own name (output_alias)
+                self.version(scope, out.name, need)
+
+    def update_types(self, graph: onnx.GraphProto) -> None:
+        """Declared types follow the written ones; new tensors get value_info with their shape."""
+        for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
+            t = self.written.get(vi.name)
+            if t is not None and tr.elem_type(vi.type) in _FLOATS and tr.elem_type(vi.type) != t:
+                vi.type.CopyFrom(tr.with_elem_type(vi.type, t))
+        declared = {vi.name for vi in list(graph.input) + list(graph.output) + list(graph.value_info)}
+        for node in graph.node:
+            for name in node.output:
+                if name in self.new_value_info and name not in declared:
+                    graph.value_info.append(onnx.ValueInfoProto(name=name, type=self.new_value_info[name]))
+                    declared.add(name)
+
+    def run(self) -> None:
+        self.plan_constants()
+        self.plan_main_outputs()
+        self.rewrite_graph(self.model.graph, None, None)
+
+
+def _graphs_with_owner(graph: onnx.GraphProto, owner: onnx.NodeProto | None):
+    yield graph, owner
+    for node in graph.node:
+        for _, sub in model_io.subgraphs(node):
+            yield from _graphs_with_owner(sub, node)
+
+
+def _all_names(model: onnx.ModelProto) -> set:
+    names = set()
+    for graph, _ in _graphs_with_owner(model.graph, None):
+        names |= {v.name for v in list(graph.input) + list(graph.output) + list(graph.value_info)}
+        names |= {t.name for t in graph.initializer}
+        for node in graph.node:
+            names.add(node.name)
+            names.update(node.input)
+            names.update(node.output)
+    return names
+
+
+def _set_constant_value(node: onnx.NodeProto, value: onnx.TensorProto) -> None:
+    kept = [a for a in node.attribute if a.name not in ("value", "value_float", "value_floats")]
+    del node.attribute[:]
+    node.attribute.extend(kept)
+    node.attribute.append(helper.make_attribute("value", value))
+
+
+def _schema_has_attr(node: onnx.NodeProto, model: onnx.ModelProto, attr: str) -> bool:
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    opset = tr.opset_map(model).get(domain)
+    if opset is None:
+        return False
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, domain)
+    except onnx.defs.SchemaError:
+        return False
+    return attr in schema.attributes
+
+
+def rewrite(model: onnx.ModelProto, plan: PrecisionPlan, base_dir: str = ".", *,
+            resolve: bool = True) -> RewriteResult:
+    """Write ``plan`` into a copy of ``model`` (nodes named, see :func:`model_io.name_nodes`).
+
+    The plan is first resolved (:func:`typing_rules.resolve_plan`) so nodes that cannot be FP16
+    are written FP32 with their reason; the resolved plan comes back in the result. Nodes the plan
+    does not name stay as they are.
+    """
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    types = tr.tensor_types(out)
+    typing = tr.model_typing(out, types)
+    resolved = tr.resolve_plan(out, plan, base_dir, typing=typing, types=types) if resolve else plan
+    rewriter = _Rewriter(out, resolved, base_dir, types, typing)
+    rewriter.run()
+    forced = [n for n in resolved.fp32_nodes if plan.is_fp16(n)]
+    notes = list(rewriter.notes)
+    if forced:
+        notes.append(f"{len(forced)} node(s) kept FP32 because FP16 is not possible there")
+    return RewriteResult(out, resolved, rewriter.casts_added, rewriter.converted, rewriter.duplicated, tuple(notes))
