@@ -1,11 +1,32 @@
-"""Sample data: the feeds the oracle runs (from files, or synthesised from the model's inputs)."""
+"""Sample data: the feeds the oracle runs (from files, or synthesised from the model's inputs).
+
+Sources (``--inputs``): an ``.npz`` (one feed), a directory of ``.npz`` files (one feed each, in
+file-name order), or a Polygraphy JSON as ``polygraphy run --save-inputs`` writes it (a list of
+feeds, read with Polygraphy's own loader). Without ``--inputs`` one feed is synthesised from the
+model's input metadata with a seeded generator: floats uniform in ``[0, 1)`` unless
+``--input-range`` says otherwise, symbolic dimensions from ``--input-shape`` (1 when not given,
+with a warning). What overflows depends on the ranges, so synthetic data is always labelled.
+
+Every feed is checked against the model: names, dtypes, ranks and fixed dimensions; a mismatch is
+a one-line :class:`DataError` naming the source and the input. NaN inside sample data is a
+warning naming the input (the FP32 reference will carry it; FP16 is not blamed for it).
+"""
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass, field
 from typing import Mapping
 
 import numpy as np
+import onnx
+
+from .errors import DataError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RANGE = (0.0, 1.0)
 
 
 @dataclass(frozen=True)
@@ -26,3 +47,186 @@ class Samples:
     synthetic: bool
     source: str  # a one-line description for reports ("synthetic, seed 0, uniform [0, 1)", "data.npz")
     warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class InputInfo:
+    """A graph input the user must feed: element type and dims (int, or str for symbolic/unknown)."""
+
+    name: str
+    dtype: np.dtype
+    dims: tuple[int | str, ...] | None  # None: rank unknown
+
+    def shape_text(self) -> str:
+        return "x".join(str(d) for d in self.dims) if self.dims is not None else "?"
+
+
+def model_inputs(model: onnx.ModelProto) -> list[InputInfo]:
+    """The inputs a feed must provide (initializers listed as inputs have defaults and are left out)."""
+    inits = {i.name for i in model.graph.initializer}
+    out = []
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)) if tt.elem_type else np.dtype("float32")
+        dims = None
+        if tt.HasField("shape"):
+            dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim)
+        out.append(InputInfo(vi.name, dtype, dims))
+    return out
+
+
+def load_samples(model: onnx.ModelProto, spec: SampleSpec) -> Samples:
+    """The feeds ``spec`` describes, checked against ``model``'s inputs."""
+    inputs = model_inputs(model)
+    if spec.inputs is None:
+        return synthetic_samples(inputs, spec)
+    located, source = _read_feeds(spec.inputs)
+    warnings: list[str] = []
+    for where, feed in located:
+        warnings.extend(validate_feed(feed, inputs, where))
+    for w in warnings:
+        log.warning("%s", w)
+    return Samples(tuple(feed for _, feed in located), False, source, tuple(warnings))
+
+
+# --- reading --------------------------------------------------------------------------------------
+
+def _read_feeds(path: str) -> tuple[list[tuple[str, dict[str, np.ndarray]]], str]:
+    """(where, feed) pairs, ``where`` naming the file (and the feed's index in a JSON list)."""
+    if not os.path.exists(path):
+        raise DataError(f"{path}: no such file or directory")
+    if os.path.isdir(path):
+        files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".npz"))
+        if not files:
+            raise DataError(f"{path}: directory contains no .npz files")
+        return [(f, _read_npz(f)) for f in files], f"{path} ({len(files)} .npz files)"
+    if path.endswith(".json"):
+        feeds = _read_polygraphy_json(path)
+        if len(feeds) == 1:
+            return [(path, feeds[0])], path
+        return [(f"{path} (feed {i})", feed) for i, feed in enumerate(feeds)], f"{path} ({len(feeds)} feeds)"
+    return [(path, _read_npz(path))], path
+
+
+def _read_npz(path: str) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if not hasattr(data, "files"):
+                raise DataError(f"{path}: not an .npz archive (a single array; save feeds with np.savez)")
+            return {name: np.asarray(data[name]) for name in data.files}
+    except DataError:
+        raise
+    except (OSError, ValueError) as e:
+        raise DataError(f"{path}: cannot read as .npz: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+
+
+def _read_polygraphy_json(path: str) -> list[dict[str, np.ndarray]]:
+    from polygraphy.json import load_json
+    try:
+        data = load_json(path, description="input data")
+    except Exception as e:  # Polygraphy raises its own exception types for bad files
+        raise DataError(f"{path}: cannot read as Polygraphy JSON: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    if isinstance(data, Mapping):
+        data = [data]
+    if not isinstance(data, list) or not data or not all(isinstance(f, Mapping) for f in data):
+        raise DataError(f"{path}: expected a list of feeds (name -> array), as 'polygraphy run --save-inputs' writes")
+    feeds = []
+    for feed in data:
+        if not all(isinstance(v, np.ndarray) for v in feed.values()):
+            raise DataError(f"{path}: a feed holds something other than arrays")
+        feeds.append({str(k): v for k, v in feed.items()})
+    return feeds
+
+
+# --- checking -------------------------------------------------------------------------------------
+
+def validate_feed(feed: Mapping[str, np.ndarray], inputs: list[InputInfo], where: str) -> list[str]:
+    """Raise DataError for the first mismatch with the model; return warnings (NaN in the data)."""
+    expected = {i.name: i for i in inputs}
+    for name in feed:
+        if name not in expected:
+            names = ", ".join(expected) or "none"
+            raise DataError(f"{where}: input '{name}' is not an input of the model (model inputs: {names})")
+    for info in inputs:
+        if info.name not in feed:
+            raise DataError(f"{where}: missing input '{info.name}' (shape {info.shape_text()}, {info.dtype})")
+        value = feed[info.name]
+        if value.dtype != info.dtype:
+            raise DataError(f"{where}: input '{info.name}' has dtype {value.dtype}; the model expects {info.dtype}")
+        if info.dims is None:
+            continue
+        if value.ndim != len(info.dims):
+            raise DataError(f"{where}: input '{info.name}' has rank {value.ndim} (shape {_shape(value.shape)}); "
+                            f"the model expects rank {len(info.dims)} ({info.shape_text()})")
+        for axis, (got, want) in enumerate(zip(value.shape, info.dims)):
+            if isinstance(want, int) and want > 0 and got != want:
+                raise DataError(f"{where}: input '{info.name}' has shape {_shape(value.shape)}; the model "
+                                f"expects {info.shape_text()} (dimension {axis} must be {want})")
+    warnings = []
+    for info in inputs:
+        value = feed[info.name]
+        if np.issubdtype(value.dtype, np.floating):
+            nans = int(np.count_nonzero(np.isnan(value)))
+            if nans:
+                warnings.append(f"{where}: input '{info.name}' contains {nans} NaN value(s); "
+                                f"the FP32 reference inherits them")
+    return warnings
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return "x".join(str(d) for d in shape) if shape else "scalar"
+
+
+# --- synthetic feeds -------------------------------------------------------------------------------
+
+def synthetic_samples(inputs: list[InputInfo], spec: SampleSpec) -> Samples:
+    """One seeded feed from the input metadata (see the module docstring for the defaults)."""
+    known = {i.name for i in inputs}
+    for flag, names in (("--input-shape", spec.input_shapes), ("--input-range", spec.input_ranges)):
+        for name in names:
+            if name not in known:
+                raise DataError(f"{flag} {name}: the model has no input '{name}' (model inputs: "
+                                f"{', '.join(sorted(known)) or 'none'})")
+    rng = np.random.default_rng(spec.seed)
+    feed: dict[str, np.ndarray] = {}
+    warnings: list[str] = []
+    for info in inputs:
+        shape = _synthetic_shape(info, spec.input_shapes.get(info.name), warnings)
+        lo, hi = spec.input_ranges.get(info.name, DEFAULT_RANGE)
+        feed[info.name] = _random(rng, info.dtype, shape, lo, hi)
+    for w in warnings:
+        log.warning("%s", w)
+    ranges = ", ".join(f"{n}: [{lo:g}, {hi:g})" for n, (lo, hi) in spec.input_ranges.items())
+    source = f"synthetic, seed {spec.seed}, uniform [{DEFAULT_RANGE[0]:g}, {DEFAULT_RANGE[1]:g})" + \
+             (f" ({ranges})" if ranges else "") + "; the ranges decide what overflows"
+    return Samples((feed,), True, source, tuple(warnings))
+
+
+def _synthetic_shape(info: InputInfo, given: tuple[int, ...] | None, warnings: list[str]) -> tuple[int, ...]:
+    if given is not None:
+        if info.dims is not None and len(given) != len(info.dims):
+            raise DataError(f"--input-shape {info.name}:{_shape(given)}: rank {len(given)}, but the model "
+                            f"expects rank {len(info.dims)} ({info.shape_text()})")
+        for axis, (got, want) in enumerate(zip(given, info.dims or ())):
+            if isinstance(want, int) and want > 0 and got != want:
+                raise DataError(f"--input-shape {info.name}:{_shape(given)}: dimension {axis} is fixed "
+                                f"to {want} in the model ({info.shape_text()})")
+        return tuple(given)
+    if info.dims is None:
+        raise DataError(f"input '{info.name}' has no shape in the model; give --input-shape {info.name}:DIMxDIM...")
+    symbolic = [d for d in info.dims if not (isinstance(d, int) and d > 0)]
+    if symbolic:
+        warnings.append(f"input '{info.name}' has symbolic dimensions ({info.shape_text()}); using 1 for them "
+                        f"(give --input-shape {info.name}:...)")
+    return tuple(d if isinstance(d, int) and d > 0 else 1 for d in info.dims)
+
+
+def _random(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...], lo: float, hi: float) -> np.ndarray:
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    if np.issubdtype(dtype, np.integer):
+        # Integer inputs are usually indices: keep them small and in range unless told otherwise.
+        return rng.integers(int(np.floor(lo)), max(int(np.ceil(hi)), int(np.floor(lo)) + 1), size=shape).astype(dtype)
+    return rng.uniform(lo, hi, size=shape).astype(dtype)
