@@ -1,0 +1,226 @@
+"""The FP16 oracles: the switch-graph emulation, emulate_model, native CPU and reference modes."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from conftest import parse
+
+from models import BUILDERS
+from onnx_precision.compare import Tolerance, compare_samples
+from onnx_precision.emulation import round_fp16
+from onnx_precision.model_io import name_nodes, walk_nodes
+from onnx_precision.oracle import (EmulationSession, emulate_model, inspect_plan, layerwise, reference_stats,
+                                   run_emulated, run_fp32, run_native, run_reference, tensor_stats)
+from onnx_precision.plan import Precision, Reason, uniform_plan
+from onnx_precision.rewriter import rewrite
+
+L2 = """
+<ir_version: 8, opset_import: ["" : 17]>
+l2 (float[1, 64] x) => (float[1, 64] y) {
+    axes = Constant <value = int64[1] {-1}> ()
+    sq = Mul (x, x)
+    ss = ReduceSum <keepdims = 1> (sq, axes)
+    norm = Sqrt (ss)
+    y = Div (x, norm)
+}
+"""
+
+# Elementwise ops only: FP16 arithmetic in numpy (reference mode) and FP32 compute + FP16 store
+# (emulation) must give the same bits.
+ELEMENTWISE = """
+<ir_version: 8, opset_import: ["" : 17]>
+ew (float[2, 8] a, float[2, 8] b) => (float[2, 8] y) {
+    s = Add (a, b)
+    p = Mul (s, a)
+    d = Sub (p, b)
+    r = Relu (d)
+    q = Div (r, b)
+    y = Neg (q)
+}
+"""
+
+
+def named(text: str) -> onnx.ModelProto:
+    model = parse(text)
+    name_nodes(model)
+    return model
+
+
+def plan_of(model: onnx.ModelProto, precision: Precision = Precision.FP16, fp16_io: bool = False):
+    return uniform_plan([r.name for r in walk_nodes(model.graph)], precision, Reason("default", "test"),
+                        fp16_io=fp16_io)
+
+
+def example(name: str):
+    ex = BUILDERS[name]()
+    model = onnx.ModelProto()
+    model.CopyFrom(ex.model)
+    name_nodes(model)
+    return model, list(ex.feeds)
+
+
+def plain_fp32(model: onnx.ModelProto, feed: dict) -> dict:
+    """The FP32 model in a default onnxruntime session (no oracle code involved)."""
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in model.graph.output]
+    return dict(zip(names, session.run(names, feed)))
+
+
+X50 = {"x": np.full((1, 64), 50.0, np.float32)}  # sum of squares 160000 > 65504
+
+
+def test_all_fp32_is_bit_identical_to_the_fp32_model():
+    for name in ("l2_normalize", "layernorm_eps", "nafnet_boxfilter", "if_branch", "benign_mlp", "fp32_nan"):
+        model, feeds = example(name)
+        session = EmulationSession(model)
+        for plan in (None, plan_of(model, Precision.FP32)):
+            for feed in feeds:
+                got = session.run(plan, feed)
+                want = run_fp32(model, [feed]).outputs[0]
+                for out in want:
+                    assert got[out].tobytes() == want[out].tobytes(), (name, out)
+    # And against a default onnxruntime session where fusions cannot change the numbers.
+    model = named(L2)
+    assert EmulationSession(model).run(None, X50)["y"].tobytes() == plain_fp32(model, X50)["y"].tobytes()
+
+
+def test_l2_normalize_collapses_in_emulation_but_not_natively_on_cpu(caplog):
+    """The trap: onnxruntime CPU runs FP16 nodes in FP32. Keep this contrast so the oracle never
+    silently falls back to native CPU."""
+    model = named(L2)
+    plan = plan_of(model)
+    fp16_model = rewrite(model, plan).model
+
+    emulated = EmulationSession(model).run(plan, X50)["y"]
+    assert np.all(emulated == 0.0)  # 160000 overflows to inf, x / inf == 0
+    written = run_emulated(fp16_model, [X50])
+    assert written.oracle == "emulate" and np.all(written.outputs[0]["y"] == 0.0)
+
+    native = run_native(fp16_model, [X50], "CPUExecutionProvider")
+    assert native.oracle == "native:CPUExecutionProvider"
+    np.testing.assert_allclose(native.outputs[0]["y"].astype(np.float32), 0.125)
+    assert "hides FP16 overflow" in caplog.text
+
+    refs = run_fp32(model, [X50]).outputs
+    assert not compare_samples(refs, [{"y": emulated}], Tolerance(), "emulate").passed
+    assert compare_samples(refs, [{"y": native.outputs[0]["y"].astype(np.float32)}], Tolerance(),
+                           native.oracle).passed
+
+
+def test_reference_mode_agrees_with_emulation_where_op_internals_do_not_matter():
+    model = named(ELEMENTWISE)
+    gen = np.random.default_rng(0)
+    feed = {"a": gen.uniform(-300, 300, (2, 8)).astype(np.float32),
+            "b": gen.uniform(0.5, 3, (2, 8)).astype(np.float32)}
+    plan = plan_of(model, fp16_io=True)
+    fp16_model = rewrite(model, plan).model
+    reference = run_reference(fp16_model, [feed])
+    assert reference.oracle == "reference"
+    ref_y = reference.outputs[0]["y"]
+    assert ref_y.dtype == np.float16
+    emulated = EmulationSession(model).run(plan, feed)["y"]
+    assert emulated.tobytes() == ref_y.astype(np.float32).tobytes()
+    # The FP16 result really differs from FP32 here, so the agreement means something.
+    assert not np.array_equal(emulated, run_fp32(model, [feed]).outputs[0]["y"])
+
+
+@pytest.mark.parametrize("name", ["l2_normalize", "layernorm_eps", "two_culprits", "if_branch", "nafnet_boxfilter"])
+def test_switch_emulation_equals_emulating_the_written_model(name):
+    """Running plan P in the switch graph == emulating the model the rewriter writes for P."""
+    model, feeds = example(name)
+    session = EmulationSession(model)
+    nodes = [r.name for r in walk_nodes(model.graph)]
+    all16 = plan_of(model)
+    plans = [all16, all16.with_fp32(nodes[::2]), all16.with_fp32(nodes[1::2]), plan_of(model, fp16_io=True)]
+    for plan in plans:
+        written = rewrite(model, plan).model
+        for feed in feeds:
+            want = run_emulated(written, [feed]).outputs[0]
+            got = session.run(plan, feed)
+            for out in want:
+                assert got[out].tobytes() == want[out].astype(np.float32).tobytes(), (plan.fp32_nodes, out)
+    assert session.sessions_built == 1
+    assert session.probes_run == len(plans) * len(feeds)
+
+
+def test_subgraph_nodes_are_switched_through_outer_scope():
+    model, feeds = example("if_branch")
+    session = EmulationSession(model)
+    ref = session.run(None, feeds[0])["y"]
+    only_then_sumsq = plan_of(model, Precision.FP32).with_fp16(["then_sumsq"])
+    assert np.all(session.run(only_then_sumsq, feeds[0])["y"] == 0.25)  # x / inf + bias
+    assert not np.any(ref == 0.25)
+    only_else = plan_of(model, Precision.FP32).with_fp16(["else_scale"])
+    assert session.run(only_else, feeds[0])["y"].tobytes() == ref.tobytes()  # branch not taken
+
+
+def test_constants_fp16_cannot_hold_keep_their_node_fp32():
+    model, feeds = example("layernorm_eps")
+    session = EmulationSession(model)
+    assert "ln_add_eps" in session.forced_fp32  # eps 1e-12 flushes to zero in FP16
+    assert "ln_add_eps" not in session.switchable
+
+
+def test_reference_stats_ranges_and_first_nonfinite():
+    model = named(L2)
+    session = EmulationSession(model)
+    x_small = {"x": np.full((1, 64), 0.5, np.float32)}
+    ref = reference_stats(session, [x_small, X50])  # worst case over both samples
+    ss = ref.stats["ss"]
+    assert ss.max_abs == 160000.0 and ss.overflows_fp16 and ss.finite
+    assert ref.stats["sq"].min_nonzero_abs == 0.25
+    assert ref.stats["x"].max_abs == 50.0
+    assert ref.producers["ss"] == "node_of_ss"
+    assert ref.first_nonfinite is None
+    assert [o["y"][0, 0] for o in ref.outputs] == [0.125, 0.125]
+
+    nan_model, feeds = example("fp32_nan")
+    nan_ref = reference_stats(EmulationSession(nan_model), feeds)
+    assert nan_ref.first_nonfinite == "sqrt"
+    assert nan_ref.stats["r"].nan_count == int(np.count_nonzero(feeds[0]["x"] < 0)) > 0
+
+
+def test_tensor_stats_flush_fraction_and_nonfinite_counts():
+    values = np.array([0.0, 1e-9, 2.0 ** -25, 1e-7, 3.0, -70000.0, np.inf, np.nan], np.float32)
+    s = tensor_stats(values)
+    assert (s.nan_count, s.inf_count, s.size) == (1, 1, 8)
+    assert s.max_abs == np.inf
+    assert s.min_nonzero_abs == np.float32(1e-9)
+    # nonzero non-NaN: 1e-9, 2**-25, 1e-7, 3, 70000, inf -> 1e-9 and 2**-25 flush to zero
+    assert s.flush_fraction == pytest.approx(2 / 6)
+    assert round_fp16(values[1:4]).tolist()[:2] == [0.0, 0.0]
+
+
+def test_layerwise_names_the_nodes_where_error_appears():
+    model, feeds = example("two_culprits")
+    session = EmulationSession(model)
+    ref, lw = inspect_plan(session, plan_of(model), feeds)
+    assert lw.first_divergence == ("a_sumsq", "b_exp")
+    assert lw.nodes["a_sumsq"].new_nonfinite == 1
+    assert not lw.nodes["a_norm"].diverges  # inherits the Inf, does not create it
+    assert lw.ranked()[0] in ("a_sumsq", "a_norm", "b_exp", "b_sum_exp", "b_normalize")
+    assert ref.first_nonfinite is None
+    # layerwise() alone gives the same answer
+    assert layerwise(session, plan_of(model), feeds).first_divergence == lw.first_divergence
+    # An FP16 consumer rounds its input: with Exp and its sum in FP32, the FP16 Div still sees
+    # exp(z) > 65504 as Inf, and the divergence moves there.
+    partly = plan_of(model).with_fp32(["a_sumsq", "a_norm", "b_exp", "b_sum_exp"])
+    assert layerwise(session, partly, feeds).first_divergence == ("b_normalize",)
+    fixed = partly.with_fp32(["b_normalize"])
+    assert layerwise(session, fixed, feeds).first_divergence == ()
+
+
+def test_emulate_model_rounds_fp16_inputs_and_casts():
+    model = named(L2)
+    written = rewrite(model, plan_of(model, fp16_io=True)).model
+    assert written.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+    emulated = emulate_model(written)
+    assert emulated.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    assert emulated.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    x = {"x": np.full((1, 64), 0.1, np.float32)}  # 0.1 is not an FP16 value: it is rounded on entry
+    y = run_emulated(written, [x]).outputs[0]["y"]
+    assert y.dtype == np.float32
+    assert y[0, 0] == round_fp16(np.float32(round_fp16(np.float32(0.1))) / np.float32(0.8))
