@@ -76,7 +76,10 @@ Query = Generator[PinnedSet, bool, None]
 class PinSearch:
     """Find a 1-minimal set of nodes to pin, given candidates and an order to widen in."""
 
-    def __init__(self, candidates: Iterable[str], widen_order: Iterable[str] = ()) -> None:
+    def __init__(self, candidates: Iterable[str], widen_order: Iterable[str] = (),
+                 start_failed: str | None = None) -> None:
+        """``start_failed``: the caller already probed the empty set and it failed (the detail);
+        it is recorded as the first probe instead of being proposed again."""
         self._candidates = _unique(candidates)
         chosen = set(self._candidates)
         self._widen_order = [n for n in _unique(widen_order) if n not in chosen]
@@ -90,7 +93,12 @@ class PinSearch:
         self._result: list[str] | None = None
         self._gen: Query = self._run()
         self._pending: PinnedSet | None = None
-        self._advance(next(self._gen, None))
+        first = next(self._gen, None)
+        if start_failed is not None:
+            self._pending = first
+            self.step(False, start_failed)
+        else:
+            self._advance(first)
 
     # --- the state interface --------------------------------------------------------------------
 
@@ -117,6 +125,10 @@ class PinSearch:
     def remaining(self) -> int:
         """An estimate of the probes still to run (for progress display; 0 when done)."""
         return 0 if self._pending is None else max(1, self._estimate)
+
+    @property
+    def probes_run(self) -> int:
+        return len(self._probes)
 
     @property
     def done(self) -> bool:
