@@ -1,0 +1,200 @@
+"""Choosing a plan: the search on the example models, 1-minimality, headroom, static mode, errors."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+
+import models
+from onnx_precision import auto, model_io
+from onnx_precision.compare import Tolerance, compare_samples
+from onnx_precision.data import Samples
+from onnx_precision.errors import SearchError
+from onnx_precision.oracle import EmulationSession, run_emulated
+from onnx_precision.plan import Precision, Reason, uniform_plan
+from onnx_precision.rewriter import rewrite
+
+# The FP32 nodes each example needs (default headroom); "ln_add_eps" is forced by its
+# initializer (eps = 1e-12 is 0 in FP16), the rest by the search or the headroom rule.
+EXPECTED = {
+    "l2_normalize": ("sumsq", "norm"),
+    "nafnet_boxfilter": ("cumsum_w", "corner_br", "corner_tr", "corner_bl", "corner_tl", "box_sub_top",
+                         "box_sub_left", "box_add_corner"),
+    "layernorm_eps": ("ln_sq", "ln_var", "ln_add_eps", "ln_sqrt"),
+    "softmax_nomax": ("exp", "sum_exp", "normalize"),
+    "log_underflow": ("probs", "log_probs"),
+    "benign_mlp": (),
+    "two_culprits": ("a_sumsq", "a_norm", "b_exp", "b_sum_exp", "b_normalize"),
+    "if_branch": ("then_sumsq", "then_norm"),
+    "dynamic_batch": ("sumsq", "norm"),
+}
+
+
+def load(name: str, tmp_path) -> tuple[model_io.LoadedModel, Samples]:
+    example = models.build(name)
+    path = os.path.join(str(tmp_path), f"{name}.onnx")
+    onnx.save(example.model, path)
+    return model_io.load_model(path), Samples(example.feeds, False, name)
+
+
+def all_fp16(loaded: model_io.LoadedModel, fp16_io: bool = False):
+    names = [r.name for r in model_io.walk_nodes(loaded.model.graph)]
+    return uniform_plan(names, Precision.FP16, Reason("default", "test"), fp16_io)
+
+
+def choose(name: str, tmp_path, **kwargs) -> tuple[auto.AutoResult, model_io.LoadedModel, Samples]:
+    loaded, samples = load(name, tmp_path)
+    result = auto.choose_plan(loaded, all_fp16(loaded), samples, Tolerance(), **kwargs)
+    return result, loaded, samples
+
+
+def written_passes(loaded, plan, samples) -> bool:
+    """Write ``plan`` with the rewriter and emulate the written model (what convert verifies)."""
+    written = rewrite(loaded.model, plan, loaded.base_dir).model
+    refs = [{o.name: out[o.name] for o in loaded.model.graph.output}
+            for out in run_emulated(loaded.model, samples.feeds).outputs]
+    cands = run_emulated(written, samples.feeds).outputs
+    return compare_samples(refs, cands, Tolerance(), "emulate").passed
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_example_models_pin_exactly_the_expected_nodes(name, tmp_path):
+    result, loaded, samples = choose(name, tmp_path)
+    assert result.status == auto.PASSED, result.message
+    assert result.plan.fp32_nodes == EXPECTED[name]
+    assert result.after.passed and result.sessions_built == 1
+    assert written_passes(loaded, result.plan, samples)
+    if EXPECTED[name]:
+        assert not result.before.passed
+        assert not written_passes(loaded, all_fp16(loaded), samples)
+
+
+def test_two_independent_culprits_found_by_search_are_one_minimal(tmp_path):
+    # Headroom off: the search alone must find both branches.
+    result, loaded, samples = choose("two_culprits", tmp_path, headroom=0)
+    assert set(result.plan.fp32_nodes) == {"a_sumsq", "a_norm", "b_exp", "b_sum_exp", "b_normalize"}
+    assert all(r.source == "search" for n in result.plan.fp32_nodes for r in result.plan.decisions[n].reasons[:1])
+    session = EmulationSession(loaded.model, loaded.base_dir, capture_intermediates=False)
+    refs = [session.run(None, f) for f in samples.feeds]
+    for node in result.plan.fp32_nodes:
+        unpinned = result.plan.with_fp16([node])
+        cands = [session.run(unpinned, f) for f in samples.feeds]
+        assert not compare_samples(refs, cands, Tolerance(), "emulate").passed, f"{node} was not needed"
+
+
+def test_one_session_for_every_probe(tmp_path):
+    result, _, _ = choose("layernorm_eps", tmp_path)
+    assert result.sessions_built == 1
+    assert result.search is not None and result.search.probes_run >= 5
+    phases = {p.name: p for p in result.phases}
+    assert phases["reference"].sessions == 1 and phases["search"].sessions == 0
+    assert result.probes_run == sum(p.probes for p in result.phases)
+
+
+def test_search_verdicts_name_the_failure(tmp_path):
+    result, _, _ = choose("log_underflow", tmp_path)
+    reasons = result.plan.decisions["log_probs"].reasons
+    search = [r for r in reasons if r.source == "search"]
+    assert search and "output 'log_p'" in search[0].detail and "NaN/Inf" in search[0].detail
+    assert any(r.source == "rule" for r in reasons)  # the confirmed rule finding is attached too
+    assert result.node_stats["probs"].min_nonzero_abs < 6e-8
+    assert result.node_stats["log_probs"].layerwise_error == float("inf")
+
+
+def test_headroom_pins_are_marked_and_can_be_turned_off(tmp_path):
+    with_headroom, _, _ = choose("l2_normalize", tmp_path)
+    assert auto.pinned_by(with_headroom.plan, "headroom") == ("sumsq", "norm")
+    assert with_headroom.search is None  # headroom pins alone passed: no search needed
+    searched, _, _ = choose("l2_normalize", tmp_path, headroom=0)
+    assert auto.pinned_by(searched.plan, "headroom") == ()
+    assert auto.pinned_by(searched.plan, "search") == ("sumsq", "norm")
+
+
+def test_headroom_pins_a_node_whose_outputs_still_pass(tmp_path):
+    # 'sq' reaches about 55^2 = 3025 > 65504/30 = 2183: the outputs pass with it in FP16, but a
+    # large headroom pins its producer (and its consumer, already pinned for the sum) anyway.
+    result, _, _ = choose("l2_normalize", tmp_path, headroom=30)
+    assert set(result.plan.fp32_nodes) == {"square", "sumsq", "norm"}
+    assert "square" in auto.pinned_by(result.plan, "headroom")
+
+
+def test_if_model_pins_nodes_inside_the_branch(tmp_path):
+    result, _, _ = choose("if_branch", tmp_path)
+    assert result.plan.fp32_nodes == ("then_sumsq", "then_norm")
+    assert result.plan.is_fp16("branch") and result.plan.is_fp16("add_bias")
+
+
+def test_dynamic_batch_only_the_second_sample_overflows(tmp_path):
+    result, _, samples = choose("dynamic_batch", tmp_path, headroom=0)
+    assert [f["x"].shape[0] for f in samples.feeds] == [2, 5]
+    assert result.plan.fp32_nodes == ("sumsq", "norm")
+    assert result.before.samples == 2 and not result.before.passed
+    # The evidence for each pin is the second sample: the first passes in all-FP16.
+    for node in result.plan.fp32_nodes:
+        detail = next(r.detail for r in result.plan.decisions[node].reasons if r.source == "search")
+        assert "sample 1" in detail
+
+
+def test_fp32_model_already_nan(tmp_path):
+    result, _, _ = choose("fp32_nan", tmp_path)
+    assert result.status == auto.FP32_NONFINITE
+    assert "'sqrt'" in result.message and "not an FP16 problem" in result.message
+    with pytest.raises(SearchError) as err:
+        result.raise_if_failed()
+    assert err.value.exit_code == 1
+
+
+def test_static_mode_pins_rules_and_ranges_without_search(tmp_path):
+    result, _, _ = choose("log_underflow", tmp_path, mode="static")
+    assert result.search is None and result.status == auto.PASSED
+    assert set(result.plan.fp32_nodes) == {"probs", "log_probs"}
+    assert {r.source for r in result.plan.decisions["log_probs"].reasons} >= {"rule", "range"}
+
+
+def test_static_mode_says_when_its_plan_fails(tmp_path):
+    # The branch's ranges are not recorded, so static mode cannot see the overflow inside If.
+    result, _, _ = choose("if_branch", tmp_path, mode="static")
+    assert result.status == auto.FAILED and "--mode auto" in result.message
+
+
+def test_search_fails_when_even_all_fp32_is_out_of_tolerance(tmp_path):
+    loaded, samples = load("benign_mlp", tmp_path)
+    # FP16 graph inputs round the feed itself: no FP32 node can undo that under a zero tolerance.
+    result = auto.choose_plan(loaded, all_fp16(loaded, fp16_io=True), samples,
+                              Tolerance(atol=0.0, rtol=0.0, min_cosine=1.0))
+    assert result.status == auto.FAILED
+    assert "even with every float node in FP32" in result.message
+    assert result.search is not None and not result.search.passed
+
+
+@pytest.mark.parametrize("headroom", [0.5, -1.0, float("nan")])
+def test_bad_headroom_is_a_one_line_error(headroom, tmp_path):
+    loaded, samples = load("benign_mlp", tmp_path)
+    with pytest.raises(SearchError, match="--headroom"):
+        auto.choose_plan(loaded, all_fp16(loaded), samples, Tolerance(), headroom=headroom)
+
+
+def test_user_pins_are_kept(tmp_path):
+    loaded, samples = load("benign_mlp", tmp_path)
+    base = all_fp16(loaded).with_fp32(["relu"], Reason("user", "--keep-fp32 relu"))
+    result = auto.choose_plan(loaded, base, samples, Tolerance())
+    assert result.plan.fp32_nodes == ("relu",)
+    assert result.plan.decisions["relu"].reasons[0].source == "user"
+
+
+def test_progress_is_reported_during_the_search(tmp_path):
+    loaded, samples = load("layernorm_eps", tmp_path)
+    calls = []
+    auto.choose_plan(loaded, all_fp16(loaded), samples, Tolerance(),
+                     progress=lambda phase, done, left: calls.append((phase, done, left)))
+    assert calls and calls[0][0] == "search"
+    assert [c[1] for c in calls] == sorted(c[1] for c in calls) and calls[-1][2] == 0
+
+
+def test_reference_outputs_are_the_fp32_outputs(tmp_path):
+    result, loaded, samples = choose("benign_mlp", tmp_path)
+    fp32 = run_emulated(loaded.model, samples.feeds).outputs
+    assert np.array_equal(result.reference_outputs[0]["y"], fp32[0]["y"])
