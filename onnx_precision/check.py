@@ -76,7 +76,13 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
     samples = load_samples(reference.model, spec)
 
     refs = oracle_lib.run_fp32(reference.model, samples.feeds, reference.base_dir).outputs
-    cands = run_candidate(candidate, samples.feeds, oracle)
+    try:
+        cands = run_candidate(candidate, samples.feeds, oracle)
+    except PrecisionError:
+        raise
+    except Exception as e:  # onnxruntime rejects the candidate (shapes, types, ops): the user's input
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelLoadError(f"{candidate_path}: onnxruntime cannot run the candidate on the samples: {first}")
     comparison = compare_samples(refs, _only(cands, refs), tol, cands.oracle)
     return CheckResult(model_path, candidate_path, comparison, samples)
 
