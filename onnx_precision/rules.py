@@ -29,6 +29,7 @@ FP16_MIN_SUBNORMAL = 5.960464477539063e-08
 FP16_EXACT_INT = 2048  # every integer up to 2048 is exact in FP16, not beyond
 EXP_OVERFLOW_INPUT = math.log(FP16_MAX)  # 11.09: exp of anything larger is inf in FP16
 LONG_REDUCTION = 4096  # reduction depth past which FP16 accumulation loses several bits
+SIGNIFICANT_FLUSH = 0.01  # a tensor with >= 1% of its nonzero values flushing has lost real signal
 MASK_MAGNITUDE = 1e4  # constants this large and negative are additive masks, not data
 SMALL_CONSTANT = 64  # constants up to this many elements are read whole (eps, exponents, masks)
 
@@ -91,11 +92,12 @@ class ModelFacts:
     """Read-only facts about one model that rules share: constants, shapes, consumers, ranges."""
 
     def __init__(self, model: onnx.ModelProto, base_dir: str = ".",
-                 stats: Mapping[str, Stats] | None = None) -> None:
+                 stats: Mapping[str, Stats] | None = None,
+                 types: Mapping[str, onnx.TypeProto] | None = None) -> None:
         self.model = model
         self.base_dir = base_dir
         self.stats = stats
-        self.types = typing_rules.tensor_types(model)
+        self.types = typing_rules.tensor_types(model) if types is None else types
         self.constants = typing_rules.constant_values(model)
         self.consumers: dict[str, list[onnx.NodeProto]] = {}
         self.producers: dict[str, onnx.NodeProto] = {}
@@ -168,7 +170,13 @@ def confirm(facts: ModelFacts, tensors: Sequence[str], test: Callable[..., bool]
 
 
 def _flushes(s: Stats) -> bool:
+    """Any value flushing to zero: what matters before a Log or a division."""
     return s.flush_fraction > 0
+
+
+def _flushes_much(s: Stats) -> bool:
+    """Enough values flush to matter in bulk (a few tiny Gelu tails flushing matter to nobody)."""
+    return s.flush_fraction >= SIGNIFICANT_FLUSH
 
 
 def _overflows(s: Stats) -> bool:
@@ -332,8 +340,9 @@ def reduction(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]:
         confirmed = confirm(facts, [node.output[0]], _overflows)
         severity = HIGH if squares else MEDIUM if (length or 0) >= LONG_REDUCTION else LOW
         what = "sum of squares" if squares else "sum"
+        verb = "exceeds" if confirmed else "can exceed"
         yield finding(node, "reduction-overflow", OVERFLOW, severity,
-                      f"{what} over {length} elements can exceed 65504", confirmed, **evidence)
+                      f"{what} over {length} elements {verb} 65504", confirmed, **evidence)
         return
     # The output is a mean, a norm or a log: estimate the internal sum from it.
     def internal(s: Stats) -> float:
@@ -346,7 +355,7 @@ def reduction(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]:
     stats = facts.range_of(node.output[0])
     if stats is not None:
         evidence["internal_sum_estimate"] = float(internal(stats))
-    yield finding(node, "reduction-accumulator", OVERFLOW, MEDIUM if squares else LOW,
+    yield finding(node, "reduction-accumulator", OVERFLOW, LOW,
                   f"internal sum over {length} elements can exceed 65504 where kernels accumulate in FP16",
                   confirmed, **evidence)
 
@@ -369,15 +378,15 @@ def contraction(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]:
 def exp(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]:
     """exp(x) is inf in FP16 for x > 11.09."""
     confirmed = confirm(facts, [node.output[0]], _overflows)
+    verb = "overflows" if confirmed else "can overflow"
     yield finding(node, "exp-overflow", OVERFLOW, HIGH,
-                  f"exp overflows FP16 for inputs above {EXP_OVERFLOW_INPUT:.2f}", confirmed,
+                  f"exp {verb} FP16 (inputs above {EXP_OVERFLOW_INPUT:.2f})", confirmed,
                   **_range_evidence(facts, "input", node.input[0]), **_range_evidence(facts, "output", node.output[0]))
 
 
 @rule("Pow")
 def power(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]:
-    """x**p overflows for |x| > 65504**(1/p) and flushes to zero for small |x| (the squared
-    deviations of a LayerNorm on near-constant rows)."""
+    """x**p overflows for |x| > 65504**(1/p) (its underflow is the generic flush rule's)."""
     values = facts.constant(node.input[1])
     p = float(np.ravel(values)[0]) if values is not None and values.size == 1 else None
     if p is not None and p in (0.0, 1.0):
@@ -385,20 +394,18 @@ def power(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]:
     evidence = {"exponent": p, **_range_evidence(facts, "input", node.input[0]),
                 **_range_evidence(facts, "output", node.output[0])}
     overflow = confirm(facts, [node.output[0]], _overflows)
-    if overflow:
-        yield finding(node, "pow-overflow", OVERFLOW, HIGH, "power exceeds 65504", True, **evidence)
-        return
-    if confirm(facts, [node.output[0]], _flushes):
-        yield finding(node, "pow-underflow", UNDERFLOW, MEDIUM,
-                      "powers of small values flush to zero in FP16", True, **evidence)
-        return
     limit = FP16_MAX ** (1.0 / p) if p is not None and p > 1 else None
-    message = f"x**{p:g} overflows FP16 for |x| > {limit:.4g}" if limit else "power can leave FP16's range"
-    yield finding(node, "pow-overflow", OVERFLOW, MEDIUM, message, overflow, **evidence)
+    if overflow:
+        message = "power exceeds 65504"
+    elif limit:
+        message = f"x**{p:g} overflows FP16 for |x| > {limit:.4g}"
+    else:
+        message = "power can leave FP16's range"
+    yield finding(node, "pow-overflow", OVERFLOW, HIGH if overflow else MEDIUM, message, overflow, **evidence)
 
 
 def _tiny_input(node: onnx.NodeProto, facts: ModelFacts, index: int, rule_name: str, severity: str,
-                message: str) -> Iterator[Finding]:
+                message: str, flushes: Callable[[Stats], bool] = _flushes) -> Iterator[Finding]:
     """Shared body of Log/Sqrt/Reciprocal/Div: input ``index`` flushing to zero is the risk;
     an output past 65504 (division by a tiny value) is the other."""
     name = node.input[index]
@@ -407,7 +414,7 @@ def _tiny_input(node: onnx.NodeProto, facts: ModelFacts, index: int, rule_name: 
         yield finding(node, rule_name, OVERFLOW, HIGH, "result exceeds 65504 (divided by a tiny value)",
                       True, **evidence)
         return
-    yield finding(node, rule_name, UNDERFLOW, severity, message, confirm(facts, [name], _flushes), **evidence)
+    yield finding(node, rule_name, UNDERFLOW, severity, message, confirm(facts, [name], flushes), **evidence)
 
 
 @rule("Log")
@@ -421,7 +428,7 @@ def log(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]:
 def sqrt(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]:
     """sqrt of a flushed value is 0, which a later division turns into inf."""
     yield from _tiny_input(node, facts, 0, "sqrt-tiny-input", MEDIUM,
-                           "inputs below 6e-8 flush to zero in FP16; sqrt(0) then divides to inf")
+                           "inputs below 6e-8 flush to zero in FP16; sqrt(0) then divides to inf", _flushes_much)
 
 
 @rule("Reciprocal")
@@ -457,7 +464,7 @@ def softmax(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]:
     if fragile:
         message += f" before {'/'.join(fragile)}"
     yield finding(node, "softmax", UNDERFLOW, severity, message,
-                  confirm(facts, [node.output[0]], _flushes), **_range_evidence(facts, "output", node.output[0]))
+                  confirm(facts, [node.output[0]], _flushes_much), **_range_evidence(facts, "output", node.output[0]))
 
 
 _EPS_CONSUMERS = {"Sqrt", "Div", "Reciprocal", "Pow", "Log"}
@@ -575,6 +582,28 @@ def float_integer(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]:
     yield finding(node, "float-integer", PRECISION, MEDIUM,
                   "integer values carried in floats are exact in FP16 only up to 2048", confirmed,
                   **_range_evidence(facts, "output", node.output[0]))
+
+
+_FRAGILE = {"Sqrt", "Div", "Reciprocal", "Log", "Pow"}
+
+
+@rule(ANY_OP)
+def flush_to_zero(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]:
+    """Recorded outputs of which a significant share flushes to zero in FP16. It matters when the
+    zeros reach a Sqrt, a division or a Log (LayerNorm variance of near-constant rows); tiny tails
+    that only feed sums and products are noise, so those findings stay low."""
+    if not facts.has_data or node.op_type in ("Softmax", "Constant"):
+        return  # Softmax has its own rule; without data there is nothing to say
+    for name in node.output:
+        stats = facts.range_of(name) if name else None
+        if stats is None or not _flushes_much(stats):
+            continue
+        fragile = sorted({c.op_type for c in facts.downstream_ops(name, 3)} & _FRAGILE)
+        message = f"{stats.flush_fraction:.0%} of the nonzero values flush to zero in FP16"
+        if fragile:
+            message += f" before {'/'.join(fragile)}"
+        yield finding(node, "flush-to-zero", UNDERFLOW, MEDIUM if fragile else LOW, message, True,
+                      tensor=name, **_range_evidence(facts, "output", name))
 
 
 def strongest(findings: Iterable[Finding]) -> Finding | None:

@@ -136,10 +136,30 @@ def test_pow_overflow_underflow_and_dismissal():
     static = only(POW.format(p=2.0))
     assert static.evidence["exponent"] == 2.0 and "255.9" in static.message
     assert only(POW.format(p=2.0), {"x": S(300.0), "y": S(9e4)}).rule == "pow-overflow"
-    under = only(POW.format(p=2.0), {"x": S(1.0, 3e-5), "y": S(1.0, 1e-9, 0.5)})
-    assert (under.rule, under.kind, under.confirmed) == ("pow-underflow", "underflow", True)
+    over = only(POW.format(p=2.0), {"x": S(300.0), "y": S(9e4)})
+    assert (over.severity, over.confirmed, over.message) == ("high", True, "power exceeds 65504")
     assert only(POW.format(p=2.0), {"x": S(10.0), "y": S(100.0)}).confirmed is False
     assert find(POW.format(p=1.0)) == []
+
+
+def test_flush_to_zero_matters_before_a_sqrt_and_not_before_a_sum():
+    text = """
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[4, 8] d) => (float[4, 1] y) {{
+      two = Constant<value = float {{2.0}}>()
+      sq = Pow(d, two)
+      axes = Constant<value = int64[1] {{1}}>()
+      v = ReduceMean<axes = [1], keepdims = 1>(sq)
+      y = {op}(v)
+    }}"""
+    stats = {"d": S(3.0, 1e-5), "sq": S(9.0, 1e-10, 0.5), "v": S(4.0, 1e-10, 0.5), "y": S(2.0, 1e-5)}
+    fragile = {f.node: f for f in find(text.format(op="Sqrt"), stats, "flush-to-zero")}
+    assert set(fragile) == {"node_of_sq", "node_of_v"}
+    assert fragile["node_of_sq"].severity == "medium" and "50% of the nonzero values" in fragile["node_of_sq"].message
+    benign = {f.node: f for f in find(text.format(op="Relu"), stats, "flush-to-zero")}
+    assert {f.severity for f in benign.values()} == {"low"}
+    assert find(text.format(op="Sqrt"), {**stats, "sq": S(9.0, 1e-10, 0.001)}, "flush-to-zero")[0].node == "node_of_v"
+    assert find(text.format(op="Sqrt"), None, "flush-to-zero") == []
 
 
 def test_log_of_flushing_values():

@@ -1,0 +1,338 @@
+"""``analyze``: which nodes break in FP16, why, and how badly, on sample data.
+
+One emulation session of the model (:class:`~onnx_precision.oracle.EmulationSession`) gives the
+FP32 ranges of every tensor and, for the all-FP16 plan (as resolved: nodes that cannot be FP16
+stay FP32), each node's emulated FP16 error and the first-divergence nodes. The static rules
+(:mod:`onnx_precision.rules`) run with those ranges, which confirm or dismiss each finding. Per
+node the evidence becomes one verdict:
+
+* ``fp32-nonfinite``: the FP32 model itself turns non-finite here; FP16 is not blamed.
+* ``overflow``: an FP32 value exceeds 65504, or a confirmed rule (or a new Inf) says it overflows.
+* ``underflow``: values flush to zero in FP16 (a confirmed rule) and the emulated error diverges
+  here or within a few nodes downstream, or a Log/division turns NaN/Inf on a flushed input.
+  Tiny values that flush without effect are noted by the rules but leave the node safe.
+* ``precision``: the emulated error appears here and exceeds the tolerance, with no range cause.
+* ``safe``: none of the above.
+
+Rows come in graph order with the problems first, so the first row is where the trouble starts.
+Which values overflow depends on the data: the result says when the data was synthetic.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import onnx
+
+from . import compare, model_io, oracle, rules, typing_rules
+from .compare import Comparison, Tolerance
+from .data import SampleSpec, Samples, load_samples
+from .plan import Precision, PrecisionPlan, Reason, uniform_plan
+from .stats import NodeError, TensorStats
+
+log = logging.getLogger(__name__)
+
+FORMAT = "onnx-precision-analysis/1"
+FP32_NONFINITE, OVERFLOW, UNDERFLOW, PRECISION, SAFE = "fp32-nonfinite", "overflow", "underflow", "precision", "safe"
+VERDICT_ORDER = {FP32_NONFINITE: 0, OVERFLOW: 1, UNDERFLOW: 2, PRECISION: 3, SAFE: 4}
+_VERDICT_DRIVING = (rules.HIGH, rules.MEDIUM)  # low-severity findings inform, they do not decide
+EFFECT_HOPS = 4  # how far downstream a flush may surface as divergence (Pow -> mean -> +eps -> sqrt -> div)
+_DIVIDES = {"Div", "Reciprocal", "Log", "Pow"}  # a new Inf/NaN here comes from an input that flushed
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """Everything the analysis knows about one node."""
+
+    node: str
+    op_type: str
+    verdict: str
+    findings: tuple[rules.Finding, ...]  # every finding, dismissed ones included
+    fp32_range: TensorStats | None       # worst over the node's float outputs; None if not recorded
+    error: NodeError | None              # emulated all-FP16 error; None if not measured
+    first_divergence: bool
+    forced_fp32: Reason | None = None    # why the node cannot be FP16 at all (type, constant)
+    graph_path: tuple[tuple[str, str], ...] = ()
+    note: str = ""
+
+    @property
+    def active_findings(self) -> tuple[rules.Finding, ...]:
+        return tuple(f for f in self.findings if f.active)
+
+    def to_json(self) -> dict:
+        out: dict = {
+            "node": self.node, "op_type": self.op_type, "verdict": self.verdict,
+            "first_divergence": self.first_divergence,
+            "fp32_range": self.fp32_range.to_json() if self.fp32_range else None,
+            "fp16_error": self.error.to_json() if self.error else None,
+            "findings": [f.to_json() for f in self.findings],
+        }
+        if self.forced_fp32 is not None:
+            out["forced_fp32"] = self.forced_fp32.to_json()
+        if self.graph_path:
+            out["subgraph_of"] = [list(step) for step in self.graph_path]
+        if self.note:
+            out["note"] = self.note
+        return out
+
+
+@dataclass(frozen=True)
+class AnalysisResult:
+    model: str
+    samples_source: str
+    synthetic: bool
+    sample_count: int
+    tolerance: Tolerance
+    rows: tuple[NodeRow, ...]
+    all_fp16: Comparison                 # the all-FP16 (resolved) plan's outputs against FP32
+    fp32_nonfinite: str | None           # first FP32 node turning non-finite, if any
+    warnings: tuple[str, ...] = ()
+    oracle: str = oracle.EMULATE
+    sessions_built: int = 0
+    probes_run: int = 0
+    seconds: Mapping[str, float] = field(default_factory=dict, compare=False)
+
+    def row(self, node: str) -> NodeRow:
+        for r in self.rows:
+            if r.node == node:
+                return r
+        raise KeyError(node)
+
+    @property
+    def problems(self) -> tuple[NodeRow, ...]:
+        return tuple(r for r in self.rows if r.verdict != SAFE)
+
+    def headline(self) -> list[str]:
+        lines = [f"model: {self.model}",
+                 f"samples: {self.samples_source}; {self.sample_count} feed{'s' if self.sample_count != 1 else ''}"]
+        if self.synthetic:
+            lines.append("note: the data is synthetic; the value ranges decide what overflows, so pass "
+                         "representative data with --inputs before trusting a 'safe'")
+        lines.extend(f"warning: {w}" for w in self.warnings)
+        if self.fp32_nonfinite is not None:
+            r = self.row(self.fp32_nonfinite)
+            lines.append(f"the FP32 model itself produces NaN/Inf, first at node '{r.node}' ({r.op_type}): "
+                         "fix the model or the data; FP16 is not the cause")
+        failing = [m for m in self.all_fp16.outputs if not m.passed]
+        verdict = "fails" if failing else "passes"
+        lines.append(f"all-FP16 ({self.oracle} oracle, atol {self.tolerance.atol:g}, rtol {self.tolerance.rtol:g}, "
+                     f"cosine {self.tolerance.min_cosine:g}): {verdict}"
+                     + (": " + ", ".join(_output_summary(m) for m in failing) if failing else ""))
+        counts = {v: sum(1 for r in self.rows if r.verdict == v) for v in VERDICT_ORDER}
+        lines.append("verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n))
+        return lines
+
+    def table(self, all_rows: bool = False) -> str:
+        """A readable table: problems first (where the trouble starts at the top), then the rest."""
+        shown = self.rows if all_rows else self.problems
+        header = ("node", "op", "verdict", "FP32 max|x|", "min|x|>0", "FP16 rel err", "rules")
+        body = [_row_cells(r) for r in shown]
+        widths = [max(len(c[i]) for c in [header] + body) for i in range(len(header) - 1)]
+        fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
+        lines = self.headline() + [""]
+        lines.append(fmt.format(*header).rstrip())
+        lines.extend(fmt.format(*cells).rstrip() for cells in body)
+        hidden = len(self.rows) - len(shown)
+        if hidden:
+            lines.append(f"... {hidden} more node{'s' if hidden != 1 else ''}: safe")
+        if not shown:
+            lines.append("(no node at risk)")
+        explained = [r for r in self.problems if r.active_findings or r.note]
+        if explained:
+            lines.append("")
+            for r in explained:
+                lines.append(f"{r.node}: " + "; ".join(_reasons(r)))
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {
+            "format": FORMAT,
+            "model": self.model,
+            "oracle": self.oracle,
+            "samples": {"source": self.samples_source, "synthetic": self.synthetic, "count": self.sample_count,
+                        "warnings": list(self.warnings)},
+            "tolerance": {"atol": self.tolerance.atol, "rtol": self.tolerance.rtol,
+                          "min_cosine": self.tolerance.min_cosine},
+            "fp32_nonfinite": self.fp32_nonfinite,
+            "all_fp16": self.all_fp16.to_json(),
+            "verdicts": {v: [r.node for r in self.rows if r.verdict == v] for v in VERDICT_ORDER if v != SAFE},
+            "sessions_built": self.sessions_built,
+            "probes_run": self.probes_run,
+            "rows": [r.to_json() for r in self.rows],
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
+
+    def write_json(self, path: str) -> None:
+        model_io.write_text(path, self.dumps(), input_paths=(self.model,))
+
+
+# --- presentation ---------------------------------------------------------------------------------
+
+def _g(x: float) -> str:
+    return f"{x:.3g}" if math.isfinite(x) else ("inf" if x > 0 else "-inf" if x < 0 else "nan")
+
+
+def _output_summary(m: compare.OutputMetrics) -> str:
+    if m.new_nonfinite:
+        return f"{m.name} has {m.new_nonfinite} NaN/Inf"
+    return f"{m.name} rel err {_g(m.max_rel_err)}, cosine {m.cosine:.4f}"
+
+
+def _row_cells(r: NodeRow) -> tuple[str, ...]:
+    rng = r.fp32_range
+    max_abs = "-" if rng is None else _g(rng.max_abs)
+    if rng is not None and (rng.nan_count or rng.inf_count):
+        max_abs += f" ({rng.nan_count + rng.inf_count} nan/inf)"
+    min_nz = "-" if rng is None or not math.isfinite(rng.min_nonzero_abs) else _g(rng.min_nonzero_abs)
+    if r.error is None:
+        err = "fp32" if r.forced_fp32 is not None else "-"
+    elif r.error.new_nonfinite:
+        err = f"{r.error.new_nonfinite} nan/inf"
+    else:
+        err = _g(r.error.max_rel_err)
+    if r.first_divergence:
+        err += " *"
+    names = ", ".join(dict.fromkeys(f.rule for f in r.active_findings)) or "-"
+    verdict = r.verdict + (" (fp32)" if r.forced_fp32 is not None and r.verdict != SAFE else "")
+    return (r.node, r.op_type, verdict, max_abs, min_nz, err, names)
+
+
+def _reasons(r: NodeRow) -> list[str]:
+    out = [f.message + ("" if f.confirmed else " (static)") for f in r.active_findings
+           if f.severity in _VERDICT_DRIVING or r.verdict != SAFE]
+    if r.forced_fp32 is not None:
+        out.append(f"kept FP32 in any plan ({r.forced_fp32.source}: {r.forced_fp32.detail})")
+    if r.note:
+        out.append(r.note)
+    return out
+
+
+# --- the analysis ---------------------------------------------------------------------------------
+
+def _worst(stats: Sequence[TensorStats]) -> TensorStats | None:
+    if not stats:
+        return None
+    out = stats[0]
+    for s in stats[1:]:
+        out = out.worst(s)
+    return out
+
+
+def _kind_of(findings: Sequence[rules.Finding], confirmed_only: bool, effect: bool = True) -> str | None:
+    """The strongest kind among findings that may decide a verdict. Overflow is a fact of the
+    ranges; underflow and precision findings decide only where the emulation shows an ``effect``."""
+    driving = [f for f in findings if f.active and f.severity in _VERDICT_DRIVING
+               and (f.confirmed is True or not confirmed_only) and (effect or f.kind == rules.OVERFLOW)]
+    for kind in (rules.OVERFLOW, rules.UNDERFLOW, rules.PRECISION):
+        if any(f.kind == kind for f in driving):
+            return kind
+    return None
+
+
+def node_verdict(node: onnx.NodeProto, findings: Sequence[rules.Finding], fp32_range: TensorStats | None,
+                 error: NodeError | None, fp32_nonfinite: str | None,
+                 body_findings: Sequence[rules.Finding] = (), effect: bool = True) -> str:
+    """One verdict from the node's evidence (see the module docstring). ``effect``: the emulated
+    error diverges at this node or shortly after it (tiny values flushing matter only then)."""
+    if node.name == fp32_nonfinite:
+        return FP32_NONFINITE
+    if fp32_range is not None and fp32_range.overflows_fp16:
+        return OVERFLOW
+    kind = _kind_of(findings, confirmed_only=True, effect=effect)
+    if kind is not None:
+        return kind
+    if error is None or not error.diverges:
+        return SAFE
+    # The error appears here: name its cause from the static findings of the node (or of its
+    # bodies, for If/Loop/Scan whose insides are not recorded), else from what went wrong.
+    kind = _kind_of(list(findings) + list(body_findings), confirmed_only=False)
+    if kind is not None:
+        return kind
+    if error.new_nonfinite:
+        return UNDERFLOW if node.op_type in _DIVIDES else OVERFLOW
+    return PRECISION
+
+
+def _sort_key(index: int, row: NodeRow) -> tuple[int, int]:
+    return (0 if row.verdict == FP32_NONFINITE else 1 if row.verdict != SAFE else 2, index)
+
+
+def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | None = None) -> AnalysisResult:
+    """Analyse ``model_path`` on the samples ``spec`` describes (synthetic when it names none)."""
+    spec = spec or SampleSpec()
+    tol = tol or Tolerance()
+    seconds: dict[str, float] = {}
+    start = time.perf_counter()
+    loaded = model_io.load_model(model_path)
+    model = loaded.model
+    samples = load_samples(model, spec)
+    seconds["load"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    types = typing_rules.tensor_types(model)
+    typing = typing_rules.model_typing(model, types)
+    names = [ref.name for ref in model_io.walk_nodes(model.graph)]
+    plan = typing_rules.resolve_plan(model, uniform_plan(names, Precision.FP16, Reason("default", "all FP16")),
+                                     loaded.base_dir, typing=typing, types=types)
+    session = oracle.EmulationSession(model, loaded.base_dir, typing=typing, forced_fp32=plan.fp32_nodes)
+    seconds["session"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    reference, layerwise = oracle.inspect_plan(session, plan, samples, tol)
+    candidates = [session.run(plan, feed) for feed in samples.feeds]
+    all_fp16 = compare.compare_samples(reference.outputs, candidates, tol, oracle.EMULATE)
+    seconds["runs"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    rows = build_rows(model, loaded.base_dir, types, plan, reference, layerwise)
+    seconds["rules"] = time.perf_counter() - start
+    log.debug("analyze %s: %s", model_path, ", ".join(f"{k} {v:.2f}s" for k, v in seconds.items()))
+    return AnalysisResult(model_path, samples.source, samples.synthetic, len(samples.feeds), tol, rows, all_fp16,
+                          reference.first_nonfinite, samples.warnings, oracle.EMULATE, session.sessions_built,
+                          session.probes_run, seconds)
+
+
+def build_rows(model: onnx.ModelProto, base_dir: str, types: Mapping[str, onnx.TypeProto], plan: PrecisionPlan,
+               reference: oracle.ReferenceResult, layerwise: oracle.LayerwiseResult) -> tuple[NodeRow, ...]:
+    """Rows for every node (subgraph nodes after their owner), problems first."""
+    facts = rules.ModelFacts(model, base_dir, reference.stats, types)
+    by_node: dict[str, list[rules.Finding]] = {}
+    for f in rules.run_rules(model, base_dir, facts=facts):
+        by_node.setdefault(f.node, []).append(f)
+    refs = list(model_io.walk_nodes(model.graph))
+    body: dict[str, list[rules.Finding]] = {}
+    for ref in refs:
+        for owner, _ in ref.graph_path:
+            body.setdefault(owner, []).extend(f for f in by_node.get(ref.name, []) if f.severity == rules.HIGH)
+    diverging = set(layerwise.first_divergence)
+
+    def effect(node: onnx.NodeProto) -> bool:
+        return node.name in diverging or any(c.name in diverging for o in node.output if o
+                                             for c in facts.downstream_ops(o, EFFECT_HOPS))
+
+    rows = []
+    for ref in refs:
+        node = ref.node
+        findings = tuple(by_node.get(node.name, ()))
+        fp32_range = _worst([s for s in reference.node_stats(node)])
+        error = layerwise.nodes.get(node.name)
+        verdict = node_verdict(node, findings, fp32_range, error, reference.first_nonfinite,
+                               body.get(node.name, ()), effect(node))
+        note = ""
+        suspect = _kind_of([f for f in findings if f.severity == rules.HIGH], confirmed_only=False)
+        if ref.graph_path and verdict == SAFE and suspect and any(o in diverging for o, _ in ref.graph_path):
+            # Subgraph tensors are not recorded: a strong static risk inside a diverging body is the suspect.
+            verdict = suspect
+            note = f"inside '{ref.graph_path[0][0]}', whose output diverges; subgraph values are not recorded"
+        forced = plan.decisions[node.name].reasons[0] if plan.precision(node.name) is Precision.FP32 else None
+        rows.append(NodeRow(node.name, node.op_type, verdict, findings, fp32_range, error,
+                            node.name in diverging, forced, ref.graph_path, note))
+    ordered = sorted(enumerate(rows), key=lambda pair: _sort_key(*pair))
+    return tuple(r for _, r in ordered)
