@@ -1,9 +1,10 @@
 """Example models, one per FP16 failure pattern, each with sample data that triggers it.
 
 Every builder returns an :class:`Example`: the FP32 model (built with onnx.helper, opset 17, IR 8
-so the installed onnxruntime accepts it) and deterministic feeds. ``python -m models`` writes the
-small ones to ``models/<name>.onnx`` + ``models/<name>.npz`` (or a directory of .npz when an
-example has several feeds); the transformer is built on the fly by tests and benchmarks.
+so the installed onnxruntime accepts it) and deterministic feeds. ``python -m models``
+(models/generate.py) writes the small ones to ``models/<name>.onnx`` + ``models/<name>.npz`` (or a
+directory of .npz when an example has several feeds); the transformer is built on the fly by tests
+and benchmarks. ``build(name)`` returns any example by name, the transformer included.
 
 The node names are part of the contract: tests of the analysis and the search assert them.
 """
@@ -332,8 +333,8 @@ def transformer(layers: int = 12, d_model: int = 64, heads: int = 4, seq: int = 
         out = "y" if i == layers - 1 else f"{p}_out"
         nodes += layernorm_nodes(f"{p}_ln2", f"{p}_res2", out, f"{p}_ln2_g", f"{p}_ln2_b", "eps")
         x = out
-    model = make_model("transformer", nodes, [tensor("x", [1, seq, d_model])], [tensor("y", [1, seq, d_model])],
-                       inits)
+    model = make_model("transformer", nodes, [tensor("x", [1, seq, d_model])],
+                       [tensor("y", [1, seq, d_model])], inits)
     feed = {"x": gen.normal(0.0, 1.0, size=(1, seq, d_model)).astype(np.float32)}
     return Example("transformer", model, (feed,), transformer.__doc__)
 

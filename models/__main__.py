@@ -2,6 +2,6 @@
 
 import sys
 
-from models.build import main
+from models.generate import main
 
 sys.exit(main())

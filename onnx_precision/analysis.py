@@ -38,7 +38,8 @@ from .stats import NodeError, TensorStats
 log = logging.getLogger(__name__)
 
 FORMAT = "onnx-precision-analysis/1"
-FP32_NONFINITE, OVERFLOW, UNDERFLOW, PRECISION, SAFE = "fp32-nonfinite", "overflow", "underflow", "precision", "safe"
+FP32_NONFINITE = "fp32-nonfinite"
+OVERFLOW, UNDERFLOW, PRECISION, SAFE = rules.OVERFLOW, rules.UNDERFLOW, rules.PRECISION, "safe"
 VERDICT_ORDER = {FP32_NONFINITE: 0, OVERFLOW: 1, UNDERFLOW: 2, PRECISION: 3, SAFE: 4}
 _VERDICT_DRIVING = (rules.HIGH, rules.MEDIUM)  # low-severity findings inform, they do not decide
 EFFECT_HOPS = 4  # how far downstream a flush may surface as divergence (Pow -> mean -> +eps -> sqrt -> div)
@@ -108,8 +109,8 @@ class AnalysisResult:
         return tuple(r for r in self.rows if r.verdict != SAFE)
 
     def headline(self) -> list[str]:
-        lines = [f"model: {self.model}",
-                 f"samples: {self.samples_source}; {self.sample_count} feed{'s' if self.sample_count != 1 else ''}"]
+        plural = "s" if self.sample_count != 1 else ""
+        lines = [f"model: {self.model}", f"samples: {self.samples_source}; {self.sample_count} feed{plural}"]
         if self.synthetic:
             lines.append("note: the data is synthetic; the value ranges decide what overflows, so pass "
                          "representative data with --inputs before trusting a 'safe'")
@@ -120,8 +121,9 @@ class AnalysisResult:
                          "fix the model or the data; FP16 is not the cause")
         failing = [m for m in self.all_fp16.outputs if not m.passed]
         verdict = "fails" if failing else "passes"
-        lines.append(f"all-FP16 ({self.oracle} oracle, atol {self.tolerance.atol:g}, rtol {self.tolerance.rtol:g}, "
-                     f"cosine {self.tolerance.min_cosine:g}): {verdict}"
+        tol = self.tolerance
+        lines.append(f"all-FP16 ({self.oracle} oracle, atol {tol.atol:g}, rtol {tol.rtol:g}, "
+                     f"cosine {tol.min_cosine:g}): {verdict}"
                      + (": " + ", ".join(_output_summary(m) for m in failing) if failing else ""))
         counts = {v: sum(1 for r in self.rows if r.verdict == v) for v in VERDICT_ORDER}
         lines.append("verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n))
@@ -154,13 +156,14 @@ class AnalysisResult:
             "format": FORMAT,
             "model": self.model,
             "oracle": self.oracle,
-            "samples": {"source": self.samples_source, "synthetic": self.synthetic, "count": self.sample_count,
-                        "warnings": list(self.warnings)},
+            "samples": {"source": self.samples_source, "synthetic": self.synthetic,
+                        "count": self.sample_count, "warnings": list(self.warnings)},
             "tolerance": {"atol": self.tolerance.atol, "rtol": self.tolerance.rtol,
                           "min_cosine": self.tolerance.min_cosine},
             "fp32_nonfinite": self.fp32_nonfinite,
             "all_fp16": self.all_fp16.to_json(),
-            "verdicts": {v: [r.node for r in self.rows if r.verdict == v] for v in VERDICT_ORDER if v != SAFE},
+            "verdicts": {v: [r.node for r in self.rows if r.verdict == v]
+                         for v in VERDICT_ORDER if v != SAFE},
             "sessions_built": self.sessions_built,
             "probes_run": self.probes_run,
             "rows": [r.to_json() for r in self.rows],
@@ -279,28 +282,29 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
     types = typing_rules.tensor_types(model)
     typing = typing_rules.model_typing(model, types)
     names = [ref.name for ref in model_io.walk_nodes(model.graph)]
-    plan = typing_rules.resolve_plan(model, uniform_plan(names, Precision.FP16, Reason("default", "all FP16")),
-                                     loaded.base_dir, typing=typing, types=types)
+    all_fp16 = uniform_plan(names, Precision.FP16, Reason("default", "all FP16"))
+    plan = typing_rules.resolve_plan(model, all_fp16, loaded.base_dir, typing=typing, types=types)
     session = oracle.EmulationSession(model, loaded.base_dir, typing=typing, forced_fp32=plan.fp32_nodes)
     seconds["session"] = time.perf_counter() - start
 
     start = time.perf_counter()
     reference, layerwise = oracle.inspect_plan(session, plan, samples, tol)
     candidates = [session.run(plan, feed) for feed in samples.feeds]
-    all_fp16 = compare.compare_samples(reference.outputs, candidates, tol, oracle.EMULATE)
+    outputs = compare.compare_samples(reference.outputs, candidates, tol, oracle.EMULATE)
     seconds["runs"] = time.perf_counter() - start
 
     start = time.perf_counter()
     rows = build_rows(model, loaded.base_dir, types, plan, reference, layerwise)
     seconds["rules"] = time.perf_counter() - start
     log.debug("analyze %s: %s", model_path, ", ".join(f"{k} {v:.2f}s" for k, v in seconds.items()))
-    return AnalysisResult(model_path, samples.source, samples.synthetic, len(samples.feeds), tol, rows, all_fp16,
-                          reference.first_nonfinite, samples.warnings, oracle.EMULATE, session.sessions_built,
-                          session.probes_run, seconds)
+    return AnalysisResult(model_path, samples.source, samples.synthetic, len(samples.feeds), tol, rows,
+                          outputs, reference.first_nonfinite, samples.warnings, oracle.EMULATE,
+                          session.sessions_built, session.probes_run, seconds)
 
 
-def build_rows(model: onnx.ModelProto, base_dir: str, types: Mapping[str, onnx.TypeProto], plan: PrecisionPlan,
-               reference: oracle.ReferenceResult, layerwise: oracle.LayerwiseResult) -> tuple[NodeRow, ...]:
+def build_rows(model: onnx.ModelProto, base_dir: str, types: Mapping[str, onnx.TypeProto],
+               plan: PrecisionPlan, reference: oracle.ReferenceResult, layerwise: oracle.LayerwiseResult,
+               ) -> tuple[NodeRow, ...]:
     """Rows for every node (subgraph nodes after their owner), problems first."""
     facts = rules.ModelFacts(model, base_dir, reference.stats, types)
     by_node: dict[str, list[rules.Finding]] = {}
@@ -310,7 +314,8 @@ def build_rows(model: onnx.ModelProto, base_dir: str, types: Mapping[str, onnx.T
     body: dict[str, list[rules.Finding]] = {}
     for ref in refs:
         for owner, _ in ref.graph_path:
-            body.setdefault(owner, []).extend(f for f in by_node.get(ref.name, []) if f.severity == rules.HIGH)
+            strong = [f for f in by_node.get(ref.name, []) if f.severity == rules.HIGH]
+            body.setdefault(owner, []).extend(strong)
     diverging = set(layerwise.first_divergence)
 
     def effect(node: onnx.NodeProto) -> bool:

@@ -322,7 +322,8 @@ def cumsum(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]:
     lossy = confirm(facts, [node.input[0], node.output[0]],
                     lambda i, o: o.max_abs > FP16_EXACT_INT * max(i.max_abs, FP16_MIN_SUBNORMAL))
     yield finding(node, "cumsum", PRECISION, MEDIUM,
-                  f"running sum over {length} elements: increments fall below FP16 spacing", lossy, **evidence)
+                  f"running sum over {length} elements: increments fall below FP16 spacing", lossy,
+                  **evidence)
 
 
 _REDUCE_OUTPUT_IS_SUM = {"ReduceSum", "ReduceSumSquare", "ReduceL1"}
@@ -381,7 +382,8 @@ def exp(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]:
     verb = "overflows" if confirmed else "can overflow"
     yield finding(node, "exp-overflow", OVERFLOW, HIGH,
                   f"exp {verb} FP16 (inputs above {EXP_OVERFLOW_INPUT:.2f})", confirmed,
-                  **_range_evidence(facts, "input", node.input[0]), **_range_evidence(facts, "output", node.output[0]))
+                  **_range_evidence(facts, "input", node.input[0]),
+                  **_range_evidence(facts, "output", node.output[0]))
 
 
 @rule("Pow")
@@ -428,7 +430,8 @@ def log(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]:
 def sqrt(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]:
     """sqrt of a flushed value is 0, which a later division turns into inf."""
     yield from _tiny_input(node, facts, 0, "sqrt-tiny-input", MEDIUM,
-                           "inputs below 6e-8 flush to zero in FP16; sqrt(0) then divides to inf", _flushes_much)
+                           "inputs below 6e-8 flush to zero in FP16; sqrt(0) then divides to inf",
+                           _flushes_much)
 
 
 @rule("Reciprocal")
@@ -458,13 +461,15 @@ def softmax(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]:
         yield finding(node, "softmax", OVERFLOW, LOW, "log-probabilities below -65504 overflow",
                       confirmed, **_range_evidence(facts, "output", node.output[0]))
         return
-    fragile = sorted({c.op_type for c in facts.downstream_ops(node.output[0], 2)} & {"Log", "Div", "Reciprocal"})
+    downstream = {c.op_type for c in facts.downstream_ops(node.output[0], 2)}
+    fragile = sorted(downstream & {"Log", "Div", "Reciprocal"})
     severity = MEDIUM if fragile else LOW
     message = "probabilities below 6e-8 flush to zero in FP16"
     if fragile:
         message += f" before {'/'.join(fragile)}"
     yield finding(node, "softmax", UNDERFLOW, severity, message,
-                  confirm(facts, [node.output[0]], _flushes_much), **_range_evidence(facts, "output", node.output[0]))
+                  confirm(facts, [node.output[0]], _flushes_much),
+                  **_range_evidence(facts, "output", node.output[0]))
 
 
 _EPS_CONSUMERS = {"Sqrt", "Div", "Reciprocal", "Pow", "Log"}
@@ -490,8 +495,7 @@ def epsilon(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]:
         severity = HIGH if zero else MEDIUM
         what = "is 0 in FP16" if zero else "is subnormal in FP16"
         confirmed = confirm(facts, others, lambda *s: any(
-            x.flush_fraction > 0 or x.min_nonzero_abs < FP16_MIN_NORMAL or not math.isfinite(x.min_nonzero_abs)
-            for x in s))
+            x.flush_fraction > 0 or not x.min_nonzero_abs >= FP16_MIN_NORMAL for x in s))
         evidence: dict[str, object] = {"epsilon": eps, "guards": "/".join(guarded)}
         for other in others:
             evidence.update(_range_evidence(facts, "guarded", other))
@@ -522,7 +526,9 @@ def _constant_inputs(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[tuple[
 
 def _is_mask(name: str, facts: ModelFacts) -> bool:
     values = facts.constant(name)
-    return values is not None and bool(np.any(values <= -MASK_MAGNITUDE)) and not bool(np.any(values >= MASK_MAGNITUDE))
+    if values is None:
+        return False
+    return bool(np.any(values <= -MASK_MAGNITUDE)) and not bool(np.any(values >= MASK_MAGNITUDE))
 
 
 @rule(ANY_OP)

@@ -1,4 +1,7 @@
-"""``onnx-precision analyze``: which nodes break in FP16 and why."""
+"""``onnx-precision analyze``: which nodes break in FP16 and why.
+
+Exit 0 whenever the analysis ran, whatever it found (a gate is ``check``'s job); 2 for errors.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("analyze", help="show numerically risky nodes, value ranges and FP16 errors")
     p.add_argument("model", help="the FP32 ONNX model")
     p.add_argument("--json", metavar="FILE", help="write the analysis as JSON")
+    p.add_argument("--all", action="store_true", help="list every node, not only those at risk")
     common.add_sample_args(p)
     common.add_tolerance_args(p)
     common.add_verbosity_args(p)
@@ -21,7 +25,10 @@ def run(args: argparse.Namespace) -> int:
     from .. import analysis
 
     result = analysis.analyze(args.model, common.sample_spec(args), common.tolerance(args))
-    print(result.table())
     if args.json:
-        result.write_json(args.json)
+        result.write_json(args.json)  # before printing: a bad path fails with nothing half-done
+    if args.quiet:
+        print("\n".join(result.headline()))
+    else:
+        print(result.table(all_rows=args.all or args.verbose > 0))
     return 0

@@ -1,6 +1,6 @@
 """Write every example model and its sample data into models/, byte-identically on each run.
 
-    python -m models            # or: python models/build.py
+    python -m models            # or: python models/generate.py
     python -m models --check    # exit 1 if a committed file differs from what the builders make
 
 A single feed is written as ``<name>.npz``; several feeds as a directory ``<name>/`` holding

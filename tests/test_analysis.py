@@ -1,0 +1,211 @@
+"""analyze() on every example model: the expected nodes, in order, with the right verdicts."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import onnx
+import pytest
+
+import models
+from models.generate import data_path, model_path, npz_bytes
+from onnx_precision import analysis
+from onnx_precision.cli import main
+from onnx_precision.data import SampleSpec
+
+
+def run(name: str) -> analysis.AnalysisResult:
+    return analysis.analyze(model_path(name), SampleSpec(inputs=data_path(name)))
+
+
+def problems(result: analysis.AnalysisResult) -> list[tuple[str, str]]:
+    return [(r.node, r.verdict) for r in result.problems]
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("l2_normalize", [("sumsq", "overflow")]),
+    ("softmax_nomax", [("exp", "overflow"), ("sum_exp", "overflow")]),
+    ("log_underflow", [("probs", "underflow"), ("log_probs", "underflow")]),
+    ("two_culprits", [("a_sumsq", "overflow"), ("b_exp", "overflow"), ("b_sum_exp", "overflow")]),
+    ("dynamic_batch", [("sumsq", "overflow")]),
+    ("layernorm_eps", [("ln_sq", "underflow"), ("ln_var", "underflow"), ("ln_add_eps", "underflow"),
+                       ("ln_sqrt", "underflow"), ("ln_div", "underflow")]),
+])
+def test_expected_nodes_and_verdicts(name, expected):
+    result = run(name)
+    assert problems(result) == expected
+    assert result.rows[0].node == expected[0][0]
+    assert not result.all_fp16.passed
+    assert result.sessions_built == 1
+
+
+def test_l2_normalize_names_the_sum_with_its_evidence():
+    result = run("l2_normalize")
+    row = result.rows[0]
+    assert row.first_divergence and row.error.new_nonfinite == 1
+    assert row.fp32_range.max_abs > 65504
+    f = row.active_findings[0]
+    assert (f.rule, f.confirmed, f.evidence["length"]) == ("reduction-overflow", True, 64)
+    assert {r.node: r.verdict for r in result.rows}["normalize"] == "safe"
+
+
+def test_boxfilter_blames_the_second_cumsum_not_the_first():
+    result = run("nafnet_boxfilter")
+    assert result.rows[0].node == "cumsum_w" and result.rows[0].verdict == "overflow"
+    assert result.row("cumsum_w").first_divergence
+    assert result.row("cumsum_h").verdict == "safe"
+    # the integral image's corners are genuinely past 65504 in FP32 too
+    assert {r.node for r in result.problems} >= {"corner_br", "corner_tl"}
+    assert result.row("box_mean").verdict == "safe"
+
+
+def test_layernorm_eps_explains_the_epsilon_and_where_inf_appears():
+    result = run("layernorm_eps")
+    eps = result.row("ln_add_eps")
+    assert eps.forced_fp32 is not None and eps.forced_fp32.source == "initializer"
+    rule = {f.rule: f for f in eps.findings}["epsilon-underflow"]
+    assert rule.confirmed is True and rule.severity == "high"
+    assert result.row("ln_div").first_divergence and result.row("ln_div").error.new_nonfinite > 0
+    assert result.row("ln_mean").verdict == "safe"
+
+
+def test_log_underflow_marks_the_log_as_first_divergence():
+    result = run("log_underflow")
+    assert result.row("log_probs").first_divergence
+    assert not result.row("probs").first_divergence
+
+
+def test_benign_mlp_is_all_safe():
+    result = run("benign_mlp")
+    assert result.problems == ()
+    assert all(r.verdict == "safe" for r in result.rows) and len(result.rows) == 4
+    assert result.all_fp16.passed
+    assert "(no node at risk)" in result.table()
+
+
+def test_fp32_nan_is_the_models_fault():
+    result = run("fp32_nan")
+    assert result.fp32_nonfinite == "sqrt"
+    assert problems(result) == [("sqrt", "fp32-nonfinite")]
+    assert result.rows[0].node == "sqrt"
+    text = result.table()
+    assert "FP32 model itself produces NaN/Inf, first at node 'sqrt' (Sqrt)" in text
+    assert "FP16 is not the cause" in text
+
+
+def test_if_points_at_the_branch_and_the_suspect_inside():
+    result = run("if_branch")
+    assert result.rows[0].node == "branch" and result.rows[0].verdict == "overflow"
+    inner = result.row("then_sumsq")
+    assert inner.verdict == "overflow" and inner.graph_path == (("branch", "then_branch"),)
+    assert "subgraph values are not recorded" in inner.note
+    assert result.row("else_scale").verdict == "safe"
+
+
+def test_dynamic_batch_takes_the_worst_sample():
+    result = run("dynamic_batch")
+    assert result.sample_count == 2
+    assert result.row("sumsq").fp32_range.max_abs > 65504  # only the second sample overflows
+
+
+def test_transformer_finds_the_two_culprit_layers(tmp_path):
+    example = models.transformer()
+    assert len(example.model.graph.node) >= 500
+    path, data = str(tmp_path / "t.onnx"), str(tmp_path / "t.npz")
+    onnx.save(example.model, path)
+    with open(data, "wb") as f:
+        f.write(npz_bytes(example.feeds[0]))
+    result = analysis.analyze(path, SampleSpec(inputs=data))
+    assert problems(result) == [("l3_ln2_sq", "overflow"), ("l8_ln2_sq", "overflow")]
+    assert result.row("l3_ln2_sq").first_divergence
+    assert result.sessions_built == 1
+
+
+def test_synthetic_data_is_labelled_and_ranges_decide():
+    default = analysis.analyze(model_path("l2_normalize"))  # uniform [0, 1): the sum stays small
+    assert default.synthetic and default.problems == ()
+    assert "synthetic" in default.table() and "ranges decide what overflows" in default.table()
+    wide = analysis.analyze(model_path("l2_normalize"), SampleSpec(input_ranges={"x": (30.0, 55.0)}))
+    assert wide.synthetic and problems(wide) == [("sumsq", "overflow")]
+
+
+def test_json_has_the_table_content_and_is_deterministic(tmp_path):
+    first, second = str(tmp_path / "a.json"), str(tmp_path / "b.json")
+    run("layernorm_eps").write_json(first)
+    run("layernorm_eps").write_json(second)
+    with open(first, "rb") as a, open(second, "rb") as b:
+        assert a.read() == b.read()
+    with open(first) as f:
+        doc = json.load(f)
+    assert doc["format"] == "onnx-precision-analysis/1" and doc["oracle"] == "emulate"
+    assert doc["samples"]["synthetic"] is False
+    assert doc["verdicts"]["underflow"][0] == "ln_sq"
+    row = doc["rows"][0]
+    assert row["node"] == "ln_sq" and row["fp32_range"]["flush_fraction"] == 0.5
+    assert {f["rule"] for f in doc["rows"][2]["findings"]} >= {"epsilon-underflow"}
+    assert doc["rows"][2]["forced_fp32"]["source"] == "initializer"
+    assert doc["all_fp16"]["passed"] is False
+
+
+# --- the command line -------------------------------------------------------------------------------
+
+def test_cli_prints_the_table_writes_json_and_exits_0(tmp_path, capsys):
+    out = str(tmp_path / "analysis.json")
+    code = main(["analyze", model_path("l2_normalize"), "--inputs", data_path("l2_normalize"), "--json", out])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "sumsq" in printed and "overflow" in printed and "reduction-overflow" in printed
+    with open(out) as f:
+        assert json.load(f)["rows"][0]["node"] == "sumsq"
+
+
+def test_cli_exits_0_when_the_fp32_model_is_broken(capsys):
+    assert main(["analyze", model_path("fp32_nan"), "--inputs", data_path("fp32_nan")]) == 0
+    assert "fp32-nonfinite" in capsys.readouterr().out
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    return err
+
+
+def test_cli_missing_model(tmp_path, capsys):
+    missing = str(tmp_path / "nope.onnx")
+    assert main(["analyze", missing]) == 2
+    assert _one_line_error(capsys) == f"onnx-precision: error: {missing}: no such file"
+
+
+def test_cli_not_an_onnx_file(tmp_path, capsys):
+    bogus = tmp_path / "bogus.onnx"
+    bogus.write_bytes(b"\x00\x01garbage")
+    assert main(["analyze", str(bogus)]) == 2
+    assert str(bogus) in _one_line_error(capsys)
+
+
+def test_cli_wrong_input_name_in_data(tmp_path, capsys):
+    data = tmp_path / "wrong.npz"
+    data.write_bytes(npz_bytes({"not_x": np.ones((1, 64), np.float32)}))
+    assert main(["analyze", model_path("l2_normalize"), "--inputs", str(data)]) == 2
+    err = _one_line_error(capsys)
+    assert "wrong.npz" in err and ("'x'" in err or "not_x" in err)
+
+
+def test_cli_json_into_missing_directory_writes_nothing(tmp_path, capsys):
+    target = tmp_path / "no_such_dir" / "a.json"
+    code = main(["analyze", model_path("l2_normalize"), "--inputs", data_path("l2_normalize"),
+                 "--json", str(target)])
+    assert code == 2
+    assert "does not exist" in _one_line_error(capsys)
+    assert not os.path.exists(target.parent)
+
+
+def test_cli_json_refuses_to_overwrite_the_model(tmp_path, capsys):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(open(model_path("benign_mlp"), "rb").read())
+    before = model.read_bytes()
+    assert main(["analyze", str(model), "--json", str(model)]) == 2
+    assert "input file" in _one_line_error(capsys)
+    assert model.read_bytes() == before

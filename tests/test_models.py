@@ -1,0 +1,98 @@
+"""The example models: committed files match their builders, and each sample shows its problem."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+
+import models
+from models import generate as build
+from onnx_precision import oracle
+from onnx_precision.data import SampleSpec, load_samples
+from onnx_precision.model_io import load_model, walk_nodes
+from onnx_precision.plan import Precision, Reason, uniform_plan
+
+BROKEN_IN_FP16 = ["l2_normalize", "nafnet_boxfilter", "layernorm_eps", "softmax_nomax", "log_underflow",
+                  "two_culprits", "if_branch", "dynamic_batch"]
+
+
+def test_committed_files_are_what_the_builders_make():
+    assert build.stale() == []
+
+
+def test_rebuild_is_byte_identical(tmp_path):
+    build.write_all(str(tmp_path))
+    first = {p: open(os.path.join(tmp_path, p), "rb").read() for p in _files(str(tmp_path))}
+    build.write_all(str(tmp_path))
+    assert first == {p: open(os.path.join(tmp_path, p), "rb").read() for p in _files(str(tmp_path))}
+    assert "l2_normalize.onnx" in first and "l2_normalize.npz" in first
+    assert os.path.join("dynamic_batch", "sample_1.npz") in first
+
+
+def _files(root: str) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs)
+
+
+@pytest.mark.parametrize("name", sorted(models.BUILDERS))
+def test_example_is_small_valid_and_loads_with_its_data(name):
+    path = build.model_path(name)
+    assert os.path.getsize(path) < 1_000_000
+    model = onnx.load(path)
+    onnx.checker.check_model(model)
+    assert model.ir_version == 8 and model.opset_import[0].version == 17
+    samples = load_samples(load_model(path).model, SampleSpec(inputs=build.data_path(name)))
+    assert len(samples.feeds) == len(models.BUILDERS[name]().feeds)
+
+
+def _all_fp16(model: onnx.ModelProto):
+    names = [ref.name for ref in walk_nodes(model.graph)]
+    return uniform_plan(names, Precision.FP16, Reason("default", "test"))
+
+
+@pytest.mark.parametrize("name", BROKEN_IN_FP16)
+def test_fp32_is_finite_and_emulated_fp16_breaks(name):
+    example = models.BUILDERS[name]()
+    session = oracle.EmulationSession(example.model)
+    worst = 0.0
+    for feed in example.feeds:
+        ref = session.run(None, feed)
+        emu = session.run(_all_fp16(example.model), feed)
+        for out, value in ref.items():
+            assert np.isfinite(value).all(), f"{name}: FP32 output {out} is not finite"
+            err = np.abs(emu[out].astype(np.float64) - value)
+            worst = max(worst, float(np.nanmax(err)) if np.isfinite(emu[out]).all() else np.inf)
+    assert worst > 0.1, f"{name}: all-FP16 error {worst} is too small to show the problem"
+
+
+def test_benign_mlp_survives_fp16():
+    example = models.benign_mlp()
+    session = oracle.EmulationSession(example.model)
+    feed = example.feeds[0]
+    ref, emu = session.run(None, feed)["y"], session.run(_all_fp16(example.model), feed)["y"]
+    assert np.abs(emu - ref).max() < 1e-3
+
+
+def test_fp32_nan_model_is_nan_in_fp32():
+    example = models.fp32_nan()
+    y = oracle.EmulationSession(example.model).run(None, example.feeds[0])["y"]
+    assert np.isnan(y).any()
+
+
+def test_dynamic_batch_has_two_batch_sizes_and_only_the_second_overflows():
+    small, large = models.dynamic_batch().feeds
+    assert small["x"].shape[0] != large["x"].shape[0]
+    assert (small["x"] ** 2).sum(axis=1).max() < 65504 < (large["x"] ** 2).sum(axis=1).max()
+
+
+def test_transformer_is_large_and_only_its_outlier_layers_break():
+    broken = models.transformer()
+    assert len(broken.model.graph.node) >= 500
+    clean = models.transformer(outlier_layers=())
+    for example, bad in ((broken, True), (clean, False)):
+        session = oracle.EmulationSession(example.model, capture_intermediates=False)
+        feed = example.feeds[0]
+        err = np.abs(session.run(_all_fp16(example.model), feed)["y"] - session.run(None, feed)["y"]).max()
+        assert (err > 0.5) == bad, err
