@@ -101,6 +101,14 @@ def run_candidate(candidate: model_io.LoadedModel, feeds, oracle: str = "emulate
     return oracle_lib.run_native(candidate.model, feeds, provider, candidate.base_dir)
 
 
+def verify_written(model: onnx.ModelProto, base_dir: str, feeds, reference_outputs, tol: Tolerance,
+                   oracle: str = "emulate") -> Comparison:
+    """Run what was WRITTEN (emulated, or natively on a GPU provider) against the FP32 outputs the
+    search already computed: one session, whatever happened before."""
+    run = run_candidate(model_io.LoadedModel(model, "", base_dir, []), feeds, oracle)
+    return compare_samples(list(reference_outputs), _only(run, reference_outputs), tol, run.oracle)
+
+
 def _only(run, refs) -> list[dict[str, np.ndarray]]:
     """Each candidate sample restricted to the reference's outputs."""
     return [{name: np.asarray(out[name]) for name in ref if name in out} for out, ref in zip(run.outputs, refs)]

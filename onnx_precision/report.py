@@ -97,6 +97,45 @@ class RunReport:
         return sum(flops[n] for n in self.plan.fp16_nodes) / total
 
 
+def for_conversion(model: onnx.ModelProto, model_path: str, output_path: str | None, plan: PrecisionPlan,
+                   samples, tolerance: Tolerance, mode: str, oracle: str = "emulate", auto_result=None,
+                   verified: Comparison | None = None, native: Comparison | None = None,
+                   phases: Sequence[PhaseCost] = (), warnings: Sequence[str] = ()) -> RunReport:
+    """The report of one ``convert``: ``auto_result`` (an :class:`onnx_precision.auto.AutoResult`)
+    brings the search's comparisons, statistics and costs; ``phases`` add the writing and the
+    verification. Without a search, the status is the verification's."""
+    if auto_result is not None:
+        status, message = auto_result.status, auto_result.message
+        if status == "passed" and verified is not None and not verified.passed:
+            status, message = "failed", "the written model fails the emulated check (a bug: please report it)"
+    elif verified is not None:
+        status = "passed" if verified.passed else "failed"
+        message = "" if verified.passed else "the written model is out of tolerance under the emulated check"
+    else:
+        status, message = "not-checked", ""
+    feeds = samples.feeds if samples is not None else ()
+    shapes = {k: np.shape(v) for k, v in feeds[0].items()} if feeds else {}
+    return RunReport(
+        model=model_path, output=output_path, mode=mode, oracle=oracle, status=status, message=message,
+        plan=plan, node_ops={r.name: r.node.op_type for r in model_io.walk_nodes(model.graph)},
+        samples_source=samples.source if samples is not None else "",
+        samples_synthetic=bool(samples.synthetic) if samples is not None else False,
+        sample_count=len(feeds), warnings=tuple(warnings) + (tuple(samples.warnings) if samples else ()),
+        tolerance=tolerance, node_flops=estimate_flops(model, shapes),
+        node_stats=auto_result.node_stats if auto_result is not None else {},
+        before=auto_result.before if auto_result is not None else None,
+        after=auto_result.after if auto_result is not None else None,
+        verified=verified, native=native,
+        phases=(tuple(auto_result.phases) if auto_result is not None else ()) + tuple(phases),
+        headroom=auto_result.headroom if auto_result is not None else None)
+
+
+def default_paths(output_path: str, report_json: str | None, report_md: str | None) -> tuple[str, str]:
+    """``--report``/``--report-md``, defaulting to siblings of the output: OUT.report.json/.md."""
+    stem = output_path[:-5] if output_path.endswith(".onnx") else output_path
+    return report_json or stem + ".report.json", report_md or stem + ".report.md"
+
+
 # --- JSON -------------------------------------------------------------------------------------------
 
 
@@ -421,3 +460,34 @@ def _inferred_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence
 
 def _is_small(tensor: onnx.TensorProto) -> bool:
     return model_io.external_location(tensor) is None and int(np.prod(tensor.dims)) <= 4096
+
+
+# --- progress -------------------------------------------------------------------------------------
+
+
+class ProgressLine:
+    """Search progress on stderr: one self-overwriting line when stderr is a terminal, nothing
+    otherwise (CI logs stay clean). Call it as ``progress(phase, probes_done, probes_left)``."""
+
+    def __init__(self, stream=None, enabled: bool | None = None) -> None:
+        import sys
+
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)()) if enabled is None else enabled
+        self._width = 0
+
+    def __call__(self, phase: str, done: int, left: int) -> None:
+        if not self.enabled:
+            return
+        total = done + left
+        filled = int(20 * done / total) if total else 20
+        text = f"{phase}: [{'#' * filled}{'.' * (20 - filled)}] probe {done}, about {left} left"
+        self.stream.write("\r" + text.ljust(self._width))
+        self.stream.flush()
+        self._width = len(text)
+
+    def close(self) -> None:
+        if self.enabled and self._width:
+            self.stream.write("\r" + " " * self._width + "\r")
+            self.stream.flush()
+            self._width = 0

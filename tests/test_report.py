@@ -131,3 +131,43 @@ def test_estimate_flops_uses_sample_shape_for_symbolic_dims():
     small = rep.estimate_flops(model, {"x": (1, 64)})
     large = rep.estimate_flops(model, {"x": (8, 64)})
     assert large["node_of_sq"] == 8 * small["node_of_sq"] == 512
+
+
+def test_default_report_paths_are_siblings_of_the_output():
+    assert rep.default_paths("out/m.fp16.onnx", None, None) == ("out/m.fp16.report.json", "out/m.fp16.report.md")
+    assert rep.default_paths("m", "r.json", None) == ("r.json", "m.report.md")
+
+
+def test_for_conversion_without_search_takes_the_verification_status():
+    import numpy as np
+
+    from onnx_precision.data import Samples
+
+    model = parse(L2)
+    from onnx_precision.model_io import name_nodes
+    name_nodes(model)
+    plan = uniform_plan([n.name for n in model.graph.node], Precision.FP16, Reason("default", "all-fp16"))
+    samples = Samples(({"x": np.ones((3, 64), np.float32)},), True, "synthetic, seed 0")
+    failing = Comparison((metrics("y", 1.0, 0.5, passed=False),), False, "emulate")
+    report = rep.for_conversion(model, "l2.onnx", "l2.fp16.onnx", plan, samples, Tolerance(), "all-fp16",
+                                verified=failing, phases=(rep.PhaseCost("verify", 0.1, 1, 1),))
+    assert report.status == "failed" and "out of tolerance" in report.message
+    assert report.node_flops["node_of_sq"] == 3 * 64 and report.sample_count == 1
+    assert report.samples_synthetic and report.sessions_built == 1
+
+
+def test_progress_line_only_on_a_terminal():
+    import io
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    quiet, tty = io.StringIO(), Tty()
+    for stream in (quiet, tty):
+        progress = rep.ProgressLine(stream)
+        progress("search", 3, 5)
+        progress.close()
+    assert quiet.getvalue() == ""
+    assert "search: [#######.............] probe 3, about 5 left" in tty.getvalue()
+    assert tty.getvalue().endswith("\r")
