@@ -118,6 +118,7 @@ class LayerwiseResult:
     nodes: Mapping[str, NodeError]          # main-graph nodes with float outputs, topological order
     first_divergence: tuple[str, ...]       # nodes where error appears, topological order
     oracle: str = "emulate"
+    outputs: tuple[dict[str, np.ndarray], ...] = ()  # the plan's graph outputs, per sample
 
     def ranked(self) -> tuple[str, ...]:
         """Node names by decreasing error (non-finite first): the search's widening order."""
@@ -217,6 +218,7 @@ def _inspect(session: "EmulationSession", plan: "PrecisionPlan | None", feeds: S
     outputs = []
     first_bad: list[str] = []
     errors: dict[str, NodeError] = {}
+    cand_outputs = []
     for feed in feeds:
         ref = _captured(session, None, feed)
         _merge_stats(stats, ref)
@@ -227,6 +229,7 @@ def _inspect(session: "EmulationSession", plan: "PrecisionPlan | None", feeds: S
         if plan is not None:
             cand = _captured(session, plan, feed)
             _merge_errors(errors, nodes, ref, cand, tol.rtol)
+            cand_outputs.append({name: cand[name] for name in session.outputs if name in cand})
             del cand
         del ref
     order = {n.name: i for i, n in enumerate(nodes)}
@@ -235,7 +238,8 @@ def _inspect(session: "EmulationSession", plan: "PrecisionPlan | None", feeds: S
     if plan is None:
         return reference, None
     ordered = {n.name: errors[n.name] for n in nodes if n.name in errors}
-    return reference, LayerwiseResult(ordered, tuple(n for n, e in ordered.items() if e.diverges))
+    return reference, LayerwiseResult(ordered, tuple(n for n, e in ordered.items() if e.diverges),
+                                      outputs=tuple(cand_outputs))
 
 
 def _merge_errors(acc: dict[str, NodeError], nodes: Sequence[onnx.NodeProto], ref: Mapping[str, np.ndarray],
