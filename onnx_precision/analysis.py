@@ -144,11 +144,12 @@ class AnalysisResult:
             lines.append(f"... {hidden} more node{'s' if hidden != 1 else ''}: safe")
         if not shown:
             lines.append("(no node at risk)")
-        explained = [r for r in self.problems if r.active_findings or r.note]
+        if any(r.first_divergence for r in shown):
+            lines.append("* first divergence: the emulated FP16 error appears at this node")
+        explained = [(r, _reasons(r)) for r in self.problems]
         if explained:
             lines.append("")
-            for r in explained:
-                lines.append(f"{r.node}: " + "; ".join(_reasons(r)))
+            lines.extend(f"{r.node}: " + "; ".join(reasons) for r, reasons in explained if reasons)
         return "\n".join(lines)
 
     def to_json(self) -> dict:
@@ -208,8 +209,15 @@ def _row_cells(r: NodeRow) -> tuple[str, ...]:
 
 
 def _reasons(r: NodeRow) -> list[str]:
-    out = [f.message + ("" if f.confirmed else " (static)") for f in r.active_findings
-           if f.severity in _VERDICT_DRIVING or r.verdict != SAFE]
+    out = []
+    if r.fp32_range is not None and r.fp32_range.overflows_fp16:
+        out.append(f"FP32 values reach {_g(r.fp32_range.max_abs)}, past FP16's 65504")
+    out += [f.message + ("" if f.confirmed else " (static)") for f in r.active_findings
+            if f.severity in _VERDICT_DRIVING or r.verdict != SAFE]
+    if r.first_divergence and r.error is not None:
+        what = (f"{r.error.new_nonfinite} new NaN/Inf" if r.error.new_nonfinite
+                else f"relative error {_g(r.error.max_rel_err)}")
+        out.append(f"emulated FP16 error appears here ({what}) while its inputs are still close")
     if r.forced_fp32 is not None:
         out.append(f"kept FP32 in any plan ({r.forced_fp32.source}: {r.forced_fp32.detail})")
     if r.note:
