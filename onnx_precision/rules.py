@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Mapping, Optional, Protocol, Sequence
+from typing import Callable, Collection, Iterable, Iterator, Mapping, Optional, Protocol, Sequence
 
 import numpy as np
 import onnx
@@ -146,8 +146,9 @@ class ModelFacts:
         """Recorded statistics of a tensor (None without data or when it was not recorded)."""
         return None if self.stats is None else self.stats.get(name)
 
-    def downstream_ops(self, name: str, hops: int) -> list[onnx.NodeProto]:
-        """Nodes consuming ``name`` directly or through up to ``hops - 1`` further nodes."""
+    def downstream_ops(self, name: str, hops: int, stop_at: Collection[str] = ()) -> list[onnx.NodeProto]:
+        """Nodes consuming ``name`` directly or through up to ``hops - 1`` further nodes; the
+        outputs of ops in ``stop_at`` are not followed."""
         seen: list[onnx.NodeProto] = []
         frontier = [name]
         for _ in range(hops):
@@ -156,7 +157,8 @@ class ModelFacts:
                 for consumer in self.consumers.get(tensor, []):
                     if all(consumer is not s for s in seen):
                         seen.append(consumer)
-                        nxt.extend(o for o in consumer.output if o)
+                        if consumer.op_type not in stop_at:
+                            nxt.extend(o for o in consumer.output if o)
             frontier = nxt
         return seen
 
@@ -591,20 +593,25 @@ def float_integer(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]:
 
 
 _FRAGILE = {"Sqrt", "Div", "Reciprocal", "Log", "Pow"}
+# A sum or product over many values absorbs a few flushed terms; whether its result flushes is
+# recorded (and judged) on its own output.
+_ABSORBING = {"ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp",
+              "ReduceMax", "ReduceMin", "MatMul", "Gemm", "Conv", "ConvTranspose", "CumSum"}
 
 
 @rule(ANY_OP)
 def flush_to_zero(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]:
     """Recorded outputs of which a significant share flushes to zero in FP16. It matters when the
-    zeros reach a Sqrt, a division or a Log (LayerNorm variance of near-constant rows); tiny tails
-    that only feed sums and products are noise, so those findings stay low."""
+    zeros reach a Sqrt, a division or a Log (LayerNorm variance of near-constant rows) without a
+    reduction in between; tiny tails that only feed sums and products are noise (low)."""
     if not facts.has_data or node.op_type in ("Softmax", "Constant"):
         return  # Softmax has its own rule; without data there is nothing to say
     for name in node.output:
         stats = facts.range_of(name) if name else None
         if stats is None or not _flushes_much(stats):
             continue
-        fragile = sorted({c.op_type for c in facts.downstream_ops(name, 3)} & _FRAGILE)
+        reached = facts.downstream_ops(name, 3, stop_at=_ABSORBING)
+        fragile = sorted({c.op_type for c in reached} & _FRAGILE)
         message = f"{stats.flush_fraction:.0%} of the nonzero values flush to zero in FP16"
         if fragile:
             message += f" before {'/'.join(fragile)}"

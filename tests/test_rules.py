@@ -154,9 +154,9 @@ def test_flush_to_zero_matters_before_a_sqrt_and_not_before_a_sum():
     }}"""
     stats = {"d": S(3.0, 1e-5), "sq": S(9.0, 1e-10, 0.5), "v": S(4.0, 1e-10, 0.5), "y": S(2.0, 1e-5)}
     fragile = {f.node: f for f in find(text.format(op="Sqrt"), stats, "flush-to-zero")}
-    assert set(fragile) == {"node_of_sq", "node_of_v"}
-    assert fragile["node_of_sq"].severity == "medium"
-    assert "50% of the nonzero values" in fragile["node_of_sq"].message
+    # the squares reach the Sqrt only through a mean, which absorbs a few flushed terms
+    assert (fragile["node_of_sq"].severity, fragile["node_of_v"].severity) == ("low", "medium")
+    assert fragile["node_of_v"].message == "50% of the nonzero values flush to zero in FP16 before Sqrt"
     benign = {f.node: f for f in find(text.format(op="Relu"), stats, "flush-to-zero")}
     assert {f.severity for f in benign.values()} == {"low"}
     few = find(text.format(op="Sqrt"), {**stats, "sq": S(9.0, 1e-10, 0.001)}, "flush-to-zero")
