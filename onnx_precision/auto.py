@@ -240,26 +240,24 @@ _SEARCH_PROBE = Reason("search", "probe")
 @dataclass(frozen=True)
 class _Graph:
     order: tuple[str, ...]  # every node, owners before their bodies
-    ops: Mapping[str, str]
-    fp16_outputs: Mapping[str, tuple[str, ...]]  # node -> tensors it writes as FP16 when FP16
-    fp16_inputs: Mapping[str, tuple[str, ...]]  # node -> tensors it reads as FP16 when FP16
     outputs: Mapping[str, tuple[str, ...]]  # node -> every output tensor
+    holders: Mapping[str, tuple[str, ...]]  # tensor -> nodes that hold it in FP16 when FP16, in order
 
     @staticmethod
     def of(model, typing) -> "_Graph":
-        order, ops, outs, ins, all_outs = [], {}, {}, {}, {}
+        order, outputs, holders = [], {}, {}
         for ref in model_io.walk_nodes(model.graph):
             node, t = ref.node, typing[ref.name]
             order.append(ref.name)
-            ops[ref.name] = node.op_type
-            outs[ref.name] = tuple(node.output[i] for i in t.convertible_outputs)
-            ins[ref.name] = tuple(node.input[i] for i in t.convertible_inputs)
-            all_outs[ref.name] = tuple(o for o in node.output if o)
-        return _Graph(tuple(order), ops, outs, ins, all_outs)
+            outputs[ref.name] = tuple(o for o in node.output if o)
+            fp16 = [node.input[i] for i in t.convertible_inputs] + [node.output[i] for i in t.convertible_outputs]
+            for tensor in dict.fromkeys(fp16):
+                holders.setdefault(tensor, []).append(ref.name)
+        return _Graph(tuple(order), outputs, {k: tuple(v) for k, v in holders.items()})
 
-    def touching(self, tensor: str) -> list[str]:
+    def touching(self, tensor: str) -> tuple[str, ...]:
         """Nodes that would hold ``tensor`` in FP16: its FP16 producer and FP16 consumers."""
-        return [n for n in self.order if tensor in self.fp16_outputs[n] or tensor in self.fp16_inputs[n]]
+        return self.holders.get(tensor, ())
 
 
 # --- headroom and range flags ----------------------------------------------------------------------
@@ -284,11 +282,7 @@ def headroom_pins(graph: _Graph, plan: PrecisionPlan, stats: Mapping, headroom: 
 
 
 def _tensors(graph: _Graph) -> list[str]:
-    seen: dict[str, None] = {}
-    for node in graph.order:
-        for t in graph.fp16_inputs[node] + graph.fp16_outputs[node]:
-            seen.setdefault(t, None)
-    return list(seen)
+    return list(graph.holders)
 
 
 def _flagged(model, base_dir: str, graph: _Graph, plan: PrecisionPlan, reference, static: bool,
