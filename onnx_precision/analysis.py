@@ -121,6 +121,8 @@ class AnalysisResult:
                          "fix the model or the data; FP16 is not the cause")
         failing = [m for m in self.all_fp16.outputs if not m.passed]
         verdict = "fails" if failing else "passes"
+        if self.fp32_nonfinite is not None:
+            verdict += " where FP32 is finite"
         tol = self.tolerance
         lines.append(f"all-FP16 ({self.oracle} oracle, atol {tol.atol:g}, rtol {tol.rtol:g}, "
                      f"cosine {tol.min_cosine:g}): {verdict}"
@@ -292,6 +294,9 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
     names = [ref.name for ref in model_io.walk_nodes(model.graph)]
     all_fp16 = uniform_plan(names, Precision.FP16, Reason("default", "all FP16"))
     plan = typing_rules.resolve_plan(model, all_fp16, loaded.base_dir, typing=typing, types=types)
+    warnings = list(samples.warnings)
+    if not any(t.has_float for t in typing.values()):
+        warnings.append("the model computes nothing in float32 (already FP16?): there is nothing to analyse")
     session = oracle.EmulationSession(model, loaded.base_dir, typing=typing, forced_fp32=plan.fp32_nodes)
     seconds["session"] = time.perf_counter() - start
 
@@ -305,7 +310,7 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
     seconds["rules"] = time.perf_counter() - start
     log.debug("analyze %s: %s", model_path, ", ".join(f"{k} {v:.2f}s" for k, v in seconds.items()))
     return AnalysisResult(model_path, samples.source, samples.synthetic, len(samples.feeds), tol, rows,
-                          outputs, reference.first_nonfinite, samples.warnings, oracle.EMULATE,
+                          outputs, reference.first_nonfinite, tuple(warnings), oracle.EMULATE,
                           session.sessions_built, session.probes_run, seconds)
 
 

@@ -106,6 +106,17 @@ def test_if_points_at_the_branch_and_the_suspect_inside():
     assert result.row("else_scale").verdict == "safe"
 
 
+def test_a_model_without_fp32_compute_is_called_out(tmp_path):
+    model = onnx.load(model_path("l2_normalize"))
+    for vi in list(model.graph.input) + list(model.graph.output):
+        vi.type.tensor_type.elem_type = onnx.TensorProto.FLOAT16
+    path = str(tmp_path / "fp16.onnx")
+    onnx.save(model, path)
+    result = analysis.analyze(path)
+    assert any("nothing in float32" in w for w in result.warnings)
+    assert "warning: the model computes nothing in float32" in result.table()
+
+
 def test_dynamic_batch_takes_the_worst_sample():
     result = run("dynamic_batch")
     assert result.sample_count == 2
