@@ -477,11 +477,14 @@ def softmax(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]:
 _EPS_CONSUMERS = {"Sqrt", "Div", "Reciprocal", "Pow", "Log"}
 
 
-@rule("Add", "Max", "Sum")
+@rule("Add", "Max", "Sum", "Clip")
 def epsilon(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]:
-    """An epsilon added (or used as a floor) before a Sqrt/Div/Reciprocal, too small for FP16:
-    below 5.96e-8 it is exactly 0 (LayerNorm's 1e-12), below 6.1e-5 it is subnormal."""
+    """An epsilon added (or used as a floor, as F.normalize's Clip(min=1e-12)) before a
+    Sqrt/Div/Reciprocal, too small for FP16: below 5.96e-8 it is exactly 0 (LayerNorm's 1e-12),
+    below 6.1e-5 it is subnormal."""
     for index, name in enumerate(node.input):
+        if node.op_type == "Clip" and index != 1:
+            continue  # only Clip's lower bound guards anything
         values = facts.constant(name)
         if values is None or values.size == 0 or values.dtype.kind != "f":
             continue

@@ -103,8 +103,8 @@ def main() -> int:
     configs = CONFIGS
     if args.seq or args.d_model or args.ff:
         configs = [dict(seq=args.seq or 32, d_model=args.d_model or 64, ff=args.ff or 256)]
-    print(f"{'model':34} {'nodes':>5} {'MB':>6} {'plain s':>8} {'runs s':>7} {'analyze s':>9} {'ratio':>6} "
-          f"{'plain RSS':>9} {'analyze RSS':>11} {'mem ratio':>9}  culprits found")
+    print(f"{'model':34} {'nodes':>5} {'MB':>6} {'plain s':>8} {'runs s':>7} {'analyze s':>9} "
+          f"{'ratio':>6} {'plain RSS':>9} {'analyze RSS':>11} {'mem ratio':>9}  culprits found")
     for cfg in configs:
         with tempfile.TemporaryDirectory() as tmp:
             model, data, nodes, size = write_example(tmp, args.layers, **cfg)

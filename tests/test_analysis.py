@@ -222,3 +222,46 @@ def test_cli_json_refuses_to_overwrite_the_model(tmp_path, capsys):
     assert main(["analyze", str(model), "--json", str(model)]) == 2
     assert "input file" in _one_line_error(capsys)
     assert model.read_bytes() == before
+
+
+# --- the verdict from its evidence ------------------------------------------------------------------
+
+def _node(op: str) -> onnx.NodeProto:
+    return onnx.helper.make_node(op, ["a", "b"], ["c"], name="n")
+
+
+def _error(diverges: bool, rel: float = 0.5, nonfinite: int = 0):
+    from onnx_precision.stats import NodeError
+    return NodeError("n", "Op", rel, rel, nonfinite, 0.0, diverges)
+
+
+def _stats(max_abs: float, flush: float = 0.0):
+    from onnx_precision.stats import TensorStats
+    return TensorStats(max_abs, 1e-3, flush, 0, 0, 16)
+
+
+def _flush_finding(severity: str = "medium"):
+    from onnx_precision import rules
+    return rules.Finding("n", "Op", "flush-to-zero", "underflow", severity, {}, "m", True)
+
+
+def test_verdict_precision_when_the_error_appears_without_a_range_cause():
+    assert analysis.node_verdict(_node("Add"), (), _stats(10.0), _error(True), None) == "precision"
+    assert analysis.node_verdict(_node("Add"), (), _stats(10.0), _error(False), None) == "safe"
+
+
+def test_verdict_new_nonfinite_is_underflow_after_a_division_and_overflow_elsewhere():
+    blown = _error(True, nonfinite=3)
+    assert analysis.node_verdict(_node("Div"), (), _stats(10.0), blown, None) == "underflow"
+    assert analysis.node_verdict(_node("Mul"), (), _stats(10.0), blown, None) == "overflow"
+
+
+def test_verdict_flush_decides_only_with_an_effect_and_fp32_nan_wins():
+    flush = (_flush_finding(),)
+    assert analysis.node_verdict(_node("Mul"), flush, _stats(1.0, 0.5), _error(False), None, effect=True) \
+        == "underflow"
+    assert analysis.node_verdict(_node("Mul"), flush, _stats(1.0, 0.5), _error(False), None, effect=False) \
+        == "safe"
+    big = _stats(7e4)
+    assert analysis.node_verdict(_node("Mul"), flush, big, _error(False), None, effect=False) == "overflow"
+    assert analysis.node_verdict(_node("Mul"), flush, _stats(7e4), _error(True), "n") == "fp32-nonfinite"

@@ -224,6 +224,20 @@ def test_epsilon_confirmed_when_the_guarded_value_gets_tiny():
     assert only(text, {"v": S(4.0, 0.5)}, "epsilon-underflow").confirmed is False
 
 
+def test_clip_floor_of_a_norm_as_f_normalize_exports_it():
+    text = """
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2, 64] x) => (float[2, 64] y) {
+      axes = Constant<value = int64[1] {-1}>()
+      n = ReduceL2<keepdims = 1>(x, axes)
+      lo = Constant<value = float {1e-12}>()
+      c = Clip(n, lo)
+      y = Div(x, c)
+    }"""
+    f = only(text, rule="epsilon-underflow")
+    assert f.node == "node_of_c" and f.severity == "high" and f.evidence["guards"] == "Div"
+
+
 def test_epsilon_not_guarding_anything_is_not_flagged():
     text = """
     <ir_version: 8, opset_import: ["" : 17]>
