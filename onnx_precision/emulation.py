@@ -8,12 +8,16 @@ become 0, the rest lose their low bits, exactly as on a GPU whose kernels accumu
 Two builders:
 
 * :func:`build_switch_model` (the search's oracle): ONE graph in which each node that could be FP16
-  has a boolean scalar input, its *switch*. Every convertible float output ``o`` of node N becomes
-  ``o = Where(switch_N, round(o_exact), o_exact)``; every convertible float input ``t`` of N
-  becomes ``Where(switch_N, round(t), t)``. ``round(t)`` is computed once per tensor and shared by
-  all FP16 consumers (it is also correct after an FP16 producer, since rounding is idempotent).
+  has a boolean scalar input, its *switch*, and becomes ``If(switch_N)``: the then-branch runs N on
+  rounded convertible inputs and rounds its convertible outputs, the else-branch runs N as it is.
   Any precision plan is then a run of the same session with the switches set; all switches off
-  is the FP32 model exactly, because ``Where`` copies the exact operand.
+  runs exactly the FP32 model's kernels on the same values, so it is bit-identical to it. Rounded
+  copies of initializers are computed once at build time and of graph inputs (and of tensors of
+  nodes without a switch) once per run, shared by every FP16 consumer; a tensor whose producer has
+  a switch is rounded again inside each FP16 consumer (idempotent if the producer was FP16, and
+  cheaper than selecting a shared copy at run time: onnxruntime's Where and If-of-Identity copy
+  the tensor on every run, several times slower than a Cast pair). Control-flow nodes,
+  whose bodies carry their own switches, select with ``Where`` instead of being wrapped.
 * :func:`emulate_model` (verifying what is written): an FP16/mixed model turned into the FP32
   graph that rounds at each of its FP16 tensors, so any candidate model can be checked on CPU.
 """
@@ -96,6 +100,16 @@ def round_fp16(a: np.ndarray) -> np.ndarray:
         return np.asarray(a).astype(np.float16).astype(np.float32)
 
 
+# Ops whose outputs only move, select or sign-flip input values (and constants that are rounded as
+# inputs): on FP16 inputs their outputs are FP16 values already, so rounding them again changes no
+# bit. Skipping that Cast pair is a speed-up of the switch graph only; what is emulated is the same.
+_VALUE_PRESERVING = frozenset({
+    "Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Expand", "Tile", "Slice",
+    "Gather", "GatherElements", "GatherND", "Concat", "Split", "Pad", "DepthToSpace", "SpaceToDepth",
+    "Relu", "Neg", "Abs", "Max", "Min", "ReduceMax", "ReduceMin", "MaxPool", "Where", "Clip",
+})
+
+
 class _SwitchBuilder:
     def __init__(self, model: onnx.ModelProto, typing: Mapping, types: Mapping[str, int],
                  base_dir: str | None) -> None:
@@ -105,6 +119,7 @@ class _SwitchBuilder:
         self.base_dir = base_dir or "."
         self.names = _Names(model)
         self.switches: dict[str, str] = {}
+        self.switched: set[str] = set()  # tensors produced by a node with a switch
         self.main_inputs = {vi.name for vi in model.graph.input}
         self.init_graph: dict[str, onnx.GraphProto] = {}
         for graph in _graphs(model.graph):
@@ -161,36 +176,108 @@ class _SwitchBuilder:
             switch = self.switch(node)
             if switch is None:
                 new_nodes.append(node)
-                continue
-            t = self.typing[node.name]
-            edges: dict[str, str] = {}
-            for i in t.convertible_inputs:
-                if i >= len(node.input) or not self.is_float(node.input[i]):
-                    continue
-                src = node.input[i]
-                if src not in edges:
-                    r = self.rounded(src, scopes, new_nodes)
-                    if r is None:
-                        edges[src] = src
-                    else:
-                        edges[src] = self.names.fresh(f"{src}__to__{node.name}")
-                        new_nodes.append(helper.make_node("Where", [switch, r, src], [edges[src]],
-                                                          name=self.names.fresh(edges[src] + "__where")))
-                node.input[i] = edges[src]
-            new_nodes.append(node)
-            for i in t.convertible_outputs:
-                if i >= len(node.output) or not self.is_float(node.output[i]):
-                    continue
-                o = node.output[i]
-                exact = self.names.fresh(o + "__exact")
-                rounded = self.names.fresh(o + "__rounded")
-                node.output[i] = exact
-                new_nodes.extend(_round_nodes(exact, rounded, self.names))
-                new_nodes.append(helper.make_node("Where", [switch, rounded, exact], [o],
-                                                  name=self.names.fresh(o + "__where")))
-                scopes[-1][o] = rounded
+            elif any(True for _ in subgraphs(node)):
+                self._select_with_where(node, switch, scopes, new_nodes)
+            else:
+                new_nodes.append(self._branch_on_switch(node, switch, scopes, new_nodes))
         del graph.node[:]
         graph.node.extend(new_nodes)
+
+    def _inputs(self, node: onnx.NodeProto) -> list[int]:
+        t = self.typing[node.name]
+        return [i for i in t.convertible_inputs if i < len(node.input) and self.is_float(node.input[i])]
+
+    def _outputs(self, node: onnx.NodeProto) -> list[int]:
+        t = self.typing[node.name]
+        return [i for i in t.convertible_outputs if i < len(node.output) and self.is_float(node.output[i])]
+
+    def _branch_on_switch(self, node: onnx.NodeProto, switch: str, scopes: list[dict[str, str | None]],
+                          out: list[onnx.NodeProto]) -> onnx.NodeProto:
+        """``If(switch)``: then the node on rounded inputs with rounded outputs, else the node as is.
+
+        An If runs only the branch taken, so the FP32 side costs the node alone (a Where would
+        copy every tensor, weights included, on every run: measured 3-5x slower).
+        An input from a node with a switch is rounded again on the FP16 side whatever that
+        producer did (idempotent); branching again on the producer's switch to skip it was
+        measured to cost as much in If overhead as it saves in Casts.
+        """
+        fp32 = onnx.NodeProto()
+        fp32.CopyFrom(node)
+        fp32.name = self.names.fresh(node.name + "__fp32")
+        else_outs = []
+        for i, o in enumerate(node.output):
+            if o:
+                fp32.output[i] = self.names.fresh(o + "__fp32")
+                else_outs.append(self._value_info(fp32.output[i], o))
+        else_graph = helper.make_graph([fp32], node.name + "__fp32", [], else_outs)
+        then_graph = self._fp16_graph(node, scopes, out)
+        self.switched.update(o for o in node.output if o)
+        return helper.make_node("If", [switch], [o for o in node.output if o], name=node.name,
+                                then_branch=then_graph, else_branch=else_graph)
+
+    def _fp16_graph(self, node: onnx.NodeProto, scopes: list[dict[str, str | None]], out: list[onnx.NodeProto],
+                    ) -> onnx.GraphProto:
+        """The node as FP16 computes it: convertible inputs and outputs rounded."""
+        fp16 = onnx.NodeProto()
+        fp16.CopyFrom(node)
+        fp16.name = self.names.fresh(node.name + "__fp16")
+        nodes: list[onnx.NodeProto] = []
+        local: dict[str, str] = {}
+        for i in self._inputs(node):
+            src = node.input[i]
+            if src not in local:
+                if src in self.switched:
+                    local[src] = self.names.fresh(f"{src}__rounded_for__{node.name}")
+                    nodes.extend(_round_nodes(src, local[src], self.names))
+                else:
+                    local[src] = self.rounded(src, scopes, out) or src
+            fp16.input[i] = local[src]
+        nodes.append(fp16)
+        rounded_outputs = set(self._outputs(node))
+        if node.op_type in _VALUE_PRESERVING and node.domain in ("", "ai.onnx"):
+            rounded_outputs = set()
+        outs = []
+        for i, o in enumerate(node.output):
+            if not o:
+                continue
+            name = self.names.fresh(o + "__fp16")
+            if i in rounded_outputs:
+                exact = self.names.fresh(o + "__fp16_exact")
+                fp16.output[i] = exact
+                nodes.extend(_round_nodes(exact, name, self.names))
+            else:
+                fp16.output[i] = name
+            outs.append(self._value_info(name, o))
+        return helper.make_graph(nodes, fp16.name, [], outs)
+
+    def _value_info(self, name: str, like: str) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, self.types.get(like, FLOAT), None)
+
+    def _select_with_where(self, node: onnx.NodeProto, switch: str, scopes: list[dict[str, str | None]],
+                           out: list[onnx.NodeProto]) -> None:
+        """A control-flow node (its bodies have their own switches): Where on each rounded tensor."""
+        edges: dict[str, str] = {}
+        for i in self._inputs(node):
+            src = node.input[i]
+            if src not in edges:
+                r = self.rounded(src, scopes, out)
+                edges[src] = src if r is None else self._where(switch, r, src, f"{src}__to__{node.name}", out)
+            node.input[i] = edges[src]
+        out.append(node)
+        for i in self._outputs(node):
+            o = node.output[i]
+            exact = self.names.fresh(o + "__exact")
+            rounded = self.names.fresh(o + "__rounded")
+            node.output[i] = exact
+            out.extend(_round_nodes(exact, rounded, self.names))
+            self._where(switch, rounded, exact, o, out, fresh=False)
+            self.switched.add(o)
+
+    def _where(self, switch: str, rounded: str, exact: str, name: str, out: list[onnx.NodeProto],
+               fresh: bool = True) -> str:
+        dst = self.names.fresh(name) if fresh else name
+        out.append(helper.make_node("Where", [switch, rounded, exact], [dst], name=self.names.fresh(dst + "__where")))
+        return dst
 
 
 def build_switch_model(model: onnx.ModelProto, typing: Mapping, base_dir: str | None = None,

@@ -9,10 +9,11 @@
 * ``reference``: :func:`run_reference` runs the real model in ``onnx.reference`` (numpy FP16
   arithmetic throughout, slow and pessimistic).
 
-Sessions use ``ORT_DISABLE_ALL``: the Where nodes of the switch graph block every fusion anyway,
-and disabling them in every session of the oracle makes "all switches off" bit-identical to the
-FP32 model run by :func:`run_fp32` and a plan bit-identical to the emulation of the model the
-rewriter writes for it. (No level folds the Cast pairs away; tests keep that true.)
+Sessions use ``ORT_DISABLE_ALL``: the switch graph puts every node in its own If branch, so no
+fusion could apply to it anyway, and disabling them in every session of the oracle makes "all
+switches off" bit-identical to the FP32 model run by :func:`run_fp32` and a plan bit-identical to
+the emulation of the model the rewriter writes for it. (No level folds the Cast pairs away, not
+even ``ORT_ENABLE_ALL``; a test keeps that true.)
 
 Statistics (:func:`reference_stats`, :func:`layerwise`) are computed per sample and per run and
 the tensors dropped, so memory holds one run's intermediates at a time.
@@ -51,10 +52,13 @@ def native_oracle(provider: str) -> str:
     return f"native:{provider}"
 
 
-def session_options() -> ort.SessionOptions:
+def session_options(threads: int | None = None) -> ort.SessionOptions:
+    """The oracle's session options; ``threads`` caps onnxruntime's intra-op threads (None: all)."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
+    if threads:
+        options.intra_op_num_threads = threads
     return options
 
 
@@ -98,7 +102,7 @@ class EmulationSession:
 
     def __init__(self, model: onnx.ModelProto, base_dir: str | None = None,
                  capture_intermediates: bool = True, typing: Mapping | None = None,
-                 forced_fp32: Iterable[str] | None = None) -> None:
+                 forced_fp32: Iterable[str] | None = None, threads: int | None = None) -> None:
         self.model = model
         self.base_dir = base_dir
         types = tensor_types(model)
@@ -107,7 +111,7 @@ class EmulationSession:
                                                             types)
         self.forced_fp32 = (frozenset(forced_fp32) if forced_fp32 is not None
                             else forced_fp32_nodes(model, base_dir, self.typing, types))
-        self.session = make_session(self.switch_model.model, base_dir)
+        self.session = make_session(self.switch_model.model, base_dir, options=session_options(threads))
         self.sessions_built = 1
         self.probes_run = 0
         self._off = {s: np.array(False) for s in self.switch_model.switches.values()}

@@ -110,6 +110,17 @@ def test_l2_normalize_collapses_in_emulation_but_not_natively_on_cpu(caplog):
                            native.oracle).passed
 
 
+def test_no_optimization_level_folds_the_rounding_away():
+    """The oracle runs at ORT_DISABLE_ALL; even the most aggressive level keeps the Cast pairs."""
+    model = named(L2)
+    emulated = emulate_model(rewrite(model, plan_of(model)).model)
+    for level in (ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
+        options = ort.SessionOptions()
+        options.graph_optimization_level = level
+        session = ort.InferenceSession(emulated.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        assert np.all(session.run(["y"], X50)[0] == 0.0), level
+
+
 def test_reference_mode_agrees_with_emulation_where_op_internals_do_not_matter():
     model = named(ELEMENTWISE)
     gen = np.random.default_rng(0)
