@@ -67,18 +67,25 @@ def _num(x: float) -> float | str:
 
 def tensor_stats(values: np.ndarray) -> TensorStats:
     a = np.abs(np.asarray(values, dtype=np.float32)).ravel()
-    nan = np.isnan(a)
-    nan_count = int(np.count_nonzero(nan))
-    if nan_count:
-        a = a[~nan]
-    if not a.size:
-        return TensorStats(0.0, float("inf"), 0.0, nan_count, 0, int(nan.size))
-    inf_count = int(np.count_nonzero(np.isinf(a)))
-    nonzero = int(np.count_nonzero(a))
-    tiny = int(np.count_nonzero(a <= FP16_FLUSH)) - (a.size - nonzero)
-    min_nonzero = float(np.min(a, where=a > 0, initial=np.inf))
-    return TensorStats(float(a.max()), min_nonzero, tiny / nonzero if nonzero else 0.0, nan_count, inf_count,
-                       int(nan.size))
+    size = int(a.size)
+    if not size:
+        return TensorStats(0.0, float("inf"), 0.0, 0, 0, 0)
+    top = a.max()  # NaN if any NaN: the common all-finite case then needs no further counting
+    nan_count = inf_count = 0
+    if not np.isfinite(top):
+        nan = np.isnan(a)
+        nan_count = int(np.count_nonzero(nan))
+        if nan_count:
+            a = a[~nan]
+        inf_count = int(np.count_nonzero(np.isinf(a)))
+        if not a.size:
+            return TensorStats(0.0, float("inf"), 0.0, nan_count, 0, size)
+        top = a.max()
+    positive = a > 0
+    nonzero = int(np.count_nonzero(positive))
+    min_nonzero = float(np.min(a, where=positive, initial=np.inf))
+    tiny = int(np.count_nonzero(positive & (a <= FP16_FLUSH))) if min_nonzero <= FP16_FLUSH else 0
+    return TensorStats(float(top), min_nonzero, tiny / nonzero if nonzero else 0.0, nan_count, inf_count, size)
 
 
 @dataclass(frozen=True)

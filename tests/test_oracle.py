@@ -157,6 +157,30 @@ def test_switch_emulation_equals_emulating_the_written_model(name):
     assert session.probes_run == len(plans) * len(feeds)
 
 
+def test_random_plans_on_a_transformer_match_the_written_model_bit_for_bit():
+    from models import transformer
+    ex = transformer(layers=2, d_model=16, heads=2, seq=4, ff=32, outlier_layers=(1,))
+    model = ex.model
+    name_nodes(model)
+    nodes = [r.name for r in walk_nodes(model.graph)]
+    session = EmulationSession(model, capture_intermediates=False)
+    gen = np.random.default_rng(1)
+    all16 = plan_of(model)
+    for share in (0.0, 0.2, 0.5, 0.8):
+        plan = all16.with_fp32([n for n in nodes if gen.random() < share])
+        want = run_emulated(rewrite(model, plan).model, ex.feeds).outputs[0]["y"]
+        assert session.run(plan, ex.feeds[0])["y"].tobytes() == want.astype(np.float32).tobytes(), share
+    assert session.sessions_built == 1 and session.intermediates == ()
+
+
+def test_capturing_a_subset_of_intermediates():
+    model = named(L2)
+    session = EmulationSession(model, capture_intermediates=["ss"])
+    assert session.intermediates == ("ss",)
+    assert set(session.run(None, X50, intermediates=True)) == {"y", "ss"}
+    assert set(session.run(None, X50)) == {"y"}
+
+
 def test_subgraph_nodes_are_switched_through_outer_scope():
     model, feeds = example("if_branch")
     session = EmulationSession(model)
