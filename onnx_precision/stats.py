@@ -166,8 +166,7 @@ def _float_inputs(node: onnx.NodeProto, known: Iterable[str]) -> list[str]:
 
 
 def _first_nonfinite(nodes: Sequence[onnx.NodeProto], values: Mapping[str, np.ndarray]) -> str | None:
-    finite = {name: bool(np.isfinite(v).all()) for name, v in values.items()
-              if np.issubdtype(np.asarray(v).dtype, np.floating)}
+    finite = {name: bool(np.isfinite(v).all()) for name, v in values.items() if _is_float(v)}
     for node in nodes:
         outs = [o for o in node.output if o in finite]
         if outs and not all(finite[o] for o in outs) and all(finite[i] for i in _float_inputs(node, finite)):
@@ -176,16 +175,23 @@ def _first_nonfinite(nodes: Sequence[onnx.NodeProto], values: Mapping[str, np.nd
 
 
 def _captured(session: "EmulationSession", plan: "PrecisionPlan | None", feed: "Feed") -> dict[str, np.ndarray]:
-    """Every float tensor the session exposes, plus the float graph inputs as fed."""
+    """Every tensor the session exposes (graph outputs of any type, float intermediates), plus the
+    float graph inputs as fed."""
     values = session.run(plan, feed, intermediates=True)
     for name, value in feed.items():
-        if np.issubdtype(np.asarray(value).dtype, np.floating):
+        if _is_float(value):
             values.setdefault(name, session.fed_value(plan, name, value))
-    return {k: v for k, v in values.items() if np.issubdtype(np.asarray(v).dtype, np.floating)}
+    return values
+
+
+def _is_float(value: np.ndarray) -> bool:
+    return np.issubdtype(np.asarray(value).dtype, np.floating)
 
 
 def _merge_stats(acc: dict[str, TensorStats], values: Mapping[str, np.ndarray]) -> None:
     for name, value in values.items():
+        if not _is_float(value):
+            continue
         s = tensor_stats(value)
         acc[name] = acc[name].worst(s) if name in acc else s
 
@@ -251,7 +257,8 @@ def _inspect(session: "EmulationSession", plan: "PrecisionPlan | None", feeds: S
 
 def _merge_errors(acc: dict[str, NodeError], nodes: Sequence[onnx.NodeProto], ref: Mapping[str, np.ndarray],
                   cand: Mapping[str, np.ndarray], threshold: float) -> None:
-    tensor_err = {name: _tensor_error(ref[name], cand[name]) for name in ref if name in cand}
+    tensor_err = {name: _tensor_error(ref[name], cand[name]) for name in ref
+                  if name in cand and _is_float(ref[name])}
     for node in nodes:
         outs = [tensor_err[o] for o in node.output if o in tensor_err]
         if not outs:
