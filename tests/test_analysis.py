@@ -265,3 +265,14 @@ def test_verdict_flush_decides_only_with_an_effect_and_fp32_nan_wins():
     big = _stats(7e4)
     assert analysis.node_verdict(_node("Mul"), flush, big, _error(False), None, effect=False) == "overflow"
     assert analysis.node_verdict(_node("Mul"), flush, _stats(7e4), _error(True), "n") == "fp32-nonfinite"
+
+
+def test_nan_in_the_data_is_a_warning_not_a_node_verdict(tmp_path):
+    x = np.full((1, 64), 2.0, np.float32)
+    x[0, 5] = np.nan
+    data = tmp_path / "nan.npz"
+    data.write_bytes(npz_bytes({"x": x}))
+    result = analysis.analyze(model_path("l2_normalize"), SampleSpec(inputs=str(data)))
+    assert result.fp32_nonfinite is None and result.problems == ()
+    assert any("'x'" in w and "NaN" in w for w in result.warnings), result.warnings
+    assert "warning:" in result.table()
