@@ -40,7 +40,6 @@ FLOAT = TensorProto.FLOAT
 FLOAT16 = TensorProto.FLOAT16
 _FLOATS = (FLOAT, FLOAT16)
 _SUFFIX = {FLOAT: "fp32", FLOAT16: "fp16"}
-_DTYPE_ATTRS = ("dtype",)  # attributes that choose an output's element type
 
 
 @dataclass(frozen=True)
@@ -290,6 +289,8 @@ class _Rewriter:
             need = self.required(node, i)
             node.input[i] = self.name_of(name) if need is None else self.version(scope, name, need)
         fp16 = self.fp16(node)
+        if fp16 and any(self.orig(node.output[i]) == FLOAT for i in self.typing[node.name].convertible_outputs):
+            tr.retarget_attributes(node, self.model, self.base_dir)
         for i, name in enumerate(node.output):
             if not name:
                 continue
@@ -297,33 +298,10 @@ class _Rewriter:
             node.output[i] = self.name_of(name)
             if t in _FLOATS:
                 self.written[node.output[i]] = t
-        if fp16 and self.typing[node.name].convertible_outputs:
-            self.retarget_attributes(node)
         if node.op_type == "Cast" and node.domain in tr.ONNX_DOMAINS and \
                 self.written.get(node.input[0]) == FLOAT16 and self.written.get(node.output[0]) == FLOAT:
             self.widened_from[node.output[0]] = node.input[0]
         scope.nodes.append(node)
-
-    def retarget_attributes(self, node: onnx.NodeProto) -> None:
-        """Attributes that pick a float output type now pick float16."""
-        converts_float = any(self.orig(node.output[i]) == FLOAT for i in self.typing[node.name].convertible_outputs)
-        if not converts_float:
-            return
-        for attr in node.attribute:
-            if attr.name == "to" and node.op_type == "Cast" and attr.i == FLOAT:
-                attr.i = FLOAT16
-            elif attr.name in _DTYPE_ATTRS and attr.type == onnx.AttributeProto.INT and attr.i == FLOAT:
-                attr.i = FLOAT16
-            elif attr.type == onnx.AttributeProto.TYPE_PROTO and tr.elem_type(attr.tp) == FLOAT:
-                attr.tp.CopyFrom(tr.with_elem_type(attr.tp, FLOAT16))
-            elif node.op_type == "ConstantOfShape" and attr.name == "value" and attr.t.data_type == FLOAT:
-                attr.t.CopyFrom(model_io.cast_initializer(attr.t, self.base_dir, FLOAT16, attr.t.name))
-        present = {a.name for a in node.attribute}
-        if node.op_type == "ConstantOfShape" and "value" not in present:
-            node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(np.zeros(1, np.float16))))
-        if _schema_has_attr(node, self.model, "dtype") and "dtype" not in present:
-            # The default dtype (float, or the input's type) would no longer be float16.
-            node.attribute.append(helper.make_attribute("dtype", FLOAT16))
 
     def finish_outputs(self, scope: _Scope, owner: onnx.NodeProto | None) -> None:
         """Graph outputs get the type their consumer (the application or the owner node) expects."""
@@ -353,6 +331,19 @@ class _Rewriter:
         self.plan_constants()
         self.plan_main_outputs()
         self.rewrite_graph(self.model.graph, None, None)
+        if self.casts_added and not any(o.domain in tr.ONNX_DOMAINS for o in self.model.opset_import):
+            version = _default_opset_for(self.model)
+            self.model.opset_import.append(helper.make_opsetid("", version))
+            self.notes.append(f"the model imports no ai.onnx opset; added opset {version} for the Casts")
+
+
+def _default_opset_for(model: onnx.ModelProto) -> int:
+    """The ai.onnx opset released with the model's other opsets (for models importing only ML ops)."""
+    imported = {o.domain: o.version for o in model.opset_import}
+    for _release, _ir, onnx_opset, ml_opset, *_ in helper.VERSION_TABLE:
+        if ml_opset is not None and imported.get("ai.onnx.ml") == ml_opset:
+            return onnx_opset
+    return 13  # Cast-13: float16 and bfloat16, accepted by every current runtime
 
 
 def _graphs_with_owner(graph: onnx.GraphProto, owner: onnx.NodeProto | None):
@@ -379,18 +370,6 @@ def _set_constant_value(node: onnx.NodeProto, value: onnx.TensorProto) -> None:
     del node.attribute[:]
     node.attribute.extend(kept)
     node.attribute.append(helper.make_attribute("value", value))
-
-
-def _schema_has_attr(node: onnx.NodeProto, model: onnx.ModelProto, attr: str) -> bool:
-    domain = "" if node.domain == "ai.onnx" else node.domain
-    opset = tr.opset_map(model).get(domain)
-    if opset is None:
-        return False
-    try:
-        schema = onnx.defs.get_schema(node.op_type, opset, domain)
-    except onnx.defs.SchemaError:
-        return False
-    return attr in schema.attributes
 
 
 def rewrite(model: onnx.ModelProto, plan: PrecisionPlan, base_dir: str = ".", *,

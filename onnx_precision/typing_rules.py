@@ -149,6 +149,7 @@ def tensor_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
                     t = _constant_type(node)
                     if t is not None:
                         types.setdefault(node.output[0], t)
+    _complete_types(model, types)
     return types
 
 
@@ -237,6 +238,13 @@ def opset_map(model: onnx.ModelProto) -> dict[str, int]:
 # --- node typing ------------------------------------------------------------------------------
 
 
+# Constant: a value, not a computation; the rewriter gives each consumer the value in the type
+# it needs (as for initializers), so the node itself converts nothing. BitCast: reinterprets bits,
+# so a float16 output would be a different value of a different size.
+_VALUE_OPS = ("Constant", "BitCast")
+_CASTS = ("Cast", "CastLike")
+
+
 def _param_for(params: tuple[_Param, ...], index: int) -> _Param | None:
     if index < len(params):
         return params[index]
@@ -245,17 +253,77 @@ def _param_for(params: tuple[_Param, ...], index: int) -> _Param | None:
     return None
 
 
+def _groups(node: onnx.NodeProto, schema: _Schema) -> dict[tuple, list[tuple[bool, int]]]:
+    """Type variable -> the node's (is_output, index) bound to it; one group per element of a
+    heterogeneous variadic. Parameters of a fixed type belong to no group."""
+    groups: dict[tuple, list[tuple[bool, int]]] = {}
+    for is_out, names, params in ((False, node.input, schema.inputs), (True, node.output, schema.outputs)):
+        for i, name in enumerate(names):
+            param = _param_for(params, i)
+            if not name or param is None or param.type_str not in schema.constraints:
+                continue
+            key: tuple = (param.type_str,) if param.homogeneous else (param.type_str, is_out, i)
+            groups.setdefault(key, []).append((is_out, i))
+    return groups
+
+
+def _shapeless(tp: onnx.TypeProto) -> onnx.TypeProto:
+    out = with_elem_type(tp, elem_type(tp) or 0)
+    inner = out
+    while inner.WhichOneof("value") in ("sequence_type", "optional_type"):
+        inner = getattr(inner, inner.WhichOneof("value")).elem_type
+    if inner.WhichOneof("value") == "tensor_type":
+        inner.tensor_type.ClearField("shape")
+    return out
+
+
+def _rank_only(tp: onnx.TypeProto) -> onnx.TypeProto:
+    """``tp`` with every dimension symbolic (rank kept): a probe does not depend on sizes."""
+    out = onnx.TypeProto()
+    out.CopyFrom(tp)
+    inner = out
+    while inner.WhichOneof("value") in ("sequence_type", "optional_type"):
+        inner = getattr(inner, inner.WhichOneof("value")).elem_type
+    if inner.WhichOneof("value") == "tensor_type" and inner.tensor_type.HasField("shape"):
+        for k, dim in enumerate(inner.tensor_type.shape.dim):
+            dim.Clear()
+            dim.dim_param = f"d{k}"
+    return out
+
+
+def _complete_types(model: onnx.ModelProto, types: dict[str, onnx.TypeProto]) -> None:
+    """Give values that inference left untyped (often inside subgraphs) the type of another value
+    bound to the same homogeneous type variable of a node: the schema says they are equal."""
+    opsets = opset_map(model)
+    refs = list(model_io.walk_nodes(model.graph))
+    for _ in range(2):  # a second sweep carries types backwards through the node order
+        for ref in refs:
+            node = ref.node
+            domain = "" if node.domain == "ai.onnx" else node.domain
+            schema = find_schema(node.op_type, domain, opsets[domain]) if domain in opsets else None
+            if schema is None:
+                continue
+            for key, members in _groups(node, schema).items():
+                if len(key) != 1:
+                    continue
+                names = [(node.output if o else node.input)[i] for o, i in members]
+                known = next((types[n] for n in names if elem_type(types.get(n)) is not None), None)
+                if known is None:
+                    continue
+                for n in names:
+                    if elem_type(types.get(n)) is None:
+                        types[n] = _shapeless(known)
+
+
 def node_typing(node: onnx.NodeProto, opsets: Mapping[str, int],
-                types: Mapping[str, onnx.TypeProto]) -> NodeTyping:
+                types: Mapping[str, onnx.TypeProto], model: onnx.ModelProto | None = None) -> NodeTyping:
     """The FP16 typing of ``node`` given the model's opsets and value types."""
     float_in = [i for i, n in enumerate(node.input) if n and elem_type(types.get(n)) == FLOAT]
     float_out = [i for i, n in enumerate(node.output) if n and elem_type(types.get(n)) == FLOAT]
     if not float_in and not float_out:
         return NodeTyping((), (), None)
     domain = "" if node.domain == "ai.onnx" else node.domain
-    if domain == "" and node.op_type == "Constant":
-        # A constant is a value, not a computation: the rewriter gives each consumer the value in
-        # the type it needs (as for initializers), so the node itself converts nothing.
+    if domain == "" and node.op_type in _VALUE_OPS:
         return NodeTyping((), (), None)
     opset = opsets.get(domain)
     schema = find_schema(node.op_type, domain, opset) if opset is not None else None
@@ -264,22 +332,11 @@ def node_typing(node: onnx.NodeProto, opsets: Mapping[str, int],
         return NodeTyping((), (), f"no schema for {where} at opset {opset}")
 
     control_flow = any(True for _ in model_io.subgraphs(node))
-    # group key -> members as (is_output, index)
-    groups: dict[tuple, list[tuple[bool, int]]] = {}
-    fixed: list[tuple[bool, int]] = []
-    for is_out, names, params in ((False, node.input, schema.inputs), (True, node.output, schema.outputs)):
-        for i, name in enumerate(names):
-            if not name:
-                continue
-            param = _param_for(params, i)
-            if param is None or param.type_str not in schema.constraints:
-                fixed.append((is_out, i))
-                continue
-            key: tuple = (param.type_str,) if param.homogeneous else (param.type_str, is_out, i)
-            groups.setdefault(key, []).append((is_out, i))
+    groups = _groups(node, schema)
 
     convert: list[tuple[bool, int]] = []
     flexible: list[int] = []
+    lone_inputs: list[int] = []
     refused: list[str] = []
     for key, members in groups.items():
         member_types = [types.get((node.output if o else node.input)[i]) for o, i in members]
@@ -292,9 +349,17 @@ def node_typing(node: onnx.NodeProto, opsets: Mapping[str, int],
             continue
         only_input = len(members) == 1 and not members[0][0]
         if only_input and not control_flow:
-            flexible.append(members[0][1])
+            lone_inputs.append(members[0][1])
         else:
             convert.extend(members)
+    if node.op_type in _CASTS and domain == "":
+        flexible = lone_inputs  # a Cast reads any type: no Cast in front of a Cast
+    elif not convert:
+        flexible = lone_inputs  # Shape, ArgMax, IsNaN...: no float output, read as written
+    else:
+        # Pow's exponent, Resize's roi, RMSNormalization's X: converted with the data so the
+        # node sees one precision (onnx function bodies and kernels expect that)
+        convert.extend((False, i) for i in lone_inputs)
 
     if _is_widening_cast(node, types):
         # Cast(float16 -> float) already in the model is the user's FP32 pin: it stays a widening
@@ -305,7 +370,7 @@ def node_typing(node: onnx.NodeProto, opsets: Mapping[str, int],
     typing = NodeTyping(
         tuple(sorted(i for o, i in convert if not o)), tuple(sorted(i for o, i in convert if o)), None,
         tuple(sorted(flexible)))
-    blocker = ort_blocker(node, typing, types)
+    blocker = ort_blocker(node, typing, types, model)
     if blocker is not None:
         return NodeTyping(typing.convertible_inputs, typing.convertible_outputs, blocker, typing.flexible_inputs)
     return typing
@@ -318,11 +383,19 @@ def _is_widening_cast(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto])
 
 # --- onnxruntime FP16 kernels -----------------------------------------------------------------
 
-# onnxruntime's CPU provider falls back to FP32 (inserting Casts) for most ops without an FP16
-# kernel, so a session still loads. The cases below are the ones where that fallback does not
-# happen and the FP16 model fails to load or run; each was found by the conformance run
-# (tests/test_conformance.py converts every ONNX backend node case to FP16 and runs it).
-# Keyed by (domain, op_type) -> (predicate over the node, reason).
+# Blockers are found by measurement. Most are load-time (no kernel, or an onnx function body that
+# is not valid in float16, e.g. EyeLike-22 and MeanVarianceNormalization): a one-node probe model
+# in float16 is built, checked and loaded once per signature and cached (see _probe). A few only
+# fail when run, so a probe cannot see them; they are listed here, each found by the conformance
+# run (tests/test_conformance.py), with onnxruntime's own message.
+_RUNTIME_NO_FP16 = {
+    # "CPU execution provider: MLFloat16 data type is not supported with ScatterND opset 16 when
+    # reduction is 'add'" (likewise mul/max/min, and ScatterElements)
+    ("", "ScatterND"): lambda node: _attr(node, "reduction", b"none") not in (b"none", "none"),
+    ("", "ScatterElements"): lambda node: _attr(node, "reduction", b"none") not in (b"none", "none"),
+}
+
+
 def _attr(node: onnx.NodeProto, name: str, default: object = None) -> object:
     for a in node.attribute:
         if a.name == name:
@@ -330,16 +403,190 @@ def _attr(node: onnx.NodeProto, name: str, default: object = None) -> object:
     return default
 
 
-_ORT_NO_FP16: dict[tuple[str, str], tuple] = {}
-
-
-def ort_blocker(node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, onnx.TypeProto]) -> str | None:
-    """Why onnxruntime cannot run ``node`` with float16 tensors, or None."""
-    entry = _ORT_NO_FP16.get(("" if node.domain == "ai.onnx" else node.domain, node.op_type))
-    if entry is None:
+def ort_blocker(node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, onnx.TypeProto],
+                model: onnx.ModelProto | None = None) -> str | None:
+    """Why onnxruntime (CPU) cannot load or run ``node`` with its float16 typing, or None."""
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    runtime = _RUNTIME_NO_FP16.get((domain, node.op_type))
+    if runtime is not None and runtime(node):
+        return f"onnxruntime has no float16 {node.op_type} kernel with reduction '{_text(_attr(node, 'reduction'))}'"
+    if model is None or not (typing.convertible_inputs or typing.convertible_outputs or typing.flexible_inputs):
         return None
-    predicate, reason = entry
-    return reason if predicate(node) else None
+    return _probe(node, typing, types, model)
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+_PROBES: dict[bytes, str | None] = {}
+
+
+def _probe_model(node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, onnx.TypeProto],
+                 model: onnx.ModelProto, fp16: bool, exact_shapes: bool = False) -> onnx.ModelProto | None:
+    """``node`` alone, its float tensors typed as an FP16 (or FP32) node sees them. Values are
+    renamed ``i<k>``/``o<k>`` and the node unnamed, so equal signatures give equal bytes; shapes
+    are reduced to ranks unless ``exact_shapes``."""
+    half_in = set(typing.convertible_inputs) | set(typing.flexible_inputs) if fp16 else set()
+    half_out = set(typing.convertible_outputs) if fp16 else set()
+    probe = onnx.NodeProto()
+    probe.CopyFrom(node)
+    probe.name = ""
+    renamed: dict[str, str] = {}
+    graph_io: tuple[list, list] = ([], [])
+    for is_out, (names, half) in enumerate(((probe.input, half_in), (probe.output, half_out))):
+        for i, name in enumerate(names):
+            if not name:
+                continue
+            if name not in renamed:
+                tp = types.get(name)
+                if elem_type(tp) is None:
+                    return None
+                tp = tp if exact_shapes else _rank_only(tp)
+                if i in half and elem_type(tp) == FLOAT:
+                    tp = with_elem_type(tp, FLOAT16)
+                renamed[name] = f"{'io'[is_out]}{len(renamed)}"
+                graph_io[is_out].append(onnx.helper.make_value_info(renamed[name], tp))
+            names[i] = renamed[name]
+    if fp16 and half_out:
+        retarget_attributes(probe, model)
+    graph = onnx.helper.make_graph([probe], "probe", graph_io[0], graph_io[1])
+    m = onnx.helper.make_model(graph, opset_imports=list(model.opset_import))
+    m.ir_version = min(model.ir_version, 10)
+    return m
+
+
+def retarget_attributes(node: onnx.NodeProto, model: onnx.ModelProto, base_dir: str = ".") -> None:
+    """In place: attributes that choose a float output type (Cast ``to``, ``dtype``, Optional's
+    ``type``, ConstantOfShape's value) choose float16, for a node whose float outputs convert."""
+    for attr in node.attribute:
+        if attr.name == "to" and node.op_type == "Cast" and attr.i == FLOAT:
+            attr.i = FLOAT16
+        elif attr.name == "dtype" and attr.type == onnx.AttributeProto.INT and attr.i == FLOAT:
+            attr.i = FLOAT16
+        elif attr.type == onnx.AttributeProto.TYPE_PROTO and elem_type(attr.tp) == FLOAT:
+            attr.tp.CopyFrom(with_elem_type(attr.tp, FLOAT16))
+        elif node.op_type == "ConstantOfShape" and attr.name == "value" and attr.t.data_type == FLOAT:
+            attr.t.CopyFrom(model_io.cast_initializer(attr.t, base_dir, FLOAT16, attr.t.name))
+    present = {a.name for a in node.attribute}
+    if node.op_type == "ConstantOfShape" and "value" not in present:
+        node.attribute.append(onnx.helper.make_attribute(
+            "value", onnx.numpy_helper.from_array(np.zeros(1, np.float16))))
+    if "dtype" not in present and _has_attribute(node, model, "dtype"):
+        # the default (float, or the input's type) would no longer be float16
+        node.attribute.append(onnx.helper.make_attribute("dtype", FLOAT16))
+
+
+def _has_attribute(node: onnx.NodeProto, model: onnx.ModelProto, attr: str) -> bool:
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    opset = opset_map(model).get(domain)
+    try:
+        return opset is not None and attr in onnx.defs.get_schema(node.op_type, opset, domain).attributes
+    except onnx.defs.SchemaError:
+        return False
+
+
+def _load_problem(m: onnx.ModelProto) -> str | None:
+    try:
+        onnx.checker.check_model(m, full_check=True)
+    except Exception as e:
+        return f"onnx rejects it: {str(e).splitlines()[0][:160]}"
+    try:
+        import onnxruntime as ort
+        options = ort.SessionOptions()
+        options.log_severity_level = 4
+        ort.InferenceSession(m.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        return f"onnxruntime cannot load it: {str(e).splitlines()[0][:160]}"
+    return None
+
+
+def _probe(node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, onnx.TypeProto],
+           model: onnx.ModelProto) -> str | None:
+    """The float16 probe of ``node``: a problem that the same node in float32 does not have."""
+    if any(True for _ in model_io.subgraphs(node)):
+        return None  # control flow: the body nodes are probed one by one
+    problem = None
+    for exact_shapes in (False, True):
+        fp16 = _probe_model(node, typing, types, model, True, exact_shapes)
+        if fp16 is None:
+            return None
+        key = fp16.SerializeToString(deterministic=True)
+        if key not in _PROBES:
+            problem = _load_problem(fp16)
+            fp32_fails = problem is not None and _load_problem(
+                _probe_model(node, typing, types, model, False, exact_shapes)) is not None
+            # failing in float32 too is not a float16 matter: retry with the real shapes (function
+            # bodies such as MeanVarianceNormalization's need them), else give up on probing
+            _PROBES[key] = "?" if fp32_fails else problem
+        if _PROBES[key] != "?":
+            problem = _PROBES[key]
+            return None if problem is None else f"{node.op_type} in float16: {problem}"
+    return None
+
+
+def retarget_attributes(node: onnx.NodeProto, model: onnx.ModelProto, base_dir: str = ".") -> None:
+    """In place: attributes that choose a float output type (Cast ``to``, ``dtype``, Optional's
+    ``type``, ConstantOfShape's value) choose float16, for a node whose float outputs convert."""
+    for attr in node.attribute:
+        if attr.name == "to" and node.op_type == "Cast" and attr.i == FLOAT:
+            attr.i = FLOAT16
+        elif attr.name == "dtype" and attr.type == onnx.AttributeProto.INT and attr.i == FLOAT:
+            attr.i = FLOAT16
+        elif attr.type == onnx.AttributeProto.TYPE_PROTO and elem_type(attr.tp) == FLOAT:
+            attr.tp.CopyFrom(with_elem_type(attr.tp, FLOAT16))
+        elif node.op_type == "ConstantOfShape" and attr.name == "value" and attr.t.data_type == FLOAT:
+            attr.t.CopyFrom(model_io.cast_initializer(attr.t, base_dir, FLOAT16, attr.t.name))
+    present = {a.name for a in node.attribute}
+    if node.op_type == "ConstantOfShape" and "value" not in present:
+        node.attribute.append(onnx.helper.make_attribute(
+            "value", onnx.numpy_helper.from_array(np.zeros(1, np.float16))))
+    if "dtype" not in present and _has_attribute(node, model, "dtype"):
+        # the default (float, or the input's type) would no longer be float16
+        node.attribute.append(onnx.helper.make_attribute("dtype", FLOAT16))
+
+
+def _has_attribute(node: onnx.NodeProto, model: onnx.ModelProto, attr: str) -> bool:
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    opset = opset_map(model).get(domain)
+    try:
+        return opset is not None and attr in onnx.defs.get_schema(node.op_type, opset, domain).attributes
+    except onnx.defs.SchemaError:
+        return False
+
+
+def _load_problem(m: onnx.ModelProto) -> str | None:
+    try:
+        onnx.checker.check_model(m, full_check=True)
+    except Exception as e:
+        return f"onnx rejects it: {str(e).splitlines()[0][:160]}"
+    try:
+        import onnxruntime as ort
+        options = ort.SessionOptions()
+        options.log_severity_level = 4
+        ort.InferenceSession(m.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        return f"onnxruntime cannot load it: {str(e).splitlines()[0][:160]}"
+    return None
+
+
+def _probe(node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, onnx.TypeProto],
+           model: onnx.ModelProto) -> str | None:
+    """The float16 probe of ``node``: a problem that the same node in float32 does not have."""
+    if any(True for _ in model_io.subgraphs(node)):
+        return None  # control flow: the body nodes are probed one by one
+    fp16 = _probe_model(node, typing, types, model, fp16=True)
+    if fp16 is None:
+        return None
+    key = fp16.SerializeToString(deterministic=True)
+    if key not in _PROBES:
+        problem = _load_problem(fp16)
+        if problem is not None:
+            fp32 = _probe_model(node, typing, types, model, fp16=False)
+            if fp32 is not None and _load_problem(fp32) is not None:
+                problem = None  # fails in float32 too: not a float16 matter (often a probe artefact)
+        _PROBES[key] = None if problem is None else f"{node.op_type} in float16: {problem}"
+    return _PROBES[key]
 
 
 def model_typing(model: onnx.ModelProto, types: Mapping[str, onnx.TypeProto] | None = None,
@@ -347,7 +594,7 @@ def model_typing(model: onnx.ModelProto, types: Mapping[str, onnx.TypeProto] | N
     """:class:`NodeTyping` of every node, subgraphs included, keyed by node name."""
     types = tensor_types(model) if types is None else types
     opsets = opset_map(model)
-    return {ref.name: node_typing(ref.node, opsets, types) for ref in model_io.walk_nodes(model.graph)}
+    return {ref.name: node_typing(ref.node, opsets, types, model) for ref in model_io.walk_nodes(model.graph)}
 
 
 # --- plan resolution --------------------------------------------------------------------------
