@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from . import fast_cast
 from .errors import ModelLoadError
 
 # Private keys on a lazily converted tensor. They never reach a written model: saving resolves
@@ -29,7 +30,7 @@ BASE_DIR_KEY = "onnx_precision.base_dir"
 _PRIVATE_KEYS = (CAST_CHAIN_KEY, BASE_DIR_KEY)
 
 # Bytes read from a data file at a time: bounds memory whatever the tensor's size.
-CHUNK_BYTES = 64 * 1024 * 1024
+CHUNK_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,8 @@ def check_model_external_data(model: onnx.ModelProto, base_dir: str, model_path:
 def cast_values(values: np.ndarray, to: int) -> np.ndarray:
     """``values`` in element type ``to`` as ONNX Cast computes them: numpy's float casts round to
     nearest even and overflow to inf (callers decide beforehand whether that is acceptable)."""
+    if to == onnx.TensorProto.FLOAT16 and values.dtype == np.float32:
+        return fast_cast.to_float16(values)
     with np.errstate(over="ignore"):
         return values.astype(_np_dtype(to), copy=False)
 
@@ -155,17 +158,22 @@ def _cast(values: np.ndarray, chain: tuple[int, ...], data_type: int) -> np.ndar
     return values
 
 
-def iter_stored_chunks(ref: ExternalRef, chunk_bytes: int | None = None) -> Iterator[memoryview]:
-    """The tensor's stored bytes, ``chunk_bytes`` (default :data:`CHUNK_BYTES`, rounded down to whole
-    elements) at a time.
+def chunk_buffer(nbytes: int | None = None) -> bytearray:
+    """A read buffer of :data:`CHUNK_BYTES` (or less when ``nbytes`` is smaller), to reuse across
+    tensors: allocating a fresh one per tensor costs page faults on every chunk."""
+    return bytearray(min(CHUNK_BYTES, CHUNK_BYTES if nbytes is None else nbytes))
 
-    Each chunk is only valid until the next one is produced (one buffer is reused).
-    """
+
+def iter_stored_chunks(ref: ExternalRef, buffer: bytearray | None = None) -> Iterator[memoryview]:
+    """The tensor's stored bytes, a chunk of (up to) ``len(buffer)`` bytes rounded down to whole
+    elements at a time. Each chunk is a view of ``buffer``, valid until the next one is produced."""
     check_ref(ref)
-    chunk_bytes = chunk_bytes or CHUNK_BYTES
+    if buffer is None:
+        buffer = chunk_buffer(ref.length)
     item = _itemsize(ref.stored_type)
-    step = max(item, chunk_bytes - chunk_bytes % item)
-    buffer = bytearray(min(step, ref.length))
+    step = max(item, len(buffer) - len(buffer) % item)
+    if step > len(buffer):
+        buffer = bytearray(step)
     view = memoryview(buffer)
     with open(ref.file, "rb") as f:
         f.seek(ref.offset)
@@ -191,10 +199,10 @@ def _read_exact(f: BinaryIO, view: memoryview) -> int:
     return total
 
 
-def iter_chunks(ref: ExternalRef, chunk_bytes: int | None = None) -> Iterator[np.ndarray]:
+def iter_chunks(ref: ExternalRef, buffer: bytearray | None = None) -> Iterator[np.ndarray]:
     """The tensor's values, flattened, in the tensor's own element type, a chunk at a time."""
     stored = _np_dtype(ref.stored_type)
-    for chunk in iter_stored_chunks(ref, chunk_bytes):
+    for chunk in iter_stored_chunks(ref, buffer):
         yield _cast(np.frombuffer(chunk, dtype=stored), ref.chain, ref.data_type)
 
 
@@ -218,17 +226,47 @@ def value_range(tensor: onnx.TensorProto, base_dir: str) -> tuple[float, float]:
     ref = external_ref(tensor, base_dir)
     chunks = iter_chunks(ref) if ref is not None else iter([numpy_helper.to_array(tensor).reshape(-1)])
     max_abs, min_nonzero = 0.0, float("inf")
+    scratch: np.ndarray | None = None
     for chunk in chunks:
-        magnitude = np.abs(chunk)
-        if magnitude.dtype.kind not in "iub":
-            magnitude = magnitude[~np.isnan(magnitude)] if np.isnan(magnitude).any() else magnitude
-        if magnitude.size == 0:
-            continue
-        max_abs = max(max_abs, float(magnitude.max()))
-        nonzero = magnitude[magnitude > 0]
-        if nonzero.size:
-            min_nonzero = min(min_nonzero, float(nonzero.min()))
+        if chunk.dtype in _IEEE_BITS:
+            if scratch is None or scratch.size < chunk.size or scratch.dtype != _IEEE_BITS[chunk.dtype]:
+                scratch = np.empty(chunk.size, dtype=_IEEE_BITS[chunk.dtype])
+            found = _ieee_range(chunk, scratch[:chunk.size])
+        else:
+            found = _generic_range(chunk)
+        max_abs, min_nonzero = max(max_abs, found[0]), min(min_nonzero, found[1])
     return max_abs, min_nonzero
+
+
+# For IEEE floats, |x| ordered as a number is |x|'s bit pattern ordered as an unsigned integer:
+# two integer passes find the range, instead of float passes with NaN checks and a masked copy.
+_IEEE_BITS = {np.dtype(np.float16): np.dtype(np.uint16), np.dtype(np.float32): np.dtype(np.uint32),
+              np.dtype(np.float64): np.dtype(np.uint64)}
+
+
+def _ieee_range(values: np.ndarray, scratch: np.ndarray) -> tuple[float, float]:
+    if values.size == 0:
+        return 0.0, float("inf")
+    bits = scratch.dtype.type
+    inf_bits = np.array(np.inf, dtype=values.dtype).view(scratch.dtype)
+    sign = bits(1 << (8 * scratch.itemsize - 1))
+    magnitude = np.bitwise_and(values.view(scratch.dtype), ~sign, out=scratch)
+    largest = magnitude.max()
+    if largest > inf_bits:  # a NaN: rare enough for the slow path
+        return _generic_range(values)
+    np.subtract(magnitude, bits(1), out=magnitude)  # zero wraps to the largest pattern
+    smallest = bits(magnitude.min() + bits(1))
+    as_float = lambda b: float(np.array(b, dtype=scratch.dtype).view(values.dtype))  # noqa: E731
+    return as_float(largest), (as_float(smallest) if smallest else float("inf"))
+
+
+def _generic_range(values: np.ndarray) -> tuple[float, float]:
+    magnitude = np.abs(values.astype(np.float64))  # float64: bfloat16 and ints (abs(-128) in int8) too
+    magnitude = magnitude[~np.isnan(magnitude)]
+    if magnitude.size == 0:
+        return 0.0, float("inf")
+    nonzero = magnitude[magnitude > 0]
+    return float(magnitude.max()), (float(nonzero.min()) if nonzero.size else float("inf"))
 
 
 def lazy_cast(tensor: onnx.TensorProto, base_dir: str, to: int, name: str) -> onnx.TensorProto:

@@ -156,12 +156,12 @@ def _write_bytes(data: bytes) -> Callable[[str], None]:
     return write
 
 
-def _stream_tensor(ref: ext.ExternalRef, out: BinaryIO) -> None:
+def _stream_tensor(ref: ext.ExternalRef, out: BinaryIO, buffer: bytearray) -> None:
     if not ref.is_lazy:
-        for chunk in ext.iter_stored_chunks(ref):
+        for chunk in ext.iter_stored_chunks(ref, buffer):
             out.write(chunk)
         return
-    for values in ext.iter_chunks(ref):
+    for values in ext.iter_chunks(ref, buffer):
         out.write(np.ascontiguousarray(values).data)
 
 
@@ -205,6 +205,7 @@ def _pad_to_alignment(out: BinaryIO, length: int) -> None:
 
 def _write_data_file(model: onnx.ModelProto, source_dir: str | None, location: str, tmp: str) -> None:
     """Stream every external or sizeable tensor of ``model`` into ``tmp`` and point ``model`` at it."""
+    buffer = ext.chunk_buffer()
     with open(tmp, "wb") as out:
         for tensor in ext.model_tensors(model):
             ref = _resolved_ref(tensor, source_dir)
@@ -215,7 +216,7 @@ def _write_data_file(model: onnx.ModelProto, source_dir: str | None, location: s
             _pad_to_alignment(out, length)
             offset = out.tell()
             if ref is not None:
-                _stream_tensor(ref, out)
+                _stream_tensor(ref, out, buffer)
             else:
                 out.write(raw)
             assert out.tell() - offset == length, f"tensor '{tensor.name}': wrote a wrong number of bytes"

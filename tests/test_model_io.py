@@ -287,3 +287,14 @@ def test_output_whose_data_file_is_the_inputs_data_file_is_refused(tmp_path):
     assert not os.path.exists(tmp_path / "out.onnx")
     assert digest(str(tmp_path / "out.onnx.data")) == before
 
+
+
+def test_fast_fp16_conversion_gives_numpy_bits_for_every_kind_of_value():
+    from onnx_precision import fast_cast
+
+    rng = np.random.default_rng(3)
+    patterns = rng.integers(0, 2**32, size=1 << 20, dtype=np.uint64).astype(np.uint32)
+    patterns[:4] = [0x7F800001, 0xFF800001, 0x7FC00000, 0x33000000]  # signalling/quiet NaN, 2**-25 (ties to 0)
+    values = patterns.view(np.float32)
+    assert values.size >= fast_cast.MIN_FAST_ELEMENTS
+    assert fast_cast.to_float16(values).view(np.uint16).tolist() == fp16(values).view(np.uint16).tolist()
