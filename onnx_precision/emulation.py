@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .model_io import initializer_array, subgraphs
+from .model_io import external_location, initializer_array, subgraphs
 from .typing_rules import is_tensor, tensor_types
 
 log = logging.getLogger(__name__)
@@ -94,6 +94,25 @@ def _round_nodes(src: str, dst: str, names: _Names) -> list[onnx.NodeProto]:
             helper.make_node("Cast", [half], [dst], to=FLOAT, name=names.fresh(dst + "__cast"))]
 
 
+# External tensors up to this size are read into the emulation graph: onnxruntime's shape
+# inference inside If branches needs the values of shape-like constants and cannot read them from
+# an external file; weights stay external.
+INLINE_EXTERNAL_BYTES = 1 << 16
+PROTO_LIMIT = 2_000_000_000 - (64 << 20)  # protobuf's 2 GB, with room for the graph itself
+
+
+def inline_small_external(model: onnx.ModelProto, base_dir: str | None) -> None:
+    """Read external tensors up to INLINE_EXTERNAL_BYTES into ``model`` (in place)."""
+    for graph in _graphs(model.graph):
+        for i, init in enumerate(graph.initializer):
+            if external_location(init) is None:
+                continue
+            n = int(np.prod(init.dims, dtype=np.int64)) if init.dims else 1
+            if n * onnx.helper.tensor_dtype_to_np_dtype(init.data_type).itemsize <= INLINE_EXTERNAL_BYTES:
+                values = np.asarray(initializer_array(init, base_dir or "."))
+                graph.initializer[i].CopyFrom(numpy_helper.from_array(np.array(values), init.name))
+
+
 def round_fp16(a: np.ndarray) -> np.ndarray:
     """float32 values as FP16 stores them (overflow to Inf, flush to zero, low bits dropped)."""
     with np.errstate(over="ignore"):
@@ -120,6 +139,9 @@ class _SwitchBuilder:
         self.names = _Names(model)
         self.switches: dict[str, str] = {}
         self.switched: set[str] = set()  # tensors produced by a node with a switch
+        # Rounded copies of weights are precomputed while the graph stays under protobuf's 2 GB
+        # (it is serialized for onnxruntime); past that, weights are rounded at run time.
+        self.copy_budget = PROTO_LIMIT - model.ByteSize()
         self.main_inputs = {vi.name for vi in model.graph.input}
         self.init_graph: dict[str, onnx.GraphProto] = {}
         for graph in _graphs(model.graph):
@@ -149,22 +171,24 @@ class _SwitchBuilder:
                 return scope[tensor]
         owner = self.init_graph.get(tensor)
         if owner is not None:
-            result = self._rounded_initializer(tensor, owner)
-            scopes[0 if owner is self.model.graph else -1][tensor] = result
-            return result
+            init = next(i for i in owner.initializer if i.name == tensor)
+            if init.data_type == FLOAT and 4 * int(np.prod(init.dims, dtype=np.int64)) <= self.copy_budget:
+                result = self._rounded_initializer(init, owner)
+                scopes[0 if owner is self.model.graph else -1][tensor] = result
+                return result
         dst = self.names.fresh(tensor + "__rounded")
         out.extend(_round_nodes(tensor, dst, self.names))
         scopes[-1][tensor] = dst
         return dst
 
-    def _rounded_initializer(self, name: str, graph: onnx.GraphProto) -> str | None:
-        init = next(i for i in graph.initializer if i.name == name)
+    def _rounded_initializer(self, init: onnx.TensorProto, graph: onnx.GraphProto) -> str | None:
         values = np.asarray(initializer_array(init, self.base_dir))
         rounded = round_fp16(values)
         if np.array_equal(rounded, values):
             return None
-        new = self.names.fresh(name + "__rounded")
+        new = self.names.fresh(init.name + "__rounded")
         graph.initializer.append(numpy_helper.from_array(rounded, new))
+        self.copy_budget -= rounded.nbytes
         return new
 
     def rewrite(self, graph: onnx.GraphProto, scopes: list[dict[str, str | None]]) -> None:
@@ -295,6 +319,7 @@ def build_switch_model(model: onnx.ModelProto, typing: Mapping, base_dir: str | 
     out = onnx.ModelProto()
     out.CopyFrom(model)
     producers = {o: n.name for n in model.graph.node for o in n.output if o}
+    inline_small_external(out, base_dir)
     builder = _SwitchBuilder(out, typing, types, base_dir)
     builder.rewrite(out.graph, [])
     for node_name, switch in builder.switches.items():
@@ -325,6 +350,7 @@ def emulate_model(model: onnx.ModelProto, base_dir: str | None = None) -> onnx.M
     types = elem_types(model)
     out = onnx.ModelProto()
     out.CopyFrom(model)
+    inline_small_external(out, base_dir)
     names = _Names(out)
     _emulate_graph(out.graph, types, names, base_dir or ".", is_main=True)
     return out

@@ -30,8 +30,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from .emulation import SwitchModel, build_switch_model, emulate_model, round_fp16
-from .model_io import walk_nodes
+from .emulation import SwitchModel, build_switch_model, emulate_model, inline_small_external, round_fp16
+from .model_io import external_location, walk_nodes
 from .plan import Precision, PrecisionPlan, Reason, uniform_plan
 from .stats import (LayerwiseResult, NodeError, ReferenceResult, TensorStats, inspect_plan, layerwise,
                     reference_stats, tensor_stats)
@@ -70,6 +70,11 @@ def make_session(model: onnx.ModelProto, base_dir: str | None = None,
     if base_dir:
         options.add_session_config_entry("session.model_external_initializers_file_folder_path",
                                          os.path.abspath(base_dir))
+    if any(external_location(t) is not None for t in model.graph.initializer):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)  # cheap: external weights are not in the proto
+        inline_small_external(copy, base_dir)
+        model = copy
     return ort.InferenceSession(model.SerializeToString(), options, providers=list(providers))
 
 

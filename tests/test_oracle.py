@@ -173,6 +173,28 @@ def test_random_plans_on_a_transformer_match_the_written_model_bit_for_bit():
     assert session.sessions_built == 1 and session.intermediates == ()
 
 
+def test_external_data_models_and_weights_rounded_at_run_time(tmp_path, monkeypatch):
+    from models import transformer
+    from onnx_precision import emulation
+    from onnx_precision.model_io import load_model
+    ex = transformer(layers=1, d_model=16, heads=2, seq=4, ff=32)
+    path = str(tmp_path / "t.onnx")
+    external = onnx.ModelProto()
+    external.CopyFrom(ex.model)  # onnx.save moves the tensors of the proto it saves out
+    onnx.save(external, path, save_as_external_data=True, location="t.data", size_threshold=0)
+    loaded = load_model(path)
+    plan = plan_of(loaded.model)
+    want_fp32 = run_fp32(loaded.model, ex.feeds, loaded.base_dir).outputs[0]["y"]
+    want_fp16 = run_emulated(rewrite(ex.model, plan_of(ex.model)).model, ex.feeds).outputs[0]["y"]
+    for limit in (emulation.PROTO_LIMIT, 0):  # 0: no room for precomputed rounded weights
+        monkeypatch.setattr(emulation, "PROTO_LIMIT", limit)
+        session = EmulationSession(loaded.model, loaded.base_dir, capture_intermediates=False)
+        rounded_inits = [i.name for i in session.switch_model.model.graph.initializer if i.name.endswith("__rounded")]
+        assert bool(rounded_inits) == (limit > 0)
+        assert session.run(None, ex.feeds[0])["y"].tobytes() == want_fp32.tobytes()
+        assert session.run(plan, ex.feeds[0])["y"].tobytes() == want_fp16.astype(np.float32).tobytes()
+
+
 def test_capturing_a_subset_of_intermediates():
     model = named(L2)
     session = EmulationSession(model, capture_intermediates=["ss"])
