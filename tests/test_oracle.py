@@ -203,6 +203,38 @@ def test_capturing_a_subset_of_intermediates():
     assert set(session.run(None, X50)) == {"y"}
 
 
+LOOP = """
+<ir_version: 8, opset_import: ["" : 17]>
+lp (float[4] x, int64 n) => (float[4] y, float[N, 4] scan_out) {
+    cond = Constant <value = bool {1}> ()
+    y, scan_out = Loop (n, cond, x) <body = body (int64 i, bool c_in, float[4] acc) => (bool c_out, float[4] acc_out, float[4] s) {
+        c_out = Identity (c_in)
+        k = Constant <value = float {300.0}> ()
+        m = Mul (acc, k)
+        acc_out = Div (m, k)
+        s = Sqrt (m)
+    }>
+}
+"""
+
+
+def test_loop_bodies_read_switches_from_the_outer_scope():
+    model = named(LOOP)
+    feed = {"x": np.array([1.1, 2.2, 3.3, 400.0], np.float32), "n": np.array(3, np.int64)}
+    session = EmulationSession(model)
+    ref = run_fp32(model, [feed]).outputs[0]
+    assert all(session.run(None, feed)[k].tobytes() == ref[k].tobytes() for k in ref)
+    nodes = [r.name for r in walk_nodes(model.graph)]
+    only_mul = plan_of(model, Precision.FP32).with_fp16(["node_of_m"])
+    for plan in (plan_of(model), only_mul, plan_of(model).with_fp32(["node_of_y"])):
+        want = run_emulated(rewrite(model, plan).model, [feed]).outputs[0]
+        got = session.run(plan, feed)
+        for k in want:
+            assert got[k].tobytes() == want[k].astype(np.float32).tobytes(), (plan.fp32_nodes, k)
+    assert np.isinf(session.run(only_mul, feed)["scan_out"][1, 3])  # 400 * 300**2 overflows in the body
+    assert len(nodes) == 7
+
+
 def test_subgraph_nodes_are_switched_through_outer_scope():
     model, feeds = example("if_branch")
     session = EmulationSession(model)
