@@ -174,7 +174,8 @@ def save_model(model: onnx.ModelProto, path: str, *, source_dir: str | None = No
 
     ``source_dir`` is where tensors still marked external are read from. ``external_data``: True
     writes weights to ``<file name>.data`` beside ``path``; False writes one file unless the model
-    is over 2 GB; None keeps external weights external and goes external when over 2 GB.
+    is over 2 GB as read or as written; None keeps external weights external and goes external
+    when over 2 GB.
     """
     saving.save_model(model, path, source_dir=source_dir, external_data=external_data,
                       input_paths=tuple(input_paths))

@@ -99,31 +99,35 @@ def _inline_nbytes(tensor: onnx.TensorProto) -> int:
 
 @dataclass(frozen=True)
 class _Sizes:
-    inline: int
-    external: int
+    inline: int  # bytes of tensor data in the proto
+    external: int  # bytes external tensors will take when written
+    source: int  # bytes external tensors take in their source files
     external_tensors: int
 
 
 def _sizes(model: onnx.ModelProto, source_dir: str | None) -> _Sizes:
-    inline = external = count = 0
+    inline = external = source = count = 0
     for tensor in ext.model_tensors(model):
         ref = _resolved_ref(tensor, source_dir)
         if ref is None:
             inline += _inline_nbytes(tensor)
         else:
             external += ref.nbytes
+            source += ref.length
             count += 1
-    return _Sizes(inline, external, count)
+    return _Sizes(inline, external, source, count)
 
 
 def _wants_external(model: onnx.ModelProto, sizes: _Sizes, external_data: bool | None, path: str) -> bool:
-    if sizes.inline >= PROTO_LIMIT:
+    """Whether to write a data file. A model over 2 GB, as read or as written, always gets one:
+    its FP16 output may fit in one proto, but building that proto would hold all its weights."""
+    if sizes.inline >= PROTO_LIMIT or sizes.source >= PROTO_LIMIT:
         too_big = True
     else:
         # ByteSize is safe here: what is in memory is under the limit.
         too_big = model.ByteSize() + sizes.external >= PROTO_LIMIT
     if too_big and external_data is False:
-        log.warning("%s: the model is over 2 GB; writing its weights to '%s' anyway", path, data_location(path))
+        log.info("%s: the model is over 2 GB; writing its weights to '%s'", path, data_location(path))
     if external_data is None:
         # Keep the input's layout: weights that were external stay external.
         return too_big or sizes.external_tensors > 0
@@ -229,8 +233,8 @@ def save_model(model: onnx.ModelProto, path: str, *, source_dir: str | None = No
 
     ``source_dir``: the directory external tensors of ``model`` are relative to (the input model's).
     ``external_data``: True writes weights to ``<file name>.data`` beside ``path``; False writes one
-    file unless the model is over 2 GB (then external anyway, with a warning); None keeps external
-    what was external and goes external when over 2 GB. ``input_paths`` are never overwritten.
+    file unless the model is over 2 GB as read or as written (then external anyway); None keeps
+    external what was external and goes external when over 2 GB. ``input_paths`` are never overwritten.
     """
     target = check_output_path(path, tuple(input_paths))
     sizes = _sizes(model, source_dir)

@@ -91,7 +91,8 @@ for i, t in enumerate(graph.initializer):
     graph.initializer[i].CopyFrom(cast_initializer(t, loaded.base_dir, TensorProto.FLOAT16, t.name))
 for v in list(graph.input) + list(graph.output):
     v.type.tensor_type.elem_type = TensorProto.FLOAT16
-save_model(loaded.model, out, source_dir=loaded.base_dir, input_paths=(src,))
+# external_data=False: the FP16 model would fit in one proto, but a model over 2 GB as read keeps a data file
+save_model(loaded.model, out, source_dir=loaded.base_dir, external_data=False, input_paths=(src,))
 """
 
 

@@ -184,6 +184,21 @@ def test_external_false_writes_a_single_file_and_inline_model_can_go_external(tm
     assert numpy_helper.to_array(initializers(onnx.load(again))["keep"]).tobytes() == weights()["keep"].tobytes()
 
 
+def test_a_model_over_the_proto_limit_as_read_or_written_keeps_a_data_file(tmp_path, monkeypatch):
+    src = build(tmp_path)
+    loaded = load_model(src)
+    fp16_model = to_fp16(loaded.model, loaded.base_dir, names=("w", "keep", "bias"))
+    source_bytes = sum(int(np.prod(t.dims)) * 4 for t in loaded.model.graph.initializer)
+    # the limit sits between the FP16 output's size and the FP32 source's: as read, it is over
+    monkeypatch.setattr(saving, "PROTO_LIMIT", source_bytes - 1)
+    out = str(tmp_path / "forced.onnx")
+    save_model(fp16_model, out, source_dir=loaded.base_dir, external_data=False)
+    assert os.path.exists(out + ".data")
+    monkeypatch.setattr(saving, "PROTO_LIMIT", source_bytes + 1)
+    save_model(fp16_model, str(tmp_path / "one.onnx"), source_dir=loaded.base_dir, external_data=False)
+    assert not os.path.exists(str(tmp_path / "one.onnx.data"))
+
+
 def test_initializer_range_reads_in_chunks(tmp_path, monkeypatch):
     src = build(tmp_path)
     loaded = load_model(src)
