@@ -212,8 +212,7 @@ def _search(run: _Run, prober: "_Prober", graph: "_Graph", samples: Samples, use
     plan = base
     for verdict in outcome.verdicts:
         plan = plan.with_fp32([verdict.node], Reason(
-            "search", f"un-pinning it fails: {verdict.detail} (probe {verdict.probe})",
-            (("probe", str(verdict.probe)),)))
+            "search", f"un-pinning it fails: {verdict.detail} (probe {verdict.probe})"))
     plan = _with_reasons(plan, plan.fp32_nodes, flagged)
     with clock.phase("after") as phase:
         after = prober.comparison(plan)

@@ -268,7 +268,7 @@ def to_markdown(report: RunReport) -> str:
     lines += [
         f"- FP16 share: {len(report.plan.fp16_nodes)}/{len(report.plan.decisions)} nodes "
         f"({_pct(report.fp16_node_share())}), {_pct(report.fp16_flop_share())} of estimated FLOPs",
-        f"- cost: {report.sessions_built} onnxruntime sessions, {report.probes_run} probes, "
+        f"- cost: {report.sessions_built} onnxruntime session(s), {report.probes_run} probe(s), "
         f"{report.seconds:.2f} s",
         "",
         f"## FP32 nodes ({len(report.fp32_nodes)})",
@@ -290,7 +290,7 @@ def to_markdown(report: RunReport) -> str:
                   "| output | max abs err | max rel err | cosine | new NaN/Inf | |",
                   "|---|---|---|---|---|---|"]
         for m in comparison.outputs:
-            lines.append(f"| `{m.name}` | {_num(m.max_abs_err)} | {_num(m.max_rel_err)} | {_num(m.cosine)} | "
+            lines.append(f"| `{m.name}` | {_num(m.max_abs_err)} | {_num(m.max_rel_err)} | {_cos(m.cosine)} | "
                          f"{m.new_nonfinite} | {'pass' if m.passed else 'FAIL'} |")
     if report.phases:
         lines += ["", "## Cost", "", "| phase | seconds | sessions | probes |", "|---|---|---|---|"]
@@ -322,7 +322,7 @@ def summary_lines(report: RunReport, report_paths: Sequence[str] = ()) -> list[s
         f"mode {report.mode}, oracle {report.oracle}, {report.sample_count} sample(s): {report.samples_source}",
         f"FP16: {len(report.plan.fp16_nodes)}/{len(report.plan.decisions)} nodes ({_pct(report.fp16_node_share())}), "
         f"{_pct(report.fp16_flop_share())} of estimated FLOPs",
-        "FP32 pins: " + _pins_line(report),
+        "FP32 pins " + _pins_line(report) if report.fp32_nodes else "FP32 pins: none",
     ]
     for key, comparison in _comparisons(report):
         lines.append(f"{key}: {_comparison_line(comparison)}")
@@ -335,14 +335,12 @@ def summary_lines(report: RunReport, report_paths: Sequence[str] = ()) -> list[s
 
 def _pins_line(report: RunReport, limit: int = 6) -> str:
     names = report.fp32_nodes
-    if not names:
-        return "none"
     parts = []
     for name in names[:limit]:
         sources = sorted({r.source for r in report.plan.decisions[name].reasons})
         parts.append(f"{name} ({'/'.join(sources) or '?'})")
     more = f", ... {len(names) - limit} more" if len(names) > limit else ""
-    return f"{len(names)}: " + ", ".join(parts) + more
+    return f"({len(names)}): " + ", ".join(parts) + more
 
 
 def _comparison_line(comparison: Comparison) -> str:
@@ -350,7 +348,7 @@ def _comparison_line(comparison: Comparison) -> str:
     worst = _worst_output(comparison.outputs)
     if worst is None:
         return verdict
-    detail = f"worst {worst.name}: max abs err {_num(worst.max_abs_err)}, cosine {_num(worst.cosine)}"
+    detail = f"worst {worst.name}: max abs err {_num(worst.max_abs_err)}, cosine {_cos(worst.cosine)}"
     if worst.new_nonfinite:
         detail += f", {worst.new_nonfinite} new NaN/Inf"
     return f"{verdict} ({detail})"
@@ -373,6 +371,11 @@ def _sortable(x: float | None) -> float:
 
 def _pct(share: float) -> str:
     return f"{100 * share:.1f}%"
+
+
+def _cos(x: float) -> str:
+    """Cosines live near 1: six decimals tell 0.999999 from 0.999."""
+    return f"{float(x):.6f}" if math.isfinite(float(x)) else str(float(x))
 
 
 def _num(x: float | None) -> str:
