@@ -486,19 +486,21 @@ def _has_attribute(node: onnx.NodeProto, model: onnx.ModelProto, attr: str) -> b
         return False
 
 
-def _load_problem(m: onnx.ModelProto) -> str | None:
+def _load_problems(m: onnx.ModelProto) -> tuple[str | None, str | None]:
+    """(what the full checker says, what onnxruntime says when loading) about ``m``; None = fine."""
+    checker = session = None
     try:
         onnx.checker.check_model(m, full_check=True)
     except Exception as e:
-        return f"onnx rejects it: {str(e).splitlines()[0][:160]}"
+        checker = f"onnx rejects it: {str(e).splitlines()[0][:160]}"
     try:
         import onnxruntime as ort
         options = ort.SessionOptions()
         options.log_severity_level = 4
         ort.InferenceSession(m.SerializeToString(), options, providers=["CPUExecutionProvider"])
     except Exception as e:
-        return f"onnxruntime cannot load it: {str(e).splitlines()[0][:160]}"
-    return None
+        session = f"onnxruntime cannot load it: {str(e).splitlines()[0][:160]}"
+    return checker, session
 
 
 def _probe(node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, onnx.TypeProto],
@@ -513,80 +515,18 @@ def _probe(node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, onnx.Ty
             return None
         key = fp16.SerializeToString(deterministic=True)
         if key not in _PROBES:
-            problem = _load_problem(fp16)
-            fp32_fails = problem is not None and _load_problem(
-                _probe_model(node, typing, types, model, False, exact_shapes)) is not None
-            # failing in float32 too is not a float16 matter: retry with the real shapes (function
-            # bodies such as MeanVarianceNormalization's need them), else give up on probing
-            _PROBES[key] = "?" if fp32_fails else problem
+            half = _load_problems(fp16)
+            full = (None, None)
+            if half != full:
+                full = _load_problems(_probe_model(node, typing, types, model, False, exact_shapes))
+            # a check that fails in float32 too says nothing about float16: retry with the real
+            # shapes (function bodies such as MeanVarianceNormalization's need them)
+            specific = [h for h, f in zip(half, full) if h is not None and f is None]
+            _PROBES[key] = specific[0] if specific else ("?" if any(half) else None)
         if _PROBES[key] != "?":
             problem = _PROBES[key]
             return None if problem is None else f"{node.op_type} in float16: {problem}"
     return None
-
-
-def retarget_attributes(node: onnx.NodeProto, model: onnx.ModelProto, base_dir: str = ".") -> None:
-    """In place: attributes that choose a float output type (Cast ``to``, ``dtype``, Optional's
-    ``type``, ConstantOfShape's value) choose float16, for a node whose float outputs convert."""
-    for attr in node.attribute:
-        if attr.name == "to" and node.op_type == "Cast" and attr.i == FLOAT:
-            attr.i = FLOAT16
-        elif attr.name == "dtype" and attr.type == onnx.AttributeProto.INT and attr.i == FLOAT:
-            attr.i = FLOAT16
-        elif attr.type == onnx.AttributeProto.TYPE_PROTO and elem_type(attr.tp) == FLOAT:
-            attr.tp.CopyFrom(with_elem_type(attr.tp, FLOAT16))
-        elif node.op_type == "ConstantOfShape" and attr.name == "value" and attr.t.data_type == FLOAT:
-            attr.t.CopyFrom(model_io.cast_initializer(attr.t, base_dir, FLOAT16, attr.t.name))
-    present = {a.name for a in node.attribute}
-    if node.op_type == "ConstantOfShape" and "value" not in present:
-        node.attribute.append(onnx.helper.make_attribute(
-            "value", onnx.numpy_helper.from_array(np.zeros(1, np.float16))))
-    if "dtype" not in present and _has_attribute(node, model, "dtype"):
-        # the default (float, or the input's type) would no longer be float16
-        node.attribute.append(onnx.helper.make_attribute("dtype", FLOAT16))
-
-
-def _has_attribute(node: onnx.NodeProto, model: onnx.ModelProto, attr: str) -> bool:
-    domain = "" if node.domain == "ai.onnx" else node.domain
-    opset = opset_map(model).get(domain)
-    try:
-        return opset is not None and attr in onnx.defs.get_schema(node.op_type, opset, domain).attributes
-    except onnx.defs.SchemaError:
-        return False
-
-
-def _load_problem(m: onnx.ModelProto) -> str | None:
-    try:
-        onnx.checker.check_model(m, full_check=True)
-    except Exception as e:
-        return f"onnx rejects it: {str(e).splitlines()[0][:160]}"
-    try:
-        import onnxruntime as ort
-        options = ort.SessionOptions()
-        options.log_severity_level = 4
-        ort.InferenceSession(m.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    except Exception as e:
-        return f"onnxruntime cannot load it: {str(e).splitlines()[0][:160]}"
-    return None
-
-
-def _probe(node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, onnx.TypeProto],
-           model: onnx.ModelProto) -> str | None:
-    """The float16 probe of ``node``: a problem that the same node in float32 does not have."""
-    if any(True for _ in model_io.subgraphs(node)):
-        return None  # control flow: the body nodes are probed one by one
-    fp16 = _probe_model(node, typing, types, model, fp16=True)
-    if fp16 is None:
-        return None
-    key = fp16.SerializeToString(deterministic=True)
-    if key not in _PROBES:
-        problem = _load_problem(fp16)
-        if problem is not None:
-            fp32 = _probe_model(node, typing, types, model, fp16=False)
-            if fp32 is not None and _load_problem(fp32) is not None:
-                problem = None  # fails in float32 too: not a float16 matter (often a probe artefact)
-        _PROBES[key] = None if problem is None else f"{node.op_type} in float16: {problem}"
-    return _PROBES[key]
 
 
 def model_typing(model: onnx.ModelProto, types: Mapping[str, onnx.TypeProto] | None = None,
