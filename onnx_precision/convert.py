@@ -1,11 +1,29 @@
-"""The library entry point of ``onnx-precision convert``."""
+"""The library entry point of ``onnx-precision convert``: load, choose a plan, rewrite, write.
+
+:func:`convert` is what the CLI calls; :func:`base_plan`, :func:`choose_plan` and
+:func:`convert_model` are the steps, usable on their own from Python. Everything the run writes
+(model, plan, TensorRT flags) is computed before the first file is written, and each file is
+written atomically, so a failing run leaves nothing half-written.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass, field
+from typing import Any
 
+from . import model_io
 from .compare import Tolerance
 from .data import SampleSpec
+from .errors import OutputError
+from .plan import Precision, PrecisionPlan, Reason, apply_user_choices, uniform_plan
+from .rewriter import RewriteResult, rewrite
+
+logger = logging.getLogger(__name__)
+
+MODES = ("all-fp16", "static", "auto")
+_MAX_LISTED_PINS = 20
 
 
 @dataclass(frozen=True)
@@ -24,3 +42,107 @@ class ConvertOptions:
     report_json: str | None = None
     report_md: str | None = None
     oracle: str = "emulate"  # "emulate" | "cuda" | "tensorrt"
+
+
+@dataclass(frozen=True)
+class ConvertResult:
+    """What a conversion did: the plan written, the files, and what the user should know."""
+
+    model_path: str
+    output_path: str
+    plan: PrecisionPlan
+    rewrite: RewriteResult
+    warnings: tuple[str, ...] = ()
+    written: tuple[str, ...] = ()  # every file written, model first
+    auto: Any = None  # onnx_precision.auto.AutoResult in static/auto modes
+
+    @property
+    def exit_code(self) -> int:
+        failed = self.auto is not None and getattr(self.auto, "status", "passed") in ("failed", "fp32-nonfinite")
+        return 1 if failed else 0
+
+    def summary_lines(self) -> list[str]:
+        plan = self.plan
+        fp32 = plan.fp32_nodes
+        lines = [f"warning: {w}" for w in self.warnings]
+        lines.append(
+            f"{self.output_path}: {len(plan.fp16_nodes)} node(s) FP16, {len(fp32)} FP32, "
+            f"{self.rewrite.casts_added} Cast(s) added, {self.rewrite.initializers_converted} initializer(s) "
+            f"converted, {self.rewrite.initializers_duplicated} kept in both precisions")
+        for name in fp32[:_MAX_LISTED_PINS]:
+            reasons = plan.decisions[name].reasons
+            why = f"{reasons[-1].source}: {reasons[-1].detail}" if reasons else "fp32"
+            lines.append(f"  FP32 {name} ({why})")
+        if len(fp32) > _MAX_LISTED_PINS:
+            lines.append(f"  ... and {len(fp32) - _MAX_LISTED_PINS} more FP32 node(s) (see --save-plan)")
+        lines.extend(f"note: {n}" for n in self.rewrite.notes)
+        lines.extend(f"wrote {p}" for p in self.written[1:])
+        return lines
+
+
+def node_ops(model) -> dict[str, str]:
+    return {ref.name: ref.node.op_type for ref in model_io.walk_nodes(model.graph)}
+
+
+def base_plan(loaded: model_io.LoadedModel, options: ConvertOptions) -> tuple[PrecisionPlan, list[str]]:
+    """All nodes FP16, then --plan, --keep-fp32 and --keep-fp32-op; returns the plan and warnings."""
+    ops = node_ops(loaded.model)
+    plan = uniform_plan(ops, Precision.FP16, Reason("default", options.mode), fp16_io=options.fp16_io)
+    user_plan = PrecisionPlan.load(options.plan_path) if options.plan_path else None
+    return apply_user_choices(plan, ops, options.keep_fp32, options.keep_fp32_ops, user_plan)
+
+
+def choose_plan(loaded: model_io.LoadedModel, plan: PrecisionPlan, options: ConvertOptions) -> tuple[PrecisionPlan, Any]:
+    """The plan to write: ``plan`` itself in all-fp16 mode; static/auto modes ask
+    :func:`onnx_precision.auto.choose_plan` (which returns an AutoResult, also returned)."""
+    if options.mode == "all-fp16":
+        return plan, None
+    from . import auto, data  # the oracle stack is only needed by the measuring modes
+    samples = data.load_samples(loaded.model, options.samples)
+    result = auto.choose_plan(loaded, plan, samples, options.tolerance, options.headroom, options.mode)
+    return result.plan, result
+
+
+def convert_model(loaded: model_io.LoadedModel, plan: PrecisionPlan) -> RewriteResult:
+    """Rewrite ``loaded`` for ``plan`` (resolved for types and initializers) in memory."""
+    return rewrite(loaded.model, plan, loaded.base_dir)
+
+
+def _check_paths(model_path: str, output_path: str, options: ConvertOptions) -> None:
+    """Refuse outputs that would overwrite the input or each other, before any work is done."""
+    outputs = [p for p in (output_path, options.plan_out, options.trt_flags_path) if p]
+    src = os.path.abspath(model_path)
+    seen = set()
+    for path in outputs:
+        target = os.path.abspath(path)
+        if target == src or (os.path.exists(target) and os.path.exists(src) and os.path.samefile(target, src)):
+            raise OutputError(f"{path}: output path is the input file; choose another output")
+        if target in seen:
+            raise OutputError(f"{path}: given for two different outputs")
+        seen.add(target)
+
+
+def convert(model_path: str, output_path: str, options: ConvertOptions = ConvertOptions()) -> ConvertResult:
+    """Convert ``model_path`` to ``output_path`` per ``options`` (see the CLI help for each)."""
+    if options.mode not in MODES:
+        raise ValueError(f"convert: mode {options.mode!r} is not one of {MODES}")
+    _check_paths(model_path, output_path, options)
+    loaded = model_io.load_model(model_path)
+    if loaded.renamed:
+        logger.info("named %d unnamed node(s) (node_of_<first output>)", len(loaded.renamed))
+    plan, warnings = base_plan(loaded, options)
+    plan, auto_result = choose_plan(loaded, plan, options)
+    result = convert_model(loaded, plan)
+    texts = []
+    if options.plan_out:
+        texts.append((options.plan_out, result.plan.dumps()))
+    if options.trt_flags_path:
+        from .trt import trt_flags_text
+        texts.append((options.trt_flags_path, trt_flags_text(loaded.model, result.plan, model_path, output_path)))
+    inputs = (model_path,)
+    model_io.save_model(result.model, output_path, source_dir=loaded.base_dir,
+                        external_data=True if options.external_data else None, input_paths=inputs)
+    for path, text in texts:
+        model_io.write_text(path, text, input_paths=inputs)
+    return ConvertResult(model_path, output_path, result.plan, result, tuple(warnings),
+                         (output_path,) + tuple(p for p, _ in texts), auto_result)
