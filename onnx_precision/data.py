@@ -69,10 +69,11 @@ def model_inputs(model: onnx.ModelProto) -> list[InputInfo]:
         if vi.name in inits:
             continue
         tt = vi.type.tensor_type
-        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)) if tt.elem_type else np.dtype("float32")
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type) if tt.elem_type else np.float32)
         dims = None
         if tt.HasField("shape"):
-            dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim)
+            dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                         for d in tt.shape.dim)
         out.append(InputInfo(vi.name, dtype, dims))
     return out
 
@@ -119,7 +120,12 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
     except DataError:
         raise
     except (OSError, ValueError) as e:
-        raise DataError(f"{path}: cannot read as .npz: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+        raise DataError(f"{path}: cannot read as .npz: {_first_line(e)}")
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _read_polygraphy_json(path: str) -> list[dict[str, np.ndarray]]:
@@ -127,11 +133,12 @@ def _read_polygraphy_json(path: str) -> list[dict[str, np.ndarray]]:
     try:
         data = load_json(path, description="input data")
     except Exception as e:  # Polygraphy raises its own exception types for bad files
-        raise DataError(f"{path}: cannot read as Polygraphy JSON: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+        raise DataError(f"{path}: cannot read as Polygraphy JSON: {_first_line(e)}")
     if isinstance(data, Mapping):
         data = [data]
     if not isinstance(data, list) or not data or not all(isinstance(f, Mapping) for f in data):
-        raise DataError(f"{path}: expected a list of feeds (name -> array), as 'polygraphy run --save-inputs' writes")
+        raise DataError(f"{path}: expected a list of feeds (name -> array), "
+                        f"as 'polygraphy run --save-inputs' writes")
     feeds = []
     for feed in data:
         if not all(isinstance(v, np.ndarray) for v in feed.values()):
@@ -154,11 +161,13 @@ def validate_feed(feed: Mapping[str, np.ndarray], inputs: list[InputInfo], where
             raise DataError(f"{where}: missing input '{info.name}' (shape {info.shape_text()}, {info.dtype})")
         value = feed[info.name]
         if value.dtype != info.dtype:
-            raise DataError(f"{where}: input '{info.name}' has dtype {value.dtype}; the model expects {info.dtype}")
+            raise DataError(f"{where}: input '{info.name}' has dtype {value.dtype}; "
+                            f"the model expects {info.dtype}")
         if info.dims is None:
             continue
         if value.ndim != len(info.dims):
-            raise DataError(f"{where}: input '{info.name}' has rank {value.ndim} (shape {_shape(value.shape)}); "
+            raise DataError(f"{where}: input '{info.name}' has rank {value.ndim} "
+                            f"(shape {_shape(value.shape)}); "
                             f"the model expects rank {len(info.dims)} ({info.shape_text()})")
         for axis, (got, want) in enumerate(zip(value.shape, info.dims)):
             if isinstance(want, int) and want > 0 and got != want:
@@ -215,18 +224,22 @@ def _synthetic_shape(info: InputInfo, given: tuple[int, ...] | None, warnings: l
                                 f"to {want} in the model ({info.shape_text()})")
         return tuple(given)
     if info.dims is None:
-        raise DataError(f"input '{info.name}' has no shape in the model; give --input-shape {info.name}:DIMxDIM...")
+        raise DataError(f"input '{info.name}' has no shape in the model; "
+                        f"give --input-shape {info.name}:DIMxDIM...")
     symbolic = [d for d in info.dims if not (isinstance(d, int) and d > 0)]
     if symbolic:
-        warnings.append(f"input '{info.name}' has symbolic dimensions ({info.shape_text()}); using 1 for them "
+        warnings.append(f"input '{info.name}' has symbolic dimensions ({info.shape_text()}); "
+                        f"using 1 for them "
                         f"(give --input-shape {info.name}:...)")
     return tuple(d if isinstance(d, int) and d > 0 else 1 for d in info.dims)
 
 
-def _random(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...], lo: float, hi: float) -> np.ndarray:
+def _random(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...], lo: float, hi: float,
+            ) -> np.ndarray:
     if dtype == np.bool_:
         return rng.integers(0, 2, size=shape).astype(np.bool_)
     if np.issubdtype(dtype, np.integer):
         # Integer inputs are usually indices: keep them small and in range unless told otherwise.
-        return rng.integers(int(np.floor(lo)), max(int(np.ceil(hi)), int(np.floor(lo)) + 1), size=shape).astype(dtype)
+        low = int(np.floor(lo))
+        return rng.integers(low, max(int(np.ceil(hi)), low + 1), size=shape).astype(dtype)
     return rng.uniform(lo, hi, size=shape).astype(dtype)

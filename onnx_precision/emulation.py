@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional
 
 import numpy as np
 import onnx
@@ -113,6 +113,9 @@ def inline_small_external(model: onnx.ModelProto, base_dir: str | None) -> None:
                 graph.initializer[i].CopyFrom(numpy_helper.from_array(np.array(values), init.name))
 
 
+Scopes = List[Dict[str, Optional[str]]]  # rounded copy of each tensor, per enclosing graph
+
+
 def round_fp16(a: np.ndarray) -> np.ndarray:
     """float32 values as FP16 stores them (overflow to Inf, flush to zero, low bits dropped)."""
     with np.errstate(over="ignore"):
@@ -164,7 +167,7 @@ class _SwitchBuilder:
         self.switches[node.name] = name
         return name
 
-    def rounded(self, tensor: str, scopes: list[dict[str, str | None]], out: list[onnx.NodeProto]) -> str | None:
+    def rounded(self, tensor: str, scopes: Scopes, out: list[onnx.NodeProto]) -> str | None:
         """Name of round(tensor), creating it in the innermost scope if needed; None if exact."""
         for scope in reversed(scopes):
             if tensor in scope:
@@ -191,7 +194,7 @@ class _SwitchBuilder:
         self.copy_budget -= rounded.nbytes
         return new
 
-    def rewrite(self, graph: onnx.GraphProto, scopes: list[dict[str, str | None]]) -> None:
+    def rewrite(self, graph: onnx.GraphProto, scopes: Scopes) -> None:
         scopes = scopes + [{}]
         new_nodes: list[onnx.NodeProto] = []
         for node in graph.node:
@@ -215,7 +218,7 @@ class _SwitchBuilder:
         t = self.typing[node.name]
         return [i for i in t.convertible_outputs if i < len(node.output) and self.is_float(node.output[i])]
 
-    def _branch_on_switch(self, node: onnx.NodeProto, switch: str, scopes: list[dict[str, str | None]],
+    def _branch_on_switch(self, node: onnx.NodeProto, switch: str, scopes: Scopes,
                           out: list[onnx.NodeProto]) -> onnx.NodeProto:
         """``If(switch)``: then the node on rounded inputs with rounded outputs, else the node as is.
 
@@ -239,7 +242,7 @@ class _SwitchBuilder:
         return helper.make_node("If", [switch], [o for o in node.output if o], name=node.name,
                                 then_branch=then_graph, else_branch=else_graph)
 
-    def _fp16_graph(self, node: onnx.NodeProto, scopes: list[dict[str, str | None]], out: list[onnx.NodeProto],
+    def _fp16_graph(self, node: onnx.NodeProto, scopes: Scopes, out: list[onnx.NodeProto],
                     ) -> onnx.GraphProto:
         """The node as FP16 computes it: convertible inputs and outputs rounded."""
         fp16 = onnx.NodeProto()
@@ -277,7 +280,7 @@ class _SwitchBuilder:
     def _value_info(self, name: str, like: str) -> onnx.ValueInfoProto:
         return helper.make_tensor_value_info(name, self.types.get(like, FLOAT), None)
 
-    def _select_with_where(self, node: onnx.NodeProto, switch: str, scopes: list[dict[str, str | None]],
+    def _select_with_where(self, node: onnx.NodeProto, switch: str, scopes: Scopes,
                            out: list[onnx.NodeProto]) -> None:
         """A control-flow node (its bodies have their own switches): Where on each rounded tensor."""
         edges: dict[str, str] = {}
@@ -300,7 +303,8 @@ class _SwitchBuilder:
     def _where(self, switch: str, rounded: str, exact: str, name: str, out: list[onnx.NodeProto],
                fresh: bool = True) -> str:
         dst = self.names.fresh(name) if fresh else name
-        out.append(helper.make_node("Where", [switch, rounded, exact], [dst], name=self.names.fresh(dst + "__where")))
+        out.append(helper.make_node("Where", [switch, rounded, exact], [dst],
+                                    name=self.names.fresh(dst + "__where")))
         return dst
 
 
@@ -399,7 +403,8 @@ def _emulate_graph(graph: onnx.GraphProto, types: Mapping[str, int], names: _Nam
                 # The Cast itself rounds to FP16; only the way back to FP32 is added.
                 half = names.fresh(o + "__fp16")
                 node.output[i] = half
-                new_nodes.append(helper.make_node("Cast", [half], [o], to=FLOAT, name=names.fresh(o + "__cast")))
+                back = helper.make_node("Cast", [half], [o], to=FLOAT, name=names.fresh(o + "__cast"))
+                new_nodes.append(back)
             else:
                 exact = names.fresh(o + "__exact")
                 node.output[i] = exact

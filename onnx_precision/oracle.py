@@ -119,8 +119,8 @@ class EmulationSession:
         self.base_dir = base_dir
         types = tensor_types(model)
         self.typing: Mapping[str, NodeTyping] = typing if typing is not None else model_typing(model, types)
-        self.switch_model: SwitchModel = build_switch_model(model, self.typing, base_dir, capture_intermediates,
-                                                            types)
+        self.switch_model: SwitchModel = build_switch_model(model, self.typing, base_dir,
+                                                            capture_intermediates, types)
         self.forced_fp32 = (frozenset(forced_fp32) if forced_fp32 is not None
                             else forced_fp32_nodes(model, base_dir, self.typing, types))
         self.session = make_session(self.switch_model.model, base_dir, options=session_options(threads))
@@ -128,8 +128,8 @@ class EmulationSession:
         self.probes_run = 0
         self._off = {s: np.array(False) for s in self.switch_model.switches.values()}
         self._on = np.array(True)
-        float_inputs = {vi.name for vi in model.graph.input if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
-        self._float_inputs = float_inputs
+        self._float_inputs = {vi.name for vi in model.graph.input
+                              if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
         self._float_outputs = {vi.name for vi in model.graph.output
                                if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
 

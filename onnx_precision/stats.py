@@ -52,8 +52,9 @@ class TensorStats:
 
     def worst(self, other: "TensorStats") -> "TensorStats":
         return TensorStats(max(self.max_abs, other.max_abs), min(self.min_nonzero_abs, other.min_nonzero_abs),
-                           max(self.flush_fraction, other.flush_fraction), max(self.nan_count, other.nan_count),
-                           max(self.inf_count, other.inf_count), max(self.size, other.size))
+                           max(self.flush_fraction, other.flush_fraction),
+                           max(self.nan_count, other.nan_count), max(self.inf_count, other.inf_count),
+                           max(self.size, other.size))
 
     def to_json(self) -> dict:
         return {"max_abs": _num(self.max_abs), "min_nonzero_abs": _num(self.min_nonzero_abs),
@@ -85,7 +86,8 @@ def tensor_stats(values: np.ndarray) -> TensorStats:
     nonzero = int(np.count_nonzero(positive))
     min_nonzero = float(np.min(a, where=positive, initial=np.inf))
     tiny = int(np.count_nonzero(positive & (a <= FP16_FLUSH))) if min_nonzero <= FP16_FLUSH else 0
-    return TensorStats(float(top), min_nonzero, tiny / nonzero if nonzero else 0.0, nan_count, inf_count, size)
+    flush = tiny / nonzero if nonzero else 0.0
+    return TensorStats(float(top), min_nonzero, flush, nan_count, inf_count, size)
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,9 @@ class LayerwiseResult:
 
     def ranked(self) -> tuple[str, ...]:
         """Node names by decreasing error (non-finite first): the search's widening order."""
-        return tuple(sorted(self.nodes, key=lambda n: (-self.nodes[n].new_nonfinite, -self.nodes[n].max_rel_err)))
+        def badness(name: str) -> tuple[int, float]:
+            return -self.nodes[name].new_nonfinite, -self.nodes[name].max_rel_err
+        return tuple(sorted(self.nodes, key=badness))
 
 
 @dataclass(frozen=True)
@@ -174,7 +178,8 @@ def _first_nonfinite(nodes: Sequence[onnx.NodeProto], values: Mapping[str, np.nd
     return None
 
 
-def _captured(session: "EmulationSession", plan: "PrecisionPlan | None", feed: "Feed") -> dict[str, np.ndarray]:
+def _captured(session: "EmulationSession", plan: "PrecisionPlan | None", feed: "Feed",
+              ) -> dict[str, np.ndarray]:
     """Every tensor the session exposes (graph outputs of any type, float intermediates), plus the
     float graph inputs as fed."""
     values = session.run(plan, feed, intermediates=True)

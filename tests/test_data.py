@@ -68,16 +68,20 @@ def test_symbolic_dimensions_default_to_one_with_a_warning():
 
 
 def test_synthetic_flags_for_unknown_inputs_or_wrong_rank():
-    with pytest.raises(DataError, match=r"^--input-shape z: the model has no input 'z' \(model inputs: idx, x\)$"):
+    with pytest.raises(DataError,
+                       match=r"^--input-shape z: the model has no input 'z' \(model inputs: idx, x\)$"):
         load_samples(MODEL, SampleSpec(input_shapes={"z": (1,)}))
-    with pytest.raises(DataError, match=r"^--input-shape x:1x2x4: rank 3, but the model expects rank 2 \(batchx4\)$"):
+    with pytest.raises(DataError,
+                       match=r"^--input-shape x:1x2x4: rank 3, but the model expects rank 2 \(batchx4\)$"):
         load_samples(MODEL, SampleSpec(input_shapes={"x": (1, 2, 4)}))
-    with pytest.raises(DataError, match=r"^--input-shape x:2x5: dimension 1 is fixed to 4 in the model \(batchx4\)$"):
+    with pytest.raises(DataError,
+                       match=r"^--input-shape x:2x5: dimension 1 is fixed to 4 in the model \(batchx4\)$"):
         load_samples(MODEL, SampleSpec(input_shapes={"x": (2, 5)}))
 
 
 @pytest.mark.parametrize("data, message", [
-    (dict(feed(), z=np.zeros(1, np.float32)), "input 'z' is not an input of the model (model inputs: x, idx)"),
+    (dict(feed(), z=np.zeros(1, np.float32)),
+     "input 'z' is not an input of the model (model inputs: x, idx)"),
     ({"x": feed()["x"]}, "missing input 'idx' (shape 2, int64)"),
     (feed(x=np.zeros((2, 4), np.float64)), "input 'x' has dtype float64; the model expects float32"),
     (feed(x=np.zeros((2, 2, 4), np.float32)),

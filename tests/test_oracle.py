@@ -117,7 +117,8 @@ def test_no_optimization_level_folds_the_rounding_away():
     for level in (ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
         options = ort.SessionOptions()
         options.graph_optimization_level = level
-        session = ort.InferenceSession(emulated.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(emulated.SerializeToString(), options,
+                                       providers=["CPUExecutionProvider"])
         assert np.all(session.run(["y"], X50)[0] == 0.0), level
 
 
@@ -138,7 +139,8 @@ def test_reference_mode_agrees_with_emulation_where_op_internals_do_not_matter()
     assert not np.array_equal(emulated, run_fp32(model, [feed]).outputs[0]["y"])
 
 
-@pytest.mark.parametrize("name", ["l2_normalize", "layernorm_eps", "two_culprits", "if_branch", "nafnet_boxfilter"])
+@pytest.mark.parametrize("name", ["l2_normalize", "layernorm_eps", "two_culprits", "if_branch",
+                                  "nafnet_boxfilter"])
 def test_switch_emulation_equals_emulating_the_written_model(name):
     """Running plan P in the switch graph == emulating the model the rewriter writes for P."""
     model, feeds = example(name)
@@ -189,7 +191,8 @@ def test_external_data_models_and_weights_rounded_at_run_time(tmp_path, monkeypa
     for limit in (emulation.PROTO_LIMIT, 0):  # 0: no room for precomputed rounded weights
         monkeypatch.setattr(emulation, "PROTO_LIMIT", limit)
         session = EmulationSession(loaded.model, loaded.base_dir, capture_intermediates=False)
-        rounded_inits = [i.name for i in session.switch_model.model.graph.initializer if i.name.endswith("__rounded")]
+        rounded_inits = [i.name for i in session.switch_model.model.graph.initializer
+                         if i.name.endswith("__rounded")]
         assert bool(rounded_inits) == (limit > 0)
         assert session.run(None, ex.feeds[0])["y"].tobytes() == want_fp32.tobytes()
         assert session.run(plan, ex.feeds[0])["y"].tobytes() == want_fp16.astype(np.float32).tobytes()
@@ -207,7 +210,8 @@ LOOP = """
 <ir_version: 8, opset_import: ["" : 17]>
 lp (float[4] x, int64 n) => (float[4] y, float[N, 4] scan_out) {
     cond = Constant <value = bool {1}> ()
-    y, scan_out = Loop (n, cond, x) <body = body (int64 i, bool c_in, float[4] acc) => (bool c_out, float[4] acc_out, float[4] s) {
+    y, scan_out = Loop (n, cond, x) <body = body (int64 i, bool c_in, float[4] acc)
+                                               => (bool c_out, float[4] acc_out, float[4] s) {
         c_out = Identity (c_in)
         k = Constant <value = float {300.0}> ()
         m = Mul (acc, k)
