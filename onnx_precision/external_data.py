@@ -12,6 +12,7 @@ whole external tensor except :func:`read_array` on a lazy tensor, which the call
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
@@ -158,13 +159,23 @@ def _cast(values: np.ndarray, chain: tuple[int, ...], data_type: int) -> np.ndar
     return values
 
 
-def chunk_buffer(nbytes: int | None = None) -> bytearray:
+def chunk_buffer(nbytes: int | None = None) -> np.ndarray:
     """A read buffer of :data:`CHUNK_BYTES` (or less when ``nbytes`` is smaller), to reuse across
-    tensors: allocating a fresh one per tensor costs page faults on every chunk."""
-    return bytearray(min(CHUNK_BYTES, CHUNK_BYTES if nbytes is None else nbytes))
+    tensors: a fresh one per tensor costs a zero fill and page faults each time."""
+    return np.empty(min(CHUNK_BYTES, CHUNK_BYTES if nbytes is None else nbytes), dtype=np.uint8)
 
 
-def iter_stored_chunks(ref: ExternalRef, buffer: bytearray | None = None) -> Iterator[memoryview]:
+_local = threading.local()
+
+
+def _shared_buffer() -> np.ndarray:
+    """This thread's reusable buffer, for readers that consume their chunks before returning."""
+    if getattr(_local, "buffer", None) is None or _local.buffer.size != CHUNK_BYTES:
+        _local.buffer = chunk_buffer()
+    return _local.buffer
+
+
+def iter_stored_chunks(ref: ExternalRef, buffer: np.ndarray | None = None) -> Iterator[memoryview]:
     """The tensor's stored bytes, a chunk of (up to) ``len(buffer)`` bytes rounded down to whole
     elements at a time. Each chunk is a view of ``buffer``, valid until the next one is produced."""
     check_ref(ref)
@@ -173,7 +184,7 @@ def iter_stored_chunks(ref: ExternalRef, buffer: bytearray | None = None) -> Ite
     item = _itemsize(ref.stored_type)
     step = max(item, len(buffer) - len(buffer) % item)
     if step > len(buffer):
-        buffer = bytearray(step)
+        buffer = chunk_buffer(step)
     view = memoryview(buffer)
     with open(ref.file, "rb") as f:
         f.seek(ref.offset)
@@ -199,7 +210,7 @@ def _read_exact(f: BinaryIO, view: memoryview) -> int:
     return total
 
 
-def iter_chunks(ref: ExternalRef, buffer: bytearray | None = None) -> Iterator[np.ndarray]:
+def iter_chunks(ref: ExternalRef, buffer: np.ndarray | None = None) -> Iterator[np.ndarray]:
     """The tensor's values, flattened, in the tensor's own element type, a chunk at a time."""
     stored = _np_dtype(ref.stored_type)
     for chunk in iter_stored_chunks(ref, buffer):
@@ -224,7 +235,8 @@ def value_range(tensor: onnx.TensorProto, base_dir: str) -> tuple[float, float]:
     """(max |x|, smallest nonzero |x|) of a numeric tensor, reading external data in chunks;
     (0, inf) when it is empty or all zeros. NaN values are ignored."""
     ref = external_ref(tensor, base_dir)
-    chunks = iter_chunks(ref) if ref is not None else iter([numpy_helper.to_array(tensor).reshape(-1)])
+    chunks = iter_chunks(ref, _shared_buffer()) if ref is not None \
+        else iter([numpy_helper.to_array(tensor).reshape(-1)])
     max_abs, min_nonzero = 0.0, float("inf")
     scratch: np.ndarray | None = None
     for chunk in chunks:
@@ -255,9 +267,10 @@ def _ieee_range(values: np.ndarray, scratch: np.ndarray) -> tuple[float, float]:
     if largest > inf_bits:  # a NaN: rare enough for the slow path
         return _generic_range(values)
     np.subtract(magnitude, bits(1), out=magnitude)  # zero wraps to the largest pattern
-    smallest = bits(magnitude.min() + bits(1))
+    smallest = int(magnitude.min()) + 1  # wraps back to 0 (no nonzero value) only as a Python int
     as_float = lambda b: float(np.array(b, dtype=scratch.dtype).view(values.dtype))  # noqa: E731
-    return as_float(largest), (as_float(smallest) if smallest else float("inf"))
+    has_nonzero = smallest <= int(np.iinfo(scratch.dtype).max)
+    return as_float(largest), (as_float(smallest) if has_nonzero else float("inf"))
 
 
 def _generic_range(values: np.ndarray) -> tuple[float, float]:

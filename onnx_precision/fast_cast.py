@@ -77,7 +77,12 @@ def to_float16(values: np.ndarray) -> np.ndarray:
         return _numpy_half(values)
     flat = np.ascontiguousarray(values).reshape(-1)
     half = session.run(None, {"x": flat})[0]
-    nan = np.isnan(half)
-    if nan.any():
+    # NaN test on the bits: numpy's float16 isnan is itself a slow software loop.
+    magnitude = np.bitwise_and(half.view(np.uint16), np.uint16(0x7FFF))
+    if magnitude.max() > _HALF_INF_BITS:
+        nan = magnitude > _HALF_INF_BITS
         half[nan] = _numpy_half(flat[nan])
     return half.reshape(values.shape)
+
+
+_HALF_INF_BITS = 0x7C00

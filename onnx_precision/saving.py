@@ -160,7 +160,7 @@ def _write_bytes(data: bytes) -> Callable[[str], None]:
     return write
 
 
-def _stream_tensor(ref: ext.ExternalRef, out: BinaryIO, buffer: bytearray) -> None:
+def _stream_tensor(ref: ext.ExternalRef, out: BinaryIO, buffer: np.ndarray) -> None:
     if not ref.is_lazy:
         for chunk in ext.iter_stored_chunks(ref, buffer):
             out.write(chunk)

@@ -199,6 +199,15 @@ def test_a_model_over_the_proto_limit_as_read_or_written_keeps_a_data_file(tmp_p
     assert not os.path.exists(str(tmp_path / "one.onnx.data"))
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_initializer_range_handles_zeros_nan_inf_and_signs(dtype):
+    cases = {(0.0, -0.0): (0.0, np.inf), (): (0.0, np.inf), (np.nan, -5.0, 2.0, 0.0): (5.0, 2.0),
+             (np.inf, -1.0): (np.inf, 1.0), (-7.0,): (7.0, 7.0), (3.0, -2.0**-24, 0.0): (3.0, 2.0**-24)}
+    for values, expected in cases.items():
+        tensor = numpy_helper.from_array(np.array(values, dtype=dtype), "t")
+        assert initializer_range(tensor, ".") == expected, (dtype, values)
+
+
 def test_initializer_range_reads_in_chunks(tmp_path, monkeypatch):
     src = build(tmp_path)
     loaded = load_model(src)
