@@ -60,7 +60,8 @@ def node_cases() -> dict[str, Case]:
         model_io.name_nodes(model)
         init_names = {t.name for t in model.graph.initializer}
         names = [v.name for v in model.graph.input if v.name not in init_names]
-        feeds = dict(zip(names, inputs))
+        # onnxruntime takes arrays, not numpy scalars (the suite gives 0-d inputs as scalars)
+        feeds = {n: np.asarray(v) if isinstance(v, np.generic) else v for n, v in zip(names, inputs)}
         out[c.name] = Case(c.name, model, feeds, tuple(outputs), c.rtol, c.atol)
     return out
 

@@ -1,0 +1,53 @@
+"""Conformance: every ONNX backend node case in the selection converts to a valid, running, matching FP16 model.
+
+The selection (tests/conformance_harness.py) is every deterministic node case with float32 tensors
+that onnxruntime (CPU) runs and matches the suite's expected outputs in FP32. Cases outside it are
+skipped with the reason. A selected case must, after ``--mode all-fp16``: pass the full checker
+(when the FP32 model does), load and run in onnxruntime, and match the FP32 outputs within an FP16
+tolerance (float outputs) or exactly (others). There are no exclusions: all selected cases pass.
+Figures (and onnxconverter-common's on the same selection): ``python scripts/conformance.py``.
+
+Also every light model shipped with onnx (ResNet-50, DenseNet-121, Inception, ...) converts,
+passes the checker and runs, its outputs close to FP32 on a random input.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+
+import conformance_harness as h
+
+# A selected case that may fail, with the reason. Empty: every selected case passes.
+EXCLUDED: dict[str, str] = {}
+
+
+@pytest.mark.parametrize("name", sorted(h.node_cases()))
+def test_node_case_converts(name):
+    why_not = h.selection(name)
+    if why_not is not None:
+        pytest.skip(f"not in the selection: {why_not}")
+    if name in EXCLUDED:
+        pytest.xfail(EXCLUDED[name])
+    problem = h.check_conversion(h.node_cases()[name], h.all_fp16)
+    assert problem is None, problem
+
+
+@pytest.mark.parametrize("path", h.light_models(), ids=os.path.basename)
+def test_light_model_converts_and_runs(path):
+    case = h.light_case(path)
+    converted = h.all_fp16(case.model)
+    onnx.checker.check_model(converted, full_check=True)
+    reference = h.run_model(case.model, case.feeds)
+    got = h.run_model(converted, case.feeds)
+    fp16_nodes = sum(1 for n in converted.graph.node if n.op_type != "Cast")
+    assert fp16_nodes == len(case.model.graph.node)  # no node added but Casts
+    for ref, out in zip(reference, got):
+        assert out.dtype == ref.dtype and out.shape == ref.shape
+        assert np.isfinite(out).all()
+        ref64, out64 = ref.astype(np.float64).ravel(), out.astype(np.float64).ravel()
+        cosine = ref64 @ out64 / (np.linalg.norm(ref64) * np.linalg.norm(out64) or 1.0)
+        assert cosine > 0.999, f"cosine {cosine:.5f}"
