@@ -119,6 +119,8 @@ def _check_paths(model_path: str, output_path: str, options: ConvertOptions) -> 
             raise OutputError(f"{path}: output path is the input file; choose another output")
         if target in seen:
             raise OutputError(f"{path}: given for two different outputs")
+        if not os.path.isdir(os.path.dirname(target)):
+            raise OutputError(f"{path}: directory '{os.path.dirname(target)}' does not exist")
         seen.add(target)
 
 
@@ -129,7 +131,7 @@ def convert(model_path: str, output_path: str, options: ConvertOptions = Convert
     _check_paths(model_path, output_path, options)
     loaded = model_io.load_model(model_path)
     if loaded.renamed:
-        logger.info("named %d unnamed node(s) (node_of_<first output>)", len(loaded.renamed))
+        logger.debug("named %d unnamed node(s) (node_of_<first output>)", len(loaded.renamed))
     plan, warnings = base_plan(loaded, options)
     plan, auto_result = choose_plan(loaded, plan, options)
     result = convert_model(loaded, plan)
