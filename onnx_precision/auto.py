@@ -70,6 +70,7 @@ class AutoResult:
     search: SearchOutcome | None
     reference_outputs: tuple[dict[str, np.ndarray], ...]  # FP32 graph outputs per sample
     headroom: float
+    samples: Samples  # what every probe ran on (the verification runs the written model on them)
 
     @property
     def passed(self) -> bool:
@@ -82,6 +83,12 @@ class AutoResult:
     @property
     def probes_run(self) -> int:
         return sum(p.probes for p in self.phases)
+
+    @property
+    def writable(self) -> bool:
+        """Whether the plan is worth writing: not when the FP32 model itself is non-finite or
+        when no plan passes; a static plan that fails is written (and reported as failing)."""
+        return self.status == PASSED or (self.status == FAILED and self.mode == "static")
 
     def raise_if_failed(self) -> None:
         if self.status in (FAILED, FP32_NONFINITE):
@@ -115,7 +122,7 @@ def choose_plan(loaded: model_io.LoadedModel, base_plan: PrecisionPlan, samples:
         reference = oracle.reference_stats(session, samples)
         phase.count(session, probes=1)
     graph = _Graph.of(model, typing)
-    run = _Run(mode, headroom, clock, session, reference, _node_stats(graph, reference.stats))
+    run = _Run(mode, headroom, clock, session, reference, _node_stats(graph, reference.stats), samples)
 
     nonfinite = _fp32_nonfinite_message(reference)
     if nonfinite:
@@ -144,12 +151,13 @@ class _Run:
     session: object
     reference: object
     stats: Mapping[str, NodeStats]
+    samples: Samples
 
     def finish(self, plan: PrecisionPlan, status: str, message: str, before: Comparison | None = None,
                after: Comparison | None = None, outcome: SearchOutcome | None = None, layer=None) -> AutoResult:
         node_stats = self.stats if layer is None else _with_layerwise(self.stats, layer)
         return AutoResult(plan, status, message, self.mode, before, after, node_stats, self.clock.phases(),
-                          outcome, tuple(self.reference.outputs), self.headroom)
+                          outcome, tuple(self.reference.outputs), self.headroom, self.samples)
 
 
 def _static(run: _Run, prober: "_Prober", base: PrecisionPlan, flagged: Mapping[str, list[Reason]],

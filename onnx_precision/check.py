@@ -10,6 +10,7 @@ that provider instead (onnxruntime-gpu needed). The result always says which ora
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,8 +69,7 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
 
     spec = spec or SampleSpec()
     tol = tol or Tolerance()
-    if oracle not in ORACLES:
-        raise OracleUnavailable(f"unknown oracle '{oracle}'; expected one of {', '.join(ORACLES)}")
+    require_oracle(oracle)
     reference = model_io.load_model(model_path)
     candidate = model_io.load_model(candidate_path)
     _check_outputs_match(reference.model, candidate.model, model_path, candidate_path)
@@ -93,12 +93,8 @@ def run_candidate(candidate: model_io.LoadedModel, feeds, oracle: str = "emulate
 
     if oracle == "emulate":
         return oracle_lib.run_emulated(candidate.model, feeds, candidate.base_dir)
-    provider = NATIVE_PROVIDERS[oracle]
-    import onnxruntime as ort
-    if provider not in ort.get_available_providers():
-        raise OracleUnavailable(f"--oracle {oracle}: onnxruntime has no {provider} here "
-                                f"(install onnxruntime-gpu on a machine with the GPU stack)")
-    return oracle_lib.run_native(candidate.model, feeds, provider, candidate.base_dir)
+    require_oracle(oracle)
+    return oracle_lib.run_native(candidate.model, feeds, NATIVE_PROVIDERS[oracle], candidate.base_dir)
 
 
 def verify_written(model: onnx.ModelProto, base_dir: str, feeds, reference_outputs, tol: Tolerance,
@@ -107,6 +103,35 @@ def verify_written(model: onnx.ModelProto, base_dir: str, feeds, reference_outpu
     search already computed: one session, whatever happened before."""
     run = run_candidate(model_io.LoadedModel(model, "", base_dir, []), feeds, oracle)
     return compare_samples(list(reference_outputs), _only(run, reference_outputs), tol, run.oracle)
+
+
+def require_oracle(oracle: str) -> None:
+    """Fail before any work when ``oracle`` names a provider this onnxruntime does not have."""
+    if oracle not in ORACLES:
+        raise OracleUnavailable(f"unknown oracle '{oracle}'; expected one of {', '.join(ORACLES)}")
+    if oracle in NATIVE_PROVIDERS:
+        import onnxruntime as ort
+        if NATIVE_PROVIDERS[oracle] not in ort.get_available_providers():
+            raise OracleUnavailable(f"--oracle {oracle}: onnxruntime has no {NATIVE_PROVIDERS[oracle]} here "
+                                    f"(install onnxruntime-gpu on a machine with the GPU stack)")
+
+
+def verify_output(output_path: str, auto_result, tol: Tolerance, oracle: str = "emulate"):
+    """Verify the file ``convert`` wrote, read back from disk: emulated (always) and natively on
+    ``oracle``'s provider when one is named. Returns (emulated, native or None, phase costs)."""
+    from .report import PhaseCost
+
+    started = time.perf_counter()
+    written = model_io.load_model(output_path)
+    feeds, refs = auto_result.samples.feeds, auto_result.reference_outputs
+    verified = verify_written(written.model, written.base_dir, feeds, refs, tol)
+    phases = [PhaseCost("verify", time.perf_counter() - started, sessions=1, probes=1)]
+    native = None
+    if oracle != "emulate":
+        started = time.perf_counter()
+        native = verify_written(written.model, written.base_dir, feeds, refs, tol, oracle)
+        phases.append(PhaseCost(f"native {oracle}", time.perf_counter() - started, sessions=1, probes=1))
+    return verified, native, tuple(phases)
 
 
 def _only(run, refs) -> list[dict[str, np.ndarray]]:

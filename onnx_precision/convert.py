@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import model_io
 from .compare import Tolerance
 from .data import SampleSpec
-from .errors import OutputError
+from .errors import OutputError, SearchError
 from .plan import Precision, PrecisionPlan, Reason, apply_user_choices, uniform_plan
 from .rewriter import RewriteResult, rewrite
 
@@ -28,7 +29,7 @@ _MAX_LISTED_PINS = 20
 
 @dataclass(frozen=True)
 class ConvertOptions:
-    mode: str = "all-fp16"  # "all-fp16" | "static" | "auto"
+    mode: str = "auto"  # "all-fp16" | "static" | "auto"
     keep_fp32: tuple[str, ...] = ()  # regexes over node names
     keep_fp32_ops: tuple[str, ...] = ()
     plan_path: str | None = None  # a plan to start from (--plan)
@@ -38,7 +39,7 @@ class ConvertOptions:
     plan_out: str | None = None  # write the final plan as JSON
     samples: SampleSpec = field(default_factory=SampleSpec)
     tolerance: Tolerance = field(default_factory=Tolerance)
-    headroom: float = 2.0
+    headroom: float = 2.0  # auto.DEFAULT_HEADROOM: one binade of margin over the samples (0: off)
     report_json: str | None = None
     report_md: str | None = None
     oracle: str = "emulate"  # "emulate" | "cuda" | "tensorrt"
@@ -55,11 +56,12 @@ class ConvertResult:
     warnings: tuple[str, ...] = ()
     written: tuple[str, ...] = ()  # every file written, model first
     auto: Any = None  # onnx_precision.auto.AutoResult in static/auto modes
+    report: Any = None  # onnx_precision.report.RunReport in static/auto modes (verified output)
+    report_paths: tuple[str, ...] = ()
 
     @property
     def exit_code(self) -> int:
-        failed = self.auto is not None and getattr(self.auto, "status", "passed") in ("failed", "fp32-nonfinite")
-        return 1 if failed else 0
+        return 0 if self.report is None or self.report.status == "passed" else 1
 
     def summary_lines(self) -> list[str]:
         plan = self.plan
@@ -69,6 +71,9 @@ class ConvertResult:
             f"{self.output_path}: {len(plan.fp16_nodes)} node(s) FP16, {len(fp32)} FP32, "
             f"{self.rewrite.casts_added} Cast(s) added, {self.rewrite.initializers_converted} initializer(s) "
             f"converted, {self.rewrite.initializers_duplicated} kept in both precisions")
+        if self.report is not None:  # static/auto: the report's summary says the rest
+            from .report import summary_lines
+            return lines + summary_lines(self.report, self.report_paths) + [f"note: {n}" for n in self.rewrite.notes]
         for name in fp32[:_MAX_LISTED_PINS]:
             reasons = plan.decisions[name].reasons
             why = f"{reasons[-1].source}: {reasons[-1].detail}" if reasons else "fp32"
@@ -92,14 +97,15 @@ def base_plan(loaded: model_io.LoadedModel, options: ConvertOptions) -> tuple[Pr
     return apply_user_choices(plan, ops, options.keep_fp32, options.keep_fp32_ops, user_plan)
 
 
-def choose_plan(loaded: model_io.LoadedModel, plan: PrecisionPlan, options: ConvertOptions) -> tuple[PrecisionPlan, Any]:
+def choose_plan(loaded: model_io.LoadedModel, plan: PrecisionPlan, options: ConvertOptions,
+                progress: Any = None) -> tuple[PrecisionPlan, Any]:
     """The plan to write: ``plan`` itself in all-fp16 mode; static/auto modes ask
     :func:`onnx_precision.auto.choose_plan` (which returns an AutoResult, also returned)."""
     if options.mode == "all-fp16":
         return plan, None
     from . import auto, data  # the oracle stack is only needed by the measuring modes
     samples = data.load_samples(loaded.model, options.samples)
-    result = auto.choose_plan(loaded, plan, samples, options.tolerance, options.headroom, options.mode)
+    result = auto.choose_plan(loaded, plan, samples, options.tolerance, options.headroom, options.mode, progress)
     return result.plan, result
 
 
@@ -110,7 +116,8 @@ def convert_model(loaded: model_io.LoadedModel, plan: PrecisionPlan) -> RewriteR
 
 def _check_paths(model_path: str, output_path: str, options: ConvertOptions) -> None:
     """Refuse outputs that would overwrite the input or each other, before any work is done."""
-    outputs = [p for p in (output_path, options.plan_out, options.trt_flags_path) if p]
+    outputs = [p for p in (output_path, options.plan_out, options.trt_flags_path, options.report_json,
+                           options.report_md) if p]
     src = os.path.abspath(model_path)
     seen = set()
     for path in outputs:
@@ -124,16 +131,34 @@ def _check_paths(model_path: str, output_path: str, options: ConvertOptions) -> 
         seen.add(target)
 
 
-def convert(model_path: str, output_path: str, options: ConvertOptions = ConvertOptions()) -> ConvertResult:
-    """Convert ``model_path`` to ``output_path`` per ``options`` (see the CLI help for each)."""
+def convert(model_path: str, output_path: str, options: ConvertOptions = ConvertOptions(),
+            progress: Any = None) -> ConvertResult:
+    """Convert ``model_path`` to ``output_path`` per ``options`` (see the CLI help for each).
+
+    static/auto modes also verify the written file (emulated, and natively with --oracle
+    cuda/tensorrt) and write the JSON/Markdown reports; ``progress(phase, done, left)`` is called
+    during the search."""
     if options.mode not in MODES:
         raise ValueError(f"convert: mode {options.mode!r} is not one of {MODES}")
+    measuring = options.mode != "all-fp16"
+    if measuring:
+        from . import check, report as report_lib
+        check.require_oracle(options.oracle)
+        reports = report_lib.default_paths(output_path, options.report_json, options.report_md)
+        options = replace(options, report_json=reports[0], report_md=reports[1])
     _check_paths(model_path, output_path, options)
     loaded = model_io.load_model(model_path)
     if loaded.renamed:
         logger.debug("named %d unnamed node(s) (node_of_<first output>)", len(loaded.renamed))
     plan, warnings = base_plan(loaded, options)
-    plan, auto_result = choose_plan(loaded, plan, options)
+    plan, auto_result = choose_plan(loaded, plan, options, progress)
+    if auto_result is not None and not auto_result.writable:
+        report = report_lib.for_conversion(loaded.model, model_path, None, auto_result.plan, auto_result.samples,
+                                           options.tolerance, options.mode, options.oracle, auto_result,
+                                           warnings=warnings)
+        paths = report_lib.write_reports(report, options.report_json, options.report_md, (model_path,))
+        raise SearchError(f"{auto_result.message} (no model written; report: {paths[0]})")
+    started = time.perf_counter()
     result = convert_model(loaded, plan)
     texts = []
     if options.plan_out:
@@ -146,5 +171,17 @@ def convert(model_path: str, output_path: str, options: ConvertOptions = Convert
                         external_data=True if options.external_data else None, input_paths=inputs)
     for path, text in texts:
         model_io.write_text(path, text, input_paths=inputs)
-    return ConvertResult(model_path, output_path, result.plan, result, tuple(warnings),
-                         (output_path,) + tuple(p for p, _ in texts), auto_result)
+    written = (output_path,) + tuple(p for p, _ in texts)
+    if auto_result is None:
+        return ConvertResult(model_path, output_path, result.plan, result, tuple(warnings), written)
+    write = report_lib.PhaseCost("write", time.perf_counter() - started)
+    verified, native, phases = check.verify_output(output_path, auto_result, options.tolerance, options.oracle)
+    if auto_result.passed and not verified.passed:
+        logger.error("BUG: the plan passed the emulated search but the written model %s fails the emulated "
+                     "check; please report it with %s", output_path, options.report_json)
+    report = report_lib.for_conversion(loaded.model, model_path, output_path, result.plan, auto_result.samples,
+                                       options.tolerance, options.mode, options.oracle, auto_result, verified,
+                                       native, (write,) + phases, warnings)
+    paths = report_lib.write_reports(report, options.report_json, options.report_md, inputs)
+    return ConvertResult(model_path, output_path, result.plan, result, tuple(warnings), written + paths,
+                         auto_result, report, paths)

@@ -130,6 +130,13 @@ def for_conversion(model: onnx.ModelProto, model_path: str, output_path: str | N
         headroom=auto_result.headroom if auto_result is not None else None)
 
 
+def write_reports(report: RunReport, json_path: str, md_path: str, input_paths: tuple[str, ...] = ()
+                  ) -> tuple[str, str]:
+    write_json(report, json_path, input_paths)
+    write_markdown(report, md_path, input_paths)
+    return json_path, md_path
+
+
 def default_paths(output_path: str, report_json: str | None, report_md: str | None) -> tuple[str, str]:
     """``--report``/``--report-md``, defaulting to siblings of the output: OUT.report.json/.md."""
     stem = output_path[:-5] if output_path.endswith(".onnx") else output_path
@@ -391,8 +398,9 @@ def _num(x: float | None) -> str:
 
 
 def estimate_flops(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> dict[str, float]:
-    """Rough FLOPs per main-graph node: 2*M*N*K for MatMul/Gemm, 2*out*(C/group*kernel) for Conv,
-    the output size for everything else; nodes inside subgraphs count their output size or 1.
+    """Rough FLOPs per node: 2*M*N*K for MatMul/Gemm, 2*out*(C/group*kernel) for Conv, the larger
+    of the first input's and the output's size for everything else (so a reduction counts what it
+    reads); 1 where shapes are unknown (e.g. inside subgraphs).
 
     Shapes come from ONNX shape inference with the graph inputs fixed to ``input_shapes`` (the
     first sample's), so symbolic dimensions resolve. Only for the report's FLOP share.
@@ -403,11 +411,16 @@ def estimate_flops(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[i
         node = ref.node
         out = shapes.get(node.output[0]) if node.output else None
         out_size = float(np.prod(out)) if out is not None else 1.0
-        flops[node.name] = max(out_size * _flops_per_output(node, shapes), 1.0)
+        per_output = _flops_per_output(node, shapes)
+        if per_output is None:  # elementwise or a reduction: one operation per element read or written
+            first = shapes.get(node.input[0]) if node.input else None
+            flops[node.name] = max(out_size, float(np.prod(first)) if first is not None else 1.0, 1.0)
+        else:
+            flops[node.name] = max(out_size * per_output, 1.0)
     return flops
 
 
-def _flops_per_output(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]]) -> float:
+def _flops_per_output(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]]) -> float | None:
     first = shapes.get(node.input[0]) if node.input else None
     if node.op_type == "MatMul" and first:
         return 2.0 * first[-1]
@@ -418,7 +431,7 @@ def _flops_per_output(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]
         weight = shapes.get(node.input[1])
         if weight:
             return 2.0 * float(np.prod(weight[1:]))
-    return 1.0
+    return None
 
 
 def _inferred_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:

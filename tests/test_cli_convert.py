@@ -44,13 +44,14 @@ def test_convert_writes_valid_fp16_model_and_summary(model_path, tmp_path, capsy
 
 def test_keep_fp32_save_plan_and_plan_round_trip(model_path, tmp_path, capsys):
     out, plan = str(tmp_path / "out.onnx"), str(tmp_path / "plan.json")
-    assert main(["convert", model_path, "-o", out, "--keep-fp32", "node_of_b", "--save-plan", plan]) == 0
+    assert main(["convert", model_path, "-o", out, "--mode", "all-fp16", "--keep-fp32", "node_of_b",
+                 "--save-plan", plan]) == 0
     saved = json.load(open(plan))
     assert saved["nodes"]["node_of_b"]["precision"] == "fp32"
     assert saved["nodes"]["node_of_b"]["reasons"][-1] == {"source": "user", "detail": "--keep-fp32 node_of_b"}
     assert "FP32 node_of_b (user: --keep-fp32 node_of_b)" in capsys.readouterr().out
     again = str(tmp_path / "again.onnx")
-    assert main(["convert", model_path, "-o", again, "--plan", plan]) == 0
+    assert main(["convert", model_path, "-o", again, "--mode", "all-fp16", "--plan", plan]) == 0
     assert open(out, "rb").read() == open(again, "rb").read()
 
 

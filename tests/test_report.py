@@ -131,6 +131,7 @@ def test_estimate_flops_uses_sample_shape_for_symbolic_dims():
     small = rep.estimate_flops(model, {"x": (1, 64)})
     large = rep.estimate_flops(model, {"x": (8, 64)})
     assert large["node_of_sq"] == 8 * small["node_of_sq"] == 512
+    assert large["node_of_ss"] == 512  # a reduction counts the elements it reads, not its 8 outputs
 
 
 def test_default_report_paths_are_siblings_of_the_output():

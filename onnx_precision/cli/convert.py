@@ -12,9 +12,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("convert", help="convert an FP32 model to FP16, pinning unsafe nodes to FP32")
     p.add_argument("model", help="the FP32 ONNX model")
     p.add_argument("-o", "--output", required=True, help="where to write the FP16 model")
-    p.add_argument("--mode", choices=["all-fp16", "static", "auto"], default="all-fp16",
-                   help="all-fp16: every node that can be FP16 is; static: pin nodes flagged by risk rules "
-                        "and ranges; auto: search the smallest FP32 set that passes (default all-fp16)")
+    p.add_argument("--mode", choices=["all-fp16", "static", "auto"], default="auto",
+                   help="auto (default): search the smallest FP32 set with which every sample passes, verify "
+                        "the written model, write a report; static: pin nodes flagged by risk rules and "
+                        "ranges, no search; all-fp16: every node that can be FP16 is, no check")
     p.add_argument("--keep-fp32", action="append", default=[], metavar="REGEX",
                    help="keep nodes whose name matches REGEX in FP32 (repeatable)")
     p.add_argument("--keep-fp32-op", action="append", default=[], metavar="OPTYPE",
@@ -27,9 +28,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="write weights to OUTPUT.data beside the model (always on for models over 2 GB)")
     p.add_argument("--trt-flags", metavar="FILE", help="write TensorRT flags for the plan to FILE")
     p.add_argument("--headroom", type=float, default=convert_lib.ConvertOptions.headroom,
-                   help="auto mode: also pin nodes whose FP32 activations exceed 65504/H")
-    p.add_argument("--report", metavar="FILE.json", help="write the JSON report")
-    p.add_argument("--report-md", metavar="FILE.md", help="write the Markdown report")
+                   help="static/auto: also pin nodes whose FP32 activations exceed 65504/H on the samples, "
+                        "since unseen inputs will be larger (default %(default)g: one binade of margin; 0: off)")
+    p.add_argument("--report", metavar="FILE.json",
+                   help="static/auto: the JSON report (default: OUTPUT with .report.json)")
+    p.add_argument("--report-md", metavar="FILE.md",
+                   help="static/auto: the Markdown report (default: OUTPUT with .report.md)")
     p.add_argument("--oracle", choices=["emulate", "cuda", "tensorrt"], default="emulate",
                    help="also run the written model natively on this provider (needs onnxruntime-gpu)")
     common.add_sample_args(p)
@@ -45,7 +49,14 @@ def run(args: argparse.Namespace) -> int:
         trt_flags_path=args.trt_flags, plan_out=args.save_plan, samples=common.sample_spec(args),
         tolerance=common.tolerance(args), headroom=args.headroom, report_json=args.report,
         report_md=args.report_md, oracle=args.oracle)
-    result = convert_lib.convert(args.model, args.output, options)
-    for line in result.summary_lines():
-        print(line)
+    from ..report import ProgressLine
+
+    progress = ProgressLine(enabled=False if args.quiet else None)
+    try:
+        result = convert_lib.convert(args.model, args.output, options, progress)
+    finally:
+        progress.close()
+    if not args.quiet:
+        for line in result.summary_lines():
+            print(line)
     return result.exit_code
