@@ -198,3 +198,133 @@ def test_reference_outputs_are_the_fp32_outputs(tmp_path):
     result, loaded, samples = choose("benign_mlp", tmp_path)
     fp32 = run_emulated(loaded.model, samples.feeds).outputs
     assert np.array_equal(result.reference_outputs[0]["y"], fp32[0]["y"])
+
+
+# --- through convert: the product's main path ------------------------------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def shipped(name: str) -> tuple[str, str]:
+    data = os.path.join(ROOT, "models", f"{name}.npz")
+    return os.path.join(ROOT, "models", f"{name}.onnx"), data if os.path.exists(data) else data[:-4]
+
+
+@pytest.fixture
+def count_sessions(monkeypatch):
+    """Counts every onnxruntime session built, whoever builds it."""
+    import onnxruntime as ort
+
+    built = []
+    original = ort.InferenceSession
+
+    class Counted(original):
+        def __init__(self, *args, **kwargs):
+            built.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(ort, "InferenceSession", Counted)
+    return built
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_convert_verifies_and_reports_every_example(name, tmp_path, capsys, count_sessions):
+    import json
+
+    from onnx_precision.cli import main
+
+    model, data = shipped(name)
+    out = str(tmp_path / f"{name}.fp16.onnx")
+    assert main(["convert", model, "-o", out, "--inputs", data]) == 0
+    assert len(count_sessions) <= 3  # the emulation session and the verification of the written file
+    report = json.load(open(str(tmp_path / f"{name}.fp16.report.json")))
+    assert tuple(p["node"] for p in report["pinned"]) == EXPECTED[name]
+    assert report["status"] == "passed" and report["outputs"]["verified"]["passed"] is True
+    assert report["cost"]["sessions_built"] == 2
+    assert os.path.exists(str(tmp_path / f"{name}.fp16.report.md"))
+    summary = capsys.readouterr().out.splitlines()
+    assert 5 <= len(summary) <= 11 and any(line.startswith("verified: pass") for line in summary)
+    assert main(["check", model, out, "--inputs", data]) == 0
+
+
+def test_convert_fp32_nan_model_fails_names_the_node_and_writes_the_report(tmp_path, capsys):
+    import json
+
+    from onnx_precision.cli import main
+
+    model, data = shipped("fp32_nan")
+    out = str(tmp_path / "nan.fp16.onnx")
+    assert main(["convert", model, "-o", out, "--inputs", data]) == 1
+    err = capsys.readouterr().err
+    assert "node 'sqrt'" in err and "FP32 model itself" in err and len(err.strip().splitlines()) == 1
+    assert not os.path.exists(out)
+    report = json.load(open(str(tmp_path / "nan.fp16.report.json")))
+    assert report["status"] == "fp32-nonfinite" and "'sqrt'" in report["message"]
+    assert sorted(os.listdir(tmp_path)) == ["nan.fp16.report.json", "nan.fp16.report.md"]
+
+
+def test_convert_api_returns_plan_metrics_and_paths(tmp_path):
+    from onnx_precision.convert import ConvertOptions, convert
+    from onnx_precision.data import SampleSpec
+
+    model, data = shipped("two_culprits")
+    out = str(tmp_path / "two.onnx")
+    result = convert(model, out, ConvertOptions(samples=SampleSpec(inputs=data), report_json=str(tmp_path / "r.json")))
+    assert result.exit_code == 0 and result.report.verified.passed
+    assert result.plan.fp32_nodes == EXPECTED["two_culprits"]
+    assert result.report_paths == (str(tmp_path / "r.json"), str(tmp_path / "two.report.md"))
+    assert {m.name for m in result.report.after.outputs} == {"y_a", "y_b"}
+
+
+def test_convert_static_mode_and_quiet(tmp_path, capsys):
+    from onnx_precision.cli import main
+
+    model, data = shipped("log_underflow")
+    out = str(tmp_path / "s.onnx")
+    assert main(["convert", model, "-o", out, "--inputs", data, "--mode", "static", "-q"]) == 0
+    assert capsys.readouterr().out == ""
+    import json
+    report = json.load(open(str(tmp_path / "s.report.json")))
+    assert report["mode"] == "static" and [p["node"] for p in report["pinned"]] == ["probs", "log_probs"]
+
+
+def test_convert_without_inputs_says_the_data_was_synthetic(tmp_path, capsys):
+    from onnx_precision.cli import main
+
+    model, _ = shipped("benign_mlp")
+    assert main(["convert", model, "-o", str(tmp_path / "b.onnx")]) == 0
+    import json
+    report = json.load(open(str(tmp_path / "b.report.json")))
+    assert report["samples"]["synthetic"] is True and "--inputs" in report["samples"]["note"]
+
+
+def test_convert_native_oracle_missing_is_an_error_before_any_work(tmp_path, capsys):
+    import onnxruntime as ort
+
+    from onnx_precision.cli import main
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("CUDA is available here")
+    model, data = shipped("benign_mlp")
+    assert main(["convert", model, "-o", str(tmp_path / "b.onnx"), "--inputs", data, "--oracle", "cuda"]) == 2
+    assert "CUDAExecutionProvider" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
+
+
+def test_written_model_failing_verification_is_loud(tmp_path, capsys, monkeypatch):
+    """If what is written differed from what was searched, the verification must catch it."""
+    import onnx_precision.convert as convert_lib
+    from onnx_precision.cli import main
+
+    def write_all_fp16(loaded, plan):  # a rewriter bug: ignores the pins
+        return rewrite(loaded.model, plan.with_fp16(plan.fp32_nodes), loaded.base_dir)
+
+    monkeypatch.setattr(convert_lib, "convert_model", write_all_fp16)
+    model, data = shipped("l2_normalize")
+    assert main(["convert", model, "-o", str(tmp_path / "l2.onnx"), "--inputs", data]) == 1
+    captured = capsys.readouterr()
+    assert "BUG: the plan passed the emulated search but the written model" in captured.err
+    assert "verified: FAIL" in captured.out
+    import json
+    report = json.load(open(str(tmp_path / "l2.report.json")))
+    assert report["status"] == "failed" and report["outputs"]["verified"]["passed"] is False
