@@ -268,9 +268,11 @@ def to_markdown(report: RunReport) -> str:
     if report.tolerance is not None:
         t = report.tolerance
         lines.append(f"- tolerance: atol {t.atol:g}, rtol {t.rtol:g}, cosine >= {t.min_cosine:g}")
-    if report.headroom is not None:
+    if report.headroom:
         lines.append(f"- headroom: {report.headroom:g} (nodes whose FP32 activations exceed "
                      f"{65504 / report.headroom:.6g} are pinned)")
+    elif report.headroom is not None:
+        lines.append("- headroom: off (only the search pins)")
     lines += [f"- warning: {w}" for w in report.warnings]
     lines += [
         f"- FP16 share: {len(report.plan.fp16_nodes)}/{len(report.plan.decisions)} nodes "

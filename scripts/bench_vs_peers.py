@@ -42,7 +42,7 @@ import models  # noqa: E402
 from onnx_precision import auto, model_io  # noqa: E402
 from onnx_precision.check import check  # noqa: E402
 from onnx_precision.compare import Tolerance  # noqa: E402
-from onnx_precision.data import SampleSpec, Samples  # noqa: E402
+from onnx_precision.data import SampleSpec  # noqa: E402
 from onnx_precision.oracle import run_emulated, run_fp32  # noqa: E402
 from onnx_precision.plan import Precision, Reason, uniform_plan  # noqa: E402
 from onnx_precision.rewriter import rewrite  # noqa: E402
@@ -66,19 +66,30 @@ class Row:
 
 
 class SessionCounter:
-    """Counts onnxruntime.InferenceSession constructions, whoever builds them."""
+    """Counts onnxruntime.InferenceSession constructions, whoever builds them; ``probes`` are the
+    single-node sessions typing_rules builds to learn whether onnxruntime loads an op in FP16
+    (cached per process, so only a process's first conversion pays them)."""
 
     def __init__(self) -> None:
         self.count = 0
+        self.probes = 0
+
+    @property
+    def text(self) -> str:
+        return f"{self.count - self.probes}" + (f" (+{self.probes} 1-node)" if self.probes else "")
 
     @contextlib.contextmanager
     def counting(self):
+        import traceback
+
         original = ort.InferenceSession
         counter = self
 
         class Counted(original):  # type: ignore[misc, valid-type]
             def __init__(self, *args, **kwargs):
                 counter.count += 1
+                if any(f.filename.endswith("typing_rules.py") for f in traceback.extract_stack()):
+                    counter.probes += 1
                 super().__init__(*args, **kwargs)
 
         ort.InferenceSession = Counted
@@ -138,30 +149,24 @@ def verdict(model_path: str, candidate_path: str, data: str) -> str:
 
 def run_ours(name: str, model_path: str, data: str, out_dir: str, headroom: float
              ) -> tuple[Row, auto.AutoResult, float]:
-    """convert --mode auto: choose the plan, write it, verify the written model."""
-    from onnx_precision.data import load_samples
+    """``convert`` (auto mode): choose the plan, write it, verify the written file, write reports."""
+    from onnx_precision.convert import ConvertOptions, convert
 
+    out_path = os.path.join(out_dir, f"{name}.ours.onnx")
+    options = ConvertOptions(mode="auto", samples=SampleSpec(inputs=data), tolerance=TOL, headroom=headroom)
     counter = SessionCounter()
     with counter.counting():
         started = time.perf_counter()
-        loaded = model_io.load_model(model_path)
-        samples = load_samples(loaded.model, SampleSpec(inputs=data))
-        base = uniform_plan(node_names(loaded.model), Precision.FP16, Reason("default", "auto"))
-        result = auto.choose_plan(loaded, base, samples, TOL, headroom=headroom)
-        written = rewrite(loaded.model, result.plan, loaded.base_dir).model
-        out_path = os.path.join(out_dir, f"{name}.ours.onnx")
-        model_io.save_model(written, out_path)
-        verified = run_emulated(written, samples.feeds, loaded.base_dir)
+        result = convert(model_path, out_path, options)
         seconds = time.perf_counter() - started
-    from onnx_precision.compare import compare_samples
-    ok = compare_samples(result.reference_outputs, verified.outputs, TOL, "emulate").passed
-    floats = set(float_nodes(loaded.model))
+    floats = set(float_nodes(onnx.load(model_path)))
     fp32 = [n for n in result.plan.fp32_nodes if n in floats]
-    search_seconds = sum(p.seconds for p in result.phases if p.name == "search")
-    row = Row(name, "ours", seconds, counter.count, result.search.probes_run if result.search else 1,
-              len(fp32), 1 - len(fp32) / max(len(floats), 1), verdict(model_path, out_path, data),
-              f"search {search_seconds:.2f}s" + ("" if ok else " VERIFY FAILED"))
-    return row, result, search_seconds
+    search_seconds = sum(p.seconds for p in result.auto.phases if p.name == "search")
+    probes = result.auto.search.probes_run if result.auto.search else 1
+    note = f"search {search_seconds:.2f}s" + ("" if result.report.verified.passed else " VERIFY FAILED")
+    row = Row(name, "ours", seconds, counter.text, probes, len(fp32), 1 - len(fp32) / max(len(floats), 1),
+              verdict(model_path, out_path, data), note)
+    return row, result.auto, search_seconds
 
 
 def run_session_per_probe(name: str, model_path: str, data: str, result: auto.AutoResult,
@@ -189,7 +194,7 @@ def run_session_per_probe(name: str, model_path: str, data: str, result: auto.Au
     note = f"same {len(probes)} probes; one-session search is {speedup:.1f}x faster"
     if not agree:
         note += "; VERDICTS DIFFER"
-    return Row(name, "ours, session per probe", seconds, counter.count, len(probes), "=", None, "=", note)
+    return Row(name, "ours, session per probe", seconds, counter.text, len(probes), "=", None, "=", note)
 
 
 def _probe_plan(base, result: auto.AutoResult, pinned: frozenset):
@@ -214,14 +219,14 @@ def run_occ(name: str, model_path: str, data: str, feeds: tuple[dict, ...], out_
                 converted = auto_convert_mixed_precision(model, dict(feeds[-1]), rtol=TOL.rtol, atol=TOL.atol,
                                                          keep_io_types=True)
         except Exception as e:  # report the peer's failure as it is
-            return Row(name, "occ auto_mixed", time.perf_counter() - started, counter.count, "?", "-", None,
+            return Row(name, "occ auto_mixed", time.perf_counter() - started, counter.text, "?", "-", None,
                        "-", f"failed: {str(e).splitlines()[0][:60]}")
         seconds = time.perf_counter() - started
     attempts = log.getvalue().count("Running attempt") + 1  # + the final validation run
     out_path = os.path.join(out_dir, f"{name}.occ.onnx")
     onnx.save(converted, out_path)
     fp32 = [n for n in fp32_nodes_of(model, converted) if n in floats]
-    return Row(name, "occ auto_mixed", seconds, counter.count, attempts, len(fp32),
+    return Row(name, "occ auto_mixed", seconds, counter.text, attempts, len(fp32),
                1 - len(fp32) / max(len(floats), 1), verdict(model_path, out_path, data), note)
 
 

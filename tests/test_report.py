@@ -172,3 +172,7 @@ def test_progress_line_only_on_a_terminal():
     assert quiet.getvalue() == ""
     assert "search: [#######.............] probe 3, about 5 left" in tty.getvalue()
     assert tty.getvalue().endswith("\r")
+
+
+def test_markdown_with_headroom_off():
+    assert "- headroom: off (only the search pins)" in rep.to_markdown(make_report(headroom=0.0))
