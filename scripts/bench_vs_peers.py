@@ -238,20 +238,35 @@ def run_modelopt(name: str) -> Row | None:
     return Row(name, "modelopt autocast", 0.0, "-", "-", "-", None, "-", "importable; not wired yet")
 
 
-def plain_run_seconds(model_path: str, feeds, optimized: bool = True) -> float:
-    """One plain FP32 onnxruntime run over the samples (best of 5), for the cost of a probe;
-    ``optimized=False`` runs it as the oracle's sessions do (no graph optimizations)."""
-    from onnx_precision.oracle import session_options
+def probe_cost(model_path: str, feeds, plan) -> tuple[float, float, float]:
+    """(one probe, one plain FP32 run with onnxruntime's default optimizations, one without) in
+    seconds over all samples, each the best of 7 runs, interleaved so machine load hits all alike.
+    A probe is what the search pays per plan: a run of the emulation session (built as the search
+    builds it) and the comparison with the FP32 outputs."""
+    from onnx_precision.compare import compare_outputs
+    from onnx_precision.oracle import EmulationSession, session_options
 
-    options = None if optimized else session_options()
-    session = ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
-    best = float("inf")
-    for _ in range(5):
-        started = time.perf_counter()
+    loaded = model_io.load_model(model_path)
+    emulation = EmulationSession(loaded.model, loaded.base_dir)
+    refs = [emulation.run(None, feed) for feed in feeds]
+    optimized = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
+    plain = ort.InferenceSession(model_path, session_options(), providers=["CPUExecutionProvider"])
+
+    def probe() -> None:
+        for feed, ref in zip(feeds, refs):
+            compare_outputs(ref, emulation.run(plan, feed), TOL, "emulate")
+
+    def run(session) -> None:
         for feed in feeds:
             session.run(None, feed)
-        best = min(best, time.perf_counter() - started)
-    return best
+
+    best = [float("inf")] * 3
+    for _ in range(7):
+        for i, step in enumerate((probe, lambda: run(optimized), lambda: run(plain))):
+            started = time.perf_counter()
+            step()
+            best[i] = min(best[i], time.perf_counter() - started)
+    return best[0], best[1], best[2]
 
 
 def fmt(row: Row) -> str:
@@ -280,20 +295,19 @@ def main() -> None:
                 print(fmt(row), flush=True)
                 if result.search is not None and result.search.probes_run > 1:
                     print(fmt(run_session_per_probe(name, model_path, data, result, search_seconds)), flush=True)
-                    per_probe = search_seconds / max(result.search.probes_run - 1, 1)
-                    probe_costs.append((f"{name} (headroom {headroom:g})",
-                                        per_probe / plain_run_seconds(model_path, feeds),
-                                        per_probe / plain_run_seconds(model_path, feeds, optimized=False)))
+            probe, optimized, plain = probe_cost(model_path, feeds, result.plan)
+            probe_costs.append((name, probe * 1e3, probe / optimized, probe / plain))
             print(fmt(run_occ(name, model_path, data, feeds, tmp)), flush=True)
             modelopt = run_modelopt(name)
             if modelopt is not None:
                 print(fmt(modelopt), flush=True)
     if probe_costs:
         print()
-        print("search probe cost / one plain FP32 run over the same samples "
-              "(onnxruntime default optimizations; without graph optimizations as the oracle runs):")
-        for name, optimized, plain in probe_costs:
-            print(f"  {name}: {optimized:.2f}x; {plain:.2f}x")
+        print("one probe (emulation session run + comparison, all samples) against one plain FP32 run:")
+        print("| model | probe ms | x plain run (ORT default optimizations) | x plain run (no graph optimizations) |")
+        print("|---|---|---|---|")
+        for name, ms, optimized, plain in probe_costs:
+            print(f"| {name} | {ms:.2f} | {optimized:.2f} | {plain:.2f} |")
     try:
         import modelopt.onnx.autocast  # noqa: F401
     except ImportError:
