@@ -207,6 +207,8 @@ def _search(run: _Run, prober: "_Prober", graph: "_Graph", samples: Samples, use
         search = PinSearch(candidates, widen, start_failed=detail)
         while (pinned := search.select()) is not None:
             passed, detail = prober.passes(base.with_fp32(pinned, _SEARCH_PROBE))
+            log.debug("probe %d (%s): %d pinned -> %s%s", search.probes_run, search.phase, len(pinned),
+                      "pass" if passed else "fail", f" ({detail})" if detail else "")
             search.step(passed, detail)
             if progress is not None:
                 progress("search", search.probes_run, search.remaining)

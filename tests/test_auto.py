@@ -328,3 +328,22 @@ def test_written_model_failing_verification_is_loud(tmp_path, capsys, monkeypatc
     import json
     report = json.load(open(str(tmp_path / "l2.report.json")))
     assert report["status"] == "failed" and report["outputs"]["verified"]["passed"] is False
+
+
+def test_convert_static_plan_that_fails_is_written_with_exit_1(tmp_path, capsys):
+    from onnx_precision.cli import main
+
+    model, data = shipped("if_branch")
+    out = str(tmp_path / "if.onnx")
+    assert main(["convert", model, "-o", out, "--inputs", data, "--mode", "static"]) == 1
+    assert os.path.exists(out)  # a first look: written, and reported as failing
+    assert "verified: FAIL" in capsys.readouterr().out
+
+
+def test_verbose_logs_every_probe(tmp_path, capsys):
+    from onnx_precision.cli import main
+
+    model, data = shipped("log_underflow")
+    assert main(["convert", model, "-o", str(tmp_path / "l.onnx"), "--inputs", data, "-v"]) == 0
+    err = capsys.readouterr().err
+    assert "probe 1 (candidates): 2 pinned -> pass" in err
