@@ -59,7 +59,7 @@ class ExternalRef:
     @property
     def nbytes(self) -> int:
         """Bytes of the tensor's values in its own element type (what a writer stores)."""
-        return self.count * _itemsize(self.data_type)
+        return _stored_bytes(self.data_type, self.count)
 
 
 def model_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
@@ -87,8 +87,20 @@ def is_external(tensor: onnx.TensorProto) -> bool:
     return tensor.data_location == onnx.TensorProto.EXTERNAL
 
 
+# Element types packed several to a byte in storage (numpy holds them one per byte).
+_PACKED_BITS = {getattr(onnx.TensorProto, name): bits for name, bits in (
+    ("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2), ("UINT2", 2))
+    if hasattr(onnx.TensorProto, name)}
+
+
 def _itemsize(data_type: int) -> int:
-    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(data_type)).itemsize
+    """Bytes per element in storage; 1 for packed types, which are only ever copied as bytes."""
+    return 1 if data_type in _PACKED_BITS else np.dtype(onnx.helper.tensor_dtype_to_np_dtype(data_type)).itemsize
+
+
+def _stored_bytes(data_type: int, count: int) -> int:
+    bits = _PACKED_BITS.get(data_type)
+    return count * _itemsize(data_type) if bits is None else (count * bits + 7) // 8
 
 
 def _np_dtype(data_type: int) -> np.dtype:
@@ -110,7 +122,7 @@ def external_ref(tensor: onnx.TensorProto, base_dir: str, model_path: str | None
         chain = tuple(int(t) for t in info[CAST_CHAIN_KEY].split(",")) if CAST_CHAIN_KEY in info \
             else (tensor.data_type,)
         count = int(np.prod(tensor.dims, dtype=np.int64))
-        stored_size = count * _itemsize(chain[0])
+        stored_size = _stored_bytes(chain[0], count)
         length = int(info["length"]) if "length" in info else stored_size
     except (ValueError, TypeError, KeyError) as e:
         raise ModelLoadError(f"{prefix}tensor '{tensor.name}' has unreadable external data entries ({e})")
@@ -225,6 +237,10 @@ def read_array(tensor: onnx.TensorProto, base_dir: str) -> np.ndarray:
         return numpy_helper.to_array(tensor)
     check_ref(ref)
     shape = tuple(tensor.dims)
+    if ref.stored_type in _PACKED_BITS:  # unpacked by onnx, from bytes read whole
+        packed = onnx.TensorProto(name=tensor.name, dims=tensor.dims, data_type=ref.stored_type)
+        packed.raw_data = b"".join(bytes(chunk) for chunk in iter_stored_chunks(ref))
+        return _cast(numpy_helper.to_array(packed), ref.chain, ref.data_type)
     if ref.count == 0:
         return np.zeros(shape, dtype=_np_dtype(ref.data_type))
     stored = np.memmap(ref.file, dtype=_np_dtype(ref.stored_type), mode="r", offset=ref.offset, shape=shape)

@@ -254,6 +254,24 @@ def test_large_tensors_are_aligned(tmp_path):
     np.testing.assert_array_equal(numpy_helper.to_array(initializers(onnx.load(out))["b"]), big)
 
 
+def test_packed_int4_external_tensor_loads_reads_and_copies(tmp_path):
+    values = np.array([1, -2, 3, -4, 5, 7, -8], dtype=np.int8)  # 7 values: 4 bytes, the last half empty
+    tensor = numpy_helper.from_array(values.astype(helper.tensor_dtype_to_np_dtype(TensorProto.INT4)), "q")
+    graph = helper.make_graph([helper.make_node("Identity", ["q"], ["y"], name="id")], "g", [],
+                              [helper.make_tensor_value_info("y", TensorProto.INT4, [7])], [tensor])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    src = str(tmp_path / "int4.onnx")
+    onnx.save(model, src, save_as_external_data=True, location="int4.bin", size_threshold=0)
+    assert os.path.getsize(tmp_path / "int4.bin") == 4
+    loaded = load_model(src)
+    q = initializers(loaded.model)["q"]
+    assert initializer_array(q, loaded.base_dir).astype(np.int8).tolist() == values.tolist()
+    out = str(tmp_path / "copy.onnx")
+    save_model(loaded.model, out, source_dir=loaded.base_dir)
+    assert numpy_helper.to_array(initializers(onnx.load(out))["q"]).astype(np.int8).tolist() == values.tolist()
+
+
 def one_line(error: Exception) -> str:
     text = str(error)
     assert "\n" not in text
