@@ -84,7 +84,7 @@ def _resolved_ref(tensor: onnx.TensorProto, source_dir: str | None) -> ext.Exter
     if not ext.is_external(tensor):
         return None
     if source_dir is None and not ext.has_private_keys(tensor):
-        raise OutputError(f"tensor '{tensor.name}' has external data but save_model was given no source_dir")
+        raise ValueError(f"tensor '{tensor.name}' has external data but save_model was given no source_dir")
     return ext.external_ref(tensor, source_dir or ".")
 
 
@@ -93,6 +93,8 @@ def _inline_nbytes(tensor: onnx.TensorProto) -> int:
         return len(tensor.raw_data)
     if tensor.data_type == onnx.TensorProto.STRING:
         return sum(len(s) for s in tensor.string_data)
+    if tensor.data_type == onnx.TensorProto.UNDEFINED:
+        return 0
     count = int(np.prod(tensor.dims, dtype=np.int64))
     return count * np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
 
@@ -188,7 +190,8 @@ def _inline_raw(tensor: onnx.TensorProto) -> bytes | None:
         return None
     if tensor.HasField("raw_data"):
         return tensor.raw_data
-    return numpy_helper.to_array(tensor).tobytes()
+    # Through onnx's own converters: they pack 4-bit types and lay out bfloat16/float16 as stored.
+    return numpy_helper.from_array(numpy_helper.to_array(tensor)).raw_data
 
 
 def _set_external(tensor: onnx.TensorProto, location: str, offset: int, length: int) -> None:
