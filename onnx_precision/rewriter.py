@@ -119,7 +119,9 @@ class _Rewriter:
         orig = self.orig(name)
         if orig != FLOAT:
             return orig
-        converts = self.plan.fp16_io if owner is None else self.fp16(owner)
+        if owner is None:  # fp16_io converts float tensors; sequences/optionals keep their type
+            return FLOAT16 if self.plan.fp16_io and tr.is_tensor(self.types.get(name)) else FLOAT
+        converts = self.fp16(owner)
         return FLOAT16 if converts else FLOAT
 
     # --- pre-pass: constants and graph outputs -----------------------------------------------
@@ -141,7 +143,7 @@ class _Rewriter:
     def plan_main_outputs(self) -> None:
         producers = {o: (n, i) for n in self.model.graph.node for i, o in enumerate(n.output)}
         for out in self.model.graph.output:
-            if out.name not in producers or out.name in self.renamed:
+            if out.name not in producers or out.name in self.renamed or out.name in self.constants:
                 continue
             node, i = producers[out.name]
             have, need = self.produced(node, i), self.io_type(out.name, None)
@@ -340,10 +342,10 @@ class _Rewriter:
 def _default_opset_for(model: onnx.ModelProto) -> int:
     """The ai.onnx opset released with the model's other opsets (for models importing only ML ops)."""
     imported = {o.domain: o.version for o in model.opset_import}
-    for _release, _ir, onnx_opset, ml_opset, *_ in helper.VERSION_TABLE:
-        if ml_opset is not None and imported.get("ai.onnx.ml") == ml_opset:
-            return onnx_opset
-    return 13  # Cast-13: float16 and bfloat16, accepted by every current runtime
+    released = [onnx_opset for _release, ir, onnx_opset, ml_opset, *_ in helper.VERSION_TABLE
+                if ml_opset is not None and ml_opset == imported.get("ai.onnx.ml") and ir <= model.ir_version]
+    # the newest such release, and never before Cast-6 (Cast-1 took its target type as a string)
+    return max(released + [6]) if released else 13
 
 
 def _graphs_with_owner(graph: onnx.GraphProto, owner: onnx.NodeProto | None):

@@ -614,67 +614,64 @@ def _value_blockers(model: onnx.ModelProto, plan: PrecisionPlan, typing: Mapping
     return out
 
 
+def _non_tensor_edges(model: onnx.ModelProto, typing: Mapping[str, NodeTyping],
+                      types: Mapping[str, onnx.TypeProto]) -> list[tuple[str, str | None, str | None]]:
+    """(value, producing side, consuming side) for every use of a float sequence/optional value.
+
+    A side is the node whose precision decides the value's type there, or None where the type is
+    fixed FP32 (a graph input/output of the main graph, a non-converting node input/output).
+    Flexible inputs take either type and make no edge.
+    """
+    def non_tensor_float(name: str) -> bool:
+        return bool(name) and not is_tensor(types.get(name)) and elem_type(types.get(name)) == FLOAT
+
+    producer: dict[str, str | None] = {}
+    uses: list[tuple[str, str | None]] = []
+    for graph, owner in _graphs_with_owner(model.graph, None):
+        for v in graph.input:
+            producer[v.name] = owner
+        for v in graph.output:
+            uses.append((v.name, owner))
+    for ref in model_io.walk_nodes(model.graph):
+        t = typing[ref.name]
+        for i, name in enumerate(ref.node.output):
+            producer[name] = ref.name if i in t.convertible_outputs else None
+        for i, name in enumerate(ref.node.input):
+            if i not in t.flexible_inputs:
+                uses.append((name, ref.name if i in t.convertible_inputs else None))
+    return [(name, producer.get(name), user) for name, user in uses if non_tensor_float(name)]
+
+
+def _graphs_with_owner(graph: onnx.GraphProto, owner: str | None) -> Iterator[tuple[onnx.GraphProto, str | None]]:
+    yield graph, owner
+    for node in graph.node:
+        for _, sub in model_io.subgraphs(node):
+            yield from _graphs_with_owner(sub, node.name)
+
+
 def _non_tensor_conflicts(model: onnx.ModelProto, plan: PrecisionPlan, typing: Mapping[str, NodeTyping],
                           types: Mapping[str, onnx.TypeProto]) -> dict[str, Reason]:
     """FP16 nodes that would need a sequence/optional value converted: Cast cannot do that.
 
-    A float sequence or optional passed between an FP16 and an FP32 side (another node, or a
-    graph input/output kept FP32) forces the FP16 side to FP32; repeated until nothing changes.
+    Where the producing and the consuming side of such a value disagree, the FP16 side becomes
+    FP32, until nothing changes (sides only ever go FP16 -> FP32, so this ends). Graph inputs and
+    outputs of these types stay FP32 even with fp16_io.
     """
-    fp16 = {n for n in plan.decisions if plan.is_fp16(n) and not typing.get(n, NodeTyping((), (), "")).fp16_blocker}
-    refs = list(model_io.walk_nodes(model.graph))
+    fp16 = {n for n in plan.decisions if plan.is_fp16(n) and n in typing and not typing[n].fp16_blocker}
+    edges = _non_tensor_edges(model, typing, types)
     out: dict[str, Reason] = {}
-    io_fp32 = set()
-    if not plan.fp16_io:
-        io_fp32 = {v.name for v in list(model.graph.input) + list(model.graph.output)}
     changed = True
     while changed:
         changed = False
-        # precision of each non-tensor float value as produced: True = float16
-        produced: dict[str, bool] = {v.name: plan.fp16_io for v in model.graph.input}
-        for ref in refs:
-            t = typing[ref.name]
-            for _, body in model_io.subgraphs(ref.node):
-                for v in body.input:
-                    produced[v.name] = ref.name in fp16
-            for i, name in enumerate(ref.node.output):
-                if name and not is_tensor(types.get(name)) and elem_type(types.get(name)) == FLOAT:
-                    produced[name] = ref.name in fp16 and i in t.convertible_outputs
-        for ref in refs:
-            if ref.name not in fp16:
+        for value, made, used in edges:
+            made16, used16 = made in fp16, used in fp16
+            if made16 == used16:
                 continue
-            t = typing[ref.name]
-            for i in t.convertible_inputs:
-                name = ref.node.input[i]
-                if is_tensor(types.get(name)) or elem_type(types.get(name)) != FLOAT:
-                    continue
-                if not produced.get(name, False):
-                    fp16.discard(ref.name)
-                    out[ref.name] = Reason("type", f"sequence/optional input '{name}' is FP32 and cannot be cast")
-                    changed = True
-                    break
-        consumers_fp32 = set(io_fp32) & {v.name for v in model.graph.output}
-        for ref in refs:
-            t = typing[ref.name]
-            if ref.name not in fp16:
-                for _, body in model_io.subgraphs(ref.node):
-                    consumers_fp32.update(v.name for v in body.output)
-            for i, name in enumerate(ref.node.input):
-                fp16_input = ref.name in fp16 and i in t.convertible_inputs
-                flexible = ref.name in fp16 and i in t.flexible_inputs
-                if name and not fp16_input and not flexible:
-                    consumers_fp32.add(name)
-        for ref in refs:
-            if ref.name not in fp16:
-                continue
-            t = typing[ref.name]
-            for i in t.convertible_outputs:
-                name = ref.node.output[i]
-                if not is_tensor(types.get(name)) and name in consumers_fp32:
-                    fp16.discard(ref.name)
-                    out[ref.name] = Reason("type", f"sequence/optional output '{name}' is used in FP32 and cannot be cast")
-                    changed = True
-                    break
+            side = made if made16 else used
+            fp16.discard(side)
+            where = "produced in FP32" if used16 else "used in FP32"
+            out[side] = Reason("type", f"sequence/optional value '{value}' is {where} and cannot be cast")
+            changed = True
     return out
 
 
