@@ -43,7 +43,6 @@ def _probe_values() -> np.ndarray:
 @functools.lru_cache(maxsize=1)
 def _session():  # -> onnxruntime.InferenceSession | None
     try:
-        import onnx
         import onnxruntime as ort
         from onnx import TensorProto, helper
 
