@@ -171,6 +171,22 @@ def all_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
     return rewriter.rewrite(model, plan, ".").model
 
 
+def mixed_plan_converter(seed: int) -> Callable[[onnx.ModelProto], onnx.ModelProto]:
+    """A conversion with about half the nodes (seeded choice, by name) pinned FP32."""
+    def convert(model: onnx.ModelProto) -> onnx.ModelProto:
+        names = [r.name for r in model_io.walk_nodes(model.graph)]
+        rng = np.random.default_rng([seed] + [ord(c) for c in model.graph.name])
+        pinned = [n for n, pick in zip(names, rng.random(len(names)) < 0.5) if pick]
+        plan = uniform_plan(names, Precision.FP16, Reason("default", "all-fp16"))
+        return rewriter.rewrite(model, plan.with_fp32(pinned, Reason("user", "random")), ".").model
+    return convert
+
+
+def has_control_flow_or_sequences(model: onnx.ModelProto) -> bool:
+    types = typing_rules.tensor_types(model)
+    return bool(_ops(model) & {"If", "Loop", "Scan"}) or any(not typing_rules.is_tensor(t) for t in types.values())
+
+
 def onnxconverter_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
     """The baseline: onnxconverter-common's converter, graph I/O kept FP32."""
     from onnxconverter_common import float16

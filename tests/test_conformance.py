@@ -7,6 +7,7 @@ skipped with the reason. A selected case must, after ``--mode all-fp16``: pass t
 tolerance (float outputs) or exactly (others). There are no exclusions: all selected cases pass.
 Figures (and onnxconverter-common's on the same selection): ``python scripts/conformance.py``.
 
+Control-flow and sequence cases are also converted with random mixed plans (half the nodes FP32).
 Also every light model shipped with onnx (ResNet-50, DenseNet-121, Inception, ...) converts,
 passes the checker and runs, its outputs close to FP32 on a random input.
 """
@@ -33,6 +34,16 @@ def test_node_case_converts(name):
     if name in EXCLUDED:
         pytest.xfail(EXCLUDED[name])
     problem = h.check_conversion(h.node_cases()[name], h.all_fp16)
+    assert problem is None, problem
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("name", sorted(n for n, c in h.node_cases().items()
+                                         if h.has_control_flow_or_sequences(c.model) and h.selection(n) is None))
+def test_control_flow_and_sequence_cases_with_mixed_plans(name, seed):
+    """Half the nodes pinned FP32 at random: Casts across If/Loop/Scan bodies, outer-scope values
+    and sequence values (which cannot be Cast) must still give a valid, matching model."""
+    problem = h.check_conversion(h.node_cases()[name], h.mixed_plan_converter(seed))
     assert problem is None, problem
 
 
