@@ -9,7 +9,6 @@ that provider instead (onnxruntime-gpu needed). The result always says which ora
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 
@@ -20,8 +19,6 @@ from . import model_io
 from .compare import Comparison, Tolerance, compare_samples
 from .data import SampleSpec, Samples, load_samples
 from .errors import ModelLoadError, PrecisionError
-
-logger = logging.getLogger(__name__)
 
 ORACLES = ("emulate", "cuda", "tensorrt")
 NATIVE_PROVIDERS = {"cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
