@@ -151,6 +151,8 @@ def convert(model_path: str, output_path: str, options: ConvertOptions = Convert
     if loaded.renamed:
         logger.debug("named %d unnamed node(s) (node_of_<first output>)", len(loaded.renamed))
     plan, warnings = base_plan(loaded, options)
+    if not measuring and (options.report_json or options.report_md):
+        warnings.append("--report/--report-md apply to --mode static and auto (which verify); no report written")
     plan, auto_result = choose_plan(loaded, plan, options, progress)
     if auto_result is not None and not auto_result.writable:
         report = report_lib.for_conversion(loaded.model, model_path, None, auto_result.plan, auto_result.samples,

@@ -374,3 +374,13 @@ def test_convert_native_oracle_runs_the_written_model_as_a_third_session(tmp_pat
     report = json.load(open(str(tmp_path / "l2.report.json")))
     assert report["outputs"]["native"]["oracle"] == "native:CPUExecutionProvider"
     assert report["cost"]["sessions_built"] == 3
+
+
+def test_report_flags_in_all_fp16_mode_warn(tmp_path, capsys):
+    from onnx_precision.cli import main
+
+    model, data = shipped("benign_mlp")
+    out = str(tmp_path / "b.onnx")
+    assert main(["convert", model, "-o", out, "--mode", "all-fp16", "--report", str(tmp_path / "r.json")]) == 0
+    assert "warning: --report/--report-md apply to --mode static and auto" in capsys.readouterr().out
+    assert os.listdir(tmp_path) == ["b.onnx"]
