@@ -131,7 +131,7 @@ def choose_plan(loaded: model_io.LoadedModel, base_plan: PrecisionPlan, samples:
     base = user
     for node, reason in headroom_pins(graph, user, reference.stats, headroom).items():
         base = base.with_fp32([node], reason)
-    flagged = _flagged(model, base_dir, graph, base, reference, static=mode == "static")
+    flagged = _flagged(model, base_dir, graph, user, reference, static=mode == "static")
     prober = _Prober(session, samples.feeds, reference.outputs, tolerance)
     with clock.phase("before") as phase:
         before = prober.comparison(user)

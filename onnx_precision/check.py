@@ -51,7 +51,7 @@ class CheckResult:
         out += [f"warning: {w}" for w in self.samples.warnings]
         for m in self.comparison.outputs:
             line = (f"  {m.name}: max abs err {_num(m.max_abs_err)}, max rel err {_num(m.max_rel_err)}, "
-                    f"cosine {_num(m.cosine)}")
+                    f"cosine {m.cosine:.6f}")
             if m.new_nonfinite:
                 line += f", {m.new_nonfinite} new NaN/Inf"
             out.append(line + ("  pass" if m.passed else "  FAIL"))

@@ -384,3 +384,9 @@ def test_report_flags_in_all_fp16_mode_warn(tmp_path, capsys):
     assert main(["convert", model, "-o", out, "--mode", "all-fp16", "--report", str(tmp_path / "r.json")]) == 0
     assert "warning: --report/--report-md apply to --mode static and auto" in capsys.readouterr().out
     assert os.listdir(tmp_path) == ["b.onnx"]
+
+
+def test_headroom_pins_also_carry_their_rule_and_range_reasons(tmp_path):
+    result, _, _ = choose("l2_normalize", tmp_path)
+    sources = {r.source for r in result.plan.decisions["sumsq"].reasons}
+    assert sources == {"headroom", "range", "rule"}
