@@ -1,7 +1,7 @@
 """Benchmark: our automatic FP16 conversion against the peers that choose an FP32 set.
 
 For each example model of ``models/`` (and a 12-layer BERT-style encoder with two true culprits)
-this prints, per tool: wall time, onnxruntime sessions built, probes (plans evaluated), FP32
+(and the same encoder four times wider) this prints, per tool: wall time, onnxruntime sessions built, probes (plans evaluated), FP32
 nodes, FP16 share of the original nodes, and whether the result passes OUR emulated check
 (``onnx_precision.check``: FP16 rounding emulated on CPU, since onnxruntime's CPU provider hides
 FP16 overflow).
@@ -48,7 +48,7 @@ from onnx_precision.plan import Precision, Reason, uniform_plan  # noqa: E402
 from onnx_precision.rewriter import rewrite  # noqa: E402
 
 EXAMPLES = ("l2_normalize", "nafnet_boxfilter", "layernorm_eps", "softmax_nomax", "log_underflow",
-            "benign_mlp", "two_culprits", "if_branch", "dynamic_batch", "transformer")
+            "benign_mlp", "two_culprits", "if_branch", "dynamic_batch", "transformer", "transformer_wide")
 TOL = Tolerance()
 
 
@@ -65,10 +65,14 @@ class Row:
     note: str = ""
 
 
+# Modules that build single-node helper sessions (cached per process): typing_rules learns whether
+# onnxruntime loads an op in FP16, fast_cast casts large initializers with one Cast node.
+HELPER_SESSIONS = ("typing_rules.py", "fast_cast.py")
+
+
 class SessionCounter:
     """Counts onnxruntime.InferenceSession constructions, whoever builds them; ``probes`` are the
-    single-node sessions typing_rules builds to learn whether onnxruntime loads an op in FP16
-    (cached per process, so only a process's first conversion pays them)."""
+    single-node helper sessions of HELPER_SESSIONS, counted apart."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -88,7 +92,7 @@ class SessionCounter:
         class Counted(original):  # type: ignore[misc, valid-type]
             def __init__(self, *args, **kwargs):
                 counter.count += 1
-                if any(f.filename.endswith("typing_rules.py") for f in traceback.extract_stack()):
+                if any(f.filename.endswith(HELPER_SESSIONS) for f in traceback.extract_stack()):
                     counter.probes += 1
                 super().__init__(*args, **kwargs)
 
@@ -99,8 +103,16 @@ class SessionCounter:
             ort.InferenceSession = original
 
 
+def build(name: str):
+    """An example of models/, or ``transformer_wide``: the same 12-layer encoder with d_model 256,
+    sequence 128 and MLP 1024, where compute rather than per-node overhead dominates a run."""
+    if name == "transformer_wide":
+        return models.transformer(d_model=256, seq=128, ff=1024)
+    return models.build(name)
+
+
 def write_example(name: str, directory: str) -> tuple[str, str, tuple[dict, ...]]:
-    example = models.build(name)
+    example = build(name)
     model_path = os.path.join(directory, f"{name}.onnx")
     onnx.save(example.model, model_path)
     data = os.path.join(directory, f"{name}_data")
