@@ -4,7 +4,7 @@
 
 Builds a pre-LayerNorm transformer (attention + MLP blocks, FP32, weights in an external data
 file written chunk by chunk), then runs each of these in a fresh child process, timing it and
-reading its peak RSS from ``os.wait4`` (``ru_maxrss`` of that child alone):
+reading its peak RSS from the child's own ``VmHWM`` (see ``REPORT_PEAK`` for why not ru_maxrss):
 
 - ``onnx-precision``: ``onnx_precision.convert.convert(..., ConvertOptions(mode="all-fp16"))``
   (before convert() exists: load_model + rewriter.rewrite + save_model, labelled so);
@@ -165,24 +165,33 @@ class Run:
     error: str
 
 
+# Each child reports its own peak RSS (VmHWM, Linux). ru_maxrss from wait4 or RUSAGE_CHILDREN is
+# not used: Linux carries the parent's RSS at fork into the child's ru_maxrss across exec, so a
+# child of a 2 GB parent "peaks" at 2 GB however little it uses.
+REPORT_PEAK = """
+import atexit
+def _report_peak():
+    with open("/proc/self/status") as f:
+        print("peak_kib:", next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")))
+atexit.register(_report_peak)
+"""
+
+
 def run_child(label: str, code: str, src: str, out: str) -> Run:
-    """Run ``code`` in a fresh interpreter; its own peak RSS comes from ``os.wait4``."""
-    script = f"src, out = {src!r}, {out!r}\n" + textwrap.dedent(code)
-    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
-        start = time.perf_counter()
-        child = subprocess.Popen([sys.executable, "-c", script], stdout=stdout, stderr=stderr, text=True)
-        _, status, usage = os.wait4(child.pid, 0)
-        seconds = time.perf_counter() - start
-        child.returncode = os.waitstatus_to_exitcode(status)
-        stdout.seek(0)
-        stderr.seek(0)
-        printed, errors = stdout.read(), stderr.read()
-    for line in printed.splitlines():
+    """Run ``code`` in a fresh interpreter, timing it; the child prints its own peak RSS."""
+    script = REPORT_PEAK + f"src, out = {src!r}, {out!r}\n" + textwrap.dedent(code)
+    start = time.perf_counter()
+    child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - start
+    peak = 0
+    for line in child.stdout.splitlines():
         if line.startswith("label: "):
             label = line[len("label: "):]
+        elif line.startswith("peak_kib: "):
+            peak = 1024 * int(line.split()[1])
     output = sum(os.path.getsize(p) for p in (out, out + ".data") if os.path.exists(p))
-    error = "" if child.returncode == 0 else (errors.strip().splitlines() or ["failed"])[-1]
-    return Run(label, seconds, usage.ru_maxrss * 1024, output, error)
+    error = "" if child.returncode == 0 else (child.stderr.strip().splitlines() or ["failed"])[-1]
+    return Run(label, seconds, peak, output, error)
 
 
 def warm_cache(path: str) -> None:

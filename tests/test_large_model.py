@@ -90,15 +90,26 @@ convert(src, out, ConvertOptions(mode="all-fp16"))
 """
 
 
-def convert_in_child(code: str, src: str, out: str) -> int:
+# The child reports its own peak: ru_maxrss from wait4/RUSAGE_CHILDREN would include this
+# (pytest) process's RSS, which Linux carries into a child across fork and exec.
+REPORT_PEAK = """
+import atexit, os
+def _report_peak():
+    if os.path.exists("/proc/self/status"):  # Linux (CI); elsewhere the peak goes unchecked
+        with open("/proc/self/status") as f:
+            print("peak_kib:", next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")))
+atexit.register(_report_peak)
+"""
+
+
+def convert_in_child(code: str, src: str, out: str) -> int | None:
     """Run ``code`` (with ``src`` and ``out`` defined) in a child; return its peak RSS in bytes."""
-    script = f"src, out = {src!r}, {out!r}\n" + textwrap.dedent(code)
-    child = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
-    errors = child.stderr.read().decode() if child.stderr else ""
-    assert child.returncode == 0, errors
-    return usage.ru_maxrss * 1024  # kilobytes on Linux
+    script = REPORT_PEAK + f"src, out = {src!r}, {out!r}\n" + textwrap.dedent(code)
+    child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert child.returncode == 0, child.stderr
+    if "peak_kib:" not in child.stdout:
+        return None
+    return 1024 * int(child.stdout.split("peak_kib:")[-1].split()[0])
 
 
 def weight_of(model: onnx.ModelProto, node_name: str) -> onnx.TensorProto:
@@ -148,5 +159,6 @@ def test_convert_streams_a_model_over_2gb(big_model, tmp_path):
     out = str(tmp_path / "big_fp16.onnx")
     peak = convert_in_child(CONVERT, big_model, out)
     # Holding the FP32 weights would take 1x the model, holding their FP16 copy 0.5x.
-    assert peak < MODEL_BYTES / 2, f"peak RSS {peak / 2**20:.0f} MiB: the weights were loaded"
+    if sys.platform.startswith("linux"):
+        assert peak is not None and peak < MODEL_BYTES / 2, f"peak RSS {peak} bytes: the weights were loaded"
     check_output(big_model, out)
