@@ -117,8 +117,8 @@ def choose_plan(loaded: model_io.LoadedModel, base_plan: PrecisionPlan, samples:
         types = tensor_types(model)
         typing = model_typing(model, types)
         user = resolve_plan(model, base_plan, base_dir, typing=typing, types=types)
-        session = oracle.EmulationSession(model, base_dir, typing=typing,
-                                          forced_fp32=oracle.forced_fp32_nodes(model, base_dir, typing, types))
+        forced = oracle.forced_fp32_nodes(model, base_dir, typing, types)
+        session = oracle.EmulationSession(model, base_dir, typing=typing, forced_fp32=forced)
         reference = oracle.reference_stats(session, samples)
         phase.count(session, probes=1)
     graph = _Graph.of(model, typing)
@@ -154,7 +154,8 @@ class _Run:
     samples: Samples
 
     def finish(self, plan: PrecisionPlan, status: str, message: str, before: Comparison | None = None,
-               after: Comparison | None = None, outcome: SearchOutcome | None = None, layer=None) -> AutoResult:
+               after: Comparison | None = None, outcome: SearchOutcome | None = None, layer=None,
+               ) -> AutoResult:
         node_stats = self.stats if layer is None else _with_layerwise(self.stats, layer)
         return AutoResult(plan, status, message, self.mode, before, after, node_stats, self.clock.phases(),
                           outcome, tuple(self.reference.outputs), self.headroom, self.samples)
@@ -168,8 +169,8 @@ def _static(run: _Run, prober: "_Prober", base: PrecisionPlan, flagged: Mapping[
         phase.count(run.session, probes=1)
     if after.passed:
         return run.finish(plan, PASSED, "", before, after)
-    return run.finish(plan, FAILED, "the static plan is out of tolerance; --mode auto searches for one that passes",
-                      before, after)
+    message = "the static plan is out of tolerance; --mode auto searches for one that passes"
+    return run.finish(plan, FAILED, message, before, after)
 
 
 def _search(run: _Run, prober: "_Prober", graph: "_Graph", samples: Samples, user: PrecisionPlan,
@@ -217,7 +218,8 @@ def _search(run: _Run, prober: "_Prober", graph: "_Graph", samples: Samples, use
 
     if not outcome.passed:
         message = ("even with every float node in FP32 the emulated outputs are out of tolerance "
-                   f"({prober.last_detail}); check the tolerance (--atol/--rtol/--min-cosine) and the samples")
+                   f"({prober.last_detail}); check the tolerance (--atol/--rtol/--min-cosine) "
+                   "and the samples")
         return run.finish(base, FAILED, message, before, None, outcome, layer)
     plan = base
     for verdict in outcome.verdicts:
@@ -259,7 +261,8 @@ class _Graph:
             node, t = ref.node, typing[ref.name]
             order.append(ref.name)
             outputs[ref.name] = tuple(o for o in node.output if o)
-            fp16 = [node.input[i] for i in t.convertible_inputs] + [node.output[i] for i in t.convertible_outputs]
+            fp16 = [node.input[i] for i in t.convertible_inputs]
+            fp16 += [node.output[i] for i in t.convertible_outputs]
             for tensor in dict.fromkeys(fp16):
                 holders.setdefault(tensor, []).append(ref.name)
         return _Graph(tuple(order), outputs, {k: tuple(v) for k, v in holders.items()})
@@ -344,7 +347,8 @@ def _node_stats(graph: _Graph, tensor_stats: Mapping) -> dict[str, NodeStats]:
 
 def _layerwise_errors(layer) -> dict[str, float]:
     """Per node the scale-relative error of its emulated output; inf where it turned non-finite."""
-    return {name: float("inf") if e.new_nonfinite else float(e.max_rel_err) for name, e in layer.nodes.items()}
+    return {name: float("inf") if e.new_nonfinite else float(e.max_rel_err)
+            for name, e in layer.nodes.items()}
 
 
 def _with_layerwise(stats: Mapping[str, NodeStats], layer) -> dict[str, NodeStats]:

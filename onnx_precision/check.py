@@ -79,7 +79,8 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
         raise
     except Exception as e:  # onnxruntime rejects the candidate (shapes, types, ops): the user's input
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ModelLoadError(f"{candidate_path}: onnxruntime cannot run the candidate on the samples: {first}")
+        raise ModelLoadError(f"{candidate_path}: onnxruntime cannot run the candidate on the samples: "
+                             f"{first}")
     comparison = compare_samples(refs, _only(cands, refs), tol, cands.oracle)
     return CheckResult(model_path, candidate_path, comparison, samples)
 
@@ -133,7 +134,8 @@ def verify_output(output_path: str, auto_result, tol: Tolerance, oracle: str = "
 
 def _only(run, refs) -> list[dict[str, np.ndarray]]:
     """Each candidate sample restricted to the reference's outputs."""
-    return [{name: np.asarray(out[name]) for name in ref if name in out} for out, ref in zip(run.outputs, refs)]
+    return [{name: np.asarray(out[name]) for name in ref if name in out}
+            for out, ref in zip(run.outputs, refs)]
 
 
 def _check_outputs_match(model: onnx.ModelProto, candidate: onnx.ModelProto, model_path: str,
@@ -145,7 +147,8 @@ def _check_outputs_match(model: onnx.ModelProto, candidate: onnx.ModelProto, mod
         raise ModelLoadError(f"{candidate_path}: has no output '{missing[0]}' of {model_path}; "
                              f"the candidate must keep the FP32 model's output names")
     inputs = {i.name for i in candidate.graph.input}
-    absent = [i.name for i in model.graph.input if i.name not in inputs and not _is_initializer(model, i.name)]
+    absent = [i.name for i in model.graph.input
+              if i.name not in inputs and not _is_initializer(model, i.name)]
     if absent:
         raise ModelLoadError(f"{candidate_path}: has no input '{absent[0]}' of {model_path}")
 

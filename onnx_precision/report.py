@@ -290,7 +290,8 @@ def to_markdown(report: RunReport) -> str:
             stats = report.node_stats.get(name, NodeStats())
             why = "<br>".join(_reason_text(r) for r in report.plan.decisions[name].reasons)
             lines.append(f"| `{name}` | {report.node_ops.get(name, '')} | {_md_cell(why)} | "
-                         f"{_num(stats.max_abs)} | {_num(stats.min_nonzero_abs)} | {_num(stats.layerwise_error)} |")
+                         f"{_num(stats.max_abs)} | {_num(stats.min_nonzero_abs)} | "
+                         f"{_num(stats.layerwise_error)} |")
     else:
         lines.append("None: every node runs in FP16.")
     for key, comparison in _comparisons(report):
@@ -328,9 +329,10 @@ def summary_lines(report: RunReport, report_paths: Sequence[str] = ()) -> list[s
     target = f" -> {report.output}" if report.output else ""
     lines = [
         f"{report.model}{target}: {report.status}" + (f" ({report.message})" if report.message else ""),
-        f"mode {report.mode}, oracle {report.oracle}, {report.sample_count} sample(s): {report.samples_source}",
-        f"FP16: {len(report.plan.fp16_nodes)}/{len(report.plan.decisions)} nodes ({_pct(report.fp16_node_share())}), "
-        f"{_pct(report.fp16_flop_share())} of estimated FLOPs",
+        f"mode {report.mode}, oracle {report.oracle}, {report.sample_count} sample(s): "
+        f"{report.samples_source}",
+        f"FP16: {len(report.plan.fp16_nodes)}/{len(report.plan.decisions)} nodes "
+        f"({_pct(report.fp16_node_share())}), {_pct(report.fp16_flop_share())} of estimated FLOPs",
         "FP32 pins " + _pins_line(report) if report.fp32_nodes else "FP32 pins: none",
     ]
     for key, comparison in _comparisons(report):
@@ -436,7 +438,8 @@ def _flops_per_output(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]
     return None
 
 
-def _inferred_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
+def _inferred_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]],
+                     ) -> dict[str, tuple[int, ...]]:
     shell = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import,
                             functions=model.functions)
     graph = shell.graph
@@ -449,7 +452,8 @@ def _inferred_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence
         if _is_small(init):
             graph.initializer.append(init)
         else:
-            graph.initializer.append(onnx.TensorProto(name=init.name, dims=init.dims, data_type=init.data_type))
+            shape_only = onnx.TensorProto(name=init.name, dims=init.dims, data_type=init.data_type)
+            graph.initializer.append(shape_only)
     for value in graph.input:
         shape = input_shapes.get(value.name)
         if shape is None or not value.type.HasField("tensor_type"):

@@ -224,7 +224,8 @@ def count_sessions(monkeypatch):
 
     class Counted(original):
         def __init__(self, *args, **kwargs):
-            if not any(f.filename.endswith(("typing_rules.py", "fast_cast.py")) for f in traceback.extract_stack()):
+            helpers = ("typing_rules.py", "fast_cast.py")
+            if not any(f.filename.endswith(helpers) for f in traceback.extract_stack()):
                 built.append(1)
             super().__init__(*args, **kwargs)
 
