@@ -1,8 +1,10 @@
 """Loading, naming, walking and saving models.
 
 Loading never pulls external data into memory (``load_external_data=False``): tensors stored
-outside the proto are read on demand through :func:`initializer_array`, so a model over 2 GB is
-never held twice. Naming runs before anything else so that plans, reports and TensorRT flags all
+outside the proto are read on demand (:func:`initializer_array`, :func:`initializer_range` in
+chunks), :func:`cast_initializer` converts them lazily, and :func:`save_model` streams them into
+the output's data file, so a model over 2 GB is never held in memory (see ``external_data`` and
+``saving``). Naming runs before anything else so that plans, reports and TensorRT flags all
 point at the same nodes.
 """
 
