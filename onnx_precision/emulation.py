@@ -17,7 +17,7 @@ Two builders:
   a switch is rounded again inside each FP16 consumer (idempotent if the producer was FP16, and
   cheaper than selecting a shared copy at run time: onnxruntime's Where and If-of-Identity copy
   the tensor on every run, several times slower than a Cast pair). Control-flow nodes,
-  whose bodies carry their own switches, select with ``Where`` instead of being wrapped.
+  whose bodies carry their own switches, select each rounded tensor instead of being wrapped.
 * :func:`emulate_model` (verifying what is written): an FP16/mixed model turned into the FP32
   graph that rounds at each of its FP16 tensors, so any candidate model can be checked on CPU.
 """
@@ -133,11 +133,12 @@ _VALUE_PRESERVING = frozenset({
 
 
 class _SwitchBuilder:
-    def __init__(self, model: onnx.ModelProto, typing: Mapping, types: Mapping[str, int],
+    def __init__(self, model: onnx.ModelProto, typing: Mapping, type_protos: Mapping[str, onnx.TypeProto],
                  base_dir: str | None) -> None:
         self.model = model
         self.typing = typing
-        self.types = types
+        self.type_protos = type_protos
+        self.types = elem_types(model, type_protos)
         self.base_dir = base_dir or "."
         self.names = _Names(model)
         self.switches: dict[str, str] = {}
@@ -204,7 +205,7 @@ class _SwitchBuilder:
             if switch is None:
                 new_nodes.append(node)
             elif any(True for _ in subgraphs(node)):
-                self._select_with_where(node, switch, scopes, new_nodes)
+                self._select_tensors(node, switch, scopes, new_nodes)
             else:
                 new_nodes.append(self._branch_on_switch(node, switch, scopes, new_nodes))
         del graph.node[:]
@@ -278,17 +279,23 @@ class _SwitchBuilder:
         return helper.make_graph(nodes, fp16.name, [], outs)
 
     def _value_info(self, name: str, like: str) -> onnx.ValueInfoProto:
-        return helper.make_tensor_value_info(name, self.types.get(like, FLOAT), None)
+        """A branch output typed like ``like`` (sequences and optionals included, shape left out)."""
+        tp = self.type_protos.get(like)
+        if tp is None or is_tensor(tp):
+            return helper.make_tensor_value_info(name, self.types.get(like, FLOAT), None)
+        return helper.make_value_info(name, tp)
 
-    def _select_with_where(self, node: onnx.NodeProto, switch: str, scopes: Scopes,
+    def _select_tensors(self, node: onnx.NodeProto, switch: str, scopes: Scopes,
                            out: list[onnx.NodeProto]) -> None:
-        """A control-flow node (its bodies have their own switches): Where on each rounded tensor."""
+        """A control-flow node (its bodies have their own switches): the switch selects each
+        rounded tensor (with an If of two Identities: Where needs opset 9, If any opset)."""
         edges: dict[str, str] = {}
         for i in self._inputs(node):
             src = node.input[i]
             if src not in edges:
                 r = self.rounded(src, scopes, out)
-                edges[src] = src if r is None else self._where(switch, r, src, f"{src}__to__{node.name}", out)
+                edges[src] = (src if r is None
+                              else self._select(switch, r, src, f"{src}__to__{node.name}", out))
             node.input[i] = edges[src]
         out.append(node)
         for i in self._outputs(node):
@@ -297,14 +304,20 @@ class _SwitchBuilder:
             rounded = self.names.fresh(o + "__rounded")
             node.output[i] = exact
             out.extend(_round_nodes(exact, rounded, self.names))
-            self._where(switch, rounded, exact, o, out, fresh=False)
+            self._select(switch, rounded, exact, o, out, fresh=False)
             self.switched.add(o)
 
-    def _where(self, switch: str, rounded: str, exact: str, name: str, out: list[onnx.NodeProto],
+    def _select(self, switch: str, rounded: str, exact: str, name: str, out: list[onnx.NodeProto],
                fresh: bool = True) -> str:
         dst = self.names.fresh(name) if fresh else name
-        out.append(helper.make_node("Where", [switch, rounded, exact], [dst],
-                                    name=self.names.fresh(dst + "__where")))
+        branches = {}
+        for label, src in (("rounded", rounded), ("exact", exact)):
+            copy = self.names.fresh(f"{dst}__{label}")
+            branches[label] = helper.make_graph(
+                [helper.make_node("Identity", [src], [copy], name=self.names.fresh(copy + "__node"))],
+                copy, [], [helper.make_tensor_value_info(copy, FLOAT, None)])
+        out.append(helper.make_node("If", [switch], [dst], name=self.names.fresh(dst + "__select"),
+                                    then_branch=branches["rounded"], else_branch=branches["exact"]))
         return dst
 
 
@@ -319,12 +332,12 @@ def build_switch_model(model: onnx.ModelProto, typing: Mapping, base_dir: str | 
     captured tensors of one run in memory (measured: 1.3 GB at sequence 1024 for the 588-node
     transformer of scripts/bench_oracle.py, against 25 MB without capture).
     """
-    types = elem_types(model, types)
+    type_protos = tensor_types(model) if types is None else types
     out = onnx.ModelProto()
     out.CopyFrom(model)
     producers = {o: n.name for n in model.graph.node for o in n.output if o}
     inline_small_external(out, base_dir)
-    builder = _SwitchBuilder(out, typing, types, base_dir)
+    builder = _SwitchBuilder(out, typing, type_protos, base_dir)
     builder.rewrite(out.graph, [])
     for node_name, switch in builder.switches.items():
         out.graph.input.append(helper.make_tensor_value_info(switch, TensorProto.BOOL, []))
@@ -335,7 +348,8 @@ def build_switch_model(model: onnx.ModelProto, typing: Mapping, base_dir: str | 
         existing = set(outputs)
         for node in model.graph.node:
             for o in node.output:
-                if o and o not in existing and types.get(o) == FLOAT and (wanted is None or o in wanted):
+                capturable = builder.types.get(o) == FLOAT and (wanted is None or o in wanted)
+                if o and o not in existing and capturable:
                     existing.add(o)
                     intermediates.append(o)
                     out.graph.output.append(helper.make_tensor_value_info(o, FLOAT, None))

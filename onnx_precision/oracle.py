@@ -35,7 +35,7 @@ from .model_io import external_location, walk_nodes
 from .plan import Precision, PrecisionPlan, Reason, uniform_plan
 from .stats import (LayerwiseResult, NodeError, ReferenceResult, TensorStats, inspect_plan, layerwise,
                     reference_stats, tensor_stats)
-from .typing_rules import NodeTyping, model_typing, resolve_plan, tensor_types
+from .typing_rules import NodeTyping, is_tensor, model_typing, resolve_plan, tensor_types
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +119,9 @@ class EmulationSession:
         self.base_dir = base_dir
         types = tensor_types(model)
         self.typing: Mapping[str, NodeTyping] = typing if typing is not None else model_typing(model, types)
-        self.switch_model: SwitchModel = build_switch_model(model, self.typing, base_dir,
-                                                            capture_intermediates, types)
+        fp32 = as_fp32(model, base_dir, types)
+        self.switch_model: SwitchModel = build_switch_model(fp32, self.typing, base_dir, capture_intermediates,
+                                                            None if fp32 is not model else types)
         self.forced_fp32 = (frozenset(forced_fp32) if forced_fp32 is not None
                             else forced_fp32_nodes(model, base_dir, self.typing, types))
         self.session = make_session(self.switch_model.model, base_dir, options=session_options(threads))
@@ -128,6 +129,7 @@ class EmulationSession:
         self.probes_run = 0
         self._off = {s: np.array(False) for s in self.switch_model.switches.values()}
         self._on = np.array(True)
+        self._dtypes = _input_dtypes(self.switch_model.model)
         self._float_inputs = {vi.name for vi in model.graph.input
                               if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
         self._float_outputs = {vi.name for vi in model.graph.output
@@ -166,7 +168,7 @@ class EmulationSession:
             names = self.outputs + (self.intermediates if intermediates else ())
         fp16_io = plan is not None and plan.fp16_io
         full = self.switch_feed(plan)
-        for name, value in feed.items():
+        for name, value in _cast_feed(feed, self._dtypes).items():
             full[name] = self.fed_value(plan, name, value)
         values = self.session.run(list(names), full)
         self.probes_run += 1
@@ -205,9 +207,22 @@ def _run_session(session: ort.InferenceSession, model: onnx.ModelProto, feeds: S
     return tuple(dict(zip(names, session.run(names, _cast_feed(f, dtypes)))) for f in feeds)
 
 
+def as_fp32(model: onnx.ModelProto, base_dir: str | None = None,
+            types: Mapping[str, onnx.TypeProto] | None = None) -> onnx.ModelProto:
+    """``model`` itself, or its emulation when it already holds FP16 tensors: onnxruntime's CPU
+    kernels would compute those natively, so the reference and the probes would not be what FP16
+    hardware computes, nor what emulating a written model computes."""
+    types = tensor_types(model) if types is None else types
+    if any(is_tensor(t) and t.tensor_type.elem_type == onnx.TensorProto.FLOAT16 for t in types.values()):
+        return emulate_model(model, base_dir)
+    return model
+
+
 def run_fp32(model: onnx.ModelProto, feeds: Sequence[Feed], base_dir: str | None = None) -> OracleRun:
-    """The FP32 model as the oracle runs it (same session options as the switch graph)."""
-    return OracleRun("fp32", _run_session(make_session(model, base_dir), model, feeds))
+    """The FP32 model as the oracle runs it (same session options as the switch graph; FP16
+    tensors it already holds emulated, see :func:`as_fp32`)."""
+    fp32 = as_fp32(model, base_dir)
+    return OracleRun("fp32", _run_session(make_session(fp32, base_dir), fp32, feeds))
 
 
 def run_emulated(model: onnx.ModelProto, feeds: Sequence[Feed], base_dir: str | None = None) -> OracleRun:

@@ -239,6 +239,58 @@ def test_loop_bodies_read_switches_from_the_outer_scope():
     assert len(nodes) == 7
 
 
+SCAN_OPSET8 = """
+<ir_version: 8, opset_import: ["" : 8]>
+sc (float[1, 2] initial, float[1, 3, 2] x) => (float[1, 2] y, float[1, 3, 2] z) {
+    y, z = Scan ("", initial, x) <num_scan_inputs = 1, body = body (float[2] sum_in, float[2] next)
+                                                              => (float[2] sum_out, float[2] scan_out) {
+        sum_out = Add (sum_in, next)
+        scan_out = Identity (sum_out)
+    }>
+}
+"""
+
+SEQUENCE = """
+<ir_version: 8, opset_import: ["" : 17]>
+sq (float[6] x) => (float[3] y) {
+    seq = SplitToSequence <axis = 0> (x)
+    first = SequenceAt (seq, zero)
+    y = Mul (first, first)
+}
+"""
+
+HALF_IO = """
+<ir_version: 8, opset_import: ["" : 17]>
+hf (float16[4] x) => (float16[4] y) {
+    up = Cast <to = 1> (x)
+    sq = Mul (up, up)
+    y = Cast <to = 10> (sq)
+}
+"""
+
+
+@pytest.mark.parametrize("text, feed", [
+    (SCAN_OPSET8, {"initial": np.array([[1.0, 2.0]], np.float32),
+                   "x": np.array([[[3.1, 4.1], [5.1, 6.1], [7.1, 8.1]]], np.float32)}),
+    (SEQUENCE, {"x": np.linspace(300.0, 301.0, 6, dtype=np.float32)}),
+    (HALF_IO, {"x": np.array([1.5, 300.0, -2.25, 0.1], np.float16)}),
+], ids=["scan-opset8", "sequence", "fp16-io-model"])
+def test_old_opsets_sequences_and_models_already_holding_fp16(text, feed):
+    """Cases the ONNX backend suite found: no Where before opset 9, If branches returning
+    sequences, and a model with FP16 tensors of its own (emulated, not run natively)."""
+    model = named(text)
+    if "zero" in text:
+        model.graph.initializer.append(onnx.numpy_helper.from_array(np.array(0, np.int64), "zero"))
+    session = EmulationSession(model)
+    ref = run_fp32(model, [feed]).outputs[0]
+    assert all(session.run(None, feed)[k].tobytes() == ref[k].tobytes() for k in ref)
+    plan = plan_of(model)
+    want = run_emulated(rewrite(model, plan).model, [feed]).outputs[0]
+    got = session.run(plan, feed)
+    for k in want:
+        assert got[k].tobytes() == want[k].astype(np.float32).tobytes(), k
+
+
 def test_subgraph_nodes_are_switched_through_outer_scope():
     model, feeds = example("if_branch")
     session = EmulationSession(model)
