@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from typing import Iterator, Mapping
 
-import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from . import model_io
 from . import typing_rules as tr
@@ -348,7 +347,8 @@ def _default_opset_for(model: onnx.ModelProto) -> int:
     return max(released + [6]) if released else 13
 
 
-def _graphs_with_owner(graph: onnx.GraphProto, owner: onnx.NodeProto | None):
+def _graphs_with_owner(graph: onnx.GraphProto, owner: onnx.NodeProto | None,
+                       ) -> Iterator[tuple[onnx.GraphProto, onnx.NodeProto | None]]:
     yield graph, owner
     for node in graph.node:
         for _, sub in model_io.subgraphs(node):
