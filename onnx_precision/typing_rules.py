@@ -21,14 +21,14 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping, NamedTuple
+from typing import Iterator, Mapping, NamedTuple
 
 import numpy as np
 import onnx
 from onnx import TensorProto
 
 from . import model_io
-from .plan import Precision, PrecisionPlan, Reason
+from .plan import PrecisionPlan, Reason
 
 logger = logging.getLogger(__name__)
 
@@ -690,12 +690,3 @@ def resolve_plan(model: onnx.ModelProto, plan: PrecisionPlan, base_dir: str = ".
     for name, reason in _non_tensor_conflicts(model, resolved, typing, types).items():
         resolved = resolved.with_fp32([name], reason)
     return resolved
-
-
-def fp16_tensors(model: onnx.ModelProto, plan: PrecisionPlan, typing: Mapping[str, NodeTyping],
-                 ) -> Iterable[str]:
-    """Names of the tensors an FP16 node of ``plan`` produces as float16 (for reports/oracle)."""
-    for ref in model_io.walk_nodes(model.graph):
-        if plan.is_fp16(ref.name) and not typing[ref.name].fp16_blocker:
-            for i in typing[ref.name].convertible_outputs:
-                yield ref.node.output[i]

@@ -85,6 +85,13 @@ def test_output_is_deterministic(model_path, tmp_path):
     assert open(a, "rb").read() == open(b, "rb").read()
 
 
+def test_converting_the_output_again_changes_nothing(model_path, tmp_path):
+    once, twice = str(tmp_path / "once.onnx"), str(tmp_path / "twice.onnx")
+    assert main(["convert", model_path, "-o", once, "--keep-fp32", "node_of_b"]) == 0
+    assert main(["convert", once, "-o", twice, "--keep-fp32", "node_of_b"]) == 0
+    assert open(once, "rb").read() == open(twice, "rb").read()
+
+
 def test_keep_fp32_matching_nothing_is_a_warning(model_path, tmp_path, capsys):
     out = str(tmp_path / "out.onnx")
     assert main(["convert", model_path, "-o", out, "--keep-fp32", "nothing_like_this"]) == 0
