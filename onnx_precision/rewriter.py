@@ -84,6 +84,7 @@ class _Rewriter:
         self.converted = 0
         self.duplicated = 0
         self.notes: list[str] = []
+        self.weight_inputs_converted = 0
 
     # --- what each side needs --------------------------------------------------------------
 
@@ -204,6 +205,7 @@ class _Rewriter:
         """Initializers of this graph: convert in place, keep, or add a copy of the other type."""
         graph = scope.graph
         added = []
+        inputs = {v.name for v in graph.input}
         for init in graph.initializer:
             plan = self.decide_constant(init.name, init.data_type)
             if plan is None:
@@ -212,6 +214,8 @@ class _Rewriter:
             if in_place:
                 init.CopyFrom(model_io.cast_initializer(init, self.base_dir, to, init.name))
                 self.written[init.name] = to
+                if init.name in inputs:  # IR < 4 style: the weight is also a (rarely fed) graph input
+                    self.weight_inputs_converted += 1
             else:
                 copy_name = self.fresh(f"{init.name}_{_SUFFIX[to]}")
                 added.append(model_io.cast_initializer(init, self.base_dir, to, copy_name))
@@ -332,6 +336,9 @@ class _Rewriter:
         self.plan_constants()
         self.plan_main_outputs()
         self.rewrite_graph(self.model.graph, None, None)
+        if self.weight_inputs_converted:
+            self.notes.append(f"{self.weight_inputs_converted} initializer(s) also listed as graph inputs "
+                              "(IR < 4 style) were converted: those inputs are now float16")
         if self.casts_added and not any(o.domain in tr.ONNX_DOMAINS for o in self.model.opset_import):
             version = _default_opset_for(self.model)
             self.model.opset_import.append(helper.make_opsetid("", version))
@@ -374,18 +381,20 @@ def _set_constant_value(node: onnx.NodeProto, value: onnx.TensorProto) -> None:
     node.attribute.append(helper.make_attribute("value", value))
 
 
-def rewrite(model: onnx.ModelProto, plan: PrecisionPlan, base_dir: str = ".", *,
-            resolve: bool = True) -> RewriteResult:
+def rewrite(model: onnx.ModelProto, plan: PrecisionPlan, base_dir: str = ".", *, resolve: bool = True,
+            types: Mapping[str, onnx.TypeProto] | None = None,
+            typing: Mapping[str, tr.NodeTyping] | None = None) -> RewriteResult:
     """Write ``plan`` into a copy of ``model`` (nodes named, see :func:`model_io.name_nodes`).
 
     The plan is first resolved (:func:`typing_rules.resolve_plan`) so nodes that cannot be FP16
     are written FP32 with their reason; the resolved plan comes back in the result. Nodes the plan
-    does not name stay as they are.
+    does not name stay as they are. ``types``/``typing`` of ``model``, when the caller already has
+    them (:func:`typing_rules.tensor_types`, :func:`typing_rules.model_typing`), save recomputing.
     """
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    types = tr.tensor_types(out)
-    typing = tr.model_typing(out, types)
+    types = tr.tensor_types(out) if types is None else types
+    typing = tr.model_typing(out, types) if typing is None else typing
     resolved = tr.resolve_plan(out, plan, base_dir, typing=typing, types=types) if resolve else plan
     rewriter = _Rewriter(out, resolved, base_dir, types, typing)
     rewriter.run()
