@@ -35,7 +35,7 @@ import numpy as np
 from . import model_io
 from .compare import Comparison, Tolerance, compare_outputs, merge_comparisons
 from .data import Samples
-from .errors import SearchError
+from .errors import PrecisionError, SearchError
 from .plan import PrecisionPlan, Reason
 from .report import NodeStats, PhaseCost
 from .search import PinSearch, SearchOutcome
@@ -109,7 +109,7 @@ def choose_plan(loaded: model_io.LoadedModel, base_plan: PrecisionPlan, samples:
     if mode not in MODES:
         raise ValueError(f"choose_plan: mode {mode!r} is not one of {MODES}")
     if headroom != 0 and not headroom >= 1.0:
-        raise SearchError(f"--headroom {headroom:g}: must be 0 (off) or at least 1 "
+        raise PrecisionError(f"--headroom {headroom:g}: must be 0 (off) or at least 1 "
                           f"(1 = pin only what overflows on the samples)")
     model, base_dir = loaded.model, loaded.base_dir
     clock = _Clock()

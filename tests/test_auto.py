@@ -12,7 +12,7 @@ import models
 from onnx_precision import auto, model_io
 from onnx_precision.compare import Tolerance, compare_samples
 from onnx_precision.data import Samples
-from onnx_precision.errors import SearchError
+from onnx_precision.errors import PrecisionError, SearchError
 from onnx_precision.oracle import EmulationSession, run_emulated
 from onnx_precision.plan import Precision, Reason, uniform_plan
 from onnx_precision.rewriter import rewrite
@@ -173,8 +173,9 @@ def test_search_fails_when_even_all_fp32_is_out_of_tolerance(tmp_path):
 @pytest.mark.parametrize("headroom", [0.5, -1.0, float("nan")])
 def test_bad_headroom_is_a_one_line_error(headroom, tmp_path):
     loaded, samples = load("benign_mlp", tmp_path)
-    with pytest.raises(SearchError, match="--headroom"):
+    with pytest.raises(PrecisionError, match="--headroom") as err:
         auto.choose_plan(loaded, all_fp16(loaded), samples, Tolerance(), headroom=headroom)
+    assert err.value.exit_code == 2  # a bad argument, not a failed search
 
 
 def test_user_pins_are_kept(tmp_path):
