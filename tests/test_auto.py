@@ -392,3 +392,25 @@ def test_headroom_pins_also_carry_their_rule_and_range_reasons(tmp_path):
     result, _, _ = choose("l2_normalize", tmp_path)
     sources = {r.source for r in result.plan.decisions["sumsq"].reasons}
     assert sources == {"headroom", "range", "rule"}
+
+
+def test_absorbed_fp32_infinity_is_not_an_error(tmp_path):
+    """log(mask) is -inf where the mask is 0; Softmax turns it into exact zeros: a working model."""
+    from tests.conftest import parse
+
+    model = parse("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2, 8] scores, float[2, 8] mask) => (float[2, 8] probs) {
+      log_mask = Log(mask)
+      masked = Add(scores, log_mask)
+      probs = Softmax<axis = -1>(masked)
+    }
+    """)
+    path = str(tmp_path / "masked.onnx")
+    onnx.save(model, path)
+    loaded = model_io.load_model(path)
+    mask = np.ones((2, 8), np.float32)
+    mask[:, 5:] = 0
+    feeds = ({"scores": np.linspace(-2, 2, 16, dtype=np.float32).reshape(2, 8), "mask": mask},)
+    result = auto.choose_plan(loaded, all_fp16(loaded), Samples(feeds, False, "test"), Tolerance())
+    assert result.status == auto.PASSED and result.after.passed
