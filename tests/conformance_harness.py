@@ -23,7 +23,7 @@ import onnx
 import onnxruntime as ort
 
 from onnx_precision import model_io, rewriter, typing_rules
-from onnx_precision.plan import Precision, Reason, uniform_plan
+from onnx_precision.plan import Precision, PrecisionPlan, Reason, uniform_plan
 
 RANDOM_OPS = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli",
               "Multinomial"}
@@ -175,14 +175,19 @@ def all_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
     return rewriter.rewrite(model, plan, ".").model
 
 
+def mixed_plan(model: onnx.ModelProto, seed: int) -> PrecisionPlan:
+    """About half the nodes pinned FP32 (a seeded choice, the same for the same graph)."""
+    names = [r.name for r in model_io.walk_nodes(model.graph)]
+    rng = np.random.default_rng([seed] + [ord(c) for c in model.graph.name])
+    pinned = [n for n, pick in zip(names, rng.random(len(names)) < 0.5) if pick]
+    plan = uniform_plan(names, Precision.FP16, Reason("default", "all-fp16"))
+    return plan.with_fp32(pinned, Reason("user", "random"))
+
+
 def mixed_plan_converter(seed: int) -> Callable[[onnx.ModelProto], onnx.ModelProto]:
-    """A conversion with about half the nodes (seeded choice, by name) pinned FP32."""
+    """A conversion with :func:`mixed_plan`."""
     def convert(model: onnx.ModelProto) -> onnx.ModelProto:
-        names = [r.name for r in model_io.walk_nodes(model.graph)]
-        rng = np.random.default_rng([seed] + [ord(c) for c in model.graph.name])
-        pinned = [n for n, pick in zip(names, rng.random(len(names)) < 0.5) if pick]
-        plan = uniform_plan(names, Precision.FP16, Reason("default", "all-fp16"))
-        return rewriter.rewrite(model, plan.with_fp32(pinned, Reason("user", "random")), ".").model
+        return rewriter.rewrite(model, mixed_plan(model, seed), ".").model
     return convert
 
 
