@@ -282,3 +282,21 @@ g (float[3] x) => (float[3] y) {
     assert "no schema for acme::Widget" in decision.reasons[-1].detail
     widget = next(n for n in result.model.graph.node if n.op_type == "Widget")
     assert widget.input[0] == "a_fp32"
+
+
+def test_one_cast_per_tensor_and_type_shared_by_consumers_and_bodies():
+    model = named("""<ir_version: 8, opset_import: ["": 17]>
+g (float[3] x, bool c) => (float[3] y, float[3] z, float[3] w) {
+  t = Exp(x)
+  y = Neg(t)
+  z = Abs(t)
+  w = If(c) <then_branch = a () => (float[3] o1) { o1 = Sqrt(t) },
+              else_branch = b () => (float[3] o2) { o2 = Sin(t) }>
+}""")
+    fp32 = ("node_of_y", "node_of_z", "node_of_o1", "node_of_o2")
+    result = rewrite(model, all_fp16(model, fp32))
+    from_t = [n for n in casts(result.model) if n.input[0] == "t"]
+    assert [(n.name, n.output[0]) for n in from_t] == [("t_cast_fp32", "t_fp32")]
+    x = np.array([0.5, 1.0, 2.0], np.float32)
+    for cond in (True, False):
+        valid_and_close(model, result.model, {"x": x, "c": np.array(cond)})
