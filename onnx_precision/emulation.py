@@ -146,12 +146,12 @@ class _SwitchBuilder:
         # Rounded copies of weights are precomputed while the graph stays under protobuf's 2 GB
         # (it is serialized for onnxruntime); past that, weights are rounded at run time.
         self.copy_budget = PROTO_LIMIT - model.ByteSize()
-        self.main_inputs = {vi.name for vi in model.graph.input}
+        # An initializer also listed as a graph input (IR < 4 models) is still a constant here:
+        # sample feeds never override it (data.model_inputs leaves it out).
         self.init_graph: dict[str, onnx.GraphProto] = {}
         for graph in _graphs(model.graph):
             for init in graph.initializer:
-                if not (graph is model.graph and init.name in self.main_inputs):
-                    self.init_graph[init.name] = graph
+                self.init_graph[init.name] = graph
 
     def is_float(self, name: str) -> bool:
         return bool(name) and self.types.get(name) == FLOAT
@@ -192,6 +192,9 @@ class _SwitchBuilder:
             return None
         new = self.names.fresh(init.name + "__rounded")
         graph.initializer.append(numpy_helper.from_array(rounded, new))
+        if self.model.ir_version < 4 and graph is self.model.graph:
+            # IR 3 requires every initializer to be a graph input as well.
+            graph.input.append(helper.make_tensor_value_info(new, FLOAT, list(rounded.shape)))
         self.copy_budget -= rounded.nbytes
         return new
 

@@ -291,6 +291,22 @@ def test_old_opsets_sequences_and_models_already_holding_fp16(text, feed):
         assert got[k].tobytes() == want[k].astype(np.float32).tobytes(), k
 
 
+def test_ir3_initializers_listed_as_inputs_are_constants():
+    w = np.array([0.1, 0.2, 0.3, 70000.0], np.float32)
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Mul", ["x", "w"], ["y"], name="scale")], "ir3",
+        [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [4]) for n in ("x", "w")],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4])],
+        [onnx.numpy_helper.from_array(w, "w")])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 8)])
+    model.ir_version = 3
+    session = EmulationSession(model, forced_fp32=())  # 70000 would force FP32: keep it switchable
+    feed = {"x": np.ones(4, np.float32)}
+    assert session.run(None, feed)["y"].tobytes() == w.tobytes()
+    assert session.run(plan_of(model), feed)["y"].tolist()[3] == np.inf  # the FP16 copy of w overflows
+    assert any(i.name.startswith("w__rounded") for i in session.switch_model.model.graph.initializer)
+
+
 def test_subgraph_nodes_are_switched_through_outer_scope():
     model, feeds = example("if_branch")
     session = EmulationSession(model)
