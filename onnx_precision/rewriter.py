@@ -85,6 +85,7 @@ class _Rewriter:
         self.duplicated = 0
         self.notes: list[str] = []
         self.weight_inputs_converted = 0
+        self.onnx_opset = tr.opset_map(model).get("", 13)
 
     # --- what each side needs --------------------------------------------------------------
 
@@ -192,7 +193,9 @@ class _Rewriter:
         alias = self.output_alias.get((source, to))
         out = alias if alias is not None else self.fresh(f"{source}_{_SUFFIX[to]}")
         node_name = self.fresh(f"{source}_cast_{_SUFFIX[to]}")
-        scope.nodes.append(helper.make_node("Cast", [source], [out], name=node_name, to=to))
+        # Cast-1 (opsets before 6) names its target type with a string
+        target = to if self.onnx_opset >= 6 else TensorProto.DataType.Name(to)
+        scope.nodes.append(helper.make_node("Cast", [source], [out], name=node_name, to=target))
         scope.local.add(out)
         self.written[out] = to
         src_type = self.types.get(source) or self.new_value_info.get(source)
