@@ -55,7 +55,28 @@ def main() -> int:
         if args.verbose:
             for name, problem in failures.items():
                 print(f"    {name}: {problem}")
+    light_models(converters)
     return 0
+
+
+def light_models(converters) -> None:
+    """The light models shipped with onnx: valid (full checker), runs, outputs close (cosine > 0.999)."""
+    import numpy as np
+    import onnx
+    for label, convert in converters:
+        passed = []
+        for path in h.light_models():
+            case = h.light_case(path)
+            try:
+                converted = convert(case.model)
+                onnx.checker.check_model(converted, full_check=True)
+                ref, got = h.run_model(case.model, case.feeds)[0], h.run_model(converted, case.feeds)[0]
+                a, b = ref.astype(np.float64).ravel(), got.astype(np.float64).ravel()
+                if a @ b / (np.linalg.norm(a) * np.linalg.norm(b) or 1.0) > 0.999:
+                    passed.append(case.name)
+            except Exception as e:  # a failing converter is a data point, not a crash
+                print(f"    {case.name}: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
+        print(f"{label}: light models {len(passed)}/{len(h.light_models())} pass")
 
 
 if __name__ == "__main__":
