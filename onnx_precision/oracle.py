@@ -106,8 +106,11 @@ class EmulationSession:
 
     ``capture_intermediates`` (True, False or tensor names, see
     :func:`onnx_precision.emulation.build_switch_model`) decides which main-graph tensors
-    ``run(..., intermediates=True)`` returns; a capturing session holds them all during each run,
-    and its probes cost ~5-10% more than a session without capture. ``forced_fp32`` defaults to
+    ``run(..., intermediates=True)`` returns; a capturing session holds them all during each run
+    (fetched or not), and its probes cost ~10-20% more than a session without capture
+    (scripts/bench_oracle.py), so a search with many probes may prefer a second session built
+    with ``capture_intermediates=False``. A model that already holds FP16 tensors is emulated
+    first (:func:`as_fp32`). ``forced_fp32`` defaults to
     the nodes :func:`typing_rules.resolve_plan` keeps FP32 whatever the plan; their switches are
     never turned on. ``threads`` caps onnxruntime's intra-op threads.
     """
