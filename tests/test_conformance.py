@@ -68,6 +68,18 @@ def test_written_model_is_what_the_oracle_emulates(name):
         np.testing.assert_array_equal(emulated[output], value, err_msg=output)
 
 
+@pytest.mark.parametrize("name", _tensor_cases_sample())
+def test_converting_the_output_again_changes_nothing(name):
+    """Idempotence on an already-mixed model: the same decisions (the new Casts FP16) give the same bytes."""
+    case = h.node_cases()[name]
+    plan = h.mixed_plan(case.model, seed=5)
+    once = h.rewriter.rewrite(case.model, plan).model
+    names = [r.name for r in h.model_io.walk_nodes(once.graph)]
+    again_plan = h.uniform_plan(names, h.Precision.FP16, h.Reason("default", "all-fp16")).with_fp32(plan.fp32_nodes)
+    again = h.rewriter.rewrite(once, again_plan).model
+    assert again.SerializeToString(deterministic=True) == once.SerializeToString(deterministic=True)
+
+
 @pytest.mark.parametrize("path", h.light_models(), ids=os.path.basename)
 def test_light_model_converts_and_runs(path):
     case = h.light_case(path)
