@@ -6,8 +6,10 @@
   from finite inputs in FP32 itself (that is the FP32 model's fault, never FP16's).
 * :func:`layerwise`: per sample, the FP32 run and the plan's emulated run side by side; per node
   the error of its output against FP32 (scale-relative, as in :mod:`onnx_precision.compare`) and
-  the *first-divergence* nodes, where the error appears or a value turns non-finite while the
-  node's inputs were still close. Those are the search's first candidates.
+  the *first-divergence* nodes: where a value turns non-finite from finite inputs (an overflow
+  happens there, even downstream of another one), or where a finite error above the tolerance's
+  rtol appears while the node's inputs were still within it. Those are the search's first
+  candidates.
 
 Each run's tensors are reduced to numbers and dropped before the next run, so memory holds one
 run's intermediates at a time, whatever the number of samples.
@@ -274,7 +276,9 @@ def _merge_errors(acc: dict[str, NodeError], nodes: Sequence[onnx.NodeProto], re
         in_bad = any(e.cand_nonfinite for e in ins)
         new_nf = sum(e.new_nonfinite for e in outs)
         rel = max(e.rel_err for e in outs)
-        diverges = (not in_bad and in_rel <= threshold) and (new_nf > 0 or rel > threshold)
+        # Inf/NaN made from finite inputs is where an overflow happens, however far upstream
+        # error had already moved those inputs; a finite error only counts where it appears.
+        diverges = not in_bad and (new_nf > 0 or (rel > threshold and in_rel <= threshold))
         err = NodeError(node.name, node.op_type, max(e.abs_err for e in outs), rel, new_nf, in_rel, diverges)
         old = acc.get(node.name)
         if old is not None:

@@ -376,6 +376,17 @@ def test_layerwise_names_the_nodes_where_error_appears():
     assert layerwise(session, fixed, feeds).first_divergence == ()
 
 
+def test_an_overflow_downstream_of_another_is_still_a_first_divergence():
+    """Layer 8's Pow overflows although layer 3's overflow already put error into its inputs."""
+    from models import transformer
+    ex = transformer()  # 12 layers, outliers in layers 3 and 8
+    model = ex.model
+    name_nodes(model)
+    lw = layerwise(EmulationSession(model, capture_intermediates=True), plan_of(model), ex.feeds)
+    assert lw.first_divergence == ("l3_ln2_sq", "l8_ln2_sq")
+    assert lw.nodes["l8_ln2_sq"].input_rel_err > 0.01  # its inputs were already off
+
+
 def test_emulate_model_rounds_fp16_inputs_and_casts():
     model = named(L2)
     written = rewrite(model, plan_of(model, fp16_io=True)).model
