@@ -123,8 +123,8 @@ class EmulationSession:
         types = tensor_types(model)
         self.typing: Mapping[str, NodeTyping] = typing if typing is not None else model_typing(model, types)
         fp32 = as_fp32(model, base_dir, types)
-        self.switch_model: SwitchModel = build_switch_model(fp32, self.typing, base_dir, capture_intermediates,
-                                                            None if fp32 is not model else types)
+        self.switch_model: SwitchModel = build_switch_model(
+            fp32, self.typing, base_dir, capture_intermediates, None if fp32 is not model else types)
         self.forced_fp32 = (frozenset(forced_fp32) if forced_fp32 is not None
                             else forced_fp32_nodes(model, base_dir, self.typing, types))
         self.session = make_session(self.switch_model.model, base_dir, options=session_options(threads))

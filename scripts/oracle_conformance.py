@@ -63,7 +63,8 @@ def main() -> None:
             problem = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
         if problem:
             failures[problem].append(name)
-    print(f"{selected} selected node cases; {selected - sum(map(len, failures.values()))} bit-identical both ways")
+    identical = selected - sum(map(len, failures.values()))
+    print(f"{selected} selected node cases; {identical} bit-identical both ways")
     for problem, names in failures.items():
         print(f"  {len(names)} x {problem}: {', '.join(names[:5])}")
 
