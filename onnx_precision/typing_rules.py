@@ -462,7 +462,7 @@ def retarget_attributes(node: onnx.NodeProto, model: onnx.ModelProto, base_dir: 
     for attr in node.attribute:
         if attr.name == "to" and node.op_type == "Cast" and attr.i == FLOAT:
             attr.i = FLOAT16
-        elif attr.name == "dtype" and attr.type == onnx.AttributeProto.INT and attr.i == FLOAT:
+        elif attr.name in _DTYPE_ATTRS and attr.type == onnx.AttributeProto.INT and attr.i == FLOAT:
             attr.i = FLOAT16
         elif attr.type == onnx.AttributeProto.TYPE_PROTO and elem_type(attr.tp) == FLOAT:
             attr.tp.CopyFrom(with_elem_type(attr.tp, FLOAT16))
@@ -472,18 +472,28 @@ def retarget_attributes(node: onnx.NodeProto, model: onnx.ModelProto, base_dir: 
     if node.op_type == "ConstantOfShape" and "value" not in present:
         node.attribute.append(onnx.helper.make_attribute(
             "value", onnx.numpy_helper.from_array(np.zeros(1, np.float16))))
-    if "dtype" not in present and _has_attribute(node, model, "dtype"):
+    schema_attrs = _schema_attributes(node, model)
+    if "dtype" in schema_attrs and "dtype" not in present:
         # the default (float, or the input's type) would no longer be float16
         node.attribute.append(onnx.helper.make_attribute("dtype", FLOAT16))
+    for name in _DTYPE_ATTRS[1:]:
+        default = schema_attrs.get(name)
+        if name not in present and default is not None and default.default_value.type == onnx.AttributeProto.INT \
+                and default.default_value.i == FLOAT:  # e.g. the window ops' output_datatype
+            node.attribute.append(onnx.helper.make_attribute(name, FLOAT16))
 
 
-def _has_attribute(node: onnx.NodeProto, model: onnx.ModelProto, attr: str) -> bool:
+# attributes that choose an output's element type
+_DTYPE_ATTRS = ("dtype", "output_datatype", "output_dtype")
+
+
+def _schema_attributes(node: onnx.NodeProto, model: onnx.ModelProto) -> Mapping:
     domain = "" if node.domain == "ai.onnx" else node.domain
     opset = opset_map(model).get(domain)
     try:
-        return opset is not None and attr in onnx.defs.get_schema(node.op_type, opset, domain).attributes
+        return {} if opset is None else onnx.defs.get_schema(node.op_type, opset, domain).attributes
     except onnx.defs.SchemaError:
-        return False
+        return {}
 
 
 def _load_problems(m: onnx.ModelProto) -> tuple[str | None, str | None]:
