@@ -300,3 +300,16 @@ g (float[3] x, bool c) => (float[3] y, float[3] z, float[3] w) {
     x = np.array([0.5, 1.0, 2.0], np.float32)
     for cond in (True, False):
         valid_and_close(model, result.model, {"x": x, "c": np.array(cond)})
+
+
+def test_output_datatype_default_follows_fp16():
+    model = named("""<ir_version: 8, opset_import: ["": 17]>
+g (int64 n) => (float[8] y) {
+  w = HannWindow(n)
+  y = Sqrt(w)
+}""")
+    result = rewrite(model, all_fp16(model))
+    window = next(n for n in result.model.graph.node if n.op_type == "HannWindow")
+    assert result.plan.precision("node_of_w") is Precision.FP16
+    assert [(a.name, a.i) for a in window.attribute] == [("output_datatype", FLOAT16)]
+    valid_and_close(model, result.model, {"n": np.array(8)})
