@@ -559,10 +559,20 @@ def fp16_value_problem(max_abs: float, min_nonzero_abs: float) -> str | None:
     return None
 
 
-def _value_range(values: np.ndarray) -> tuple[float, float]:
+def _finite_range(values: np.ndarray) -> tuple[float, float]:
+    """(max |x|, min nonzero |x|) over the finite values: inf and NaN are exact in FP16."""
     a = np.abs(np.asarray(values, dtype=np.float64)).ravel()
+    a = a[np.isfinite(a)]
     nonzero = a[a > 0]
     return (float(a.max()) if a.size else 0.0), (float(nonzero.min()) if nonzero.size else float("inf"))
+
+
+def constant_problem(tensor: onnx.TensorProto, base_dir: str) -> str | None:
+    """Why an FP16 copy of this float constant would change its values, or None."""
+    max_abs, min_nonzero = model_io.initializer_range(tensor, base_dir)
+    if max_abs == float("inf"):  # rare (e.g. a -inf mask): look again at the finite values only
+        max_abs, min_nonzero = _finite_range(model_io.initializer_array(tensor, base_dir))
+    return fp16_value_problem(max_abs, min_nonzero)
 
 
 def constant_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
@@ -609,7 +619,7 @@ def _value_blockers(model: onnx.ModelProto, plan: PrecisionPlan, typing: Mapping
             if init is None or init.data_type != FLOAT:
                 continue
             if name not in ranges:
-                ranges[name] = fp16_value_problem(*model_io.initializer_range(init, base_dir))
+                ranges[name] = constant_problem(init, base_dir)
             if ranges[name]:
                 out[node.name] = Reason("initializer", f"initializer '{name}': {ranges[name]}",
                                         (("tensor", name),))
@@ -618,7 +628,7 @@ def _value_blockers(model: onnx.ModelProto, plan: PrecisionPlan, typing: Mapping
                 typing[node.name].convertible_outputs:
             value = constant_tensor(node)
             if value is not None and value.data_type == FLOAT:
-                problem = fp16_value_problem(*_value_range(onnx.numpy_helper.to_array(value)))
+                problem = constant_problem(value, base_dir)
                 if problem:
                     out[node.name] = Reason("initializer", f"{node.op_type} value: {problem}")
     return out

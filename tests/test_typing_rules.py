@@ -135,3 +135,16 @@ def test_fp16_value_problem():
     assert "exceeds" in tr.fp16_value_problem(65520.0, 1.0)
     assert "flush" in tr.fp16_value_problem(1.0, 2.0 ** -26)
     assert tr.fp16_value_problem(1.0, 2.0 ** -24) is None  # the smallest subnormal survives
+
+
+def test_infinite_constants_are_exact_in_fp16():
+    model = parse("""<ir_version: 8, opset_import: ["": 17]>
+g (float[3] x) => (float[3] y, float[3] z) <float[3] mask = {0, -inf, 1}, float[3] big = {-inf, 70000, 1}> {
+  y = Add(x, mask)
+  z = Add(x, big)
+}""")
+    model_io.name_nodes(model)
+    plan = uniform_plan(["node_of_y", "node_of_z"], Precision.FP16, Reason("default", "all-fp16"))
+    resolved = tr.resolve_plan(model, plan, ".")
+    assert resolved.fp32_nodes == ("node_of_z",)
+    assert "70000" in resolved.decisions["node_of_z"].reasons[-1].detail
