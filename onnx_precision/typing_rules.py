@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator, Mapping, NamedTuple
 
 import numpy as np
@@ -28,7 +28,7 @@ import onnx
 from onnx import TensorProto
 
 from . import model_io
-from .plan import PrecisionPlan, Reason
+from .plan import NodeDecision, Precision, PrecisionPlan, Reason
 
 logger = logging.getLogger(__name__)
 
@@ -701,12 +701,20 @@ def resolve_plan(model: onnx.ModelProto, plan: PrecisionPlan, base_dir: str = ".
     """``plan`` with every FP16 node that cannot be written as FP16 forced to FP32, with the reason."""
     types = tensor_types(model) if types is None else types
     typing = model_typing(model, types) if typing is None else typing
-    resolved = plan
-    for name, t in typing.items():
-        if t.fp16_blocker and plan.is_fp16(name):
-            resolved = resolved.with_fp32([name], Reason("type", t.fp16_blocker))
-    for name, reason in _value_blockers(model, resolved, typing, base_dir).items():
-        resolved = resolved.with_fp32([name], reason)
-    for name, reason in _non_tensor_conflicts(model, resolved, typing, types).items():
-        resolved = resolved.with_fp32([name], reason)
-    return resolved
+    resolved = _force_fp32(plan, {name: Reason("type", t.fp16_blocker) for name, t in typing.items()
+                                  if t.fp16_blocker and plan.is_fp16(name)})
+    resolved = _force_fp32(resolved, _value_blockers(model, resolved, typing, base_dir))
+    return _force_fp32(resolved, _non_tensor_conflicts(model, resolved, typing, types))
+
+
+def _force_fp32(plan: PrecisionPlan, reasons: Mapping[str, Reason]) -> PrecisionPlan:
+    """``plan`` with each named node FP32 and its reason appended: one copy of the decisions, not
+    one per node (a large model can have thousands of forced nodes)."""
+    if not reasons:
+        return plan
+    decisions = dict(plan.decisions)
+    for name, reason in reasons.items():
+        old = decisions[name]
+        kept = old.reasons if old.precision is Precision.FP32 else ()
+        decisions[name] = NodeDecision(Precision.FP32, kept if reason in kept else kept + (reason,))
+    return replace(plan, decisions=decisions)
