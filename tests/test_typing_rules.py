@@ -148,3 +148,15 @@ g (float[3] x) => (float[3] y, float[3] z) <float[3] mask = {0, -inf, 1}, float[
     resolved = tr.resolve_plan(model, plan, ".")
     assert resolved.fp32_nodes == ("node_of_z",)
     assert "70000" in resolved.decisions["node_of_z"].reasons[-1].detail
+
+
+def test_loop_carried_floats_convert_and_counters_do_not():
+    t = typing_of("""<ir_version: 8, opset_import: ["": 17]>
+g (float[2] x, int64 n, bool c) => (float[2] s, int64 k) {
+  s, k = Loop(n, c, x, n) <body = b (int64 i, bool c_in, float[2] acc, int64 cnt) => (bool c_out, float[2] acc2, int64 cnt2) {
+      c_out = Identity(c_in)
+      acc2 = Add(acc, acc)
+      cnt2 = Add(cnt, i)
+  }>
+}""")["node_of_s"]
+    assert t == tr.NodeTyping((2,), (0,), None, ())  # v_initial x and its final value; never M, cond, ints
