@@ -36,13 +36,13 @@ from . import model_io
 from .compare import Comparison, Tolerance, compare_outputs, merge_comparisons
 from .data import Samples
 from .errors import PrecisionError, SearchError
+from .fp16 import FP16_MAX
 from .plan import PrecisionPlan, Reason
 from .report import NodeStats, PhaseCost
 from .search import PinSearch, SearchOutcome
 
 log = logging.getLogger(__name__)
 
-FP16_MAX = 65504.0
 DEFAULT_HEADROOM = 2.0
 MODES = ("auto", "static")
 ORACLE = "emulate"

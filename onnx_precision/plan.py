@@ -168,10 +168,11 @@ def apply_user_choices(plan: PrecisionPlan, node_ops: Mapping[str, str], keep_fp
         if unknown:
             more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
             raise PlanError(f"plan names node '{unknown[0]}' which is not in the model{more}")
+        # One copy of the decisions for the whole user plan: a plan can name every node.
+        decisions = dict(plan.decisions)
         for name, decision in user_plan.decisions.items():
-            reason = decision.reasons[0] if decision.reasons else Reason("user", "--plan")
-            plan = plan.with_precision([name], decision.precision, reason)
-        plan = replace(plan, fp16_io=plan.fp16_io or user_plan.fp16_io)
+            decisions[name] = NodeDecision(decision.precision, decision.reasons or (Reason("user", "--plan"),))
+        plan = replace(plan, decisions=decisions, fp16_io=plan.fp16_io or user_plan.fp16_io)
     for pattern in keep_fp32:
         try:
             regex = re.compile(pattern)

@@ -384,6 +384,17 @@ def _set_constant_value(node: onnx.NodeProto, value: onnx.TensorProto) -> None:
     node.attribute.append(helper.make_attribute("value", value))
 
 
+def _flush_notes(plan: PrecisionPlan, shown: int = 3) -> list[str]:
+    """Say which FP16 nodes lose tiny weight values to zero: harmless, but never silent."""
+    flushed = [(name, r.detail) for name in plan.fp16_nodes for r in plan.decisions[name].reasons
+               if r.source == "initializer"]
+    if not flushed:
+        return []
+    listed = "; ".join(f"{name}: {detail}" for name, detail in flushed[:shown])
+    more = f"; and {len(flushed) - shown} more (see the plan)" if len(flushed) > shown else ""
+    return [f"{len(flushed)} FP16 node(s) have weights whose tiniest values flush to zero: {listed}{more}"]
+
+
 def rewrite(model: onnx.ModelProto, plan: PrecisionPlan, base_dir: str = ".", *, resolve: bool = True,
             types: Mapping[str, onnx.TypeProto] | None = None,
             typing: Mapping[str, tr.NodeTyping] | None = None) -> RewriteResult:
@@ -405,4 +416,5 @@ def rewrite(model: onnx.ModelProto, plan: PrecisionPlan, base_dir: str = ".", *,
     notes = list(rewriter.notes)
     if forced:
         notes.append(f"{len(forced)} node(s) kept FP32 because FP16 is not possible there")
+    notes.extend(_flush_notes(resolved))
     return RewriteResult(out, resolved, rewriter.casts_added, rewriter.converted, rewriter.duplicated, tuple(notes))

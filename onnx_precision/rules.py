@@ -21,12 +21,9 @@ import numpy as np
 import onnx
 
 from . import model_io, typing_rules
+from .fp16 import FP16_EXACT_INT, FP16_MAX, FP16_MIN_NORMAL, FP16_MIN_SUBNORMAL
 from .plan import Reason
 
-FP16_MAX = 65504.0
-FP16_MIN_NORMAL = 6.103515625e-05
-FP16_MIN_SUBNORMAL = 5.960464477539063e-08
-FP16_EXACT_INT = 2048  # every integer up to 2048 is exact in FP16, not beyond
 EXP_OVERFLOW_INPUT = math.log(FP16_MAX)  # 11.09: exp of anything larger is inf in FP16
 LONG_REDUCTION = 4096  # reduction depth past which FP16 accumulation loses several bits
 SIGNIFICANT_FLUSH = 0.01  # a tensor with >= 1% of its nonzero values flushing has lost real signal

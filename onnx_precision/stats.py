@@ -24,13 +24,12 @@ import numpy as np
 import onnx
 
 from .compare import Tolerance
+from .fp16 import FP16_FLUSH, FP16_MAX
 
 if TYPE_CHECKING:
     from .oracle import EmulationSession, Feed
     from .plan import PrecisionPlan
 
-FP16_MAX = 65504.0
-FP16_FLUSH = 2.0 ** -25  # |x| <= this rounds to zero in FP16 (the half-way point ties to even, 0)
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,13 @@ import onnx
 from onnx import TensorProto
 
 from . import model_io
+from .fp16 import FP16_MAX, FP16_MIN_NORMAL
 from .plan import NodeDecision, Precision, PrecisionPlan, Reason
 
 logger = logging.getLogger(__name__)
 
 FLOAT = TensorProto.FLOAT
 FLOAT16 = TensorProto.FLOAT16
-FP16_MAX = 65504.0
 ONNX_DOMAINS = ("", "ai.onnx")
 
 
@@ -550,12 +550,31 @@ def model_typing(model: onnx.ModelProto, types: Mapping[str, onnx.TypeProto] | N
 # --- plan resolution --------------------------------------------------------------------------
 
 
+def _flushes(min_nonzero_abs: float) -> bool:
+    return bool(np.isfinite(min_nonzero_abs) and np.float16(min_nonzero_abs) == 0)
+
+
 def fp16_value_problem(max_abs: float, min_nonzero_abs: float) -> str | None:
-    """Why values with this range cannot be held in float16 without changing, or None."""
+    """Why an FP16 copy of values with this range would change them materially, or None.
+
+    Overflow always matters. A value flushed to zero matters only when the whole tensor lies below
+    FP16's normal range: otherwise the flushed values (< 3e-8) are smaller than the rounding error
+    FP16 already makes on the tensor's own largest values (max |x| * 2**-11), and pinning every
+    trained weight matrix that holds one such value would keep most of a real model in FP32.
+    """
     if max_abs > FP16_MAX:
         return f"|x| up to {max_abs:.6g} exceeds the FP16 maximum {FP16_MAX:g}"
-    if np.isfinite(min_nonzero_abs) and np.float16(min_nonzero_abs) == 0:
-        return f"nonzero |x| down to {min_nonzero_abs:.3g} would flush to zero in FP16"
+    if _flushes(min_nonzero_abs) and max_abs < FP16_MIN_NORMAL:
+        return (f"nonzero |x| down to {min_nonzero_abs:.3g} would flush to zero in FP16, and all its values "
+                f"lie below FP16's normal range (max |x| {max_abs:.3g})")
+    return None
+
+
+def fp16_flush_note(max_abs: float, min_nonzero_abs: float) -> str | None:
+    """What converting values with this range flushes to zero although it is no problem, or None."""
+    if max_abs <= FP16_MAX and max_abs >= FP16_MIN_NORMAL and _flushes(min_nonzero_abs):
+        return (f"nonzero |x| down to {min_nonzero_abs:.3g} flush to zero in FP16, less than the rounding "
+                f"error of its largest values (max |x| {max_abs:.3g})")
     return None
 
 
@@ -567,12 +586,13 @@ def _finite_range(values: np.ndarray) -> tuple[float, float]:
     return (float(a.max()) if a.size else 0.0), (float(nonzero.min()) if nonzero.size else float("inf"))
 
 
-def constant_problem(tensor: onnx.TensorProto, base_dir: str) -> str | None:
-    """Why an FP16 copy of this float constant would change its values, or None."""
+def constant_verdict(tensor: onnx.TensorProto, base_dir: str) -> tuple[str | None, str | None]:
+    """(why an FP16 copy of this float constant would change it materially, what the copy flushes
+    to zero harmlessly): either may be None."""
     max_abs, min_nonzero = model_io.initializer_range(tensor, base_dir)
     if max_abs == float("inf"):  # rare (e.g. a -inf mask): look again at the finite values only
         max_abs, min_nonzero = _finite_range(model_io.initializer_array(tensor, base_dir))
-    return fp16_value_problem(max_abs, min_nonzero)
+    return fp16_value_problem(max_abs, min_nonzero), fp16_flush_note(max_abs, min_nonzero)
 
 
 def constant_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
@@ -604,11 +624,13 @@ def constant_values(model: onnx.ModelProto) -> dict[str, onnx.TensorProto]:
 
 
 def _value_blockers(model: onnx.ModelProto, plan: PrecisionPlan, typing: Mapping[str, NodeTyping],
-                    base_dir: str) -> dict[str, Reason]:
-    """FP16 nodes whose float constants (initializer inputs, Constant values) FP16 cannot hold."""
+                    base_dir: str) -> tuple[dict[str, Reason], dict[str, Reason]]:
+    """FP16 nodes whose float constants (initializer inputs, Constant values) FP16 cannot hold, and
+    FP16 nodes whose constants lose only negligible values (flushed to zero), each with its reason."""
     inits = constant_values(model)
-    ranges: dict[str, str | None] = {}
+    ranges: dict[str, tuple[str | None, str | None]] = {}
     out: dict[str, Reason] = {}
+    notes: dict[str, Reason] = {}
     for ref in model_io.walk_nodes(model.graph):
         node = ref.node
         if not plan.is_fp16(node.name) or typing[node.name].fp16_blocker:
@@ -619,19 +641,22 @@ def _value_blockers(model: onnx.ModelProto, plan: PrecisionPlan, typing: Mapping
             if init is None or init.data_type != FLOAT:
                 continue
             if name not in ranges:
-                ranges[name] = constant_problem(init, base_dir)
-            if ranges[name]:
-                out[node.name] = Reason("initializer", f"initializer '{name}': {ranges[name]}",
-                                        (("tensor", name),))
+                ranges[name] = constant_verdict(init, base_dir)
+            problem, note = ranges[name]
+            if problem:
+                out[node.name] = Reason("initializer", f"initializer '{name}': {problem}", (("tensor", name),))
                 break
+            if note and node.name not in notes:
+                notes[node.name] = Reason("initializer", f"initializer '{name}': {note}", (("tensor", name),))
         if node.name not in out and node.op_type == "ConstantOfShape" and \
                 typing[node.name].convertible_outputs:
             value = constant_tensor(node)
             if value is not None and value.data_type == FLOAT:
-                problem = constant_problem(value, base_dir)
+                problem, _ = constant_verdict(value, base_dir)
                 if problem:
                     out[node.name] = Reason("initializer", f"{node.op_type} value: {problem}")
-    return out
+    notes = {name: reason for name, reason in notes.items() if name not in out}
+    return out, notes
 
 
 def _non_tensor_edges(model: onnx.ModelProto, typing: Mapping[str, NodeTyping],
@@ -703,8 +728,21 @@ def resolve_plan(model: onnx.ModelProto, plan: PrecisionPlan, base_dir: str = ".
     typing = model_typing(model, types) if typing is None else typing
     resolved = _force_fp32(plan, {name: Reason("type", t.fp16_blocker) for name, t in typing.items()
                                   if t.fp16_blocker and plan.is_fp16(name)})
-    resolved = _force_fp32(resolved, _value_blockers(model, resolved, typing, base_dir))
+    blockers, notes = _value_blockers(model, resolved, typing, base_dir)
+    resolved = _force_fp32(resolved, blockers)
+    resolved = _with_notes(resolved, notes)
     return _force_fp32(resolved, _non_tensor_conflicts(model, resolved, typing, types))
+
+
+def _with_notes(plan: PrecisionPlan, notes: Mapping[str, Reason]) -> PrecisionPlan:
+    """``plan`` with each note appended to its node's reasons, precision unchanged."""
+    if not notes:
+        return plan
+    decisions = dict(plan.decisions)
+    for name, note in notes.items():
+        old = decisions[name]
+        decisions[name] = NodeDecision(old.precision, old.reasons if note in old.reasons else old.reasons + (note,))
+    return replace(plan, decisions=decisions)
 
 
 def _force_fp32(plan: PrecisionPlan, reasons: Mapping[str, Reason]) -> PrecisionPlan:

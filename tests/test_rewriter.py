@@ -119,10 +119,13 @@ def test_initializer_converted_in_place_when_all_consumers_fp16():
     assert result.initializers_converted == 1
 
 
-@pytest.mark.parametrize("value,words", [(1e5, "exceeds the FP16 maximum"), (1e-9, "flush to zero")])
-def test_initializer_fp16_cannot_hold_pins_node_fp32_and_keeps_value(value, words):
+@pytest.mark.parametrize("value,other,words", [
+    (1e5, 1.0, "exceeds the FP16 maximum"),
+    (1e-9, 1e-6, "flush to zero in FP16, and all its values lie below FP16's normal range"),
+])
+def test_initializer_fp16_cannot_hold_pins_node_fp32_and_keeps_value(value, other, words):
     model = named(f"""<ir_version: 8, opset_import: ["": 17]>
-g (float[2] x) => (float[2] y) <float[2] w = {{{value}, 1.0}}> {{
+g (float[2] x) => (float[2] y) <float[2] w = {{{value}, {other}}}> {{
   y = Mul(x, w)
 }}""")
     result = rewrite(model, all_fp16(model))
@@ -133,7 +136,26 @@ g (float[2] x) => (float[2] y) <float[2] w = {{{value}, 1.0}}> {{
     w = onnx.numpy_helper.to_array(result.model.graph.initializer[0])
     assert w.dtype == np.float32 and w[0] == np.float32(value)  # never clamped
     x = np.array([2.0, 3.0], np.float32)
-    np.testing.assert_array_equal(run(result.model, {"x": x})[0], x * np.array([value, 1.0], np.float32))
+    np.testing.assert_array_equal(run(result.model, {"x": x})[0], x * np.array([value, other], np.float32))
+
+
+def test_tiny_weight_among_normal_ones_converts_and_is_noted():
+    # One value in a trained weight matrix below FP16's smallest subnormal is smaller than the
+    # rounding error FP16 makes on the matrix's largest values: the node stays FP16, and the
+    # flush is said, not silent.
+    model = named("""<ir_version: 8, opset_import: ["": 17]>
+g (float[3] x) => (float[3] y) <float[3] w = {1e-9, 0.5, -0.25}> {
+  y = Mul(x, w)
+}""")
+    result = rewrite(model, all_fp16(model))
+    decision = result.plan.decisions["node_of_y"]
+    assert decision.precision is Precision.FP16
+    assert decision.reasons[-1] == Reason(
+        "initializer", "initializer 'w': nonzero |x| down to 1e-09 flush to zero in FP16, less than the "
+        "rounding error of its largest values (max |x| 0.5)", (("tensor", "w"),))
+    assert result.notes[-1].startswith("1 FP16 node(s) have weights whose tiniest values flush to zero: node_of_y:")
+    w = onnx.numpy_helper.to_array(result.model.graph.initializer[0])
+    assert w.dtype == np.float16 and list(w) == [0.0, 0.5, -0.25]
 
 
 def test_resize_scales_stay_fp32():

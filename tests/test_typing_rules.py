@@ -133,8 +133,11 @@ g (seq(float[2]) s, int64 i) => (float[2] y) {
 def test_fp16_value_problem():
     assert tr.fp16_value_problem(65504.0, 1.0) is None
     assert "exceeds" in tr.fp16_value_problem(65520.0, 1.0)
-    assert "flush" in tr.fp16_value_problem(1.0, 2.0 ** -26)
-    assert tr.fp16_value_problem(1.0, 2.0 ** -24) is None  # the smallest subnormal survives
+    assert "flush" in tr.fp16_value_problem(2.0 ** -15, 2.0 ** -26)  # all subnormal: flushing matters
+    assert tr.fp16_value_problem(1.0, 2.0 ** -26) is None  # below the rounding error of 1.0
+    assert "flush" in tr.fp16_flush_note(1.0, 2.0 ** -26)
+    assert tr.fp16_flush_note(1.0, 2.0 ** -24) is None  # the smallest subnormal survives
+    assert tr.fp16_value_problem(1.0, 2.0 ** -24) is None
 
 
 def test_infinite_constants_are_exact_in_fp16():
