@@ -276,7 +276,10 @@ class _Graph:
 
 
 def headroom_pins(graph: _Graph, plan: PrecisionPlan, stats: Mapping, headroom: float) -> dict[str, Reason]:
-    """Nodes to pin because a tensor they would hold in FP16 exceeds 65504/headroom in FP32."""
+    """Nodes to pin because a tensor they would hold in FP16 exceeds 65504/headroom in FP32.
+
+    A tensor already over 65504 is pinned too, whatever the outputs show, but as a ``range`` pin:
+    only the margin between 65504/headroom and 65504 is headroom's doing."""
     pins: dict[str, Reason] = {}
     if headroom == 0:
         return pins
@@ -287,9 +290,13 @@ def headroom_pins(graph: _Graph, plan: PrecisionPlan, stats: Mapping, headroom: 
             continue
         for node in graph.touching(tensor):
             if plan.is_fp16(node) and node not in pins:
-                pins[node] = Reason("headroom", f"'{tensor}' reaches {s.max_abs:.4g} in FP32, over "
-                                                f"65504/{headroom:g} = {limit:.6g}",
-                                    (("tensor", tensor), ("max_abs", f"{s.max_abs:.6g}")))
+                evidence = (("tensor", tensor), ("max_abs", f"{s.max_abs:.6g}"))
+                if s.max_abs > FP16_MAX:
+                    pins[node] = Reason("range", f"'{tensor}' reaches {s.max_abs:.4g} in FP32, over the FP16 "
+                                                 f"maximum 65504", evidence)
+                else:
+                    pins[node] = Reason("headroom", f"'{tensor}' reaches {s.max_abs:.4g} in FP32, over "
+                                                    f"65504/{headroom:g} = {limit:.6g}", evidence)
     return pins
 
 

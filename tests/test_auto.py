@@ -104,10 +104,12 @@ def test_search_verdicts_name_the_failure(tmp_path):
     assert result.node_stats["log_probs"].layerwise_error == float("inf")
 
 
-def test_headroom_pins_are_marked_and_can_be_turned_off(tmp_path):
+def test_range_pins_are_marked_and_can_be_turned_off(tmp_path):
+    # 'sumsq' reaches 1.2e5 > 65504: a range pin (not headroom), for its producer and its consumer.
     with_headroom, _, _ = choose("l2_normalize", tmp_path)
-    assert auto.pinned_by(with_headroom.plan, "headroom") == ("sumsq", "norm")
-    assert with_headroom.search is None  # headroom pins alone passed: no search needed
+    assert auto.pinned_by(with_headroom.plan, "range") == ("sumsq", "norm")
+    assert auto.pinned_by(with_headroom.plan, "headroom") == ()
+    assert with_headroom.search is None  # range pins alone passed: no search needed
     searched, _, _ = choose("l2_normalize", tmp_path, headroom=0)
     assert auto.pinned_by(searched.plan, "headroom") == ()
     assert auto.pinned_by(searched.plan, "search") == ("sumsq", "norm")
@@ -388,10 +390,10 @@ def test_report_flags_in_all_fp16_mode_warn(tmp_path, capsys):
     assert os.listdir(tmp_path) == ["b.onnx"]
 
 
-def test_headroom_pins_also_carry_their_rule_and_range_reasons(tmp_path):
+def test_range_pins_also_carry_their_rule_reasons(tmp_path):
     result, _, _ = choose("l2_normalize", tmp_path)
     sources = {r.source for r in result.plan.decisions["sumsq"].reasons}
-    assert sources == {"headroom", "range", "rule"}
+    assert sources == {"range", "rule"}
 
 
 def test_absorbed_fp32_infinity_is_not_an_error(tmp_path):
