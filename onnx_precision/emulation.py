@@ -12,14 +12,19 @@ Two builders:
   rounded convertible inputs and rounds its convertible outputs, the else-branch runs N as it is.
   Any precision plan is then a run of the same session with the switches set; all switches off
   runs exactly the FP32 model's kernels on the same values, so it is bit-identical to it. Rounded
-  copies of initializers are computed once at build time and of graph inputs (and of tensors of
-  nodes without a switch) once per run, shared by every FP16 consumer; a tensor whose producer has
-  a switch is rounded again inside each FP16 consumer (idempotent if the producer was FP16, and
-  cheaper than selecting a shared copy at run time: onnxruntime's Where and If-of-Identity copy
-  the tensor on every run, several times slower than a Cast pair). Control-flow nodes,
+  copies of initializers held in the proto are computed once at build time and of graph inputs
+  (and of tensors of nodes without a switch) once per run, shared by every FP16 consumer; a tensor
+  whose producer has a switch is rounded again inside each FP16 consumer (idempotent if the
+  producer was FP16, and cheaper than selecting a shared copy at run time: onnxruntime's Where
+  and If-of-Identity copy the tensor on every run, several times slower than a Cast pair).
+  Weights stored as external data are rounded inside each FP16 consumer too, only on the runs
+  that make it FP16: a precomputed copy would hold the weights twice, and inline it would push a
+  large model's proto past protobuf's 2 GB. Control-flow nodes,
   whose bodies carry their own switches, select each rounded tensor instead of being wrapped.
 * :func:`emulate_model` (verifying what is written): an FP16/mixed model turned into the FP32
   graph that rounds at each of its FP16 tensors, so any candidate model can be checked on CPU.
+  Its FP16 weights stored as external data stay there, each followed by a ``Cast(to=FLOAT)``
+  (exact), so the emulation of a model over 2 GB is as small as the model's proto.
 """
 
 from __future__ import annotations
@@ -143,6 +148,8 @@ class _SwitchBuilder:
         self.names = _Names(model)
         self.switches: dict[str, str] = {}
         self.switched: set[str] = set()  # tensors produced by a node with a switch
+        self.external = {init.name for graph in _graphs(model.graph) for init in graph.initializer
+                         if external_location(init) is not None}
         # Rounded copies of weights are precomputed while the graph stays under protobuf's 2 GB
         # (it is serialized for onnxruntime); past that, weights are rounded at run time.
         self.copy_budget = PROTO_LIMIT - model.ByteSize()
@@ -174,7 +181,7 @@ class _SwitchBuilder:
             if tensor in scope:
                 return scope[tensor]
         owner = self.init_graph.get(tensor)
-        if owner is not None:
+        if owner is not None and tensor not in self.external:
             init = next(i for i in owner.initializer if i.name == tensor)
             if init.data_type == FLOAT and 4 * int(np.prod(init.dims, dtype=np.int64)) <= self.copy_budget:
                 result = self._rounded_initializer(init, owner)
@@ -257,7 +264,7 @@ class _SwitchBuilder:
         for i in self._inputs(node):
             src = node.input[i]
             if src not in local:
-                if src in self.switched:
+                if src in self.switched or src in self.external:
                     local[src] = self.names.fresh(f"{src}__rounded_for__{node.name}")
                     nodes.extend(_round_nodes(src, local[src], self.names))
                 else:
@@ -387,14 +394,34 @@ def _float_tensor(t: onnx.TensorProto, base_dir: str) -> onnx.TensorProto:
     return numpy_helper.from_array(values, t.name)
 
 
+def _float_initializers(graph: onnx.GraphProto, names: _Names, base_dir: str) -> list[onnx.NodeProto]:
+    """Make ``graph``'s FP16 initializers FP32 (exact), in place; returns the Casts to run first.
+
+    An external one keeps its FP16 data where it is, renamed, and a ``Cast(to=FLOAT)`` produces
+    the original name: an FP32 copy in the proto would double the weights and, for a model over
+    1 GB of FP16, pass protobuf's 2 GB. One that is also a graph input (IR < 4) cannot become a
+    node output, so it is converted in the proto.
+    """
+    inputs = {vi.name for vi in graph.input}
+    casts = []
+    for init in graph.initializer:
+        if init.data_type != FLOAT16:
+            continue
+        if external_location(init) is None or init.name in inputs:
+            init.CopyFrom(_float_tensor(init, base_dir))
+            continue
+        name = init.name
+        init.name = names.fresh(name + "__fp16")
+        casts.append(helper.make_node("Cast", [init.name], [name], to=FLOAT,
+                                      name=names.fresh(name + "__cast")))
+    return casts
+
+
 def _emulate_graph(graph: onnx.GraphProto, types: Mapping[str, int], names: _Names, base_dir: str,
                    is_main: bool) -> None:
     for vi in list(graph.output) + list(graph.value_info):
         _to_float(vi)
-    for i, init in enumerate(graph.initializer):
-        if init.data_type == FLOAT16:
-            graph.initializer[i].CopyFrom(_float_tensor(init, base_dir))
-    new_nodes: list[onnx.NodeProto] = []
+    new_nodes: list[onnx.NodeProto] = _float_initializers(graph, names, base_dir)
     renamed_inputs: dict[str, str] = {}
     # FP16 graph inputs: the caller feeds FP32; round on entry (a subgraph's inputs are already
     # rounded by whoever produced them).
@@ -431,12 +458,17 @@ def _emulate_graph(graph: onnx.GraphProto, types: Mapping[str, int], names: _Nam
     graph.node.extend(new_nodes)
 
 
+# Attributes that choose an output's element type (the window ops' output_datatype included:
+# left FLOAT16 onnxruntime would compute the window in FP16 arithmetic, not FP32 then round).
+_OUTPUT_TYPE_ATTRS = ("dtype", "to", "output_datatype", "output_dtype")
+
+
 def _retype_attributes(node: onnx.NodeProto) -> None:
     """FP16 tensor attributes become FP32 (exact); outputs are rounded after the node anyway."""
     for attr in node.attribute:
         if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type == FLOAT16:
             values = numpy_helper.to_array(attr.t).astype(np.float32)
             attr.t.CopyFrom(numpy_helper.from_array(values, attr.t.name))
-        elif attr.name in ("dtype", "to") and attr.type == onnx.AttributeProto.INT and attr.i == FLOAT16 \
+        elif attr.name in _OUTPUT_TYPE_ATTRS and attr.type == onnx.AttributeProto.INT and attr.i == FLOAT16 \
                 and node.op_type != "Cast":
             attr.i = FLOAT

@@ -56,6 +56,10 @@ def session_options(threads: int | None = None) -> ort.SessionOptions:
     """The oracle's session options; ``threads`` caps onnxruntime's intra-op threads (None: all)."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    # Prepacking copies every constant weight into a kernel layout, also those of If branches,
+    # while the FP16 branches still read the original: the weights would be held twice (measured
+    # on the 2.2 GB MatMul chain: 4.3 GB peak with it, 2.4 GB without, same run time).
+    options.add_session_config_entry("session.disable_prepacking", "1")
     options.log_severity_level = 3
     if threads:
         options.intra_op_num_threads = threads
