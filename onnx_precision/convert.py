@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import model_io
+from . import helper_sessions, model_io
 from .compare import Tolerance
 from .data import SampleSpec
 from .errors import OutputError, SearchError
@@ -147,6 +147,7 @@ def convert(model_path: str, output_path: str, options: ConvertOptions = Convert
         reports = report_lib.default_paths(output_path, options.report_json, options.report_md)
         options = replace(options, report_json=reports[0], report_md=reports[1])
     _check_paths(model_path, output_path, options)
+    helpers_before = helper_sessions.built()
     loaded = model_io.load_model(model_path)
     if loaded.renamed:
         logger.debug("named %d unnamed node(s) (node_of_<first output>)", len(loaded.renamed))
@@ -157,7 +158,7 @@ def convert(model_path: str, output_path: str, options: ConvertOptions = Convert
     if auto_result is not None and not auto_result.writable:
         report = report_lib.for_conversion(loaded.model, model_path, None, auto_result.plan, auto_result.samples,
                                            options.tolerance, options.mode, options.oracle, auto_result,
-                                           warnings=warnings)
+                                           warnings=warnings, helper_sessions=helper_sessions.built() - helpers_before)
         paths = report_lib.write_reports(report, options.report_json, options.report_md, (model_path,))
         raise SearchError(f"{auto_result.message} (no model written; report: {paths[0]})")
     started = time.perf_counter()
@@ -183,7 +184,7 @@ def convert(model_path: str, output_path: str, options: ConvertOptions = Convert
                      "check; please report it with %s", output_path, options.report_json)
     report = report_lib.for_conversion(loaded.model, model_path, output_path, result.plan, auto_result.samples,
                                        options.tolerance, options.mode, options.oracle, auto_result, verified,
-                                       native, (write,) + phases, warnings)
+                                       native, (write,) + phases, warnings, helper_sessions.built() - helpers_before)
     paths = report_lib.write_reports(report, options.report_json, options.report_md, inputs)
     return ConvertResult(model_path, output_path, result.plan, result, tuple(warnings), written + paths,
                          auto_result, report, paths)

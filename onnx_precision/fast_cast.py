@@ -46,6 +46,8 @@ def _session():  # -> onnxruntime.InferenceSession | None
         import onnxruntime as ort
         from onnx import TensorProto, helper
 
+        from . import helper_sessions
+
         graph = helper.make_graph(
             [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT16)], "to_float16",
             [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
@@ -55,7 +57,7 @@ def _session():  # -> onnxruntime.InferenceSession | None
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
-        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session = helper_sessions.build(model.SerializeToString(), options)
         probe = _probe_values()
         got = session.run(None, {"x": probe})[0]
     except Exception as e:  # any failure just means the slow path

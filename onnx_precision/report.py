@@ -68,6 +68,7 @@ class RunReport:
     native: Comparison | None = None  # the written model on a GPU provider (--oracle cuda/tensorrt)
     phases: tuple[PhaseCost, ...] = ()
     headroom: float | None = None
+    helper_sessions: int = 0  # one-node sessions (FP16 kernel probes, fast casts) built during the run
 
     @property
     def sessions_built(self) -> int:
@@ -100,7 +101,8 @@ class RunReport:
 def for_conversion(model: onnx.ModelProto, model_path: str, output_path: str | None, plan: PrecisionPlan,
                    samples, tolerance: Tolerance, mode: str, oracle: str = "emulate", auto_result=None,
                    verified: Comparison | None = None, native: Comparison | None = None,
-                   phases: Sequence[PhaseCost] = (), warnings: Sequence[str] = ()) -> RunReport:
+                   phases: Sequence[PhaseCost] = (), warnings: Sequence[str] = (), helper_sessions: int = 0,
+                   ) -> RunReport:
     """The report of one ``convert``: ``auto_result`` (an :class:`onnx_precision.auto.AutoResult`)
     brings the search's comparisons, statistics and costs; ``phases`` add the writing and the
     verification. Without a search, the status is the verification's."""
@@ -127,7 +129,11 @@ def for_conversion(model: onnx.ModelProto, model_path: str, output_path: str | N
         after=auto_result.after if auto_result is not None else None,
         verified=verified, native=native,
         phases=(tuple(auto_result.phases) if auto_result is not None else ()) + tuple(phases),
-        headroom=auto_result.headroom if auto_result is not None else None)
+        headroom=auto_result.headroom if auto_result is not None else None, helper_sessions=helper_sessions)
+
+
+def _helpers(report: RunReport) -> str:
+    return f" (+{report.helper_sessions} one-node helper session(s))" if report.helper_sessions else ""
 
 
 def write_reports(report: RunReport, json_path: str, md_path: str, input_paths: tuple[str, ...] = ()
@@ -176,6 +182,7 @@ def to_json(report: RunReport) -> dict:
         "outputs": {key: _comparison_json(c) for key, c in _comparisons(report)},
         "cost": {
             "sessions_built": report.sessions_built,
+            "helper_sessions": report.helper_sessions,
             "probes_run": report.probes_run,
             "seconds": report.seconds,
             "phases": [{"name": p.name, "seconds": p.seconds, "sessions": p.sessions, "probes": p.probes}
@@ -277,8 +284,8 @@ def to_markdown(report: RunReport) -> str:
     lines += [
         f"- FP16 share: {len(report.plan.fp16_nodes)}/{len(report.plan.decisions)} nodes "
         f"({_pct(report.fp16_node_share())}), {_pct(report.fp16_flop_share())} of estimated FLOPs",
-        f"- cost: {report.sessions_built} onnxruntime session(s), {report.probes_run} probe(s), "
-        f"{report.seconds:.2f} s",
+        f"- cost: {report.sessions_built} onnxruntime session(s) of the model{_helpers(report)}, "
+        f"{report.probes_run} probe(s), {report.seconds:.2f} s",
         "",
         f"## FP32 nodes ({len(report.fp32_nodes)})",
         "",
@@ -337,7 +344,8 @@ def summary_lines(report: RunReport, report_paths: Sequence[str] = ()) -> list[s
     ]
     for key, comparison in _comparisons(report):
         lines.append(f"{key}: {_comparison_line(comparison)}")
-    cost = f"cost: {report.sessions_built} session(s), {report.probes_run} probe(s), {report.seconds:.2f} s"
+    cost = (f"cost: {report.sessions_built} session(s){_helpers(report)}, {report.probes_run} probe(s), "
+            f"{report.seconds:.2f} s")
     if report_paths:
         cost += "; report: " + ", ".join(report_paths)
     lines.append(cost)

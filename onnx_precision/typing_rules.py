@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from . import model_io
+from . import helper_sessions, model_io
 from .fp16 import FP16_MAX, FP16_MIN_NORMAL
 from .plan import NodeDecision, Precision, PrecisionPlan, Reason
 
@@ -507,7 +507,7 @@ def _load_problems(m: onnx.ModelProto) -> tuple[str | None, str | None]:
         import onnxruntime as ort
         options = ort.SessionOptions()
         options.log_severity_level = 4
-        ort.InferenceSession(m.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        helper_sessions.build(m.SerializeToString(), options)
     except Exception as e:
         session = f"onnxruntime cannot load it: {str(e).splitlines()[0][:160]}"
     return checker, session

@@ -67,7 +67,7 @@ class Row:
 
 # Modules that build single-node helper sessions (cached per process): typing_rules learns whether
 # onnxruntime loads an op in FP16, fast_cast casts large initializers with one Cast node.
-HELPER_SESSIONS = ("typing_rules.py", "fast_cast.py")
+HELPER_SESSIONS = ("helper_sessions.py",)
 
 
 class SessionCounter:

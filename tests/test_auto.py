@@ -227,8 +227,7 @@ def count_sessions(monkeypatch):
 
     class Counted(original):
         def __init__(self, *args, **kwargs):
-            helpers = ("typing_rules.py", "fast_cast.py")
-            if not any(f.filename.endswith(helpers) for f in traceback.extract_stack()):
+            if not any(f.filename.endswith("helper_sessions.py") for f in traceback.extract_stack()):
                 built.append(1)
             super().__init__(*args, **kwargs)
 
@@ -254,6 +253,31 @@ def test_convert_verifies_and_reports_every_example(name, tmp_path, capsys, coun
     summary = capsys.readouterr().out.splitlines()
     assert 5 <= len(summary) <= 11 and any(line.startswith("verified: pass") for line in summary)
     assert main(["check", model, out, "--inputs", data]) == 0
+
+
+def test_report_counts_every_session_built_model_and_helper_alike(tmp_path, monkeypatch):
+    import json
+
+    import onnxruntime as ort
+
+    from onnx_precision import typing_rules
+    from onnx_precision.cli import main
+
+    monkeypatch.setattr(typing_rules, "_PROBES", {})  # a fresh cache: the kernel probes run again
+    built = []
+    original = ort.InferenceSession
+
+    class Counted(original):
+        def __init__(self, *args, **kwargs):
+            built.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(ort, "InferenceSession", Counted)
+    model, data = shipped("layernorm_eps")
+    assert main(["convert", model, "-o", str(tmp_path / "ln.onnx"), "--inputs", data, "-q"]) == 0
+    cost = json.load(open(str(tmp_path / "ln.report.json")))["cost"]
+    assert cost["sessions_built"] == 2 and cost["helper_sessions"] > 0
+    assert cost["sessions_built"] + cost["helper_sessions"] == len(built)
 
 
 def test_convert_fp32_nan_model_fails_names_the_node_and_writes_the_report(tmp_path, capsys):
