@@ -38,7 +38,7 @@ from .data import Samples
 from .errors import PrecisionError, SearchError
 from .fp16 import FP16_MAX
 from .plan import PrecisionPlan, Reason
-from .report import NodeStats, PhaseCost
+from .report import NodeStats, PhaseCost, PhaseTotals
 from .search import PinSearch, SearchOutcome
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ PASSED, FAILED, FP32_NONFINITE, STATIC = "passed", "failed", "fp32-nonfinite", "
 
 
 @dataclass(frozen=True)
-class AutoResult:
+class AutoResult(PhaseTotals):
     """The chosen plan and everything the report and the verification need."""
 
     plan: PrecisionPlan
@@ -75,14 +75,6 @@ class AutoResult:
     @property
     def passed(self) -> bool:
         return self.status == PASSED
-
-    @property
-    def sessions_built(self) -> int:
-        return sum(p.sessions for p in self.phases)
-
-    @property
-    def probes_run(self) -> int:
-        return sum(p.probes for p in self.phases)
 
     @property
     def writable(self) -> bool:

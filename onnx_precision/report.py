@@ -36,6 +36,24 @@ class PhaseCost:
     probes: int = 0  # runs of a session over all samples in this phase
 
 
+class PhaseTotals:
+    """Totals over the ``phases`` of a result (mixed into the dataclasses that carry phases)."""
+
+    phases: tuple[PhaseCost, ...]
+
+    @property
+    def sessions_built(self) -> int:
+        return sum(p.sessions for p in self.phases)
+
+    @property
+    def probes_run(self) -> int:
+        return sum(p.probes for p in self.phases)
+
+    @property
+    def seconds(self) -> float:
+        return sum(p.seconds for p in self.phases)
+
+
 @dataclass(frozen=True)
 class NodeStats:
     """What the oracle saw at one node's outputs (worst case over samples)."""
@@ -46,7 +64,7 @@ class NodeStats:
 
 
 @dataclass(frozen=True)
-class RunReport:
+class RunReport(PhaseTotals):
     model: str
     output: str | None
     mode: str
@@ -69,18 +87,6 @@ class RunReport:
     phases: tuple[PhaseCost, ...] = ()
     headroom: float | None = None
     helper_sessions: int = 0  # one-node sessions (FP16 kernel probes, fast casts) built during the run
-
-    @property
-    def sessions_built(self) -> int:
-        return sum(p.sessions for p in self.phases)
-
-    @property
-    def probes_run(self) -> int:
-        return sum(p.probes for p in self.phases)
-
-    @property
-    def seconds(self) -> float:
-        return sum(p.seconds for p in self.phases)
 
     @property
     def fp32_nodes(self) -> tuple[str, ...]:
