@@ -4,12 +4,20 @@ The model is built on the fly: 33 MatMul weights of 4096 x 4096 float32 (64 MiB 
 in all), written with numpy straight into the external data file, one weight at a time, so the
 test itself never holds the model. ``convert(..., mode="all-fp16")`` runs in a child process whose
 peak RSS must stay under half the model's size: a converter that held the weights, or their FP16
-copy, or serialised the output in memory, would exceed it. The output must load, keep its weights external, hold the exact FP16 rounding
-of the source weights, pass onnx's checker and run in onnxruntime.
+copy, or serialised the output in memory, would exceed it. The output must load, keep its weights
+external, hold the exact FP16 rounding of the source weights, pass onnx's checker and run in
+onnxruntime.
+
+``onnx-precision convert`` in its default auto mode runs the model itself (the FP32 reference,
+the emulated probes, the verification of the written file), so its peak includes the source
+weights once, memory-mapped by onnxruntime; a second copy anywhere (rounded weights precomputed,
+an FP32 copy of the written FP16 weights, onnxruntime's prepacked weights) would pass 1.3x the
+model, and a proto over 2 GB would not serialise at all.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -153,6 +161,31 @@ def check_output(src: str, out: str) -> None:
     cosine = float(np.dot(y.ravel().astype(np.float64), reference.ravel()) /
                    (np.linalg.norm(y.astype(np.float64)) * np.linalg.norm(reference)))
     assert np.isfinite(y).all() and cosine > 0.999
+
+
+AUTO_CLI = """
+import sys
+from onnx_precision.cli import main
+sys.exit(main(["convert", src, "-o", out, "--report", out + ".json", "-q"]))
+"""
+
+
+def test_convert_auto_runs_verifies_and_reports_a_model_over_2gb(big_model, tmp_path):
+    out = str(tmp_path / "big_auto.onnx")
+    peak = convert_in_child(AUTO_CLI, big_model, out)  # asserts exit code 0
+    if sys.platform.startswith("linux"):
+        assert peak is not None and peak < 1.3 * MODEL_BYTES, f"peak RSS {peak} bytes: weights held twice"
+    with open(out + ".json", encoding="utf-8") as f:
+        report = json.load(f)
+    assert report["status"] == "passed"
+    verified = report["outputs"]["verified"]
+    assert verified["oracle"] == "emulate" and verified["passed"]
+    assert verified["outputs"][0]["cosine"] > 0.999
+    assert report["fp16_share"]["fp16_nodes"] == LAYERS  # the weights are kept away from FP16's limits
+    model = onnx.load(out, load_external_data=False)
+    assert os.path.getsize(out) < 1024 * 1024
+    assert all(t.data_type == TensorProto.FLOAT16 and t.data_location == TensorProto.EXTERNAL
+               for t in model.graph.initializer)
 
 
 def test_convert_streams_a_model_over_2gb(big_model, tmp_path):

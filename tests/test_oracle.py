@@ -198,6 +198,88 @@ def test_external_data_models_and_weights_rounded_at_run_time(tmp_path, monkeypa
         assert session.run(plan, ex.feeds[0])["y"].tobytes() == want_fp16.astype(np.float32).tobytes()
 
 
+def mlp_with_large_weights() -> onnx.ModelProto:
+    """Two 256 x 256 MatMuls: weights over emulation.INLINE_EXTERNAL_BYTES even in FP16, so
+    saved as external data they stay external in every emulation graph."""
+    gen = np.random.default_rng(3)
+    w1, w2 = (gen.standard_normal((256, 256)).astype(np.float32) / 8 for _ in range(2))
+    nodes = [onnx.helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+             onnx.helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             onnx.helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")]
+    f = onnx.TensorProto.FLOAT
+    graph = onnx.helper.make_graph(nodes, "mlp", [onnx.helper.make_tensor_value_info("x", f, [2, 256])],
+                                   [onnx.helper.make_tensor_value_info("y", f, [2, 256])],
+                                   [onnx.numpy_helper.from_array(w1, "w1"),
+                                    onnx.numpy_helper.from_array(w2, "w2")])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def saved_external(model: onnx.ModelProto, path: str):
+    from onnx_precision.model_io import load_model, save_model
+    save_model(model, path, external_data=True)
+    return load_model(path)
+
+
+MLP_FEED = {"x": np.random.default_rng(4).standard_normal((2, 256)).astype(np.float32)}
+
+
+def test_emulating_a_written_model_leaves_its_external_fp16_weights_external(tmp_path):
+    from onnx_precision.model_io import external_location
+    model = mlp_with_large_weights()
+    written = rewrite(model, plan_of(model)).model
+    loaded = saved_external(written, str(tmp_path / "fp16.onnx"))
+    emulated = emulate_model(loaded.model, loaded.base_dir)
+    weights = list(emulated.graph.initializer)
+    assert len(weights) == 2 and all(t.data_type == onnx.TensorProto.FLOAT16 for t in weights)
+    assert all(external_location(t) == "fp16.onnx.data" for t in weights)
+    assert emulated.ByteSize() < 4096  # no FP32 copy of the weights in the proto
+    casts = [n for n in emulated.graph.node if n.op_type == "Cast" and n.input[0] in {t.name for t in weights}]
+    assert sorted(n.output[0] for n in casts) == ["w1", "w2"]
+    got = run_emulated(loaded.model, [MLP_FEED], loaded.base_dir).outputs[0]["y"]
+    want = run_emulated(written, [MLP_FEED]).outputs[0]["y"]  # inline: FP32 initializers in the proto
+    assert got.tobytes() == want.tobytes()
+
+
+def test_switch_graph_rounds_external_weights_in_the_fp16_branch(tmp_path):
+    from onnx_precision.model_io import external_location
+    model = mlp_with_large_weights()
+    name_nodes(model)
+    loaded = saved_external(model, str(tmp_path / "fp32.onnx"))
+    session = EmulationSession(loaded.model, loaded.base_dir, capture_intermediates=False)
+    weights = list(session.switch_model.model.graph.initializer)
+    assert [t.name for t in weights] == ["w1", "w2"]  # no rounded copy
+    assert all(external_location(t) == "fp32.onnx.data" for t in weights)
+    assert session.run(None, MLP_FEED)["y"].tobytes() == run_fp32(model, [MLP_FEED]).outputs[0]["y"].tobytes()
+    all16 = plan_of(model)
+    for plan in (all16, all16.with_fp32(["mm1"]), all16.with_fp32(["mm2"])):
+        want = run_emulated(rewrite(model, plan).model, [MLP_FEED]).outputs[0]["y"]
+        assert session.run(plan, MLP_FEED)["y"].tobytes() == want.tobytes(), plan.fp32_nodes
+    assert session.run(all16, MLP_FEED)["y"].tobytes() != session.run(None, MLP_FEED)["y"].tobytes()
+
+
+WINDOW = """
+<ir_version: 8, opset_import: ["" : 17]>
+win (int64 n) => (float[N] y) {
+    y = BlackmanWindow (n)
+}
+"""
+
+
+def test_window_ops_written_in_fp16_are_emulated_in_fp32_then_rounded():
+    """The rewriter makes BlackmanWindow's output_datatype FLOAT16; the emulation of the written
+    model computes the window in FP32 and rounds it, as the switch graph does (computed in FP16,
+    its first value is -0.0, not 0.0)."""
+    model = named(WINDOW)
+    plan = plan_of(model)
+    written = rewrite(model, plan).model
+    assert "output_datatype" in {a.name for n in written.graph.node for a in n.attribute}
+    feed = {"n": np.array(10, np.int64)}
+    want = run_emulated(written, [feed]).outputs[0]["y"]
+    assert EmulationSession(model).run(plan, feed)["y"].tobytes() == want.tobytes()
+
+
 def test_capturing_a_subset_of_intermediates():
     model = named(L2)
     session = EmulationSession(model, capture_intermediates=["ss"])
