@@ -152,7 +152,8 @@ def check_output(src: str, out: str) -> None:
     session = ort.InferenceSession(out, options, providers=["CPUExecutionProvider"])
     feed = session.get_inputs()[0]
     x = np.random.default_rng(1).standard_normal((1, WIDTH)).astype(np.float32)
-    y = session.run(None, {feed.name: x.astype(np.float16 if feed.type == "tensor(float16)" else np.float32)})[0]
+    dtype = np.float16 if feed.type == "tensor(float16)" else np.float32
+    y = session.run(None, {feed.name: x.astype(dtype)})[0]
     del session
     base = base_matrix()
     reference = x

@@ -235,7 +235,8 @@ def test_emulating_a_written_model_leaves_its_external_fp16_weights_external(tmp
     assert len(weights) == 2 and all(t.data_type == onnx.TensorProto.FLOAT16 for t in weights)
     assert all(external_location(t) == "fp16.onnx.data" for t in weights)
     assert emulated.ByteSize() < 4096  # no FP32 copy of the weights in the proto
-    casts = [n for n in emulated.graph.node if n.op_type == "Cast" and n.input[0] in {t.name for t in weights}]
+    fp16_names = {t.name for t in weights}
+    casts = [n for n in emulated.graph.node if n.op_type == "Cast" and n.input[0] in fp16_names]
     assert sorted(n.output[0] for n in casts) == ["w1", "w2"]
     got = run_emulated(loaded.model, [MLP_FEED], loaded.base_dir).outputs[0]["y"]
     want = run_emulated(written, [MLP_FEED]).outputs[0]["y"]  # inline: FP32 initializers in the proto
