@@ -297,7 +297,8 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
     warnings = list(samples.warnings)
     if not any(t.has_float for t in typing.values()):
         warnings.append("the model computes nothing in float32 (already FP16?): there is nothing to analyse")
-    session = oracle.EmulationSession(model, loaded.base_dir, typing=typing, forced_fp32=plan.fp32_nodes)
+    session = oracle.EmulationSession(model, loaded.base_dir, typing=typing, forced_fp32=plan.fp32_nodes,
+                                      types=types)
     seconds["session"] = time.perf_counter() - start
 
     start = time.perf_counter()

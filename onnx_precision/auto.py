@@ -110,7 +110,7 @@ def choose_plan(loaded: model_io.LoadedModel, base_plan: PrecisionPlan, samples:
         typing = model_typing(model, types)
         user = resolve_plan(model, base_plan, base_dir, typing=typing, types=types)
         forced = oracle.forced_fp32_nodes(model, base_dir, typing, types)
-        session = oracle.EmulationSession(model, base_dir, typing=typing, forced_fp32=forced)
+        session = oracle.EmulationSession(model, base_dir, typing=typing, forced_fp32=forced, types=types)
         reference = oracle.reference_stats(session, samples)
         phase.count(session, probes=1)
     graph = _Graph.of(model, typing)
@@ -123,7 +123,7 @@ def choose_plan(loaded: model_io.LoadedModel, base_plan: PrecisionPlan, samples:
     base = user
     for node, reason in headroom_pins(graph, user, reference.stats, headroom).items():
         base = base.with_fp32([node], reason)
-    flagged = _flagged(model, base_dir, graph, user, reference, static=mode == "static")
+    flagged = _flagged(model, base_dir, graph, user, reference, static=mode == "static", types=types)
     prober = _Prober(session, samples.feeds, reference.outputs, tolerance)
     with clock.phase("before") as phase:
         before = prober.comparison(user)
@@ -297,10 +297,10 @@ def _tensors(graph: _Graph) -> list[str]:
 
 
 def _flagged(model, base_dir: str, graph: _Graph, plan: PrecisionPlan, reference, static: bool,
-             ) -> dict[str, list[Reason]]:
+             types: Mapping | None = None) -> dict[str, list[Reason]]:
     """Static candidates: confirmed rule findings and range flags (flushed tensors), FP16 nodes only."""
     flags: dict[str, list[Reason]] = {}
-    for node, reason in _rule_reasons(model, base_dir, reference, static):
+    for node, reason in _rule_reasons(model, base_dir, reference, static, types):
         if plan.is_fp16(node):
             flags.setdefault(node, []).append(reason)
     for tensor in _tensors(graph):
@@ -322,12 +322,14 @@ def _flagged(model, base_dir: str, graph: _Graph, plan: PrecisionPlan, reference
     return flags
 
 
-def _rule_reasons(model, base_dir: str, reference, static: bool) -> Iterator[tuple[str, Reason]]:
+def _rule_reasons(model, base_dir: str, reference, static: bool, types: Mapping | None = None,
+                  ) -> Iterator[tuple[str, Reason]]:
     """Findings of the static risk rules that the recorded ranges confirm (static mode: only
     those of high or medium severity, since nothing will test them)."""
     from . import rules
 
-    for finding in rules.run_rules(model, base_dir, reference.stats):
+    facts = rules.ModelFacts(model, base_dir, reference.stats, types)
+    for finding in rules.run_rules(model, base_dir, reference.stats, facts):
         if finding.confirmed and (not static or finding.severity in (rules.HIGH, rules.MEDIUM)):
             yield finding.node, finding.reason()
 

@@ -114,17 +114,19 @@ class EmulationSession:
     (fetched or not), and its probes cost ~10-20% more than a session without capture
     (scripts/bench_oracle.py), so a search with many probes may prefer a second session built
     with ``capture_intermediates=False``. A model that already holds FP16 tensors is emulated
-    first (:func:`as_fp32`). ``forced_fp32`` defaults to
+    first (:func:`as_fp32`). ``types`` (:func:`typing_rules.tensor_types`) saves a shape inference
+    when the caller has it. ``forced_fp32`` defaults to
     the nodes :func:`typing_rules.resolve_plan` keeps FP32 whatever the plan; their switches are
     never turned on. ``threads`` caps onnxruntime's intra-op threads.
     """
 
     def __init__(self, model: onnx.ModelProto, base_dir: str | None = None,
                  capture_intermediates: bool | Iterable[str] = True, typing: Mapping | None = None,
-                 forced_fp32: Iterable[str] | None = None, threads: int | None = None) -> None:
+                 forced_fp32: Iterable[str] | None = None, threads: int | None = None,
+                 types: Mapping[str, onnx.TypeProto] | None = None) -> None:
         self.model = model
         self.base_dir = base_dir
-        types = tensor_types(model)
+        types = tensor_types(model) if types is None else types
         self.typing: Mapping[str, NodeTyping] = typing if typing is not None else model_typing(model, types)
         fp32 = as_fp32(model, base_dir, types)
         self.switch_model: SwitchModel = build_switch_model(
