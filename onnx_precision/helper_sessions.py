@@ -1,9 +1,9 @@
-"""One-node onnxruntime sessions the tool builds for itself, counted apart from the model's.
+"""Small onnxruntime sessions the tool builds for itself, counted apart from the model's.
 
-Two helpers need onnxruntime on a single node: the typing rules learn whether onnxruntime loads
-an op in FP16 (cached per op signature), and the fast FP16 cast converts large weights with one
-Cast node. Their cost does not grow with the model, but they are sessions all the same, so reports
-count them next to the sessions of the model.
+Two helpers need onnxruntime on small graphs of their own: the typing rules learn whether
+onnxruntime loads each op signature in FP16 (all signatures in one probe model, then one by one
+only if that fails; cached per process), and the fast FP16 cast converts large weights with one
+Cast node. They are sessions all the same, so reports count them next to the model's.
 """
 
 from __future__ import annotations

@@ -86,7 +86,7 @@ class RunReport(PhaseTotals):
     native: Comparison | None = None  # the written model on a GPU provider (--oracle cuda/tensorrt)
     phases: tuple[PhaseCost, ...] = ()
     headroom: float | None = None
-    helper_sessions: int = 0  # one-node sessions (FP16 kernel probes, fast casts) built during the run
+    helper_sessions: int = 0  # small sessions (FP16 kernel probes, fast casts) built during the run
 
     @property
     def fp32_nodes(self) -> tuple[str, ...]:
@@ -139,7 +139,7 @@ def for_conversion(model: onnx.ModelProto, model_path: str, output_path: str | N
 
 
 def _helpers(report: RunReport) -> str:
-    return f" (+{report.helper_sessions} one-node helper session(s))" if report.helper_sessions else ""
+    return f" (+{report.helper_sessions} small helper session(s))" if report.helper_sessions else ""
 
 
 def write_reports(report: RunReport, json_path: str, md_path: str, input_paths: tuple[str, ...] = ()

@@ -318,6 +318,18 @@ def _complete_types(model: onnx.ModelProto, types: dict[str, onnx.TypeProto]) ->
 def node_typing(node: onnx.NodeProto, opsets: Mapping[str, int],
                 types: Mapping[str, onnx.TypeProto], model: onnx.ModelProto | None = None) -> NodeTyping:
     """The FP16 typing of ``node`` given the model's opsets and value types."""
+    typing = _schema_typing(node, opsets, types)
+    if typing.fp16_blocker is not None:
+        return typing
+    blocker = ort_blocker(node, typing, types, model)
+    if blocker is not None:
+        return NodeTyping(typing.convertible_inputs, typing.convertible_outputs, blocker, typing.flexible_inputs)
+    return typing
+
+
+def _schema_typing(node: onnx.NodeProto, opsets: Mapping[str, int],
+                   types: Mapping[str, onnx.TypeProto]) -> NodeTyping:
+    """What the schema says of ``node`` in FP16, before asking onnxruntime."""
     float_in = [i for i, n in enumerate(node.input) if n and elem_type(types.get(n)) == FLOAT]
     float_out = [i for i, n in enumerate(node.output) if n and elem_type(types.get(n)) == FLOAT]
     if not float_in and not float_out:
@@ -367,13 +379,9 @@ def node_typing(node: onnx.NodeProto, opsets: Mapping[str, int],
         convert = [m for m in convert if not m[0]]
     if refused and not convert:
         return NodeTyping((), (), f"{node.op_type}-{schema.since_version} schema: {'; '.join(refused)}")
-    typing = NodeTyping(
+    return NodeTyping(
         tuple(sorted(i for o, i in convert if not o)), tuple(sorted(i for o, i in convert if o)), None,
         tuple(sorted(flexible)))
-    blocker = ort_blocker(node, typing, types, model)
-    if blocker is not None:
-        return NodeTyping(typing.convertible_inputs, typing.convertible_outputs, blocker, typing.flexible_inputs)
-    return typing
 
 
 def _is_widening_cast(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto]) -> bool:
@@ -544,7 +552,57 @@ def model_typing(model: onnx.ModelProto, types: Mapping[str, onnx.TypeProto] | N
     """:class:`NodeTyping` of every node, subgraphs included, keyed by node name."""
     types = tensor_types(model) if types is None else types
     opsets = opset_map(model)
+    _probe_together(model, types, opsets)
     return {ref.name: node_typing(ref.node, opsets, types, model) for ref in model_io.walk_nodes(model.graph)}
+
+
+def _probe_together(model: onnx.ModelProto, types: Mapping[str, onnx.TypeProto], opsets: Mapping[str, int],
+                    ) -> None:
+    """Probe every not yet cached node signature in one model: in the usual case, where
+    onnxruntime loads them all in float16, one session answers for all of them; otherwise the
+    probes run one by one (in :func:`_probe`) to learn which node is at fault."""
+    pending: dict[bytes, onnx.ModelProto] = {}
+    for ref in model_io.walk_nodes(model.graph):
+        node = ref.node
+        if any(True for _ in model_io.subgraphs(node)):
+            continue
+        typing = _schema_typing(node, opsets, types)
+        if typing.fp16_blocker or not (typing.convertible_inputs or typing.convertible_outputs
+                                       or typing.flexible_inputs):
+            continue
+        probe = _probe_model(node, typing, types, model, True)
+        if probe is not None:
+            key = probe.SerializeToString(deterministic=True)
+            if key not in _PROBES:
+                pending[key] = probe
+    if len(pending) < 2:
+        return
+    if _load_problems(_combined(list(pending.values()), model)) == (None, None):
+        _PROBES.update(dict.fromkeys(pending))
+
+
+def _combined(probes: list[onnx.ModelProto], model: onnx.ModelProto) -> onnx.ModelProto:
+    """One model holding every probe's node side by side, values prefixed per probe."""
+    nodes, inputs, outputs = [], [], []
+    for k, probe in enumerate(probes):
+        prefix = f"p{k}_"
+        node = onnx.NodeProto()
+        node.CopyFrom(probe.graph.node[0])
+        for names in (node.input, node.output):
+            for i, name in enumerate(names):
+                if name:
+                    names[i] = prefix + name
+        nodes.append(node)
+        for source, target in ((probe.graph.input, inputs), (probe.graph.output, outputs)):
+            for vi in source:
+                renamed = onnx.ValueInfoProto()
+                renamed.CopyFrom(vi)
+                renamed.name = prefix + vi.name
+                target.append(renamed)
+    graph = onnx.helper.make_graph(nodes, "probes", inputs, outputs)
+    combined = onnx.helper.make_model(graph, opset_imports=list(model.opset_import))
+    combined.ir_version = probes[0].ir_version
+    return combined
 
 
 # --- plan resolution --------------------------------------------------------------------------

@@ -163,3 +163,30 @@ g (float[2] x, int64 n, bool c) => (float[2] s, int64 k) {
   }>
 }""")["node_of_s"]
     assert t == tr.NodeTyping((2,), (0,), None, ())  # v_initial x and its final value; never M, cond, ints
+
+
+MANY_OPS = """<ir_version: 10, opset_import: ["": 22]>
+g (float[2,3] x, int32[3,3] s) => (float[2,3] y, float[3,3] e) {
+    a = Relu(x)
+    b = Sigmoid(a)
+    c = Mul(a, b)
+    y = Softmax<axis=-1>(c)
+    e = EyeLike<dtype=1>(s)
+}"""
+
+
+def test_node_signatures_are_probed_in_one_session_when_all_load(monkeypatch):
+    from onnx_precision import helper_sessions
+
+    monkeypatch.setattr(tr, "_PROBES", {})
+    before = helper_sessions.built()
+    typing = typing_of(MANY_OPS.replace("    e = EyeLike<dtype=1>(s)\n", "").replace(", float[3,3] e", ""), 10)
+    assert helper_sessions.built() - before == 1
+    assert all(t.fp16_blocker is None for t in typing.values())
+
+
+def test_one_node_that_fails_in_fp16_is_still_found_among_many(monkeypatch):
+    monkeypatch.setattr(tr, "_PROBES", {})
+    typing = typing_of(MANY_OPS, 10)
+    assert "EyeLike in float16: onnxruntime cannot load it" in typing["node_of_e"].fp16_blocker
+    assert [n for n, t in typing.items() if t.fp16_blocker] == ["node_of_e"]
