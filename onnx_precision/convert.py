@@ -9,12 +9,11 @@ written atomically, so a failing run leaves nothing half-written.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import helper_sessions, model_io
+from . import helper_sessions, model_io, saving
 from .compare import Tolerance
 from .data import SampleSpec
 from .errors import OutputError, SearchError
@@ -118,16 +117,11 @@ def _check_paths(model_path: str, output_path: str, options: ConvertOptions) -> 
     """Refuse outputs that would overwrite the input or each other, before any work is done."""
     outputs = [p for p in (output_path, options.plan_out, options.trt_flags_path, options.report_json,
                            options.report_md) if p]
-    src = os.path.abspath(model_path)
     seen = set()
     for path in outputs:
-        target = os.path.abspath(path)
-        if target == src or (os.path.exists(target) and os.path.exists(src) and os.path.samefile(target, src)):
-            raise OutputError(f"{path}: output path is the input file; choose another output")
+        target = saving.check_output_path(path, (model_path,))
         if target in seen:
             raise OutputError(f"{path}: given for two different outputs")
-        if not os.path.isdir(os.path.dirname(target)):
-            raise OutputError(f"{path}: directory '{os.path.dirname(target)}' does not exist")
         seen.add(target)
 
 

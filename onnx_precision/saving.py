@@ -41,13 +41,16 @@ def data_location(path: str) -> str:
 
 
 def check_output_path(path: str, input_paths: tuple[str, ...]) -> str:
-    """The absolute target; raises :class:`OutputError` if it is an input or its directory is missing."""
+    """The absolute target; raises :class:`OutputError` if it is an input, a directory, or its
+    directory is missing."""
     target = os.path.abspath(path)
     for src in input_paths:
         same = os.path.abspath(src) == target or (
             os.path.exists(src) and os.path.exists(target) and os.path.samefile(src, target))
         if same:
             raise OutputError(f"{path}: output path is the input file; choose another output")
+    if os.path.isdir(target):
+        raise OutputError(f"{path}: is a directory; give a file name")
     directory = os.path.dirname(target)
     if not os.path.isdir(directory):
         raise OutputError(f"{path}: directory '{directory}' does not exist")

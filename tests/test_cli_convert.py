@@ -175,6 +175,15 @@ def test_output_directory_missing(model_path, tmp_path, capsys):
     assert "does not exist" in error_of(["convert", model_path, "-o", out], capsys)
 
 
+def test_output_is_a_directory(model_path, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    before = files(tmp_path)
+    err = error_of(["convert", model_path, "-o", str(out)], capsys)
+    assert f"{out}: is a directory" in err
+    assert files(tmp_path) == before and files(out) == []
+
+
 def test_trt_flags_error_leaves_nothing_written(tmp_path, save, capsys):
     model = parse(MODEL)
     model.graph.node[1].name = "bad,name"
