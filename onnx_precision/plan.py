@@ -133,6 +133,9 @@ class PrecisionPlan:
             except ValueError:
                 raise PlanError(f"{source}: node '{name}' has precision {value!r}; expected fp16 or fp32")
             reasons = entry.get("reasons", []) if isinstance(entry, Mapping) else []
+            if not isinstance(reasons, list) or not all(_is_reason(r) for r in reasons):
+                raise PlanError(f"{source}: node '{name}' has malformed 'reasons' (expected a list of objects "
+                                f"with 'source', optional 'detail' and an 'evidence' object)")
             decisions[name] = NodeDecision(precision, tuple(Reason.from_json(r) for r in reasons))
         return PrecisionPlan(decisions, bool(obj.get("fp16_io", False)))
 
@@ -146,6 +149,10 @@ class PrecisionPlan:
         except json.JSONDecodeError as e:
             raise PlanError(f"{path}: not valid JSON: {e.msg} at line {e.lineno}")
         return PrecisionPlan.from_json(obj, source=path)
+
+
+def _is_reason(obj: object) -> bool:
+    return isinstance(obj, Mapping) and "source" in obj and isinstance(obj.get("evidence", {}), Mapping)
 
 
 def uniform_plan(node_names: Iterable[str], precision: Precision, reason: Reason,
