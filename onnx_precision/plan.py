@@ -185,7 +185,7 @@ def apply_user_choices(plan: PrecisionPlan, node_ops: Mapping[str, str], keep_fp
             regex = re.compile(pattern)
         except re.error as e:
             raise PlanError(f"--keep-fp32 '{pattern}': invalid regular expression: {e}")
-        matched = [n for n in node_ops if regex.fullmatch(n) or regex.search(n)]
+        matched = [n for n in node_ops if regex.search(n)]
         if not matched:
             warnings.append(f"--keep-fp32 '{pattern}' matches no node")
         plan = plan.with_fp32(matched, Reason("user", f"--keep-fp32 {pattern}"))
