@@ -193,3 +193,14 @@ def test_trt_flags_error_leaves_nothing_written(tmp_path, save, capsys):
     assert code != 0
     assert "bad,name" in capsys.readouterr().err
     assert not os.path.exists(out) and not os.path.exists(flags)
+
+
+@pytest.mark.parametrize("flag, value, expected", [
+    ("--atol", "-1", "expected a number >= 0"), ("--rtol", "nan", "expected a number >= 0"),
+    ("--min-cosine", "1.5", "expected a cosine between -1 and 1")])
+def test_bad_tolerance_is_a_usage_error(model_path, tmp_path, capsys, flag, value, expected):
+    code = main(["convert", model_path, "-o", str(tmp_path / "o.onnx"), flag, value])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"argument {flag}: '{value}': {expected}" in err.strip().splitlines()[-1]
+    assert not os.path.exists(tmp_path / "o.onnx") and not os.path.exists(tmp_path / "o.report.json")

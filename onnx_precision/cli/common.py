@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Callable
 
 from ..compare import Tolerance
 from ..data import SampleSpec
@@ -31,6 +32,23 @@ def _range(text: str) -> tuple[str, tuple[float, float]]:
     return name, (lo, hi)
 
 
+def _float_between(lo: float, hi: float, expected: str) -> Callable[[str], float]:
+    """An argparse type: a float in [lo, hi] (NaN never is), else a usage error saying ``expected``."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"'{text}': expected {expected}")
+        return value
+    return parse
+
+
+_non_negative = _float_between(0.0, float("inf"), "a number >= 0")
+_cosine = _float_between(-1.0, 1.0, "a cosine between -1 and 1")
+
+
 def add_sample_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("sample data")
     group.add_argument("--inputs", metavar="DATA",
@@ -51,11 +69,11 @@ def sample_spec(args: argparse.Namespace) -> SampleSpec:
 def add_tolerance_args(parser: argparse.ArgumentParser) -> None:
     default = Tolerance()
     group = parser.add_argument_group("tolerance (an output passes when all three hold)")
-    group.add_argument("--atol", type=float, default=default.atol,
+    group.add_argument("--atol", type=_non_negative, default=default.atol,
                        help=f"absolute error allowance (default {default.atol:g})")
-    group.add_argument("--rtol", type=float, default=default.rtol,
+    group.add_argument("--rtol", type=_non_negative, default=default.rtol,
                        help=f"error allowance relative to the FP32 output's magnitude (default {default.rtol:g})")
-    group.add_argument("--min-cosine", type=float, default=default.min_cosine,
+    group.add_argument("--min-cosine", type=_cosine, default=default.min_cosine,
                        help=f"minimum cosine similarity to the FP32 output (default {default.min_cosine:g})")
 
 
