@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Dict, Iterable, Iterator, List, Mapping, Optional
+from typing import Dict, Iterable, List, Mapping, Optional
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .model_io import external_location, initializer_array, subgraphs
+from .model_io import external_location, fresh_name, graphs, initializer_array, model_names, subgraphs
 from .typing_rules import is_tensor, tensor_types
 
 log = logging.getLogger(__name__)
@@ -64,33 +64,14 @@ def elem_types(model: onnx.ModelProto, types: Mapping[str, onnx.TypeProto] | Non
     return {name: tp.tensor_type.elem_type for name, tp in types.items() if is_tensor(tp)}
 
 
-def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    yield graph
-    for node in graph.node:
-        for _, sub in subgraphs(node):
-            yield from _graphs(sub)
-
-
 class _Names:
     """Fresh tensor names that collide with nothing in the model."""
 
     def __init__(self, model: onnx.ModelProto) -> None:
-        taken: set[str] = set()
-        for graph in _graphs(model.graph):
-            taken.update(vi.name for vi in list(graph.input) + list(graph.output))
-            taken.update(init.name for init in graph.initializer)
-            for node in graph.node:
-                taken.update(node.input)
-                taken.update(node.output)
-        self.taken = taken
+        self.taken = model_names(model)
 
     def fresh(self, base: str) -> str:
-        name, k = base, 0
-        while name in self.taken:
-            k += 1
-            name = f"{base}_{k}"
-        self.taken.add(name)
-        return name
+        return fresh_name(base, self.taken)
 
 
 def _round_nodes(src: str, dst: str, names: _Names) -> list[onnx.NodeProto]:
@@ -108,7 +89,7 @@ PROTO_LIMIT = 2_000_000_000 - (64 << 20)  # protobuf's 2 GB, with room for the g
 
 def inline_small_external(model: onnx.ModelProto, base_dir: str | None) -> None:
     """Read external tensors up to INLINE_EXTERNAL_BYTES into ``model`` (in place)."""
-    for graph in _graphs(model.graph):
+    for graph in graphs(model.graph):
         for i, init in enumerate(graph.initializer):
             if external_location(init) is None:
                 continue
@@ -148,7 +129,7 @@ class _SwitchBuilder:
         self.names = _Names(model)
         self.switches: dict[str, str] = {}
         self.switched: set[str] = set()  # tensors produced by a node with a switch
-        self.external = {init.name for graph in _graphs(model.graph) for init in graph.initializer
+        self.external = {init.name for graph in graphs(model.graph) for init in graph.initializer
                          if external_location(init) is not None}
         # Rounded copies of weights are precomputed while the graph stays under protobuf's 2 GB
         # (it is serialized for onnxruntime); past that, weights are rounded at run time.
@@ -156,7 +137,7 @@ class _SwitchBuilder:
         # An initializer also listed as a graph input (IR < 4 models) is still a constant here:
         # sample feeds never override it (data.model_inputs leaves it out).
         self.init_graph: dict[str, onnx.GraphProto] = {}
-        for graph in _graphs(model.graph):
+        for graph in graphs(model.graph):
             for init in graph.initializer:
                 self.init_graph[init.name] = graph
 

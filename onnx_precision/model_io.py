@@ -65,6 +65,38 @@ def walk_nodes(graph: onnx.GraphProto, graph_path: tuple[tuple[str, str], ...] =
             yield from walk_nodes(sub, graph_path + ((node.name, attr_name),))
 
 
+def graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``graph`` and every subgraph in it, depth first."""
+    yield graph
+    for node in graph.node:
+        for _, sub in subgraphs(node):
+            yield from graphs(sub)
+
+
+def model_names(model: onnx.ModelProto) -> set[str]:
+    """Every name used in the model, subgraphs included: graph inputs, outputs, value_info,
+    initializers, nodes and the tensors they read and write (a fresh name must avoid them all)."""
+    names: set[str] = set()
+    for graph in graphs(model.graph):
+        names.update(v.name for v in list(graph.input) + list(graph.output) + list(graph.value_info))
+        names.update(t.name for t in graph.initializer)
+        for node in graph.node:
+            names.add(node.name)
+            names.update(node.input)
+            names.update(node.output)
+    return names
+
+
+def fresh_name(base: str, taken: set[str]) -> str:
+    """``base``, or the first ``base_<k>`` not in ``taken`` when it is; the result is added to ``taken``."""
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    taken.add(name)
+    return name
+
+
 def name_nodes(model: onnx.ModelProto) -> list[tuple[str, str]]:
     """Give every node a unique, deterministic name, in place; return the (old, new) renames.
 
@@ -83,13 +115,8 @@ def name_nodes(model: onnx.ModelProto) -> list[tuple[str, str]]:
             kept.add(old)
             continue
         base = old or f"node_of_{node.output[0] if node.output and node.output[0] else node.op_type}"
-        new, k = base, 0
-        while new in taken:
-            k += 1
-            new = f"{base}_{k}"
-        node.name = new
-        taken.add(new)
-        renames.append((old, new))
+        node.name = fresh_name(base, taken)
+        renames.append((old, node.name))
     return renames
 
 

@@ -72,7 +72,7 @@ class _Rewriter:
         self.base_dir = base_dir
         self.types = types
         self.typing = typing
-        self.taken = _all_names(model)
+        self.taken = model_io.model_names(model)
         self.written: dict[str, int] = {}  # float tensor -> element type in the output model
         self.widened_from: dict[str, str] = {}  # output of a widening Cast -> its float16 input
         self.renamed: dict[str, str] = {}  # graph output -> the name its producer now writes
@@ -158,12 +158,7 @@ class _Rewriter:
     # --- names --------------------------------------------------------------------------------
 
     def fresh(self, base: str) -> str:
-        name, k = base, 0
-        while name in self.taken:
-            k += 1
-            name = f"{base}_{k}"
-        self.taken.add(name)
-        return name
+        return model_io.fresh_name(base, self.taken)
 
     def name_of(self, name: str) -> str:
         return self.renamed.get(name, name)
@@ -363,18 +358,6 @@ def _graphs_with_owner(graph: onnx.GraphProto, owner: onnx.NodeProto | None,
     for node in graph.node:
         for _, sub in model_io.subgraphs(node):
             yield from _graphs_with_owner(sub, node)
-
-
-def _all_names(model: onnx.ModelProto) -> set:
-    names = set()
-    for graph, _ in _graphs_with_owner(model.graph, None):
-        names |= {v.name for v in list(graph.input) + list(graph.output) + list(graph.value_info)}
-        names |= {t.name for t in graph.initializer}
-        for node in graph.node:
-            names.add(node.name)
-            names.update(node.input)
-            names.update(node.output)
-    return names
 
 
 def _set_constant_value(node: onnx.NodeProto, value: onnx.TensorProto) -> None:
