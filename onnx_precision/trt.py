@@ -20,7 +20,7 @@ from typing import Mapping
 import onnx
 
 from .errors import PlanError
-from .model_io import walk_nodes
+from .model_io import graphs, walk_nodes
 from .plan import PrecisionPlan
 
 # Constant becomes weights, not a layer; Shape and Size read only metadata, never float values.
@@ -66,22 +66,12 @@ def _value_types(model: onnx.ModelProto) -> dict[str, int]:
     except Exception:  # inference is best effort: an op without a shape function must not stop the flags
         inferred = model
     types: dict[str, int] = {}
-
-    def visit(graph: onnx.GraphProto) -> None:
+    for graph in graphs(inferred.graph):
         for info in list(graph.input) + list(graph.output) + list(graph.value_info):
             if info.type.HasField("tensor_type"):
                 types[info.name] = info.type.tensor_type.elem_type
         for init in graph.initializer:
             types[init.name] = init.data_type
-        for node in graph.node:
-            for attr in node.attribute:
-                if attr.type == onnx.AttributeProto.GRAPH:
-                    visit(attr.g)
-                elif attr.type == onnx.AttributeProto.GRAPHS:
-                    for g in attr.graphs:
-                        visit(g)
-
-    visit(inferred.graph)
     return types
 
 
