@@ -193,9 +193,6 @@ class EmulationSession:
             return round_fp16(value)
         return value
 
-    def run_samples(self, plan: PrecisionPlan | None, feeds: Sequence[Feed]) -> OracleRun:
-        return OracleRun(EMULATE, tuple(self.run(plan, f) for f in feeds))
-
 
 # --- other oracles --------------------------------------------------------------------------------
 
