@@ -221,9 +221,7 @@ def _comparison_json(comparison: Comparison) -> dict:
     return {
         "oracle": comparison.oracle,
         "passed": comparison.passed,
-        "outputs": [{"name": m.name, "max_abs_err": m.max_abs_err, "max_rel_err": m.max_rel_err,
-                     "cosine": m.cosine, "new_nonfinite": m.new_nonfinite, "passed": m.passed}
-                    for m in comparison.outputs],
+        "outputs": [m.to_json() for m in comparison.outputs],
     }
 
 
