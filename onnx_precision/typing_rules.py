@@ -114,13 +114,6 @@ _ELEM_NAMES = {
 }
 
 
-def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    yield graph
-    for node in graph.node:
-        for _, sub in model_io.subgraphs(node):
-            yield from _graphs(sub)
-
-
 def _tensor_type(tensor: onnx.TensorProto) -> onnx.TypeProto:
     return onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
 
@@ -138,7 +131,7 @@ def tensor_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
         inferred = model
     types: dict[str, onnx.TypeProto] = {}
     for source in (inferred, model):  # declared (second) overrides inferred
-        for graph in _graphs(source.graph):
+        for graph in model_io.graphs(source.graph):
             for vi in list(graph.value_info) + list(graph.input) + list(graph.output):
                 if vi.name and vi.type.WhichOneof("value") is not None and elem_type(vi.type) is not None:
                     types[vi.name] = vi.type
@@ -670,7 +663,7 @@ def constant_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
 def constant_values(model: onnx.ModelProto) -> dict[str, onnx.TensorProto]:
     """Tensor name -> value for every initializer and dense Constant output, subgraphs included."""
     out: dict[str, onnx.TensorProto] = {}
-    for graph in _graphs(model.graph):
+    for graph in model_io.graphs(model.graph):
         for t in graph.initializer:
             out[t.name] = t
         for node in graph.node:
