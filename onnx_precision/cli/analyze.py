@@ -17,7 +17,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--all", action="store_true", help="list every node, not only those at risk")
     common.add_sample_args(p)
     common.add_tolerance_args(p)
-    common.add_verbosity_args(p)
+    common.add_verbosity_args(p, quiet_help="print only the headline (verdict counts) and errors")
     p.set_defaults(run=run)
 
 

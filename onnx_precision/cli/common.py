@@ -81,6 +81,6 @@ def tolerance(args: argparse.Namespace) -> Tolerance:
     return Tolerance(atol=args.atol, rtol=args.rtol, min_cosine=args.min_cosine)
 
 
-def add_verbosity_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-q", "--quiet", action="count", default=0, help="print only errors")
+def add_verbosity_args(parser: argparse.ArgumentParser, quiet_help: str = "print only errors") -> None:
+    parser.add_argument("-q", "--quiet", action="count", default=0, help=quiet_help)
     parser.add_argument("-v", "--verbose", action="count", default=0, help="print more detail")
