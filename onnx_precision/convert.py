@@ -93,7 +93,8 @@ def base_plan(loaded: model_io.LoadedModel, options: ConvertOptions) -> tuple[Pr
     ops = node_ops(loaded.model)
     plan = uniform_plan(ops, Precision.FP16, Reason("default", options.mode), fp16_io=options.fp16_io)
     user_plan = PrecisionPlan.load(options.plan_path) if options.plan_path else None
-    return apply_user_choices(plan, ops, options.keep_fp32, options.keep_fp32_ops, user_plan)
+    return apply_user_choices(plan, ops, options.keep_fp32, options.keep_fp32_ops, user_plan,
+                              options.plan_path or "plan")
 
 
 def choose_plan(loaded: model_io.LoadedModel, plan: PrecisionPlan, options: ConvertOptions,

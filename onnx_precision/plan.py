@@ -162,19 +162,19 @@ def uniform_plan(node_names: Iterable[str], precision: Precision, reason: Reason
 
 def apply_user_choices(plan: PrecisionPlan, node_ops: Mapping[str, str], keep_fp32: Iterable[str] = (),
                        keep_fp32_ops: Iterable[str] = (), user_plan: PrecisionPlan | None = None,
-                       ) -> tuple[PrecisionPlan, list[str]]:
+                       user_plan_source: str = "plan") -> tuple[PrecisionPlan, list[str]]:
     """Apply --plan, --keep-fp32 REGEX and --keep-fp32-op OPTYPE to ``plan``.
 
     ``node_ops`` maps every node name to its op type. Returns the new plan and warnings (a pattern
     or op type that matches nothing is a warning, not an error). A user plan naming an unknown node
-    is an error.
+    is an error naming ``user_plan_source`` (the plan's file).
     """
     warnings: list[str] = []
     if user_plan is not None:
         unknown = [n for n in user_plan.decisions if n not in node_ops]
         if unknown:
             more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
-            raise PlanError(f"plan names node '{unknown[0]}' which is not in the model{more}")
+            raise PlanError(f"{user_plan_source}: plan names node '{unknown[0]}' which is not in the model{more}")
         # One copy of the decisions for the whole user plan: a plan can name every node.
         decisions = dict(plan.decisions)
         for name, decision in user_plan.decisions.items():

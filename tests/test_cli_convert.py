@@ -152,7 +152,7 @@ def test_plan_naming_unknown_node(model_path, tmp_path, capsys):
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"nodes": {"no_such_node": {"precision": "fp32"}}}))
     err = error_of(["convert", model_path, "-o", str(tmp_path / "o.onnx"), "--plan", str(plan)], capsys)
-    assert "plan names node 'no_such_node' which is not in the model" in err
+    assert f"{plan}: plan names node 'no_such_node' which is not in the model" in err
     assert not os.path.exists(tmp_path / "o.onnx")
 
 
