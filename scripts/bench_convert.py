@@ -42,10 +42,10 @@ class WeightWriter:
     def __init__(self, path: str, location: str):
         self.file = open(path, "wb")
         self.location = location
-        # Weights are windows of one random pool: distinct values without 2.5 GB of RNG calls. No
-        # magnitude is under 1e-4, as FP16 would flush it to zero and the plan would pin the node.
-        pool = np.random.default_rng(0).standard_normal(1 << 24, dtype=np.float32) * np.float32(0.02)
-        self.pool = np.copysign(np.abs(pool) + np.float32(1e-4), pool)
+        # Weights are windows of one random pool: distinct values without 2.5 GB of RNG calls. Like
+        # trained weights, a few values (about 20 in the pool) are tiny enough to flush to zero in
+        # FP16; that must not keep their MatMuls in FP32.
+        self.pool = np.random.default_rng(0).standard_normal(1 << 24, dtype=np.float32) * np.float32(0.02)
         self.cursor = 0
         self.tensors: list[onnx.TensorProto] = []
 
