@@ -49,8 +49,8 @@ class OutputMetrics:
     passed: bool
 
     def to_json(self) -> dict:
-        return {"name": self.name, "max_abs_err": _json_float(self.max_abs_err),
-                "max_rel_err": _json_float(self.max_rel_err), "cosine": _json_float(self.cosine),
+        return {"name": self.name, "max_abs_err": json_float(self.max_abs_err),
+                "max_rel_err": json_float(self.max_rel_err), "cosine": json_float(self.cosine),
                 "new_nonfinite": self.new_nonfinite, "passed": self.passed}
 
 
@@ -72,8 +72,9 @@ class Comparison:
                 "outputs": [m.to_json() for m in self.outputs]}
 
 
-def _json_float(x: float) -> float | str:
-    return x if np.isfinite(x) else str(x)
+def json_float(x: float) -> float | str:
+    """``x`` as JSON can hold it: a float, or "inf"/"-inf"/"nan" (JSON has no non-finite numbers)."""
+    return float(x) if np.isfinite(x) else str(float(x))
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 import numpy as np
 import onnx
 
-from .compare import Tolerance
+from .compare import Tolerance, json_float
 from .fp16 import FP16_FLUSH, FP16_MAX
 
 if TYPE_CHECKING:
@@ -58,13 +58,9 @@ class TensorStats:
                            max(self.size, other.size))
 
     def to_json(self) -> dict:
-        return {"max_abs": _num(self.max_abs), "min_nonzero_abs": _num(self.min_nonzero_abs),
+        return {"max_abs": json_float(self.max_abs), "min_nonzero_abs": json_float(self.min_nonzero_abs),
                 "flush_fraction": self.flush_fraction, "nan_count": self.nan_count,
                 "inf_count": self.inf_count, "size": self.size}
-
-
-def _num(x: float) -> float | str:
-    return float(x) if np.isfinite(x) else str(float(x))
 
 
 def tensor_stats(values: np.ndarray) -> TensorStats:
@@ -118,9 +114,9 @@ class NodeError:
     diverges: bool          # the error appears here (see module docstring)
 
     def to_json(self) -> dict:
-        return {"node": self.node, "op_type": self.op_type, "max_abs_err": _num(self.max_abs_err),
-                "max_rel_err": _num(self.max_rel_err), "new_nonfinite": self.new_nonfinite,
-                "input_rel_err": _num(self.input_rel_err), "diverges": self.diverges}
+        return {"node": self.node, "op_type": self.op_type, "max_abs_err": json_float(self.max_abs_err),
+                "max_rel_err": json_float(self.max_rel_err), "new_nonfinite": self.new_nonfinite,
+                "input_rel_err": json_float(self.input_rel_err), "diverges": self.diverges}
 
 
 @dataclass(frozen=True)
