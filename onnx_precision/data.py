@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import zipfile
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -112,15 +113,25 @@ def _read_feeds(path: str) -> tuple[list[tuple[str, dict[str, np.ndarray]]], str
 
 
 def _read_npz(path: str) -> dict[str, np.ndarray]:
+    # Checked before np.load: it returns a bare array for an .npy, and takes anything that is
+    # not a zip for a pickle and says so, which misleads about a text or ONNX file given by mistake.
+    if _starts_with(path, b"\x93NUMPY"):
+        raise DataError(f"{path}: not an .npz archive (a single array; save feeds with np.savez)")
+    if not zipfile.is_zipfile(path):
+        raise DataError(f"{path}: cannot read as .npz: not a zip archive (save feeds with np.savez)")
     try:
         with np.load(path, allow_pickle=False) as data:
-            if not hasattr(data, "files"):
-                raise DataError(f"{path}: not an .npz archive (a single array; save feeds with np.savez)")
             return {name: np.asarray(data[name]) for name in data.files}
-    except DataError:
-        raise
     except (OSError, ValueError) as e:
         raise DataError(f"{path}: cannot read as .npz: {_first_line(e)}")
+
+
+def _starts_with(path: str, magic: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(magic)) == magic
+    except OSError:
+        return False
 
 
 def _first_line(e: Exception) -> str:

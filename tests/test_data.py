@@ -117,8 +117,13 @@ def test_empty_directory_missing_path_and_unreadable_files(tmp_path):
     assert str(e.value) == f"{missing}: no such file or directory"
     junk = tmp_path / "junk.npz"
     junk.write_bytes(b"not a zip")
-    with pytest.raises(DataError, match=r"junk\.npz: cannot read as \.npz"):
+    with pytest.raises(DataError, match=r"junk\.npz: cannot read as \.npz: not a zip archive"):
         load_samples(MODEL, SampleSpec(inputs=str(junk)))
+    single = str(tmp_path / "single.npz")
+    with open(single, "wb") as f:
+        np.save(f, feed()["x"])  # an .npy under an .npz name: np.load returns a bare array
+    with pytest.raises(DataError, match=r"single\.npz: not an \.npz archive \(a single array"):
+        load_samples(MODEL, SampleSpec(inputs=single))
     bad_json = tmp_path / "in.json"
     bad_json.write_text("{not json")
     with pytest.raises(DataError, match=r"in\.json: cannot read as Polygraphy JSON"):
