@@ -9,6 +9,7 @@ written atomically, so a failing run leaves nothing half-written.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -114,13 +115,24 @@ def convert_model(loaded: model_io.LoadedModel, plan: PrecisionPlan) -> RewriteR
     return rewrite(loaded.model, plan, loaded.base_dir)
 
 
-def _check_paths(model_path: str, output_path: str, options: ConvertOptions) -> None:
-    """Refuse outputs that would overwrite the input or each other, before any work is done."""
+def _input_paths(model_path: str, options: ConvertOptions) -> tuple[str, ...]:
+    """Every file the run reads (the model, --plan, the sample data): no output may overwrite one."""
+    paths = [model_path] + ([options.plan_path] if options.plan_path else [])
+    data = options.samples.inputs
+    if data and os.path.isdir(data):
+        paths += [os.path.join(data, f) for f in sorted(os.listdir(data)) if f.endswith(".npz")]
+    elif data:
+        paths.append(data)
+    return tuple(paths)
+
+
+def _check_paths(inputs: tuple[str, ...], output_path: str, options: ConvertOptions) -> None:
+    """Refuse outputs that would overwrite an input or each other, before any work is done."""
     outputs = [p for p in (output_path, options.plan_out, options.trt_flags_path, options.report_json,
                            options.report_md) if p]
     seen = set()
     for path in outputs:
-        target = saving.check_output_path(path, (model_path,))
+        target = saving.check_output_path(path, inputs)
         if target in seen:
             raise OutputError(f"{path}: given for two different outputs")
         seen.add(target)
@@ -141,7 +153,8 @@ def convert(model_path: str, output_path: str, options: ConvertOptions = Convert
         check.require_oracle(options.oracle)
         reports = report_lib.default_paths(output_path, options.report_json, options.report_md)
         options = replace(options, report_json=reports[0], report_md=reports[1])
-    _check_paths(model_path, output_path, options)
+    inputs = _input_paths(model_path, options)
+    _check_paths(inputs, output_path, options)
     helpers_before = helper_sessions.built()
     loaded = model_io.load_model(model_path)
     if loaded.renamed:
@@ -154,7 +167,7 @@ def convert(model_path: str, output_path: str, options: ConvertOptions = Convert
         report = report_lib.for_conversion(loaded.model, model_path, None, auto_result.plan, auto_result.samples,
                                            options.tolerance, options.mode, options.oracle, auto_result,
                                            warnings=warnings, helper_sessions=helper_sessions.built() - helpers_before)
-        paths = report_lib.write_reports(report, options.report_json, options.report_md, (model_path,))
+        paths = report_lib.write_reports(report, options.report_json, options.report_md, inputs)
         raise SearchError(f"{auto_result.message} (no model written; report: {paths[0]})")
     started = time.perf_counter()
     result = convert_model(loaded, plan)
@@ -164,7 +177,6 @@ def convert(model_path: str, output_path: str, options: ConvertOptions = Convert
     if options.trt_flags_path:
         from .trt import trt_flags_text
         texts.append((options.trt_flags_path, trt_flags_text(loaded.model, result.plan, model_path, output_path)))
-    inputs = (model_path,)
     model_io.save_model(result.model, output_path, source_dir=loaded.base_dir,
                         external_data=True if options.external_data else None, input_paths=inputs)
     for path, text in texts:

@@ -204,3 +204,18 @@ def test_bad_tolerance_is_a_usage_error(model_path, tmp_path, capsys, flag, valu
     assert code == 2
     assert f"argument {flag}: '{value}': {expected}" in err.strip().splitlines()[-1]
     assert not os.path.exists(tmp_path / "o.onnx") and not os.path.exists(tmp_path / "o.report.json")
+
+
+def test_outputs_never_overwrite_the_sample_data_or_the_plan(model_path, tmp_path, capsys):
+    data = tmp_path / "data.npz"
+    np.savez(str(data), x=np.ones((2, 3), np.float32))
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"nodes": {}}))
+    before = {p: p.read_bytes() for p in (data, plan)}
+    out = str(tmp_path / "o.onnx")
+    for argv in (["--inputs", str(data), "--report", str(data)], ["--plan", str(plan), "--save-plan", str(plan)],
+                 ["--inputs", str(tmp_path), "--report-md", str(data)]):
+        err = error_of(["convert", model_path, "-o", out] + argv, capsys)
+        assert "output path is the input file" in err
+    assert {p: p.read_bytes() for p in (data, plan)} == before
+    assert not os.path.exists(out)
