@@ -175,8 +175,9 @@ class AnalysisResult:
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
 
-    def write_json(self, path: str) -> None:
-        model_io.write_text(path, self.dumps(), input_paths=(self.model,))
+    def write_json(self, path: str, input_paths: tuple[str, ...] = ()) -> None:
+        """Write :meth:`dumps` to ``path`` atomically; never over the model or ``input_paths``."""
+        model_io.write_text(path, self.dumps(), input_paths=(self.model,) + tuple(input_paths))
 
 
 # --- presentation ---------------------------------------------------------------------------------

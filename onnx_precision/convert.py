@@ -9,14 +9,13 @@ written atomically, so a failing run leaves nothing half-written.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import helper_sessions, model_io, saving
 from .compare import Tolerance
-from .data import SampleSpec
+from .data import SampleSpec, sample_files
 from .errors import OutputError, SearchError
 from .plan import Precision, PrecisionPlan, Reason, apply_user_choices, uniform_plan
 from .rewriter import RewriteResult, rewrite
@@ -117,13 +116,8 @@ def convert_model(loaded: model_io.LoadedModel, plan: PrecisionPlan) -> RewriteR
 
 def _input_paths(model_path: str, options: ConvertOptions) -> tuple[str, ...]:
     """Every file the run reads (the model, --plan, the sample data): no output may overwrite one."""
-    paths = [model_path] + ([options.plan_path] if options.plan_path else [])
-    data = options.samples.inputs
-    if data and os.path.isdir(data):
-        paths += [os.path.join(data, f) for f in sorted(os.listdir(data)) if f.endswith(".npz")]
-    elif data:
-        paths.append(data)
-    return tuple(paths)
+    plan = (options.plan_path,) if options.plan_path else ()
+    return (model_path,) + plan + sample_files(options.samples)
 
 
 def _check_paths(inputs: tuple[str, ...], output_path: str, options: ConvertOptions) -> None:

@@ -93,6 +93,16 @@ def load_samples(model: onnx.ModelProto, spec: SampleSpec) -> Samples:
     return Samples(tuple(feed for _, feed in located), False, source, tuple(warnings))
 
 
+def sample_files(spec: SampleSpec) -> tuple[str, ...]:
+    """The files ``spec`` reads samples from (none when synthetic), so that no output overwrites them."""
+    path = spec.inputs
+    if path is None:
+        return ()
+    if os.path.isdir(path):
+        return tuple(os.path.join(path, f) for f in sorted(os.listdir(path)) if f.endswith(".npz"))
+    return (path,)
+
+
 # --- reading --------------------------------------------------------------------------------------
 
 def _read_feeds(path: str) -> tuple[list[tuple[str, dict[str, np.ndarray]]], str]:

@@ -217,5 +217,7 @@ def test_outputs_never_overwrite_the_sample_data_or_the_plan(model_path, tmp_pat
                  ["--inputs", str(tmp_path), "--report-md", str(data)]):
         err = error_of(["convert", model_path, "-o", out] + argv, capsys)
         assert "output path is the input file" in err
+    err = error_of(["analyze", model_path, "--inputs", str(data), "--json", str(data)], capsys)
+    assert "output path is the input file" in err
     assert {p: p.read_bytes() for p in (data, plan)} == before
     assert not os.path.exists(out)

@@ -24,9 +24,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from .. import analysis
 
-    result = analysis.analyze(args.model, common.sample_spec(args), common.tolerance(args))
+    from ..data import sample_files
+
+    spec = common.sample_spec(args)
+    result = analysis.analyze(args.model, spec, common.tolerance(args))
     if args.json:
-        result.write_json(args.json)  # before printing: a bad path fails with nothing half-done
+        result.write_json(args.json, sample_files(spec))  # before printing: a bad path fails with nothing half-done
     if args.quiet:
         print("\n".join(result.headline()))
     else:
