@@ -134,8 +134,8 @@ class PrecisionPlan:
                 raise PlanError(f"{source}: node '{name}' has precision {value!r}; expected fp16 or fp32")
             reasons = entry.get("reasons", []) if isinstance(entry, Mapping) else []
             if not isinstance(reasons, list) or not all(_is_reason(r) for r in reasons):
-                raise PlanError(f"{source}: node '{name}' has malformed 'reasons' (expected a list of objects "
-                                f"with 'source', optional 'detail' and an 'evidence' object)")
+                raise PlanError(f"{source}: node '{name}' has malformed 'reasons' (expected a list of "
+                                f"objects with 'source', optional 'detail' and an 'evidence' object)")
             decisions[name] = NodeDecision(precision, tuple(Reason.from_json(r) for r in reasons))
         return PrecisionPlan(decisions, bool(obj.get("fp16_io", False)))
 
@@ -174,7 +174,8 @@ def apply_user_choices(plan: PrecisionPlan, node_ops: Mapping[str, str], keep_fp
         unknown = [n for n in user_plan.decisions if n not in node_ops]
         if unknown:
             more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
-            raise PlanError(f"{user_plan_source}: plan names node '{unknown[0]}' which is not in the model{more}")
+            raise PlanError(f"{user_plan_source}: plan names node '{unknown[0]}' which is not in the "
+                            f"model{more}")
         # One copy of the decisions for the whole user plan: a plan can name every node.
         decisions = dict(plan.decisions)
         for name, decision in user_plan.decisions.items():

@@ -29,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
     spec = common.sample_spec(args)
     result = analysis.analyze(args.model, spec, common.tolerance(args))
     if args.json:
-        result.write_json(args.json, sample_files(spec))  # before printing: a bad path fails with nothing half-done
+        # Before printing: a bad path fails with nothing half-done.
+        result.write_json(args.json, sample_files(spec))
     if args.quiet:
         print("\n".join(result.headline()))
     else:

@@ -15,7 +15,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="emulate FP16 on CPU (default) or run natively on a GPU provider")
     common.add_sample_args(p)
     common.add_tolerance_args(p)
-    common.add_verbosity_args(p, quiet_help="log only warnings and errors (the metrics and the verdict are still printed)")
+    common.add_verbosity_args(
+        p, quiet_help="log only warnings and errors (the metrics and the verdict are still printed)")
     p.set_defaults(run=run)
 
 
