@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 
 from . import model_io, typing_rules
-from .fp16 import FP16_EXACT_INT, FP16_MAX, FP16_MIN_NORMAL, FP16_MIN_SUBNORMAL
+from .fp16 import FP16_EXACT_INT, FP16_FLUSH, FP16_MAX, FP16_MIN_NORMAL, FP16_MIN_SUBNORMAL
 from .plan import Reason
 
 EXP_OVERFLOW_INPUT = math.log(FP16_MAX)  # 11.09: exp of anything larger is inf in FP16
@@ -493,7 +493,7 @@ def epsilon(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]:
         if not guarded:
             continue
         others = [n for i, n in enumerate(node.input) if i != index and n]
-        zero = eps < FP16_MIN_SUBNORMAL / 2
+        zero = eps <= FP16_FLUSH
         severity = HIGH if zero else MEDIUM
         what = "is 0 in FP16" if zero else "is subnormal in FP16"
         confirmed = confirm(facts, others, lambda *s: any(
@@ -512,7 +512,7 @@ def norm_epsilon(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]:
     add it in FP32, so this is a warning, and ranges cannot decide it."""
     eps = _attr(node, "epsilon", 1e-5)
     if isinstance(eps, float) and eps < FP16_MIN_NORMAL:
-        zero = eps < FP16_MIN_SUBNORMAL / 2
+        zero = eps <= FP16_FLUSH
         yield finding(node, "epsilon-underflow", UNDERFLOW, LOW,
                       f"epsilon attribute {eps:.3g} {'is 0' if zero else 'is subnormal'} in FP16 kernels "
                       "that add it in FP16", None, epsilon=eps)
@@ -541,7 +541,7 @@ def constant_range(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]
             yield finding(node, "constant-overflow", OVERFLOW, HIGH,
                           f"constant '{name}' has |x| up to {max_abs:.4g}, inf in FP16", True,
                           constant=name, max_abs=max_abs)
-        elif math.isfinite(min_nonzero) and min_nonzero < FP16_MIN_SUBNORMAL / 2:
+        elif math.isfinite(min_nonzero) and min_nonzero <= FP16_FLUSH:
             yield finding(node, "constant-underflow", UNDERFLOW, MEDIUM,
                           f"constant '{name}' has nonzero |x| down to {min_nonzero:.3g}, 0 in FP16", True,
                           constant=name, min_nonzero_abs=min_nonzero)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 from conftest import parse
 
@@ -211,6 +212,14 @@ def test_epsilon_below_subnormal_is_zero_in_fp16():
     f = only(LN_EPS.format(eps="1e-12"), rule="epsilon-underflow")
     assert f.severity == "high" and "is 0 in FP16" in f.message and f.evidence["guards"] == "Div/Sqrt"
     assert f.evidence["epsilon"] == pytest.approx(1e-12)
+
+
+def test_epsilon_at_the_flush_point_is_zero_and_just_above_it_subnormal():
+    # 2**-25 is halfway between 0 and the smallest subnormal: it rounds to even, 0.
+    at, above = 2.0 ** -25, float(np.nextafter(np.float32(2.0 ** -25), np.float32(1)))
+    assert float(np.float16(np.float32(at))) == 0.0 and float(np.float16(np.float32(above))) > 0.0
+    assert "is 0 in FP16" in only(LN_EPS.format(eps=repr(at)), rule="epsilon-underflow").message
+    assert "is subnormal" in only(LN_EPS.format(eps=repr(above)), rule="epsilon-underflow").message
 
 
 def test_epsilon_below_normal_is_subnormal_and_large_epsilon_is_fine():
