@@ -2,8 +2,9 @@
 
 onnxruntime's CPU provider computes FP16 nodes in FP32 and drops the rounding between them, so it
 hides FP16 overflow. Emulation keeps every op in FP32 and rounds each tensor that FP16 would store
-through ``Cast(to=FLOAT16) -> Cast(to=FLOAT)``: values above 65504 become Inf, values below 2**-25
-become 0, the rest lose their low bits, exactly as on a GPU whose kernels accumulate in FP32.
+through ``Cast(to=FLOAT16) -> Cast(to=FLOAT)``: magnitudes of 65520 and above become Inf, those of
+2**-25 and below become 0, the rest lose their low bits, exactly as on a GPU whose kernels
+accumulate in FP32.
 
 Two builders:
 
