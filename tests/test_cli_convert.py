@@ -196,7 +196,8 @@ def test_trt_flags_error_leaves_nothing_written(tmp_path, save, capsys):
 
 
 @pytest.mark.parametrize("flag, value, expected", [
-    ("--atol", "-1", "expected a number >= 0"), ("--rtol", "nan", "expected a number >= 0"),
+    ("--atol", "-1", "expected a finite number >= 0"), ("--rtol", "nan", "expected a finite number >= 0"),
+    ("--atol", "inf", "expected a finite number >= 0"),
     ("--min-cosine", "1.5", "expected a cosine between -1 and 1")])
 def test_bad_tolerance_is_a_usage_error(model_path, tmp_path, capsys, flag, value, expected):
     code = main(["convert", model_path, "-o", str(tmp_path / "o.onnx"), flag, value])

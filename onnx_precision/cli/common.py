@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Callable
 
 from ..compare import Tolerance
@@ -33,19 +34,20 @@ def _range(text: str) -> tuple[str, tuple[float, float]]:
 
 
 def _float_between(lo: float, hi: float, expected: str) -> Callable[[str], float]:
-    """An argparse type: a float in [lo, hi] (NaN never is), else a usage error saying ``expected``."""
+    """An argparse type: a finite float in [lo, hi], else a usage error saying ``expected`` (an
+    infinite tolerance would pass anything, and JSON reports cannot hold it)."""
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             value = float("nan")
-        if not lo <= value <= hi:
+        if not (math.isfinite(value) and lo <= value <= hi):
             raise argparse.ArgumentTypeError(f"'{text}': expected {expected}")
         return value
     return parse
 
 
-_non_negative = _float_between(0.0, float("inf"), "a number >= 0")
+_non_negative = _float_between(0.0, math.inf, "a finite number >= 0")
 _cosine = _float_between(-1.0, 1.0, "a cosine between -1 and 1")
 
 
