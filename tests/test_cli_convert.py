@@ -222,3 +222,11 @@ def test_outputs_never_overwrite_the_sample_data_or_the_plan(model_path, tmp_pat
     assert "output path is the input file" in err
     assert {p: p.read_bytes() for p in (data, plan)} == before
     assert not os.path.exists(out)
+
+
+@pytest.mark.parametrize("flag, value, expected", [
+    ("--seed", "-1", "expected an integer >= 0"),
+    ("--input-range", "x:-inf,0", "both finite float32 values"), ("--input-range", "x:-1e39,1", "both finite")])
+def test_bad_sample_options_are_usage_errors(model_path, capsys, flag, value, expected):
+    assert main(["analyze", model_path, flag, value]) == 2
+    assert expected in capsys.readouterr().err.strip().splitlines()[-1]

@@ -6,6 +6,8 @@ import argparse
 import math
 from typing import Callable
 
+import numpy as np
+
 from ..compare import Tolerance
 from ..data import SampleSpec
 
@@ -21,6 +23,19 @@ def _shape(text: str) -> tuple[str, tuple[int, ...]]:
     return name, shape
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"'{text}': expected an integer >= 0")
+    return value
+
+
 def _range(text: str) -> tuple[str, tuple[float, float]]:
     name, sep, bounds = text.rpartition(":")
     lo_hi = bounds.split(",")
@@ -28,8 +43,10 @@ def _range(text: str) -> tuple[str, tuple[float, float]]:
         lo, hi = (float(v) for v in lo_hi)
     except ValueError:
         lo = hi = float("nan")
-    if not sep or not name or not lo < hi:
-        raise argparse.ArgumentTypeError(f"'{text}': expected NAME:LO,HI with LO < HI, e.g. x:-1,1")
+    # Bounds beyond float32's range would make infinite float inputs (and overflow numpy's uniform).
+    if not sep or not name or not -_FLOAT32_MAX <= lo < hi <= _FLOAT32_MAX:
+        raise argparse.ArgumentTypeError(f"'{text}': expected NAME:LO,HI with LO < HI, both finite float32 "
+                                         f"values, e.g. x:-1,1")
     return name, (lo, hi)
 
 
@@ -56,7 +73,7 @@ def add_sample_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--inputs", metavar="DATA",
                        help="an .npz (one feed), a directory of .npz files (one feed each), or a "
                             "Polygraphy JSON from 'polygraphy run --save-inputs'; default: synthetic feeds")
-    group.add_argument("--seed", type=int, default=0, help="seed for synthetic feeds (default 0)")
+    group.add_argument("--seed", type=_seed, default=0, help="seed for synthetic feeds (default 0)")
     group.add_argument("--input-shape", type=_shape, action="append", default=[], metavar="NAME:1x3x224x224",
                        help="shape of a synthetic input with symbolic dimensions (repeatable)")
     group.add_argument("--input-range", type=_range, action="append", default=[], metavar="NAME:LO,HI",
