@@ -225,7 +225,11 @@ def synthetic_samples(inputs: list[InputInfo], spec: SampleSpec) -> Samples:
     for info in inputs:
         shape = _synthetic_shape(info, spec.input_shapes.get(info.name), warnings)
         lo, hi = spec.input_ranges.get(info.name, DEFAULT_RANGE)
-        feed[info.name] = _random(rng, info.dtype, shape, lo, hi)
+        try:
+            feed[info.name] = _random(rng, info.dtype, shape, lo, hi)
+        except (MemoryError, ValueError):  # numpy: no memory, or "array is too big" to address
+            raise DataError(f"input '{info.name}': no memory for a synthetic {_shape(shape)} {info.dtype} "
+                            f"array; give a smaller --input-shape")
     for w in warnings:
         log.warning("%s", w)
     ranges = ", ".join(f"{n}: [{lo:g}, {hi:g})" for n, (lo, hi) in spec.input_ranges.items())

@@ -67,6 +67,12 @@ def test_symbolic_dimensions_default_to_one_with_a_warning():
                                 "(give --input-shape x:...)",)
 
 
+def test_synthetic_shape_too_big_to_allocate_is_a_data_error():
+    # 2**60 x 4 float32 is past what numpy can address: it refuses before allocating anything.
+    with pytest.raises(DataError, match=r"^input 'x': no memory for a synthetic 1152921504606846976x4 float32"):
+        load_samples(MODEL, SampleSpec(input_shapes={"x": (2 ** 60, 4)}))
+
+
 def test_synthetic_flags_for_unknown_inputs_or_wrong_rank():
     with pytest.raises(DataError,
                        match=r"^--input-shape z: the model has no input 'z' \(model inputs: idx, x\)$"):
