@@ -118,17 +118,10 @@ _VALUE_PRESERVING = frozenset({
     "Relu", "Neg", "Abs", "Max", "Min", "ReduceMax", "ReduceMin", "MaxPool", "Where", "Clip",
 })
 
-# A node whose float tensors all hold at most this many elements (static shapes) is switched with
-# Where(switch, rounded, exact) on its tensors instead of an If: onnxruntime's If costs a fixed
-# ~15 us per run (an execution frame for the branch), many times a small node's own compute,
-# while Where and a Cast pair on a small tensor cost about a microsecond each. Above it the copies
-# a Where makes on every run cost more than the If. Chosen by scripts/bench_oracle.py --threshold.
-WHERE_MAX_ELEMENTS = 4096
-
 
 class _SwitchBuilder:
     def __init__(self, model: onnx.ModelProto, typing: Mapping, type_protos: Mapping[str, onnx.TypeProto],
-                 base_dir: str | None, where_max_elements: int | None = None) -> None:
+                 base_dir: str | None) -> None:
         self.model = model
         self.typing = typing
         self.type_protos = type_protos
@@ -145,15 +138,9 @@ class _SwitchBuilder:
         # An initializer also listed as a graph input (IR < 4 models) is still a constant here:
         # sample feeds never override it (data.model_inputs leaves it out).
         self.init_graph: dict[str, onnx.GraphProto] = {}
-        self.init_dims: dict[str, tuple[int, ...]] = {}
         for graph in graphs(model.graph):
             for init in graph.initializer:
                 self.init_graph[init.name] = graph
-                self.init_dims[init.name] = tuple(init.dims)
-        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-        # Where selects float tensors from opset 9 on; older models are switched by If only.
-        limit = WHERE_MAX_ELEMENTS if where_max_elements is None else where_max_elements
-        self.where_max_elements = limit if opset >= 9 else -1
 
     def is_float(self, name: str) -> bool:
         return bool(name) and self.types.get(name) == FLOAT
@@ -165,14 +152,6 @@ class _SwitchBuilder:
         name = self.names.fresh(f"__fp16_switch__{node.name}")
         self.switches[node.name] = name
         return name
-
-    @staticmethod
-    def _in_scope(tensor: str, scopes: Scopes) -> str | None:
-        """The rounded copy of ``tensor`` already computed on every run, if any."""
-        for scope in reversed(scopes):
-            if scope.get(tensor) is not None:
-                return scope[tensor]
-        return None
 
     def rounded(self, tensor: str, scopes: Scopes, out: list[onnx.NodeProto]) -> str | None:
         """Name of round(tensor), creating it in the innermost scope if needed; None if exact."""
@@ -215,8 +194,6 @@ class _SwitchBuilder:
                 new_nodes.append(node)
             elif any(True for _ in subgraphs(node)):
                 self._select_tensors(node, switch, scopes, new_nodes)
-            elif self._small(node):
-                self._where_on_switch(node, switch, scopes, new_nodes)
             else:
                 new_nodes.append(self._branch_on_switch(node, switch, scopes, new_nodes))
         del graph.node[:]
@@ -229,67 +206,6 @@ class _SwitchBuilder:
     def _outputs(self, node: onnx.NodeProto) -> list[int]:
         t = self.typing[node.name]
         return [i for i in t.convertible_outputs if i < len(node.output) and self.is_float(node.output[i])]
-
-    def _elements(self, name: str) -> int | None:
-        """Element count of a tensor whose shape is static, else None."""
-        if name in self.init_dims:
-            return int(np.prod(self.init_dims[name], dtype=np.int64))
-        tp = self.type_protos.get(name)
-        if not is_tensor(tp) or not tp.tensor_type.HasField("shape"):
-            return None
-        dims = tp.tensor_type.shape.dim
-        if not all(d.HasField("dim_value") for d in dims):
-            return None
-        return int(np.prod([d.dim_value for d in dims], dtype=np.int64))
-
-    def _small(self, node: onnx.NodeProto) -> bool:
-        """All the node's switched tensors are small enough for Where (see WHERE_MAX_ELEMENTS)."""
-        names = ([node.input[i] for i in self._inputs(node)] + [node.output[i] for i in self._outputs(node)])
-        if any(n in self.external for n in names):
-            return False
-        sizes = [self._elements(n) for n in names]
-        return all(n is not None and n <= self.where_max_elements for n in sizes)
-
-    def _where_on_switch(self, node: onnx.NodeProto, switch: str, scopes: Scopes,
-                         out: list[onnx.NodeProto]) -> None:
-        """A node with small tensors: ``Where(switch, rounded, exact)`` on each convertible input,
-        the node once, ``Where(switch, rounded, exact)`` on each convertible output.
-
-        Switch off, the node reads and writes copies of the exact values (bit-identical); on, it
-        reads rounded inputs and its outputs are rounded, as in the If's FP16 branch. The rounded
-        output is kept in scope as the output's rounded copy: round(Where(s, round(x), x)) is
-        round(x) either way, so FP16 consumers read it without rounding again.
-        """
-        edges: dict[str, str] = {}
-        for i in self._inputs(node):
-            src = node.input[i]
-            if src not in edges:
-                r = self.rounded(src, scopes, out)
-                edges[src] = src if r is None else self._where(switch, r, src, f"{src}__to__{node.name}", out)
-            node.input[i] = edges[src]
-        rounded_outputs = self._outputs(node)
-        if node.op_type in _VALUE_PRESERVING and node.domain in ("", "ai.onnx"):
-            rounded_outputs = []
-        self.switched.update(o for o in node.output if o)
-        selects = []
-        for i in rounded_outputs:
-            o = node.output[i]
-            exact = self.names.fresh(o + "__exact")
-            node.output[i] = exact
-            selects.append((o, exact))
-        out.append(node)
-        for o, exact in selects:
-            r = self.names.fresh(o + "__rounded")
-            out.extend(_round_nodes(exact, r, self.names))
-            self._where(switch, r, exact, o, out, fresh=False)
-            scopes[-1][o] = r
-
-    def _where(self, switch: str, rounded: str, exact: str, name: str, out: list[onnx.NodeProto],
-               fresh: bool = True) -> str:
-        dst = self.names.fresh(name) if fresh else name
-        out.append(helper.make_node("Where", [switch, rounded, exact], [dst],
-                                    name=self.names.fresh(dst + "__select")))
-        return dst
 
     def _branch_on_switch(self, node: onnx.NodeProto, switch: str, scopes: Scopes,
                           out: list[onnx.NodeProto]) -> onnx.NodeProto:
@@ -326,10 +242,7 @@ class _SwitchBuilder:
         for i in self._inputs(node):
             src = node.input[i]
             if src not in local:
-                shared = self._in_scope(src, scopes)
-                if shared is not None:
-                    local[src] = shared
-                elif src in self.switched or src in self.external:
+                if src in self.switched or src in self.external:
                     local[src] = self.names.fresh(f"{src}__rounded_for__{node.name}")
                     nodes.extend(_round_nodes(src, local[src], self.names))
                 else:
@@ -398,8 +311,7 @@ class _SwitchBuilder:
 
 def build_switch_model(model: onnx.ModelProto, typing: Mapping, base_dir: str | None = None,
                        capture_intermediates: bool | Iterable[str] = True,
-                       types: Mapping[str, onnx.TypeProto] | None = None,
-                       where_max_elements: int | None = None) -> SwitchModel:
+                       types: Mapping[str, onnx.TypeProto] | None = None) -> SwitchModel:
     """The switch graph of ``model`` (nodes must be named; ``typing`` is model_typing(model)).
 
     ``capture_intermediates``: True exposes every float tensor produced in the main graph as an
@@ -407,15 +319,13 @@ def build_switch_model(model: onnx.ModelProto, typing: Mapping, base_dir: str | 
     output alive for the whole run whether it is fetched or not, so a capturing session holds all
     captured tensors of one run in memory (measured: 1.3 GB at sequence 1024 for the 588-node
     transformer of scripts/bench_oracle.py, against 25 MB without capture).
-    ``where_max_elements`` (default WHERE_MAX_ELEMENTS; -1: If everywhere) bounds the tensors of
-    the nodes switched by Where instead of If.
     """
     type_protos = tensor_types(model) if types is None else types
     out = onnx.ModelProto()
     out.CopyFrom(model)
     producers = {o: n.name for n in model.graph.node for o in n.output if o}
     inline_small_external(out, base_dir)
-    builder = _SwitchBuilder(out, typing, type_protos, base_dir, where_max_elements)
+    builder = _SwitchBuilder(out, typing, type_protos, base_dir)
     builder.rewrite(out.graph, [])
     for node_name, switch in builder.switches.items():
         out.graph.input.append(helper.make_tensor_value_info(switch, TensorProto.BOOL, []))
