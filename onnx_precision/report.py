@@ -116,6 +116,8 @@ def for_conversion(model: onnx.ModelProto, model_path: str, output_path: str | N
         status, message = auto_result.status, auto_result.message
         if status == "passed" and verified is not None and not verified.passed:
             status, message = "failed", "the written model fails the emulated check (a bug: please report it)"
+        elif status == "passed" and native is not None and not native.passed:
+            status, message = "failed", f"the written model fails on {native.oracle} (passes emulated)"
     elif verified is not None:
         status = "passed" if verified.passed else "failed"
         message = "" if verified.passed else "the written model is out of tolerance under the emulated check"

@@ -404,6 +404,32 @@ def test_convert_native_oracle_runs_the_written_model_as_a_third_session(tmp_pat
     assert report["cost"]["sessions_built"] == 3
 
 
+def test_convert_fails_when_the_native_run_fails(tmp_path, monkeypatch, capsys):
+    """A GPU run that disagrees with the emulation must not exit 0: the native result counts."""
+    import json
+
+    import onnxruntime as ort
+
+    import onnx_precision.oracle as oracle_lib
+    from onnx_precision.cli import main
+
+    real_native = oracle_lib.run_native
+
+    def broken_gpu(model, feeds, provider, base_dir=None):
+        run = real_native(model, feeds, "CPUExecutionProvider", base_dir)
+        return oracle_lib.OracleRun(oracle_lib.native_oracle(provider),
+                                    tuple({k: np.zeros_like(v) for k, v in out.items()} for out in run.outputs))
+
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(oracle_lib, "run_native", broken_gpu)
+    model, data = shipped("l2_normalize")
+    assert main(["convert", model, "-o", str(tmp_path / "l2.onnx"), "--inputs", data, "--oracle", "cuda"]) == 1
+    report = json.load(open(str(tmp_path / "l2.report.json")))
+    assert report["status"] == "failed"
+    assert report["message"] == "the written model fails on native:CUDAExecutionProvider (passes emulated)"
+    assert report["outputs"]["verified"]["passed"] is True and report["outputs"]["native"]["passed"] is False
+
+
 def test_report_flags_in_all_fp16_mode_warn(tmp_path, capsys):
     from onnx_precision.cli import main
 
