@@ -542,9 +542,13 @@ def constant_range(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[Finding]
                           f"constant '{name}' has |x| up to {max_abs:.4g}, inf in FP16", True,
                           constant=name, max_abs=max_abs)
         elif math.isfinite(min_nonzero) and min_nonzero <= FP16_FLUSH:
-            yield finding(node, "constant-underflow", UNDERFLOW, MEDIUM,
-                          f"constant '{name}' has nonzero |x| down to {min_nonzero:.3g}, 0 in FP16", True,
-                          constant=name, min_nonzero_abs=min_nonzero)
+            # As typing_rules.fp16_value_problem: flushing matters only when the whole constant lies
+            # below FP16's normal range; otherwise it is below the rounding of its largest values.
+            material = typing_rules.fp16_value_problem(max_abs, min_nonzero) is not None
+            yield finding(node, "constant-underflow", UNDERFLOW, MEDIUM if material else LOW,
+                          f"constant '{name}' has nonzero |x| down to {min_nonzero:.3g}, 0 in FP16"
+                          + ("" if material else f" (negligible next to its max |x| {max_abs:.3g})"), True,
+                          constant=name, min_nonzero_abs=min_nonzero, max_abs=max_abs)
 
 
 _MASK_MEETS = {

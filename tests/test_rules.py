@@ -281,6 +281,20 @@ def test_constant_overflow_and_underflow():
     assert found["constant-overflow"].node == "node_of_a"
     assert found["constant-overflow"].evidence["max_abs"] == 1e5
     assert found["constant-underflow"].node == "node_of_y"
+    # 1e-10 next to 1.0 is below FP16's rounding of 1.0: reported, but low (the node converts)
+    assert found["constant-underflow"].severity == "low"
+    assert "negligible next to its max |x| 1" in found["constant-underflow"].message
+
+
+def test_constant_entirely_below_fp16_normal_range_is_medium():
+    text = """
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] x) => (float[2] y) {
+      tiny = Constant<value = float[2] {1e-10, 1e-6}>()
+      y = Mul(x, tiny)
+    }"""
+    f = only(text, rule="constant-underflow")
+    assert f.severity == "medium" and f.message == "constant 'tiny' has nonzero |x| down to 1e-10, 0 in FP16"
 
 
 def test_mask_constant_times_zero_is_nan():
