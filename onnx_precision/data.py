@@ -14,8 +14,10 @@ warning naming the input (the FP32 reference will carry it; FP16 is not blamed f
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
 import zipfile
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -152,7 +154,10 @@ def _first_line(e: Exception) -> str:
 def _read_polygraphy_json(path: str) -> list[dict[str, np.ndarray]]:
     from polygraphy.json import load_json
     try:
-        data = load_json(path, description="input data")
+        # Polygraphy's logger prints to stdout (its "[I] Loading..." lines, a note that 'colored'
+        # is missing): keep stdout for our own output.
+        with contextlib.redirect_stdout(sys.stderr):
+            data = load_json(path, description="input data")
     except Exception as e:  # Polygraphy raises its own exception types for bad files
         raise DataError(f"{path}: cannot read as Polygraphy JSON: {_first_line(e)}")
     if isinstance(data, Mapping):

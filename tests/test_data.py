@@ -40,12 +40,14 @@ def test_a_directory_of_npz_is_one_feed_each_in_name_order(tmp_path):
     assert samples.source == f"{tmp_path} (2 .npz files)"
 
 
-def test_polygraphy_json_from_save_inputs(tmp_path):
+def test_polygraphy_json_from_save_inputs(tmp_path, capsys):
     from polygraphy.json import save_json
     path = str(tmp_path / "inputs.json")
     save_json([feed(batch=1), feed(batch=2)], path)
+    capsys.readouterr()
     samples = load_samples(MODEL, SampleSpec(inputs=path))
     assert [f["x"].shape for f in samples.feeds] == [(1, 4), (2, 4)]
+    assert capsys.readouterr().out == ""  # Polygraphy's own log lines stay off our stdout
 
 
 def test_synthetic_feeds_are_seeded_and_labelled():
