@@ -55,12 +55,12 @@ class NodeTyping:
 # --- types ------------------------------------------------------------------------------------
 
 
-def elem_type(tp: onnx.TypeProto | None) -> int | None:
-    """The element type of a tensor, sequence-of-tensor or optional type; None if unknown."""
+def _innermost_tensor(tp: onnx.TypeProto | None) -> onnx.TypeProto.Tensor | None:
+    """The tensor type inside a tensor, sequence-of-tensor or optional type; None if there is none."""
     while tp is not None:
         kind = tp.WhichOneof("value")
         if kind == "tensor_type":
-            return tp.tensor_type.elem_type or None
+            return tp.tensor_type
         if kind == "sequence_type":
             tp = tp.sequence_type.elem_type
         elif kind == "optional_type":
@@ -70,22 +70,20 @@ def elem_type(tp: onnx.TypeProto | None) -> int | None:
     return None
 
 
+def elem_type(tp: onnx.TypeProto | None) -> int | None:
+    """The element type of a tensor, sequence-of-tensor or optional type; None if unknown."""
+    tensor = _innermost_tensor(tp)
+    return (tensor.elem_type or None) if tensor is not None else None
+
+
 def with_elem_type(tp: onnx.TypeProto, elem: int) -> onnx.TypeProto:
     """A copy of ``tp`` (shape kept) whose innermost tensor element type is ``elem``."""
     out = onnx.TypeProto()
     out.CopyFrom(tp)
-    inner = out
-    while True:
-        kind = inner.WhichOneof("value")
-        if kind == "tensor_type":
-            inner.tensor_type.elem_type = elem
-            return out
-        if kind == "sequence_type":
-            inner = inner.sequence_type.elem_type
-        elif kind == "optional_type":
-            inner = inner.optional_type.elem_type
-        else:
-            return out
+    tensor = _innermost_tensor(out)
+    if tensor is not None:
+        tensor.elem_type = elem
+    return out
 
 
 def is_tensor(tp: onnx.TypeProto | None) -> bool:
