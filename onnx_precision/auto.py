@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -71,6 +71,8 @@ class AutoResult(PhaseTotals):
     reference_outputs: tuple[dict[str, np.ndarray], ...]  # FP32 graph outputs per sample
     headroom: float
     samples: Samples  # what every probe ran on (the verification runs the written model on them)
+    types: Mapping = field(default_factory=dict)  # typing_rules.tensor_types of the model, for the rewriter
+    typing: Mapping = field(default_factory=dict)  # typing_rules.model_typing of the model, for the rewriter
 
     @property
     def passed(self) -> bool:
@@ -114,7 +116,8 @@ def choose_plan(loaded: model_io.LoadedModel, base_plan: PrecisionPlan, samples:
         reference = oracle.reference_stats(session, samples)
         phase.count(session, probes=1)
     graph = _Graph.of(model, typing)
-    run = _Run(mode, headroom, clock, session, reference, _node_stats(graph, reference.stats), samples)
+    run = _Run(mode, headroom, clock, session, reference, _node_stats(graph, reference.stats), samples, types,
+               typing)
 
     nonfinite = _fp32_nonfinite_message(reference)
     if nonfinite:
@@ -144,13 +147,16 @@ class _Run:
     reference: object
     stats: Mapping[str, NodeStats]
     samples: Samples
+    types: Mapping
+    typing: Mapping
 
     def finish(self, plan: PrecisionPlan, status: str, message: str, before: Comparison | None = None,
                after: Comparison | None = None, outcome: SearchOutcome | None = None, layer=None,
                ) -> AutoResult:
         node_stats = self.stats if layer is None else _with_layerwise(self.stats, layer)
         return AutoResult(plan, status, message, self.mode, before, after, node_stats, self.clock.phases(),
-                          outcome, tuple(self.reference.outputs), self.headroom, self.samples)
+                          outcome, tuple(self.reference.outputs), self.headroom, self.samples, self.types,
+                          self.typing)
 
 
 def _static(run: _Run, prober: "_Prober", base: PrecisionPlan, flagged: Mapping[str, list[Reason]],

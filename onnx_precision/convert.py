@@ -109,8 +109,11 @@ def choose_plan(loaded: model_io.LoadedModel, plan: PrecisionPlan, options: Conv
     return result.plan, result
 
 
-def convert_model(loaded: model_io.LoadedModel, plan: PrecisionPlan) -> RewriteResult:
-    """Rewrite ``loaded`` for ``plan`` (resolved for types and initializers) in memory."""
+def convert_model(loaded: model_io.LoadedModel, plan: PrecisionPlan, auto_result: Any = None) -> RewriteResult:
+    """Rewrite ``loaded`` for ``plan`` (resolved for types and initializers) in memory; the typing
+    a search already computed (``auto_result``) is reused."""
+    if auto_result is not None and auto_result.typing:
+        return rewrite(loaded.model, plan, loaded.base_dir, types=auto_result.types, typing=auto_result.typing)
     return rewrite(loaded.model, plan, loaded.base_dir)
 
 
@@ -164,7 +167,7 @@ def convert(model_path: str, output_path: str, options: ConvertOptions = Convert
         paths = report_lib.write_reports(report, options.report_json, options.report_md, inputs)
         raise SearchError(f"{auto_result.message} (no model written; report: {paths[0]})")
     started = time.perf_counter()
-    result = convert_model(loaded, plan)
+    result = convert_model(loaded, plan, auto_result)
     texts = []
     if options.plan_out:
         texts.append((options.plan_out, result.plan.dumps()))

@@ -349,7 +349,7 @@ def test_written_model_failing_verification_is_loud(tmp_path, capsys, monkeypatc
     import onnx_precision.convert as convert_lib
     from onnx_precision.cli import main
 
-    def write_all_fp16(loaded, plan):  # a rewriter bug: ignores the pins
+    def write_all_fp16(loaded, plan, auto_result=None):  # a rewriter bug: ignores the pins
         return rewrite(loaded.model, plan.with_fp16(plan.fp32_nodes), loaded.base_dir)
 
     monkeypatch.setattr(convert_lib, "convert_model", write_all_fp16)
