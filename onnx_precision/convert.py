@@ -159,6 +159,8 @@ def convert(model_path: str, output_path: str, options: ConvertOptions = Convert
     plan, warnings = base_plan(loaded, options)
     if not measuring and (options.report_json or options.report_md):
         warnings.append("--report/--report-md apply to --mode static and auto (which verify); no report written")
+    if not measuring and options.oracle != "emulate":
+        warnings.append(f"--oracle {options.oracle} applies to --mode static and auto (which verify); not run")
     plan, auto_result = choose_plan(loaded, plan, options, progress)
     if auto_result is not None and not auto_result.writable:
         report = report_lib.for_conversion(loaded.model, model_path, None, auto_result.plan, auto_result.samples,
