@@ -31,7 +31,7 @@ import onnx
 
 from . import compare, model_io, oracle, rules, typing_rules
 from .compare import Comparison, Tolerance
-from .data import SampleSpec, Samples, load_samples
+from .data import SampleSpec, load_samples
 from .plan import Precision, PrecisionPlan, Reason, uniform_plan
 from .stats import NodeError, TensorStats
 

@@ -7,7 +7,6 @@ import os
 import onnx
 import pytest
 
-import models
 from onnx_precision import model_io
 from onnx_precision.check import check
 from onnx_precision.cli import main
