@@ -18,6 +18,11 @@ Two builders:
   whose producer has a switch is rounded again inside each FP16 consumer (idempotent if the
   producer was FP16, and cheaper than selecting a shared copy at run time: onnxruntime's Where
   and If-of-Identity copy the tensor on every run, several times slower than a Cast pair).
+  Runs of up to GROUP_SIZE consecutive switched nodes are grouped (:class:`SwitchGroup`): a plan
+  that turns a group all FP16 or all FP32 runs it in one branch of two nested Ifs, and only a
+  mixed group runs one If per node. The switches are the elements of ONE boolean graph input,
+  split into one-element tensors by the graph's first node (onnxruntime's cost per graph input
+  grows with their number).
   Weights stored as external data are rounded inside each FP16 consumer too, only on the runs
   that make it FP16: a precomputed copy would hold the weights twice, and inline it would push a
   large model's proto past protobuf's 2 GB. Control-flow nodes,
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Dict, Iterable, List, Mapping, Optional
 
 import numpy as np
@@ -48,14 +54,46 @@ FLOAT16 = TensorProto.FLOAT16
 
 
 @dataclass(frozen=True)
+class SwitchGroup:
+    """Consecutive switched nodes of one graph behind one pair of extra boolean inputs: ``mixed``
+    (the plan differs among them: each runs its own If on its own switch) and, when not mixed,
+    ``on`` (all FP16, else all FP32)."""
+
+    nodes: tuple[str, ...]
+    mixed: str
+    on: str
+
+
+@dataclass(frozen=True)
 class SwitchModel:
     """The switch graph and how to drive it."""
 
     model: onnx.ModelProto
-    switches: Mapping[str, str]          # node name -> boolean graph input that turns it FP16
+    switches: Mapping[str, str]          # node name -> the switch (an element of switch_input)
     outputs: tuple[str, ...]             # the original graph outputs, in order
     intermediates: tuple[str, ...]       # main-graph float tensors exposed as extra outputs
     producers: Mapping[str, str]         # main-graph tensor -> the node that produces it
+    groups: tuple[SwitchGroup, ...] = ()  # their switches follow from the nodes' (switch_vector)
+    switch_input: str = ""               # the one boolean graph input holding every switch, in
+    switch_order: tuple[str, ...] = ()   # this order (node switches, then each group's mixed, on)
+
+    @cached_property
+    def _positions(self) -> tuple[dict[str, int], list[tuple[np.ndarray, int, int]]]:
+        at = {s: i for i, s in enumerate(self.switch_order)}
+        nodes = {node: at[s] for node, s in self.switches.items()}
+        groups = [(np.array([nodes[n] for n in g.nodes]), at[g.mixed], at[g.on]) for g in self.groups]
+        return nodes, groups
+
+    def switch_vector(self, fp16: Iterable[str]) -> np.ndarray:
+        """The value of ``switch_input`` that turns the nodes ``fp16`` FP16 (all others FP32)."""
+        nodes, groups = self._positions
+        vector = np.zeros(len(self.switch_order), dtype=bool)
+        vector[[nodes[n] for n in fp16 if n in nodes]] = True
+        for members, mixed, on in groups:
+            count = int(np.count_nonzero(vector[members]))
+            vector[on] = count == len(members)
+            vector[mixed] = 0 < count < len(members)
+        return vector
 
 
 def elem_types(model: onnx.ModelProto, types: Mapping[str, onnx.TypeProto] | None = None) -> dict[str, int]:
@@ -118,13 +156,25 @@ _VALUE_PRESERVING = frozenset({
     "Relu", "Neg", "Abs", "Max", "Min", "ReduceMax", "ReduceMin", "MaxPool", "Where", "Clip",
 })
 
+# Up to this many consecutive switched nodes share one group (see _SwitchBuilder._group). Each
+# If costs onnxruntime a fixed few microseconds per run, up to ~6 us once a graph holds hundreds
+# of them (cache misses over their branch states), many times a small node's own compute; a group
+# runs a plan that is uniform over it with two Ifs instead of one per node, and a mixed one with
+# one If more. Chosen with scripts/bench_oracle.py --group.
+GROUP_SIZE = 16
+
 
 class _SwitchBuilder:
     def __init__(self, model: onnx.ModelProto, typing: Mapping, type_protos: Mapping[str, onnx.TypeProto],
-                 base_dir: str | None) -> None:
+                 base_dir: str | None, fixed: Iterable[str] = (), group_size: int | None = None,
+                 keep: Iterable[str] = ()) -> None:
         self.model = model
-        self.typing = typing
-        self.type_protos = type_protos
+        self.typing = dict(typing)  # copies of nodes in group branches are added under their names
+        self.fixed = frozenset(fixed)
+        self.group_size = GROUP_SIZE if group_size is None else group_size
+        self.keep = frozenset(keep)  # tensors that must stay visible outside any group (captured)
+        self.groups: list[SwitchGroup] = []
+        self.type_protos = dict(type_protos)  # tensors renamed in group branches are added
         self.types = elem_types(model, type_protos)
         self.base_dir = base_dir or "."
         self.names = _Names(model)
@@ -147,7 +197,7 @@ class _SwitchBuilder:
 
     def switch(self, node: onnx.NodeProto) -> str | None:
         t = self.typing.get(node.name)
-        if t is None or t.fp16_blocker is not None or not (self._inputs(node) or self._outputs(node)):
+        if node.name in self.fixed or t is None or t.fp16_blocker is not None or not (self._inputs(node) or self._outputs(node)):
             return None
         name = self.names.fresh(f"__fp16_switch__{node.name}")
         self.switches[node.name] = name
@@ -186,18 +236,122 @@ class _SwitchBuilder:
     def rewrite(self, graph: onnx.GraphProto, scopes: Scopes) -> None:
         scopes = scopes + [{}]
         new_nodes: list[onnx.NodeProto] = []
-        for node in graph.node:
+        consumers = _consumers(graph)
+        visible = self.keep | {vi.name for vi in graph.output}
+        run: list[tuple[int, onnx.NodeProto, str]] = []
+        for index, node in enumerate(graph.node):
             for _, sub in subgraphs(node):
                 self.rewrite(sub, scopes)
             switch = self.switch(node)
+            if switch is not None and not any(True for _ in subgraphs(node)):
+                # A node reading external weights rounds them in its FP16 branch: in a group's
+                # branch onnxruntime may schedule all those Casts first and hold every rounded
+                # weight at once (measured: 3.5 GB peak for the 2.2 GB model), so it stays alone.
+                alone = any(n in self.external for n in node.input)
+                if alone:
+                    self._flush(run, consumers, visible, scopes, new_nodes)
+                run.append((index, node, switch))
+                if alone or len(run) >= self.group_size:
+                    self._flush(run, consumers, visible, scopes, new_nodes)
+                continue
+            self._flush(run, consumers, visible, scopes, new_nodes)
             if switch is None:
                 new_nodes.append(node)
-            elif any(True for _ in subgraphs(node)):
-                self._select_tensors(node, switch, scopes, new_nodes)
             else:
-                new_nodes.append(self._branch_on_switch(node, switch, scopes, new_nodes))
+                self._select_tensors(node, switch, scopes, new_nodes)
+        self._flush(run, consumers, visible, scopes, new_nodes)
         del graph.node[:]
         graph.node.extend(new_nodes)
+
+    def _flush(self, run: list, consumers: Mapping[str, set], visible: frozenset, scopes: Scopes,
+               out: list[onnx.NodeProto]) -> None:
+        """Switch the pending run of nodes: one If each when alone, else a group; empties ``run``."""
+        if len(run) == 1:
+            _, node, switch = run[0]
+            out.append(self._branch_on_switch(node, switch, scopes, out))
+        elif run:
+            self._group(run, consumers, visible, scopes, out)
+        del run[:]
+
+    def _copies(self, run: list, tag: str) -> tuple[list[tuple[onnx.NodeProto, onnx.NodeProto, str]],
+                                                    dict[str, str]]:
+        """Copies of the run's nodes for one branch, writing fresh names (and reading them
+        within the run); returns (original, copy, switch) triples and original -> fresh name."""
+        renamed: dict[str, str] = {}
+        copies = []
+        for _, node, switch in run:
+            copy = onnx.NodeProto()
+            copy.CopyFrom(node)
+            copy.name = self.names.fresh(f"{node.name}__{tag}")
+            self.typing[copy.name] = self.typing[node.name]
+            for i, name in enumerate(copy.input):
+                copy.input[i] = renamed.get(name, name)
+            for i, o in enumerate(copy.output):
+                if o:
+                    renamed[o] = copy.output[i] = self.names.fresh(f"{o}__{tag}")
+                    self._alias(renamed[o], o)
+            copies.append((node, copy, switch))
+        return copies, renamed
+
+    def _alias(self, name: str, like: str) -> None:
+        """``name`` has the type of ``like`` (a copy of a tensor in a group branch)."""
+        if like in self.types:
+            self.types[name] = self.types[like]
+        if like in self.type_protos:
+            self.type_protos[name] = self.type_protos[like]
+
+    def _group(self, run: list, consumers: Mapping[str, set], visible: frozenset, scopes: Scopes,
+               out: list[onnx.NodeProto]) -> None:
+        """``If(mixed, <each node its own If>, If(on, <all FP16>, <all FP32>))`` over the run.
+
+        The branches hold copies of the nodes writing fresh names; the group's outputs are the
+        tensors read after it (or captured, or graph outputs). All FP32 runs the nodes as they
+        are; all FP16 rounds each convertible input and output as the node's own If would, except
+        that a tensor rounded by a node of the group is read as it is (rounding it again changes
+        no bit).
+        """
+        indices = {index for index, _, _ in run}
+        produced = [o for _, node, _ in run for o in node.output if o]
+        exposed = [o for o in produced
+                   if o in visible or any(c not in indices for c in consumers.get(o, ()))] or produced[-1:]
+        names = "__".join(node.name for _, node, _ in run[:1])
+        mixed_in = self.names.fresh(f"__fp16_group_mixed__{names}")
+        on_in = self.names.fresh(f"__fp16_group_on__{names}")
+        self.groups.append(SwitchGroup(tuple(node.name for _, node, _ in run), mixed_in, on_in))
+
+        fp32, fp32_names = self._copies(run, "fp32")
+        fp32_graph = self._branch_graph([copy for _, copy, _ in fp32], fp32_names, exposed, "fp32")
+
+        fp16, fp16_names = self._copies(run, "fp16")
+        fp16_nodes: list[onnx.NodeProto] = []
+        fp16_scopes = scopes + [{}]
+        local: dict[str, str] = {}
+        rounded: set[str] = set()
+        for node, copy, _ in fp16:
+            self._fp16_nodes(node, copy, fp16_scopes, fp16_nodes, fp16_nodes, local, fp16_names, rounded)
+        fp16_graph = self._branch_graph(fp16_nodes, fp16_names, exposed, "fp16")
+
+        uniform_names = {o: self.names.fresh(o + "__uniform") for o in exposed}
+        uniform_if = helper.make_node("If", [on_in], [uniform_names[o] for o in exposed],
+                                      name=self.names.fresh(f"{names}__uniform"),
+                                      then_branch=fp16_graph, else_branch=fp32_graph)
+        uniform_graph = self._branch_graph([uniform_if], uniform_names, exposed, "uniform")
+
+        mixed, mixed_names = self._copies(run, "mixed")
+        mixed_nodes: list[onnx.NodeProto] = []
+        mixed_scopes = scopes + [{}]
+        for _, copy, switch in mixed:
+            mixed_nodes.append(self._branch_on_switch(copy, switch, mixed_scopes, mixed_nodes))
+        mixed_graph = self._branch_graph(mixed_nodes, mixed_names, exposed, "mixed")
+
+        self.switched.update(produced)
+        out.append(helper.make_node("If", [mixed_in], exposed, name=self.names.fresh(f"{names}__group"),
+                                    then_branch=mixed_graph, else_branch=uniform_graph))
+
+    def _branch_graph(self, nodes: list[onnx.NodeProto], renamed: Mapping[str, str], exposed: list[str],
+                      tag: str) -> onnx.GraphProto:
+        outputs = [self._value_info(renamed[o], o) for o in exposed]
+        return helper.make_graph(nodes, self.names.fresh(f"{exposed[0]}__{tag}"), [], outputs)
 
     def _inputs(self, node: onnx.NodeProto) -> list[int]:
         t = self.typing[node.name]
@@ -237,34 +391,46 @@ class _SwitchBuilder:
         fp16 = onnx.NodeProto()
         fp16.CopyFrom(node)
         fp16.name = self.names.fresh(node.name + "__fp16")
+        outs = []
+        for i, o in enumerate(node.output):
+            if o:
+                fp16.output[i] = self.names.fresh(o + "__fp16")
+                outs.append(self._value_info(fp16.output[i], o))
         nodes: list[onnx.NodeProto] = []
-        local: dict[str, str] = {}
+        self._fp16_nodes(node, fp16, scopes, out, nodes, {}, {}, set())
+        return helper.make_graph(nodes, fp16.name, [], outs)
+
+    def _fp16_nodes(self, node: onnx.NodeProto, fp16: onnx.NodeProto, scopes: Scopes,
+                    out: list[onnx.NodeProto], nodes: list[onnx.NodeProto], local: dict[str, str],
+                    renamed: Mapping[str, str], rounded: set[str]) -> None:
+        """Append ``fp16`` (a copy of ``node``, outputs already named) to ``nodes`` on rounded
+        convertible inputs, its convertible outputs rounded into the names it had.
+
+        ``local``: rounded copies made in this branch (filled in); ``renamed``: tensors produced
+        earlier in the same branch, by their original names; ``rounded``: those of them that are
+        rounded already (filled in).
+        """
         for i in self._inputs(node):
             src = node.input[i]
             if src not in local:
-                if src in self.switched or src in self.external:
+                if src in rounded:
+                    local[src] = renamed[src]
+                elif src in renamed or src in self.switched or src in self.external:
                     local[src] = self.names.fresh(f"{src}__rounded_for__{node.name}")
-                    nodes.extend(_round_nodes(src, local[src], self.names))
+                    nodes.extend(_round_nodes(renamed.get(src, src), local[src], self.names))
                 else:
                     local[src] = self.rounded(src, scopes, out) or src
             fp16.input[i] = local[src]
         nodes.append(fp16)
-        rounded_outputs = set(self._outputs(node))
+        convertible = self._outputs(node)
+        rounded.update(node.output[i] for i in convertible)
         if node.op_type in _VALUE_PRESERVING and node.domain in ("", "ai.onnx"):
-            rounded_outputs = set()
-        outs = []
-        for i, o in enumerate(node.output):
-            if not o:
-                continue
-            name = self.names.fresh(o + "__fp16")
-            if i in rounded_outputs:
-                exact = self.names.fresh(o + "__fp16_exact")
-                fp16.output[i] = exact
-                nodes.extend(_round_nodes(exact, name, self.names))
-            else:
-                fp16.output[i] = name
-            outs.append(self._value_info(name, o))
-        return helper.make_graph(nodes, fp16.name, [], outs)
+            return
+        for i in convertible:
+            name = fp16.output[i]
+            exact = self.names.fresh(name + "_exact")
+            fp16.output[i] = exact
+            nodes.extend(_round_nodes(exact, name, self.names))
 
     def _value_info(self, name: str, like: str) -> onnx.ValueInfoProto:
         """A branch output typed like ``like`` (sequences and optionals included, shape left out)."""
@@ -311,7 +477,8 @@ class _SwitchBuilder:
 
 def build_switch_model(model: onnx.ModelProto, typing: Mapping, base_dir: str | None = None,
                        capture_intermediates: bool | Iterable[str] = True,
-                       types: Mapping[str, onnx.TypeProto] | None = None) -> SwitchModel:
+                       types: Mapping[str, onnx.TypeProto] | None = None, fixed: Iterable[str] = (),
+                       group_size: int | None = None) -> SwitchModel:
     """The switch graph of ``model`` (nodes must be named; ``typing`` is model_typing(model)).
 
     ``capture_intermediates``: True exposes every float tensor produced in the main graph as an
@@ -319,29 +486,78 @@ def build_switch_model(model: onnx.ModelProto, typing: Mapping, base_dir: str | 
     output alive for the whole run whether it is fetched or not, so a capturing session holds all
     captured tensors of one run in memory (measured: 1.3 GB at sequence 1024 for the 588-node
     transformer of scripts/bench_oracle.py, against 25 MB without capture).
+    ``fixed``: nodes that stay FP32 whatever the plan (no switch). ``group_size`` (default
+    GROUP_SIZE; 1: no groups) bounds the runs of consecutive nodes grouped (SwitchGroup).
     """
     type_protos = tensor_types(model) if types is None else types
     out = onnx.ModelProto()
     out.CopyFrom(model)
     producers = {o: n.name for n in model.graph.node for o in n.output if o}
     inline_small_external(out, base_dir)
-    builder = _SwitchBuilder(out, typing, type_protos, base_dir)
-    builder.rewrite(out.graph, [])
-    for node_name, switch in builder.switches.items():
-        out.graph.input.append(helper.make_tensor_value_info(switch, TensorProto.BOOL, []))
     outputs = tuple(o.name for o in model.graph.output)
+    intermediates = _captured(model, elem_types(model, type_protos), outputs, capture_intermediates)
+    builder = _SwitchBuilder(out, typing, type_protos, base_dir, fixed, group_size, intermediates)
+    builder.rewrite(out.graph, [])
+    switch_names = tuple(builder.switches.values()) + tuple(n for g in builder.groups for n in (g.mixed, g.on))
+    switch_input = _split_switches(out, switch_names, builder.names) if switch_names else ""
+    for o in intermediates:
+        out.graph.output.append(helper.make_tensor_value_info(o, FLOAT, None))
+    return SwitchModel(out, dict(builder.switches), outputs, intermediates, producers, tuple(builder.groups),
+                       switch_input, switch_names)
+
+
+def _split_switches(model: onnx.ModelProto, switches: tuple[str, ...], names: _Names) -> str:
+    """Make ``switches`` the elements of ONE boolean graph input, split first thing in the graph;
+    returns its name. onnxruntime's cost per graph input grows with their number (measured: 588
+    unused boolean inputs add 4-8 ms to each run of the 2 ms transformer), while one Split into
+    588 one-element tensors costs microseconds; If takes any one-element tensor as condition."""
+    name = names.fresh("__fp16_switches")
+    model.graph.input.append(helper.make_tensor_value_info(name, TensorProto.BOOL, [len(switches)]))
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    if opset >= 13:  # the sizes are an input from opset 13 on, an attribute before
+        sizes = names.fresh("__fp16_switch_sizes")
+        model.graph.initializer.append(numpy_helper.from_array(np.ones(len(switches), np.int64), sizes))
+        if model.ir_version < 4:
+            model.graph.input.append(helper.make_tensor_value_info(sizes, TensorProto.INT64, [len(switches)]))
+        split = helper.make_node("Split", [name, sizes], list(switches), axis=0)
+    else:
+        split = helper.make_node("Split", [name], list(switches), axis=0, split=[1] * len(switches))
+    split.name = names.fresh(name + "__split")
+    model.graph.node.insert(0, split)
+    return name
+
+
+def _captured(model: onnx.ModelProto, types: Mapping[str, int], outputs: tuple[str, ...],
+              capture_intermediates: bool | Iterable[str]) -> tuple[str, ...]:
+    """The main-graph float tensors to expose as extra outputs (see build_switch_model)."""
+    if not capture_intermediates:
+        return ()
+    wanted = None if capture_intermediates is True else set(capture_intermediates)
+    existing = set(outputs)
     intermediates: list[str] = []
-    if capture_intermediates:
-        wanted = None if capture_intermediates is True else set(capture_intermediates)
-        existing = set(outputs)
-        for node in model.graph.node:
-            for o in node.output:
-                capturable = builder.types.get(o) == FLOAT and (wanted is None or o in wanted)
-                if o and o not in existing and capturable:
-                    existing.add(o)
-                    intermediates.append(o)
-                    out.graph.output.append(helper.make_tensor_value_info(o, FLOAT, None))
-    return SwitchModel(out, dict(builder.switches), outputs, tuple(intermediates), producers)
+    for node in model.graph.node:
+        for o in node.output:
+            if o and o not in existing and types.get(o) == FLOAT and (wanted is None or o in wanted):
+                existing.add(o)
+                intermediates.append(o)
+    return tuple(intermediates)
+
+
+def _consumers(graph: onnx.GraphProto) -> dict[str, set[int]]:
+    """Tensor -> indices of the nodes of ``graph`` that read it, in their subgraphs included."""
+    readers: dict[str, set[int]] = {}
+    for index, node in enumerate(graph.node):
+        for name in _reads(node):
+            readers.setdefault(name, set()).add(index)
+    return readers
+
+
+def _reads(node: onnx.NodeProto) -> set[str]:
+    names = {n for n in node.input if n}
+    for _, sub in subgraphs(node):
+        for inner in sub.node:
+            names |= _reads(inner)
+    return names
 
 
 # --- emulating a written FP16/mixed model --------------------------------------------------------

@@ -9,6 +9,9 @@
 * ``reference``: :func:`run_reference` runs the real model in ``onnx.reference`` (numpy FP16
   arithmetic throughout, slow and pessimistic).
 
+A plan is fed as one boolean vector (:meth:`SwitchModel.switch_vector`); nodes the resolved plan
+keeps FP32 whatever the plan get no switch.
+
 Sessions use ``ORT_DISABLE_ALL``: the switch graph puts every node in its own If branch, so no
 fusion could apply to it anyway, and disabling them in every session of the oracle makes "all
 switches off" bit-identical to the FP32 model run by :func:`run_fp32` and a plan bit-identical to
@@ -129,15 +132,15 @@ class EmulationSession:
         types = tensor_types(model) if types is None else types
         self.typing: Mapping[str, NodeTyping] = typing if typing is not None else model_typing(model, types)
         fp32 = as_fp32(model, base_dir, types)
-        self.switch_model: SwitchModel = build_switch_model(
-            fp32, self.typing, base_dir, capture_intermediates, None if fp32 is not model else types)
         self.forced_fp32 = (frozenset(forced_fp32) if forced_fp32 is not None
                             else forced_fp32_nodes(model, base_dir, self.typing, types))
+        # Forced nodes get no switch: one that would never be turned on only costs an If.
+        self.switch_model: SwitchModel = build_switch_model(
+            fp32, self.typing, base_dir, capture_intermediates, None if fp32 is not model else types,
+            fixed=self.forced_fp32)
         self.session = make_session(self.switch_model.model, base_dir, options=session_options(threads))
         self.sessions_built = 1
         self.probes_run = 0
-        self._off = {s: np.array(False) for s in self.switch_model.switches.values()}
-        self._on = np.array(True)
         self._dtypes = _input_dtypes(self.switch_model.model)
         self._float_inputs = {vi.name for vi in model.graph.input
                               if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
@@ -162,12 +165,11 @@ class EmulationSession:
         return frozenset(self.switch_model.switches) - self.forced_fp32
 
     def switch_feed(self, plan: PrecisionPlan | None) -> dict[str, np.ndarray]:
-        feed = dict(self._off)
-        if plan is not None:
-            for node, switch in self.switch_model.switches.items():
-                if plan.is_fp16(node) and node not in self.forced_fp32:
-                    feed[switch] = self._on
-        return feed
+        if not self.switch_model.switch_input:
+            return {}
+        fp16 = () if plan is None else [node for node in self.switch_model.switches
+                                         if plan.is_fp16(node) and node not in self.forced_fp32]
+        return {self.switch_model.switch_input: self.switch_model.switch_vector(fp16)}
 
     def run(self, plan: PrecisionPlan | None, feed: Feed, names: Sequence[str] | None = None,
             intermediates: bool = False) -> dict[str, np.ndarray]:

@@ -1,6 +1,6 @@
 """Cost of the emulation oracle against plain onnxruntime runs of the FP32 model.
 
-    python scripts/bench_oracle.py [--layers 12] [--d-model 256] [--seq 128] [--repeat 10]
+    python scripts/bench_oracle.py [--layers 12] [--d-model 256] [--seq 128] [--repeat 10] [--group-size N]
 
 Builds the BERT-style transformer of models/ (decomposed LayerNorm and Gelu, >= 500 nodes), then
 prints, as the best of ``--repeat`` runs (the least disturbed by other processes):
@@ -10,7 +10,8 @@ prints, as the best of ``--repeat`` runs (the least disturbed by other processes
     that also exposes every intermediate (fetching only the outputs) and one that does not,
   * one reference run fetching every intermediate and reducing it to TensorStats,
   * the time to build each session, sessions built, probes run, and peak RSS.
-Target (issue 4): a probe costs at most 2x one plain FP32 run.
+Target (issue 4): a probe costs at most 2x one plain FP32 run. ``--group-size`` overrides
+emulation.GROUP_SIZE (1: one If per node, no groups) to compare group sizes.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import onnxruntime as ort
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from models import transformer  # noqa: E402
+from onnx_precision import emulation  # noqa: E402
 from onnx_precision.model_io import name_nodes, walk_nodes  # noqa: E402
 from onnx_precision.oracle import EmulationSession, reference_stats  # noqa: E402
 from onnx_precision.plan import Precision, Reason, uniform_plan  # noqa: E402
@@ -69,7 +71,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1,
                         help="onnxruntime intra-op threads for every session "
                              "(default 1: steadier on a shared machine; 0: all cores)")
+    parser.add_argument("--group-size", type=int, default=emulation.GROUP_SIZE,
+                        help="consecutive nodes per switch group (default %(default)s; 1: none)")
     args = parser.parse_args()
+    emulation.GROUP_SIZE = args.group_size
 
     ex = transformer(layers=args.layers, d_model=args.d_model, seq=args.seq, ff=4 * args.d_model)
     model = ex.model
@@ -78,7 +83,7 @@ def main() -> None:
     names = [r.name for r in walk_nodes(model.graph)]
     print(f"model: transformer, {args.layers} layers, d_model {args.d_model}, seq {args.seq}: "
           f"{len(names)} nodes; onnxruntime {ort.__version__}, {os.cpu_count()} CPUs, "
-          f"{args.threads or 'all'} intra-op thread(s)")
+          f"{args.threads or 'all'} intra-op thread(s), group size {args.group_size}")
 
     timed = {}
     levels = (("plain FP32 run, ORT_ENABLE_ALL (default)", ort.GraphOptimizationLevel.ORT_ENABLE_ALL),

@@ -175,6 +175,42 @@ def test_random_plans_on_a_transformer_match_the_written_model_bit_for_bit():
     assert session.sessions_built == 1 and session.intermediates == ()
 
 
+def test_groups_of_nodes_give_the_bits_of_one_if_per_node(monkeypatch):
+    """Runs of consecutive nodes share one If per uniform plan (all FP16 / all FP32) and fall back
+    to one If per node when mixed: every output and intermediate keeps the bits of per-node Ifs."""
+    from models import transformer
+    from onnx_precision import emulation
+    ex = transformer(layers=1, d_model=16, heads=2, seq=4, ff=32)
+    model = ex.model
+    name_nodes(model)
+    nodes = [r.name for r in walk_nodes(model.graph)]
+    grouped = EmulationSession(model)
+    size = emulation.GROUP_SIZE
+    monkeypatch.setattr(emulation, "GROUP_SIZE", 1)
+    single = EmulationSession(model)
+    groups = grouped.switch_model.groups
+    assert single.switch_model.groups == () and len(groups) >= 2
+    assert size > 1 and max(len(g.nodes) for g in groups) == size
+    switch_inputs = [vi.name for vi in grouped.switch_model.model.graph.input
+                     if vi.type.tensor_type.elem_type == onnx.TensorProto.BOOL]
+    assert switch_inputs == [grouped.switch_model.switch_input]
+    all16 = plan_of(model)
+    first = list(groups[0].nodes)
+    uniform = all16.with_fp32(first)
+    vector = grouped.switch_feed(uniform)[grouped.switch_model.switch_input]
+    order = grouped.switch_model.switch_order
+    assert not vector[order.index(groups[0].on)] and not vector[order.index(groups[0].mixed)]
+    assert vector[order.index(groups[1].on)] and not vector[order.index(groups[1].mixed)]
+    mixed = all16.with_fp32(first[:3])
+    assert grouped.switch_feed(mixed)[grouped.switch_model.switch_input][order.index(groups[0].mixed)]
+    for plan in (None, all16, uniform, mixed, all16.with_fp32(nodes[::3])):
+        want = single.run(plan, ex.feeds[0], intermediates=True)
+        got = grouped.run(plan, ex.feeds[0], intermediates=True)
+        assert list(got) == list(want)
+        for name in want:
+            assert got[name].tobytes() == want[name].tobytes(), (name, plan and plan.fp32_nodes)
+
+
 def test_external_data_models_and_weights_rounded_at_run_time(tmp_path, monkeypatch):
     from models import transformer
     from onnx_precision import emulation
@@ -249,7 +285,7 @@ def test_switch_graph_rounds_external_weights_in_the_fp16_branch(tmp_path):
     name_nodes(model)
     loaded = saved_external(model, str(tmp_path / "fp32.onnx"))
     session = EmulationSession(loaded.model, loaded.base_dir, capture_intermediates=False)
-    weights = list(session.switch_model.model.graph.initializer)
+    weights = [t for t in session.switch_model.model.graph.initializer if t.data_type == onnx.TensorProto.FLOAT]
     assert [t.name for t in weights] == ["w1", "w2"]  # no rounded copy
     assert all(external_location(t) == "fp32.onnx.data" for t in weights)
     assert session.run(None, MLP_FEED)["y"].tobytes() == run_fp32(model, [MLP_FEED]).outputs[0]["y"].tobytes()
