@@ -141,6 +141,7 @@ class EmulationSession:
         self.session = make_session(self.switch_model.model, base_dir, options=session_options(threads))
         self.sessions_built = 1
         self.probes_run = 0
+        self._last: tuple[PrecisionPlan | None, np.ndarray] | None = None
         self._dtypes = _input_dtypes(self.switch_model.model)
         self._float_inputs = {vi.name for vi in model.graph.input
                               if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
@@ -167,9 +168,14 @@ class EmulationSession:
     def switch_feed(self, plan: PrecisionPlan | None) -> dict[str, np.ndarray]:
         if not self.switch_model.switch_input:
             return {}
-        fp16 = () if plan is None else [node for node in self.switch_model.switches
-                                         if plan.is_fp16(node) and node not in self.forced_fp32]
-        return {self.switch_model.switch_input: self.switch_model.switch_vector(fp16)}
+        # A probe runs one plan on each sample in turn: its (read-only) vector is kept.
+        if self._last is None or self._last[0] is not plan:
+            fp16 = () if plan is None else [node for node in self.switch_model.switches
+                                             if plan.is_fp16(node) and node not in self.forced_fp32]
+            vector = self.switch_model.switch_vector(fp16)
+            vector.flags.writeable = False
+            self._last = (plan, vector)
+        return {self.switch_model.switch_input: self._last[1]}
 
     def run(self, plan: PrecisionPlan | None, feed: Feed, names: Sequence[str] | None = None,
             intermediates: bool = False) -> dict[str, np.ndarray]:
@@ -205,7 +211,7 @@ def _input_dtypes(model: onnx.ModelProto) -> dict[str, np.dtype]:
 
 
 def _cast_feed(feed: Feed, dtypes: Mapping[str, np.dtype]) -> dict[str, np.ndarray]:
-    return {k: (np.asarray(v).astype(dtypes[k]) if k in dtypes else v) for k, v in feed.items()}
+    return {k: (np.asarray(v, dtype=dtypes[k]) if k in dtypes else v) for k, v in feed.items()}
 
 
 def _run_session(session: ort.InferenceSession, model: onnx.ModelProto, feeds: Sequence[Feed]
