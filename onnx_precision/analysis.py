@@ -298,8 +298,9 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
     warnings = list(samples.warnings)
     if not any(t.has_float for t in typing.values()):
         warnings.append("the model computes nothing in float32 (already FP16?): there is nothing to analyse")
+    # Two runs per sample only: a switch graph without groups builds faster than it runs slower.
     session = oracle.EmulationSession(model, loaded.base_dir, typing=typing, forced_fp32=plan.fp32_nodes,
-                                      types=types)
+                                      types=types, group_size=1)
     seconds["session"] = time.perf_counter() - start
 
     start = time.perf_counter()

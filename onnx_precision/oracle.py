@@ -120,13 +120,15 @@ class EmulationSession:
     first (:func:`as_fp32`). ``types`` (:func:`typing_rules.tensor_types`) saves a shape inference
     when the caller has it. ``forced_fp32`` defaults to
     the nodes :func:`typing_rules.resolve_plan` keeps FP32 whatever the plan; their switches are
-    never turned on. ``threads`` caps onnxruntime's intra-op threads.
+    never turned on. ``threads`` caps onnxruntime's intra-op threads. ``group_size`` is
+    :func:`emulation.build_switch_model`'s: groups make each probe cheaper and the session slower
+    to build, so a caller with only a couple of runs (``analyze``) passes 1.
     """
 
     def __init__(self, model: onnx.ModelProto, base_dir: str | None = None,
                  capture_intermediates: bool | Iterable[str] = True, typing: Mapping | None = None,
                  forced_fp32: Iterable[str] | None = None, threads: int | None = None,
-                 types: Mapping[str, onnx.TypeProto] | None = None) -> None:
+                 types: Mapping[str, onnx.TypeProto] | None = None, group_size: int | None = None) -> None:
         self.model = model
         self.base_dir = base_dir
         types = tensor_types(model) if types is None else types
@@ -137,7 +139,7 @@ class EmulationSession:
         # Forced nodes get no switch: one that would never be turned on only costs an If.
         self.switch_model: SwitchModel = build_switch_model(
             fp32, self.typing, base_dir, capture_intermediates, None if fp32 is not model else types,
-            fixed=self.forced_fp32)
+            fixed=self.forced_fp32, group_size=group_size)
         self.session = make_session(self.switch_model.model, base_dir, options=session_options(threads))
         self.sessions_built = 1
         self.probes_run = 0
