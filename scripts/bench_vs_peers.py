@@ -80,7 +80,7 @@ class SessionCounter:
 
     @property
     def text(self) -> str:
-        return f"{self.count - self.probes}" + (f" (+{self.probes} 1-node)" if self.probes else "")
+        return f"{self.count - self.probes}" + (f" (+{self.probes} helper)" if self.probes else "")
 
     @contextlib.contextmanager
     def counting(self):
