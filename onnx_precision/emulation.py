@@ -647,7 +647,8 @@ def _emulate_graph(graph: onnx.GraphProto, types: Mapping[str, int], names: _Nam
                 exact = names.fresh(o + "__exact")
                 node.output[i] = exact
                 new_nodes.extend(_round_nodes(exact, o, names))
-    # A graph output that is a renamed FP16 input must still carry its own name.
+    # A graph output that is itself an FP16 graph input passes through unrounded: rounding it would
+    # need a node writing that name, which SSA forbids, and the value is exactly what was fed.
     del graph.node[:]
     graph.node.extend(new_nodes)
 
