@@ -371,14 +371,7 @@ class _SwitchBuilder:
         producer did (idempotent); branching again on the producer's switch to skip it was
         measured to cost as much in If overhead as it saves in Casts.
         """
-        fp32 = onnx.NodeProto()
-        fp32.CopyFrom(node)
-        fp32.name = self.names.fresh(node.name + "__fp32")
-        else_outs = []
-        for i, o in enumerate(node.output):
-            if o:
-                fp32.output[i] = self.names.fresh(o + "__fp32")
-                else_outs.append(self._value_info(fp32.output[i], o))
+        fp32, else_outs = self._branch_copy(node, "__fp32")
         else_graph = helper.make_graph([fp32], node.name + "__fp32", [], else_outs)
         then_graph = self._fp16_graph(node, scopes, out)
         self.switched.update(o for o in node.output if o)
@@ -388,17 +381,24 @@ class _SwitchBuilder:
     def _fp16_graph(self, node: onnx.NodeProto, scopes: Scopes, out: list[onnx.NodeProto],
                     ) -> onnx.GraphProto:
         """The node as FP16 computes it: convertible inputs and outputs rounded."""
-        fp16 = onnx.NodeProto()
-        fp16.CopyFrom(node)
-        fp16.name = self.names.fresh(node.name + "__fp16")
-        outs = []
-        for i, o in enumerate(node.output):
-            if o:
-                fp16.output[i] = self.names.fresh(o + "__fp16")
-                outs.append(self._value_info(fp16.output[i], o))
+        fp16, outs = self._branch_copy(node, "__fp16")
         nodes: list[onnx.NodeProto] = []
         self._fp16_nodes(node, fp16, scopes, out, nodes, {}, {}, set())
         return helper.make_graph(nodes, fp16.name, [], outs)
+
+    def _branch_copy(self, node: onnx.NodeProto, suffix: str,
+                     ) -> tuple[onnx.NodeProto, list[onnx.ValueInfoProto]]:
+        """A copy of ``node`` for one If branch, its name and outputs made fresh with ``suffix``,
+        and the branch's graph outputs (typed like the node's)."""
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        copy.name = self.names.fresh(node.name + suffix)
+        outs = []
+        for i, o in enumerate(node.output):
+            if o:
+                copy.output[i] = self.names.fresh(o + suffix)
+                outs.append(self._value_info(copy.output[i], o))
+        return copy, outs
 
     def _fp16_nodes(self, node: onnx.NodeProto, fp16: onnx.NodeProto, scopes: Scopes,
                     out: list[onnx.NodeProto], nodes: list[onnx.NodeProto], local: dict[str, str],
