@@ -20,8 +20,9 @@ from typing import Mapping
 import onnx
 
 from .errors import PlanError
-from .model_io import graphs, walk_nodes
+from .model_io import walk_nodes
 from .plan import PrecisionPlan
+from .typing_rules import elem_type, tensor_types
 
 # Constant becomes weights, not a layer; Shape and Size read only metadata, never float values.
 _NOT_FLOAT_LAYERS = frozenset({"Constant", "Shape", "Size"})
@@ -59,22 +60,6 @@ class TrtFlags:
         return args
 
 
-def _value_types(model: onnx.ModelProto) -> dict[str, int]:
-    """Element type of every tensor the model names (after shape inference), subgraphs included."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model)
-    except Exception:  # inference is best effort: an op without a shape function must not stop the flags
-        inferred = model
-    types: dict[str, int] = {}
-    for graph in graphs(inferred.graph):
-        for info in list(graph.input) + list(graph.output) + list(graph.value_info):
-            if info.type.HasField("tensor_type"):
-                types[info.name] = info.type.tensor_type.elem_type
-        for init in graph.initializer:
-            types[init.name] = init.data_type
-    return types
-
-
 def _check_name(name: str) -> None:
     bad = [c for c in ",:" if c in name]
     if bad:
@@ -89,7 +74,7 @@ def trt_flags(model: onnx.ModelProto, plan: PrecisionPlan) -> TrtFlags:
     Integer-only nodes (shape arithmetic) and Constant nodes are left out: they are not float
     layers, and naming them would only make trtexec warn about unknown layers.
     """
-    types = _value_types(model)
+    types = {name: elem_type(tp) for name, tp in tensor_types(model).items()}
     precisions: list[tuple[str, str]] = []
     output_types: list[tuple[str, tuple[str, ...]]] = []
     for ref in walk_nodes(model.graph):
