@@ -29,11 +29,14 @@ from typing import Mapping, Sequence
 
 import onnx
 
-from . import compare, model_io, oracle, rules, typing_rules
+from . import compare, oracle, rules
 from .compare import Comparison, Tolerance
+from .context import load_model
 from .data import SampleSpec, load_samples
-from .plan import Precision, PrecisionPlan, Reason, uniform_plan
-from .stats import NodeError, TensorStats
+from .format import number
+from .oracle import NodeError, TensorStats
+from .plan import Precision, PrecisionPlan, Reason
+from .storage import write_text
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +100,7 @@ class AnalysisResult:
     sessions_built: int = 0
     probes_run: int = 0
     seconds: Mapping[str, float] = field(default_factory=dict, compare=False)
+    skipped: tuple[rules.Skipped, ...] = ()  # (node, rule) pairs where a rule looked and found nothing
 
     def row(self, node: str) -> NodeRow:
         for r in self.rows:
@@ -154,6 +158,13 @@ class AnalysisResult:
             lines.extend(f"{r.node}: " + "; ".join(reasons) for r, reasons in explained if reasons)
         return "\n".join(lines)
 
+    def skipped_lines(self) -> list[str]:
+        """Why each rule passed over each node it looked at (``analyze -v``)."""
+        if not self.skipped:
+            return []
+        return ["", "rules that looked and found nothing:"] + [
+            f"  {s.node}: {s.rule}: {s.reason}" for s in self.skipped]
+
     def to_json(self) -> dict:
         return {
             "format": FORMAT,
@@ -170,6 +181,7 @@ class AnalysisResult:
             "sessions_built": self.sessions_built,
             "probes_run": self.probes_run,
             "rows": [r.to_json() for r in self.rows],
+            "skipped": [{"node": s.node, "rule": s.rule, "reason": s.reason} for s in self.skipped],
         }
 
     def dumps(self) -> str:
@@ -177,33 +189,29 @@ class AnalysisResult:
 
     def write_json(self, path: str, input_paths: tuple[str, ...] = ()) -> None:
         """Write :meth:`dumps` to ``path`` atomically; never over the model or ``input_paths``."""
-        model_io.write_text(path, self.dumps(), input_paths=(self.model,) + tuple(input_paths))
+        write_text(path, self.dumps(), input_paths=(self.model,) + tuple(input_paths))
 
 
 # --- presentation ---------------------------------------------------------------------------------
 
-def _g(x: float) -> str:
-    return f"{x:.3g}" if math.isfinite(x) else ("inf" if x > 0 else "-inf" if x < 0 else "nan")
-
-
 def _output_summary(m: compare.OutputMetrics) -> str:
     if m.new_nonfinite:
         return f"{m.name} has {m.new_nonfinite} NaN/Inf"
-    return f"{m.name} rel err {_g(m.max_rel_err)}, cosine {m.cosine:.4f}"
+    return f"{m.name} rel err {number(m.max_rel_err, 3)}, cosine {m.cosine:.4f}"
 
 
 def _row_cells(r: NodeRow) -> tuple[str, ...]:
     rng = r.fp32_range
-    max_abs = "-" if rng is None else _g(rng.max_abs)
+    max_abs = "-" if rng is None else number(rng.max_abs, 3)
     if rng is not None and (rng.nan_count or rng.inf_count):
         max_abs += f" ({rng.nan_count + rng.inf_count} nan/inf)"
-    min_nz = "-" if rng is None or not math.isfinite(rng.min_nonzero_abs) else _g(rng.min_nonzero_abs)
+    min_nz = "-" if rng is None or not math.isfinite(rng.min_nonzero_abs) else number(rng.min_nonzero_abs, 3)
     if r.error is None:
         err = "fp32" if r.forced_fp32 is not None else "-"
     elif r.error.new_nonfinite:
         err = f"{r.error.new_nonfinite} nan/inf"
     else:
-        err = _g(r.error.max_rel_err)
+        err = number(r.error.max_rel_err, 3)
     if r.first_divergence:
         err += " *"
     names = ", ".join(dict.fromkeys(f.rule for f in r.active_findings)) or "-"
@@ -214,12 +222,12 @@ def _row_cells(r: NodeRow) -> tuple[str, ...]:
 def _reasons(r: NodeRow) -> list[str]:
     out = []
     if r.fp32_range is not None and r.fp32_range.overflows_fp16:
-        out.append(f"FP32 values reach {_g(r.fp32_range.max_abs)}, past FP16's 65504")
+        out.append(f"FP32 values reach {number(r.fp32_range.max_abs, 3)}, past FP16's 65504")
     out += [f.message + ("" if f.confirmed else " (static)") for f in r.active_findings
             if f.severity in _VERDICT_DRIVING or r.verdict != SAFE]
     if r.first_divergence and r.error is not None:
         what = (f"{r.error.new_nonfinite} new NaN/Inf" if r.error.new_nonfinite
-                else f"relative error {_g(r.error.max_rel_err)}")
+                else f"relative error {number(r.error.max_rel_err, 3)}")
         out.append(f"emulated FP16 error appears here ({what}) while its inputs are still close")
     if r.forced_fp32 is not None:
         out.append(f"kept FP32 in any plan ({r.forced_fp32.source}: {r.forced_fp32.detail})")
@@ -284,23 +292,17 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
     tol = tol or Tolerance()
     seconds: dict[str, float] = {}
     start = time.perf_counter()
-    loaded = model_io.load_model(model_path)
-    model = loaded.model
-    samples = load_samples(model, spec)
+    ctx = load_model(model_path)
+    samples = load_samples(ctx.model, spec)
     seconds["load"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    types = typing_rules.tensor_types(model)
-    typing = typing_rules.model_typing(model, types)
-    names = [ref.name for ref in model_io.walk_nodes(model.graph)]
-    all_fp16 = uniform_plan(names, Precision.FP16, Reason("default", "all FP16"))
-    plan = typing_rules.resolve_plan(model, all_fp16, loaded.base_dir, typing=typing, types=types)
+    plan = ctx.resolve(ctx.all_fp16_plan())
     warnings = list(samples.warnings)
-    if not any(t.has_float for t in typing.values()):
+    if not any(t.has_float for t in ctx.typing.values()):
         warnings.append("the model computes nothing in float32 (already FP16?): there is nothing to analyse")
     # Two runs per sample only: a switch graph without groups builds faster than it runs slower.
-    session = oracle.EmulationSession(model, loaded.base_dir, typing=typing, forced_fp32=plan.fp32_nodes,
-                                      types=types, group_size=1)
+    session = oracle.EmulationSession(ctx, group_size=1)
     seconds["session"] = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -309,23 +311,23 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
     seconds["runs"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    rows = build_rows(model, loaded.base_dir, types, plan, reference, layerwise)
+    facts = rules.ModelFacts(ctx, reference.stats)
+    rule_run = rules.run_rules(facts)
+    rows = build_rows(facts, rule_run.findings, plan, reference, layerwise)
     seconds["rules"] = time.perf_counter() - start
     log.debug("analyze %s: %s", model_path, ", ".join(f"{k} {v:.2f}s" for k, v in seconds.items()))
     return AnalysisResult(model_path, samples.source, samples.synthetic, len(samples.feeds), tol, rows,
                           outputs, reference.first_nonfinite, tuple(warnings), oracle.EMULATE,
-                          session.sessions_built, session.probes_run, seconds)
+                          session.sessions_built, session.probes_run, seconds, rule_run.skipped)
 
 
-def build_rows(model: onnx.ModelProto, base_dir: str, types: Mapping[str, onnx.TypeProto],
-               plan: PrecisionPlan, reference: oracle.ReferenceResult, layerwise: oracle.LayerwiseResult,
-               ) -> tuple[NodeRow, ...]:
+def build_rows(facts: rules.ModelFacts, findings: Sequence[rules.Finding], plan: PrecisionPlan,
+               reference: oracle.ReferenceResult, layerwise: oracle.LayerwiseResult) -> tuple[NodeRow, ...]:
     """Rows for every node (subgraph nodes after their owner), problems first."""
-    facts = rules.ModelFacts(model, base_dir, reference.stats, types)
     by_node: dict[str, list[rules.Finding]] = {}
-    for f in rules.run_rules(model, base_dir, facts=facts):
+    for f in findings:
         by_node.setdefault(f.node, []).append(f)
-    refs = list(model_io.walk_nodes(model.graph))
+    refs = facts.ctx.nodes
     body: dict[str, list[rules.Finding]] = {}
     for ref in refs:
         for owner, _ in ref.graph_path:

@@ -25,26 +25,27 @@ the report says whether that plan happens to pass).
 from __future__ import annotations
 
 import logging
-import time
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from . import model_io
+from . import oracle, rules
 from .compare import Comparison, Tolerance, compare_outputs, merge_comparisons
+from .context import ModelContext
+from .costs import Clock, PhaseCost, PhaseTotals
 from .data import Samples
-from .errors import PrecisionError, SearchError
+from .errors import InternalError, PrecisionError, SearchError
 from .fp16 import FP16_MAX
+from .oracle import EmulationSession, LayerwiseResult, ReferenceResult
+from .oracle.stats import NodeStats
 from .plan import PrecisionPlan, Reason
-from .report import NodeStats, PhaseCost, PhaseTotals
 from .search import PinSearch, SearchOutcome
+from .vocab import MeasuringMode, ReasonSource, Status
 
 log = logging.getLogger(__name__)
 
 DEFAULT_HEADROOM = 2.0
-MODES = ("auto", "static")
 ORACLE = "emulate"
 # A tensor is "flushed" when this share of its nonzero values rounds to zero in FP16: beyond
 # isolated denormals, enough to change a sum, a norm or a Log.
@@ -52,7 +53,9 @@ FLUSH_SHARE = 0.01
 
 Progress = Callable[[str, int, int], None]  # (phase, probes done, estimated probes left)
 
-PASSED, FAILED, FP32_NONFINITE, STATIC = "passed", "failed", "fp32-nonfinite", "static"
+PASSED: Status = "passed"
+FAILED: Status = "failed"
+FP32_NONFINITE: Status = "fp32-nonfinite"
 
 
 @dataclass(frozen=True)
@@ -60,9 +63,9 @@ class AutoResult(PhaseTotals):
     """The chosen plan and everything the report and the verification need."""
 
     plan: PrecisionPlan
-    status: str  # passed | failed | fp32-nonfinite (static mode: passed/failed of its one plan)
+    status: Status  # passed | failed | fp32-nonfinite (static mode: passed/failed of its one plan)
     message: str
-    mode: str
+    mode: MeasuringMode
     before: Comparison | None  # the base plan (all FP16 but forced pins), emulated
     after: Comparison | None  # the chosen plan, emulated
     node_stats: Mapping[str, NodeStats]
@@ -71,8 +74,6 @@ class AutoResult(PhaseTotals):
     reference_outputs: tuple[dict[str, np.ndarray], ...]  # FP32 graph outputs per sample
     headroom: float
     samples: Samples  # what every probe ran on (the verification runs the written model on them)
-    types: Mapping = field(default_factory=dict)  # typing_rules.tensor_types of the model, for the rewriter
-    typing: Mapping = field(default_factory=dict)  # typing_rules.model_typing of the model, for the rewriter
 
     @property
     def passed(self) -> bool:
@@ -89,35 +90,25 @@ class AutoResult(PhaseTotals):
             raise SearchError(self.message)
 
 
-def choose_plan(loaded: model_io.LoadedModel, base_plan: PrecisionPlan, samples: Samples,
-                tolerance: Tolerance, headroom: float = DEFAULT_HEADROOM, mode: str = "auto",
+def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
+                tolerance: Tolerance, headroom: float = DEFAULT_HEADROOM, mode: MeasuringMode = "auto",
                 progress: Progress | None = None) -> AutoResult:
-    """Pick the plan for ``loaded`` starting from ``base_plan`` (see the module docstring).
+    """Pick the plan for ``ctx``'s model starting from ``base_plan`` (see the module docstring).
 
     ``headroom`` 0 turns headroom pins off; otherwise it must be at least 1 (1: pin only what
     overflows on the samples).
     """
-    from . import oracle
-    from .typing_rules import model_typing, resolve_plan, tensor_types
-
-    if mode not in MODES:
-        raise ValueError(f"choose_plan: mode {mode!r} is not one of {MODES}")
     if headroom != 0 and not headroom >= 1.0:
         raise PrecisionError(f"--headroom {headroom:g}: must be 0 (off) or at least 1 "
-                          f"(1 = pin only what overflows on the samples)")
-    model, base_dir = loaded.model, loaded.base_dir
-    clock = _Clock()
+                             f"(1 = pin only what overflows on the samples)")
+    clock = Clock()
     with clock.phase("reference") as phase:
-        types = tensor_types(model)
-        typing = model_typing(model, types)
-        user = resolve_plan(model, base_plan, base_dir, typing=typing, types=types)
-        forced = oracle.forced_fp32_nodes(model, base_dir, typing, types)
-        session = oracle.EmulationSession(model, base_dir, typing=typing, forced_fp32=forced, types=types)
+        user = ctx.resolve(base_plan)
+        session = EmulationSession(ctx)
         reference = oracle.reference_stats(session, samples)
         phase.count(session, probes=1)
-    graph = _Graph.of(model, typing)
-    run = _Run(mode, headroom, clock, session, reference, _node_stats(graph, reference.stats), samples, types,
-               typing)
+    graph = _Graph.of(ctx)
+    run = _Run(mode, headroom, clock, session, reference, _node_stats(graph, reference.stats), samples)
 
     nonfinite = _fp32_nonfinite_message(reference)
     if nonfinite:
@@ -126,7 +117,7 @@ def choose_plan(loaded: model_io.LoadedModel, base_plan: PrecisionPlan, samples:
     base = user
     for node, reason in headroom_pins(graph, user, reference.stats, headroom).items():
         base = base.with_fp32([node], reason)
-    flagged = _flagged(model, base_dir, graph, user, reference, static=mode == "static", types=types)
+    flagged = _flagged(ctx, graph, user, reference, static=mode == "static")
     prober = _Prober(session, samples.feeds, reference.outputs, tolerance)
     with clock.phase("before") as phase:
         before = prober.comparison(user)
@@ -140,23 +131,20 @@ def choose_plan(loaded: model_io.LoadedModel, base_plan: PrecisionPlan, samples:
 class _Run:
     """What every ending of :func:`choose_plan` reports."""
 
-    mode: str
+    mode: MeasuringMode
     headroom: float
-    clock: "_Clock"
-    session: object
-    reference: object
+    clock: Clock
+    session: EmulationSession
+    reference: ReferenceResult
     stats: Mapping[str, NodeStats]
     samples: Samples
-    types: Mapping
-    typing: Mapping
 
-    def finish(self, plan: PrecisionPlan, status: str, message: str, before: Comparison | None = None,
-               after: Comparison | None = None, outcome: SearchOutcome | None = None, layer=None,
-               ) -> AutoResult:
+    def finish(self, plan: PrecisionPlan, status: Status, message: str, before: Comparison | None = None,
+               after: Comparison | None = None, outcome: SearchOutcome | None = None,
+               layer: LayerwiseResult | None = None) -> AutoResult:
         node_stats = self.stats if layer is None else _with_layerwise(self.stats, layer)
         return AutoResult(plan, status, message, self.mode, before, after, node_stats, self.clock.phases(),
-                          outcome, tuple(self.reference.outputs), self.headroom, self.samples, self.types,
-                          self.typing)
+                          outcome, tuple(self.reference.outputs), self.headroom, self.samples)
 
 
 def _static(run: _Run, prober: "_Prober", base: PrecisionPlan, flagged: Mapping[str, list[Reason]],
@@ -174,8 +162,6 @@ def _static(run: _Run, prober: "_Prober", base: PrecisionPlan, flagged: Mapping[
 def _search(run: _Run, prober: "_Prober", graph: "_Graph", samples: Samples, user: PrecisionPlan,
             base: PrecisionPlan,
             flagged: Mapping[str, list[Reason]], before: Comparison, progress: Progress | None) -> AutoResult:
-    from . import oracle
-
     session, clock = run.session, run.clock
     with clock.phase("start") as phase:
         if base.fp32_nodes == user.fp32_nodes:
@@ -192,7 +178,7 @@ def _search(run: _Run, prober: "_Prober", graph: "_Graph", samples: Samples, use
                 phase.count(session, probes=1)
         return run.finish(plan, PASSED, "", before, after)
     with clock.phase("layerwise") as phase:
-        layer = oracle.layerwise(session, base, samples, run.reference)
+        layer = oracle.layerwise(session, base, samples)
         phase.count(session, probes=1)
     searchable = [n for n in graph.order if n in session.switchable and base.is_fp16(n)]
     flagged_nodes = set(flagged) | set(layer.first_divergence)
@@ -228,7 +214,7 @@ def _search(run: _Run, prober: "_Prober", graph: "_Graph", samples: Samples, use
         after = prober.comparison(plan)
         phase.count(session, probes=1)
     if not after.passed:  # the search keeps only sets that passed: this would be an oracle bug
-        raise AssertionError("the searched plan passed during the search but fails on re-evaluation")
+        raise InternalError("the searched plan passed during the search but fails on re-evaluation")
     return run.finish(plan, PASSED, "", before, after, outcome, layer)
 
 
@@ -253,10 +239,12 @@ class _Graph:
     holders: Mapping[str, tuple[str, ...]]  # tensor -> nodes that hold it in FP16 when FP16, in order
 
     @staticmethod
-    def of(model, typing) -> "_Graph":
-        order, outputs, holders = [], {}, {}
-        for ref in model_io.walk_nodes(model.graph):
-            node, t = ref.node, typing[ref.name]
+    def of(ctx: ModelContext) -> "_Graph":
+        order: list[str] = []
+        outputs: dict[str, tuple[str, ...]] = {}
+        holders: dict[str, list[str]] = {}
+        for ref in ctx.nodes:
+            node, t = ref.node, ctx.typing[ref.name]
             order.append(ref.name)
             outputs[ref.name] = tuple(o for o in node.output if o)
             fp16 = [node.input[i] for i in t.convertible_inputs]
@@ -302,11 +290,11 @@ def _tensors(graph: _Graph) -> list[str]:
     return list(graph.holders)
 
 
-def _flagged(model, base_dir: str, graph: _Graph, plan: PrecisionPlan, reference, static: bool,
-             types: Mapping | None = None) -> dict[str, list[Reason]]:
+def _flagged(ctx: ModelContext, graph: _Graph, plan: PrecisionPlan, reference: ReferenceResult, static: bool,
+             ) -> dict[str, list[Reason]]:
     """Static candidates: confirmed rule findings and range flags (flushed tensors), FP16 nodes only."""
     flags: dict[str, list[Reason]] = {}
-    for node, reason in _rule_reasons(model, base_dir, reference, static, types):
+    for node, reason in _rule_reasons(ctx, reference, static):
         if plan.is_fp16(node):
             flags.setdefault(node, []).append(reason)
     for tensor in _tensors(graph):
@@ -328,14 +316,10 @@ def _flagged(model, base_dir: str, graph: _Graph, plan: PrecisionPlan, reference
     return flags
 
 
-def _rule_reasons(model, base_dir: str, reference, static: bool, types: Mapping | None = None,
-                  ) -> Iterator[tuple[str, Reason]]:
+def _rule_reasons(ctx: ModelContext, reference: ReferenceResult, static: bool) -> Iterator[tuple[str, Reason]]:
     """Findings of the static risk rules that the recorded ranges confirm (static mode: only
     those of high or medium severity, since nothing will test them)."""
-    from . import rules
-
-    facts = rules.ModelFacts(model, base_dir, reference.stats, types)
-    for finding in rules.run_rules(model, base_dir, reference.stats, facts):
+    for finding in rules.run_rules(rules.ModelFacts(ctx, reference.stats)).findings:
         if finding.confirmed and (not static or finding.severity in (rules.HIGH, rules.MEDIUM)):
             yield finding.node, finding.reason()
 
@@ -352,13 +336,13 @@ def _node_stats(graph: _Graph, tensor_stats: Mapping) -> dict[str, NodeStats]:
     return out
 
 
-def _layerwise_errors(layer) -> dict[str, float]:
+def _layerwise_errors(layer: LayerwiseResult) -> dict[str, float]:
     """Per node the scale-relative error of its emulated output; inf where it turned non-finite."""
     return {name: float("inf") if e.new_nonfinite else float(e.max_rel_err)
             for name, e in layer.nodes.items()}
 
 
-def _with_layerwise(stats: Mapping[str, NodeStats], layer) -> dict[str, NodeStats]:
+def _with_layerwise(stats: Mapping[str, NodeStats], layer: LayerwiseResult) -> dict[str, NodeStats]:
     out = dict(stats)
     for name, error in _layerwise_errors(layer).items():
         s = out.get(name, NodeStats())
@@ -366,7 +350,7 @@ def _with_layerwise(stats: Mapping[str, NodeStats], layer) -> dict[str, NodeStat
     return out
 
 
-def _fp32_nonfinite_message(reference) -> str:
+def _fp32_nonfinite_message(reference: ReferenceResult) -> str:
     """Why the FP32 model itself is unusable as a reference, or "".
 
     Only non-finite *outputs* stop the conversion: an intermediate -inf that the model absorbs
@@ -391,7 +375,7 @@ def _fp32_nonfinite_message(reference) -> str:
     return ""
 
 
-def _graph_outputs(session, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _graph_outputs(session: EmulationSession, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {name: values[name] for name in session.outputs}
 
 
@@ -402,7 +386,7 @@ class _Prober:
     """Does a plan pass every sample? Stops at the first failing sample and tries it first next
     time: the sample that broke the last probe is the likeliest to break the next."""
 
-    def __init__(self, session, feeds: Sequence[Mapping[str, np.ndarray]],
+    def __init__(self, session: EmulationSession, feeds: Sequence[Mapping[str, np.ndarray]],
                  refs: Sequence[Mapping[str, np.ndarray]], tolerance: Tolerance) -> None:
         self.session = session
         self.feeds = feeds
@@ -442,44 +426,6 @@ def _failure(comparison: Comparison, sample: int, samples: int) -> str:
     return f"{where}output '{bad.name}' {what}"
 
 
-# --- timing ----------------------------------------------------------------------------------------
-
-
-class _PhaseCounts:
-    def __init__(self) -> None:
-        self.sessions_built: int | None = None
-        self.probes = 0
-
-    def count(self, session, probes: int = 0) -> None:
-        """Note the session's build counter at the end of the phase and the plans it probed."""
-        self.sessions_built = session.sessions_built
-        self.probes = probes
-
-
-class _Clock:
-    """Seconds, sessions built and probes per phase, for the report."""
-
-    def __init__(self) -> None:
-        self._phases: list[PhaseCost] = []
-        self._sessions_seen = 0
-
-    @contextmanager
-    def phase(self, name: str) -> Iterator[_PhaseCounts]:
-        counts = _PhaseCounts()
-        started = time.perf_counter()
-        try:
-            yield counts
-        finally:
-            built = 0
-            if counts.sessions_built is not None:
-                built = counts.sessions_built - self._sessions_seen
-                self._sessions_seen = counts.sessions_built
-            self._phases.append(PhaseCost(name, time.perf_counter() - started, built, counts.probes))
-
-    def phases(self) -> tuple[PhaseCost, ...]:
-        return tuple(self._phases)
-
-
-def pinned_by(plan: PrecisionPlan, source: str) -> tuple[str, ...]:
+def pinned_by(plan: PrecisionPlan, source: ReasonSource) -> tuple[str, ...]:
     """FP32 nodes with a reason of ``source`` (e.g. which pins came from headroom)."""
     return tuple(n for n in plan.fp32_nodes if any(r.source == source for r in plan.decisions[n].reasons))

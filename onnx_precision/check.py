@@ -9,24 +9,16 @@ that provider instead (onnxruntime-gpu needed). The result always says which ora
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
-import numpy as np
 import onnx
 
-from . import model_io
 from .compare import Comparison, Tolerance, compare_samples
+from .context import load_model
 from .data import SampleSpec, Samples, load_samples
 from .errors import ModelLoadError, PrecisionError
-
-ORACLES = ("emulate", "cuda", "tensorrt")
-NATIVE_PROVIDERS = {"cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
-
-
-class OracleUnavailable(PrecisionError):
-    """The requested native oracle's provider is not installed."""
-
+from .format import number
+from .vocab import OracleName
 
 @dataclass(frozen=True)
 class CheckResult:
@@ -50,7 +42,7 @@ class CheckResult:
                f"samples: {len(self.samples.feeds)} ({self.samples.source})"]
         out += [f"warning: {w}" for w in self.samples.warnings]
         for m in self.comparison.outputs:
-            line = (f"  {m.name}: max abs err {_num(m.max_abs_err)}, max rel err {_num(m.max_rel_err)}, "
+            line = (f"  {m.name}: max abs err {number(m.max_abs_err)}, max rel err {number(m.max_rel_err)}, "
                     f"cosine {m.cosine:.6f}")
             if m.new_nonfinite:
                 line += f", {m.new_nonfinite} new NaN/Inf"
@@ -60,82 +52,29 @@ class CheckResult:
 
 
 def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
-          tol: Tolerance | None = None, oracle: str = "emulate") -> CheckResult:
+          tol: Tolerance | None = None, oracle: OracleName = "emulate") -> CheckResult:
     """Compare ``candidate_path`` with the FP32 ``model_path`` on the samples of ``spec``."""
     from . import oracle as oracle_lib  # heavy: onnxruntime
 
     spec = spec or SampleSpec()
     tol = tol or Tolerance()
-    require_oracle(oracle)
-    reference = model_io.load_model(model_path)
-    candidate = model_io.load_model(candidate_path)
+    oracle_lib.require_oracle(oracle)
+    reference = load_model(model_path)
+    candidate = load_model(candidate_path)
     _check_outputs_match(reference.model, candidate.model, model_path, candidate_path)
     samples = load_samples(reference.model, spec)
 
-    refs = oracle_lib.run_fp32(reference.model, samples.feeds, reference.base_dir).outputs
+    refs = oracle_lib.run_fp32(reference, samples.feeds).outputs
     try:
-        cands = run_candidate(candidate, samples.feeds, oracle)
+        cands = oracle_lib.run_candidate(candidate, samples.feeds, oracle)
     except PrecisionError:
         raise
     except Exception as e:  # onnxruntime rejects the candidate (shapes, types, ops): the user's input
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelLoadError(f"{candidate_path}: onnxruntime cannot run the candidate on the samples: "
-                             f"{first}")
-    comparison = compare_samples(refs, _only(cands, refs), tol, cands.oracle)
+                             f"{first}") from e
+    comparison = compare_samples(refs, oracle_lib.select.only_reference_outputs(cands, refs), tol, cands.oracle)
     return CheckResult(model_path, candidate_path, comparison, samples)
-
-
-def run_candidate(candidate: model_io.LoadedModel, feeds, oracle: str = "emulate"):
-    """The candidate's outputs on ``feeds`` under ``oracle`` (an OracleRun); one session."""
-    from . import oracle as oracle_lib
-
-    if oracle == "emulate":
-        return oracle_lib.run_emulated(candidate.model, feeds, candidate.base_dir)
-    require_oracle(oracle)
-    return oracle_lib.run_native(candidate.model, feeds, NATIVE_PROVIDERS[oracle], candidate.base_dir)
-
-
-def verify_written(model: onnx.ModelProto, base_dir: str, feeds, reference_outputs, tol: Tolerance,
-                   oracle: str = "emulate") -> Comparison:
-    """Run what was WRITTEN (emulated, or natively on a GPU provider) against the FP32 outputs the
-    search already computed: one session, whatever happened before."""
-    run = run_candidate(model_io.LoadedModel(model, "", base_dir, []), feeds, oracle)
-    return compare_samples(list(reference_outputs), _only(run, reference_outputs), tol, run.oracle)
-
-
-def require_oracle(oracle: str) -> None:
-    """Fail before any work when ``oracle`` names a provider this onnxruntime does not have."""
-    if oracle not in ORACLES:
-        raise OracleUnavailable(f"unknown oracle '{oracle}'; expected one of {', '.join(ORACLES)}")
-    if oracle in NATIVE_PROVIDERS:
-        import onnxruntime as ort
-        if NATIVE_PROVIDERS[oracle] not in ort.get_available_providers():
-            raise OracleUnavailable(f"--oracle {oracle}: onnxruntime has no {NATIVE_PROVIDERS[oracle]} here "
-                                    f"(install onnxruntime-gpu on a machine with the GPU stack)")
-
-
-def verify_output(output_path: str, auto_result, tol: Tolerance, oracle: str = "emulate"):
-    """Verify the file ``convert`` wrote, read back from disk: emulated (always) and natively on
-    ``oracle``'s provider when one is named. Returns (emulated, native or None, phase costs)."""
-    from .report import PhaseCost
-
-    started = time.perf_counter()
-    written = model_io.load_model(output_path)
-    feeds, refs = auto_result.samples.feeds, auto_result.reference_outputs
-    verified = verify_written(written.model, written.base_dir, feeds, refs, tol)
-    phases = [PhaseCost("verify", time.perf_counter() - started, sessions=1, probes=1)]
-    native = None
-    if oracle != "emulate":
-        started = time.perf_counter()
-        native = verify_written(written.model, written.base_dir, feeds, refs, tol, oracle)
-        phases.append(PhaseCost(f"native {oracle}", time.perf_counter() - started, sessions=1, probes=1))
-    return verified, native, tuple(phases)
-
-
-def _only(run, refs) -> list[dict[str, np.ndarray]]:
-    """Each candidate sample restricted to the reference's outputs."""
-    return [{name: np.asarray(out[name]) for name in ref if name in out}
-            for out, ref in zip(run.outputs, refs)]
 
 
 def _check_outputs_match(model: onnx.ModelProto, candidate: onnx.ModelProto, model_path: str,
@@ -163,6 +102,3 @@ def _oracle_text(oracle: str) -> str:
     return f"{oracle} (the candidate run natively by onnxruntime's {oracle} provider)"
 
 
-def _num(x) -> str:
-    x = float(x)
-    return f"{x:.4g}" if np.isfinite(x) else str(x)

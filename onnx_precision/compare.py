@@ -29,6 +29,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from .format import json_float
+
 
 @dataclass(frozen=True)
 class Tolerance:
@@ -70,11 +72,6 @@ class Comparison:
     def to_json(self) -> dict:
         return {"oracle": self.oracle, "passed": self.passed, "samples": self.samples,
                 "outputs": [m.to_json() for m in self.outputs]}
-
-
-def json_float(x: float) -> float | str:
-    """``x`` as JSON can hold it: a float, or "inf"/"-inf"/"nan" (JSON has no non-finite numbers)."""
-    return float(x) if np.isfinite(x) else str(float(x))
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:

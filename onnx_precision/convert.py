@@ -11,24 +11,30 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
-from . import helper_sessions, model_io, saving
+from . import helper_sessions, storage
 from .compare import Tolerance
+from .context import ModelContext, load_model
+from .costs import PhaseCost
 from .data import SampleSpec, sample_files
 from .errors import OutputError, SearchError
-from .plan import Precision, PrecisionPlan, Reason, apply_user_choices, uniform_plan
+from .plan import PrecisionPlan, Reason, apply_user_choices
 from .rewriter import RewriteResult, rewrite
+from .vocab import MODES, Mode, OracleName
+
+if TYPE_CHECKING:
+    from .auto import AutoResult, Progress
+    from .report import RunReport
 
 logger = logging.getLogger(__name__)
 
-MODES = ("all-fp16", "static", "auto")
 _MAX_LISTED_PINS = 20
 
 
 @dataclass(frozen=True)
 class ConvertOptions:
-    mode: str = "auto"  # "all-fp16" | "static" | "auto"
+    mode: Mode = "auto"
     keep_fp32: tuple[str, ...] = ()  # regexes over node names
     keep_fp32_ops: tuple[str, ...] = ()
     plan_path: str | None = None  # a plan to start from (--plan)
@@ -41,7 +47,7 @@ class ConvertOptions:
     headroom: float = 2.0  # auto.DEFAULT_HEADROOM: one binade of margin over the samples (0: off)
     report_json: str | None = None
     report_md: str | None = None
-    oracle: str = "emulate"  # "emulate" | "cuda" | "tensorrt"
+    oracle: OracleName = "emulate"
 
 
 @dataclass(frozen=True)
@@ -54,8 +60,8 @@ class ConvertResult:
     rewrite: RewriteResult
     warnings: tuple[str, ...] = ()
     written: tuple[str, ...] = ()  # every file written, model first
-    auto: Any = None  # onnx_precision.auto.AutoResult in static/auto modes
-    report: Any = None  # onnx_precision.report.RunReport in static/auto modes (verified output)
+    auto: AutoResult | None = None  # static/auto modes
+    report: RunReport | None = None  # static/auto modes (verified output)
     report_paths: tuple[str, ...] = ()
 
     @property
@@ -84,37 +90,24 @@ class ConvertResult:
         return lines
 
 
-def node_ops(model) -> dict[str, str]:
-    return {ref.name: ref.node.op_type for ref in model_io.walk_nodes(model.graph)}
-
-
-def base_plan(loaded: model_io.LoadedModel, options: ConvertOptions) -> tuple[PrecisionPlan, list[str]]:
+def base_plan(ctx: ModelContext, options: ConvertOptions) -> tuple[PrecisionPlan, list[str]]:
     """All nodes FP16, then --plan, --keep-fp32 and --keep-fp32-op; returns the plan and warnings."""
-    ops = node_ops(loaded.model)
-    plan = uniform_plan(ops, Precision.FP16, Reason("default", options.mode), fp16_io=options.fp16_io)
+    plan = ctx.all_fp16_plan(Reason("default", options.mode), fp16_io=options.fp16_io)
     user_plan = PrecisionPlan.load(options.plan_path) if options.plan_path else None
-    return apply_user_choices(plan, ops, options.keep_fp32, options.keep_fp32_ops, user_plan,
+    return apply_user_choices(plan, ctx.node_ops, options.keep_fp32, options.keep_fp32_ops, user_plan,
                               options.plan_path or "plan")
 
 
-def choose_plan(loaded: model_io.LoadedModel, plan: PrecisionPlan, options: ConvertOptions,
-                progress: Any = None) -> tuple[PrecisionPlan, Any]:
-    """The plan to write: ``plan`` itself in all-fp16 mode; static/auto modes ask
+def choose_plan(ctx: ModelContext, plan: PrecisionPlan, options: ConvertOptions,
+                progress: Progress | None = None) -> tuple[PrecisionPlan, AutoResult | None]:
+    """The plan to write, resolved: ``plan`` itself in all-fp16 mode; static/auto modes ask
     :func:`onnx_precision.auto.choose_plan` (which returns an AutoResult, also returned)."""
     if options.mode == "all-fp16":
-        return plan, None
+        return ctx.resolve(plan), None
     from . import auto, data  # the oracle stack is only needed by the measuring modes
-    samples = data.load_samples(loaded.model, options.samples)
-    result = auto.choose_plan(loaded, plan, samples, options.tolerance, options.headroom, options.mode, progress)
-    return result.plan, result
-
-
-def convert_model(loaded: model_io.LoadedModel, plan: PrecisionPlan, auto_result: Any = None) -> RewriteResult:
-    """Rewrite ``loaded`` for ``plan`` (resolved for types and initializers) in memory; the typing
-    a search already computed (``auto_result``) is reused."""
-    if auto_result is not None and auto_result.typing:
-        return rewrite(loaded.model, plan, loaded.base_dir, types=auto_result.types, typing=auto_result.typing)
-    return rewrite(loaded.model, plan, loaded.base_dir)
+    samples = data.load_samples(ctx.model, options.samples)
+    result = auto.choose_plan(ctx, plan, samples, options.tolerance, options.headroom, options.mode, progress)
+    return ctx.resolve(result.plan), result
 
 
 def _input_paths(model_path: str, options: ConvertOptions) -> tuple[str, ...]:
@@ -129,14 +122,14 @@ def _check_paths(inputs: tuple[str, ...], output_path: str, options: ConvertOpti
                            options.report_md) if p]
     seen = set()
     for path in outputs:
-        target = saving.check_output_path(path, inputs)
+        target = storage.check_output_path(path, inputs)
         if target in seen:
             raise OutputError(f"{path}: given for two different outputs")
         seen.add(target)
 
 
 def convert(model_path: str, output_path: str, options: ConvertOptions = ConvertOptions(),
-            progress: Any = None) -> ConvertResult:
+            progress: Progress | None = None) -> ConvertResult:
     """Convert ``model_path`` to ``output_path`` per ``options`` (see the CLI help for each).
 
     static/auto modes also verify the written file (emulated, and natively with --oracle
@@ -146,49 +139,52 @@ def convert(model_path: str, output_path: str, options: ConvertOptions = Convert
         raise ValueError(f"convert: mode {options.mode!r} is not one of {MODES}")
     measuring = options.mode != "all-fp16"
     if measuring:
-        from . import check, report as report_lib
-        check.require_oracle(options.oracle)
+        from . import oracle, report as report_lib
+        oracle.require_oracle(options.oracle)
         reports = report_lib.default_paths(output_path, options.report_json, options.report_md)
         options = replace(options, report_json=reports[0], report_md=reports[1])
     inputs = _input_paths(model_path, options)
     _check_paths(inputs, output_path, options)
     helpers_before = helper_sessions.built()
-    loaded = model_io.load_model(model_path)
-    if loaded.renamed:
-        logger.debug("named %d unnamed node(s) (node_of_<first output>)", len(loaded.renamed))
-    plan, warnings = base_plan(loaded, options)
+    ctx = load_model(model_path)
+    if ctx.renamed:
+        logger.debug("named %d unnamed node(s) (node_of_<first output>)", len(ctx.renamed))
+    plan, warnings = base_plan(ctx, options)
     if not measuring and (options.report_json or options.report_md):
         warnings.append("--report/--report-md apply to --mode static and auto (which verify); no report written")
     if not measuring and options.oracle != "emulate":
         warnings.append(f"--oracle {options.oracle} applies to --mode static and auto (which verify); not run")
-    plan, auto_result = choose_plan(loaded, plan, options, progress)
+    plan, auto_result = choose_plan(ctx, plan, options, progress)
     if auto_result is not None and not auto_result.writable:
-        report = report_lib.for_conversion(loaded.model, model_path, None, auto_result.plan, auto_result.samples,
+        report = report_lib.for_conversion(ctx, None, auto_result.plan, auto_result.samples,
                                            options.tolerance, options.mode, options.oracle, auto_result,
                                            warnings=warnings, helper_sessions=helper_sessions.built() - helpers_before)
         paths = report_lib.write_reports(report, options.report_json, options.report_md, inputs)
         raise SearchError(f"{auto_result.message} (no model written; report: {paths[0]})")
     started = time.perf_counter()
-    result = convert_model(loaded, plan, auto_result)
+    result = rewrite(ctx, plan)
     texts = []
     if options.plan_out:
         texts.append((options.plan_out, result.plan.dumps()))
     if options.trt_flags_path:
         from .trt import trt_flags_text
-        texts.append((options.trt_flags_path, trt_flags_text(loaded.model, result.plan, model_path, output_path)))
-    model_io.save_model(result.model, output_path, source_dir=loaded.base_dir,
-                        external_data=True if options.external_data else None, input_paths=inputs)
+        texts.append((options.trt_flags_path, trt_flags_text(ctx.model, result.plan, model_path, output_path)))
+    storage.save_model(result.model, output_path, source_dir=ctx.base_dir,
+                       external_data=True if options.external_data else None, input_paths=inputs)
     for path, text in texts:
-        model_io.write_text(path, text, input_paths=inputs)
+        storage.write_text(path, text, input_paths=inputs)
     written = (output_path,) + tuple(p for p, _ in texts)
     if auto_result is None:
         return ConvertResult(model_path, output_path, result.plan, result, tuple(warnings), written)
-    write = report_lib.PhaseCost("write", time.perf_counter() - started)
-    verified, native, phases = check.verify_output(output_path, auto_result, options.tolerance, options.oracle)
+    write = PhaseCost("write", time.perf_counter() - started)
+    verified, native, phases = oracle.verify_output(output_path, auto_result.samples.feeds,
+                                                    auto_result.reference_outputs, options.tolerance,
+                                                    options.oracle)
     if auto_result.passed and not verified.passed:
+        # The model and report stay written (they are the bug report); the report's status says failed.
         logger.error("BUG: the plan passed the emulated search but the written model %s fails the emulated "
                      "check; please report it with %s", output_path, options.report_json)
-    report = report_lib.for_conversion(loaded.model, model_path, output_path, result.plan, auto_result.samples,
+    report = report_lib.for_conversion(ctx, output_path, result.plan, auto_result.samples,
                                        options.tolerance, options.mode, options.oracle, auto_result, verified,
                                        native, (write,) + phases, warnings, helper_sessions.built() - helpers_before)
     paths = report_lib.write_reports(report, options.report_json, options.report_md, inputs)

@@ -2,8 +2,8 @@
 
 Every mistake a user can make (a missing file, a plan naming an unknown node, sample data of the
 wrong shape) raises a subclass of :class:`PrecisionError` whose message is one line naming the
-file, node or tensor at fault. The CLI prints that line and exits non-zero; anything else that
-escapes is a bug and keeps its traceback.
+file, node or tensor at fault. The CLI prints that line and exits non-zero. A "cannot happen" raises
+:class:`InternalError`, which is not in that family: it is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -35,3 +35,15 @@ class SearchError(PrecisionError):
     """The automatic search cannot produce a passing plan (e.g. the FP32 model is itself non-finite)."""
 
     exit_code = 1
+
+
+class OracleUnavailable(PrecisionError):
+    """The requested oracle cannot run here (e.g. its onnxruntime provider is not installed)."""
+
+
+class InternalError(Exception):
+    """Something that cannot happen did: a bug in onnx-precision, never the user's input.
+
+    It is deliberately outside the :class:`PrecisionError` family, so the CLI lets its traceback
+    through for the bug report instead of printing it as a user mistake.
+    """

@@ -1,7 +1,7 @@
 """The precision plan: each node's precision and the reasons for it.
 
 A plan is an immutable value keyed by node name (names are unique after
-:func:`onnx_precision.model_io.name_nodes`; nodes inside If/Loop/Scan bodies are keyed the same
+:func:`onnx_precision.graph.name_nodes`; nodes inside If/Loop/Scan bodies are keyed the same
 way). Every search probe, the rewriter input and the report all speak in plans, so a plan can be
 written to JSON by one run and read back by another (``--plan``).
 """
@@ -15,6 +15,7 @@ from enum import Enum
 from typing import Iterable, Mapping
 
 from .errors import PlanError
+from .vocab import REASON_SOURCES, ReasonSource
 
 PLAN_FORMAT = "onnx-precision-plan/1"
 
@@ -35,7 +36,7 @@ class Reason:
     activations), ``search`` (the search needed it), ``headroom`` (activations close to 65504).
     """
 
-    source: str
+    source: ReasonSource
     detail: str
     evidence: tuple[tuple[str, str], ...] = ()
 
@@ -48,7 +49,10 @@ class Reason:
     @staticmethod
     def from_json(obj: Mapping) -> "Reason":
         evidence = tuple(sorted((str(k), str(v)) for k, v in obj.get("evidence", {}).items()))
-        return Reason(str(obj["source"]), str(obj.get("detail", "")), evidence)
+        source = obj["source"]
+        if source not in REASON_SOURCES:
+            raise PlanError(f"reason source {source!r} is not one of {', '.join(REASON_SOURCES)}")
+        return Reason(source, str(obj.get("detail", "")), evidence)
 
 
 @dataclass(frozen=True)
@@ -59,10 +63,14 @@ class NodeDecision:
 
 @dataclass(frozen=True)
 class PrecisionPlan:
-    """Node name -> decision, in the model's topological order, plus the graph I/O choice."""
+    """Node name -> decision, in the model's topological order, plus the graph I/O choice.
+
+    ``resolved`` marks a plan that :meth:`onnx_precision.context.ModelContext.resolve` made
+    writable (every node it asks FP16 of can be FP16); any change to the plan clears it."""
 
     decisions: Mapping[str, NodeDecision] = field(default_factory=dict)
     fp16_io: bool = False
+    resolved: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         # A plain dict copy keeps the value immutable for callers that keep their own dict.
@@ -98,7 +106,7 @@ class PrecisionPlan:
             if reason is not None and reason not in reasons:
                 reasons = reasons + (reason,)
             decisions[name] = NodeDecision(precision, reasons)
-        return replace(self, decisions=decisions)
+        return replace(self, decisions=decisions, resolved=False)
 
     def with_fp32(self, names: Iterable[str], reason: Reason | None = None) -> "PrecisionPlan":
         return self.with_precision(names, Precision.FP32, reason)
@@ -180,7 +188,7 @@ def apply_user_choices(plan: PrecisionPlan, node_ops: Mapping[str, str], keep_fp
         decisions = dict(plan.decisions)
         for name, decision in user_plan.decisions.items():
             decisions[name] = NodeDecision(decision.precision, decision.reasons or (Reason("user", "--plan"),))
-        plan = replace(plan, decisions=decisions, fp16_io=plan.fp16_io or user_plan.fp16_io)
+        plan = replace(plan, decisions=decisions, fp16_io=plan.fp16_io or user_plan.fp16_io, resolved=False)
     for pattern in keep_fp32:
         try:
             regex = re.compile(pattern)

@@ -4,7 +4,8 @@ Everything here renders a :class:`RunReport`, a plain value assembled by ``conve
 plan, the oracle's statistics and the search; nothing here runs a model. Each FP32 node is listed
 with every reason it got (``Reason.source``: user, type, initializer, rule, range, headroom,
 search), its FP32 range and its emulated layerwise error, so a user can always ask "why is this
-node FP32". FP16 shares are given by node count and by estimated FLOPs (:func:`estimate_flops`).
+node FP32". FP16 shares are given by node count and by estimated FLOPs (:func:`onnx_precision.flops.estimate_flops`).
+Reports read back (:func:`from_json`) into the same value, as plans do.
 """
 
 from __future__ import annotations
@@ -12,55 +13,25 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import numpy as np
-import onnx
 
-from . import model_io
+from .compare import Comparison, Tolerance
+from .context import ModelContext
+from .costs import PhaseCost, PhaseTotals
+from .data import Samples
+from .flops import estimate_flops
+from .format import cosine_text, json_safe, number
+from .oracle.stats import NodeStats
 from .plan import PrecisionPlan
+from .storage import write_text
+from .vocab import Status
 
 if TYPE_CHECKING:
-    from .compare import Comparison, Tolerance
+    from .auto import AutoResult
 
 REPORT_FORMAT = "onnx-precision-report/1"
-
-
-@dataclass(frozen=True)
-class PhaseCost:
-    """Where the time went: one phase of a run (reference, layerwise, search, write, verify)."""
-
-    name: str
-    seconds: float
-    sessions: int = 0  # onnxruntime sessions built in this phase
-    probes: int = 0  # runs of a session over all samples in this phase
-
-
-class PhaseTotals:
-    """Totals over the ``phases`` of a result (mixed into the dataclasses that carry phases)."""
-
-    phases: tuple[PhaseCost, ...]
-
-    @property
-    def sessions_built(self) -> int:
-        return sum(p.sessions for p in self.phases)
-
-    @property
-    def probes_run(self) -> int:
-        return sum(p.probes for p in self.phases)
-
-    @property
-    def seconds(self) -> float:
-        return sum(p.seconds for p in self.phases)
-
-
-@dataclass(frozen=True)
-class NodeStats:
-    """What the oracle saw at one node's outputs (worst case over samples)."""
-
-    max_abs: float | None = None
-    min_nonzero_abs: float | None = None
-    layerwise_error: float | None = None  # emulated FP16 error of the node's output vs FP32
 
 
 @dataclass(frozen=True)
@@ -69,7 +40,7 @@ class RunReport(PhaseTotals):
     output: str | None
     mode: str
     oracle: str
-    status: str  # "passed" | "failed" | "fp32-nonfinite" | "not-checked"
+    status: Status
     message: str
     plan: PrecisionPlan
     node_ops: Mapping[str, str]  # every node, in the model's order
@@ -104,14 +75,16 @@ class RunReport(PhaseTotals):
         return sum(flops[n] for n in self.plan.fp16_nodes) / total
 
 
-def for_conversion(model: onnx.ModelProto, model_path: str, output_path: str | None, plan: PrecisionPlan,
-                   samples, tolerance: Tolerance, mode: str, oracle: str = "emulate", auto_result=None,
+def for_conversion(ctx: ModelContext, output_path: str | None, plan: PrecisionPlan,
+                   samples: Samples | None, tolerance: Tolerance, mode: str, oracle: str = "emulate",
+                   auto_result: AutoResult | None = None,
                    verified: Comparison | None = None, native: Comparison | None = None,
                    phases: Sequence[PhaseCost] = (), warnings: Sequence[str] = (), helper_sessions: int = 0,
                    ) -> RunReport:
     """The report of one ``convert``: ``auto_result`` (an :class:`onnx_precision.auto.AutoResult`)
     brings the search's comparisons, statistics and costs; ``phases`` add the writing and the
     verification. Without a search, the status is the verification's."""
+    status: Status
     if auto_result is not None:
         status, message = auto_result.status, auto_result.message
         if status == "passed" and verified is not None and not verified.passed:
@@ -126,12 +99,12 @@ def for_conversion(model: onnx.ModelProto, model_path: str, output_path: str | N
     feeds = samples.feeds if samples is not None else ()
     shapes = {k: np.shape(v) for k, v in feeds[0].items()} if feeds else {}
     return RunReport(
-        model=model_path, output=output_path, mode=mode, oracle=oracle, status=status, message=message,
-        plan=plan, node_ops={r.name: r.node.op_type for r in model_io.walk_nodes(model.graph)},
+        model=ctx.path, output=output_path, mode=mode, oracle=oracle, status=status, message=message,
+        plan=plan, node_ops=dict(ctx.node_ops),
         samples_source=samples.source if samples is not None else "",
         samples_synthetic=bool(samples.synthetic) if samples is not None else False,
         sample_count=len(feeds), warnings=tuple(warnings) + (tuple(samples.warnings) if samples else ()),
-        tolerance=tolerance, node_flops=estimate_flops(model, shapes),
+        tolerance=tolerance, node_flops=estimate_flops(ctx.model, shapes),
         node_stats=auto_result.node_stats if auto_result is not None else {},
         before=auto_result.before if auto_result is not None else None,
         after=auto_result.after if auto_result is not None else None,
@@ -161,7 +134,7 @@ def default_paths(output_path: str, report_json: str | None, report_md: str | No
 
 
 def to_json(report: RunReport) -> dict:
-    return _finite({
+    return json_safe({
         "format": REPORT_FORMAT,
         "model": report.model,
         "output": report.output,
@@ -204,7 +177,7 @@ def dumps(report: RunReport) -> str:
 
 
 def write_json(report: RunReport, path: str, input_paths: tuple[str, ...] = ()) -> None:
-    model_io.write_text(path, dumps(report), input_paths)
+    write_text(path, dumps(report), input_paths)
 
 
 def _pin_json(report: RunReport, name: str) -> dict:
@@ -231,22 +204,6 @@ def _comparisons(report: RunReport) -> list[tuple[str, Comparison]]:
     labelled = [("before", report.before), ("after", report.after), ("verified", report.verified),
                 ("native", report.native)]
     return [(key, c) for key, c in labelled if c is not None]
-
-
-def _finite(value: Any) -> Any:
-    """JSON has no NaN/Infinity: write them as strings so every JSON parser reads the report."""
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    if isinstance(value, (float, np.floating)):
-        value = float(value)
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.bool_):
-        return bool(value)
-    return value
 
 
 def _samples_note(report: RunReport) -> str:
@@ -303,8 +260,8 @@ def to_markdown(report: RunReport) -> str:
             stats = report.node_stats.get(name, NodeStats())
             why = "<br>".join(_reason_text(r) for r in report.plan.decisions[name].reasons)
             lines.append(f"| `{name}` | {report.node_ops.get(name, '')} | {_md_cell(why)} | "
-                         f"{_num(stats.max_abs)} | {_num(stats.min_nonzero_abs)} | "
-                         f"{_num(stats.layerwise_error)} |")
+                         f"{number(stats.max_abs)} | {number(stats.min_nonzero_abs)} | "
+                         f"{number(stats.layerwise_error)} |")
     else:
         lines.append("None: every node runs in FP16.")
     for key, comparison in _comparisons(report):
@@ -313,7 +270,7 @@ def to_markdown(report: RunReport) -> str:
                   "| output | max abs err | max rel err | cosine | new NaN/Inf | |",
                   "|---|---|---|---|---|---|"]
         for m in comparison.outputs:
-            lines.append(f"| `{m.name}` | {_num(m.max_abs_err)} | {_num(m.max_rel_err)} | {_cos(m.cosine)} | "
+            lines.append(f"| `{m.name}` | {number(m.max_abs_err)} | {number(m.max_rel_err)} | {cosine_text(m.cosine)} | "
                          f"{m.new_nonfinite} | {'pass' if m.passed else 'FAIL'} |")
     if report.phases:
         lines += ["", "## Cost", "", "| phase | seconds | sessions | probes |", "|---|---|---|---|"]
@@ -322,7 +279,7 @@ def to_markdown(report: RunReport) -> str:
 
 
 def write_markdown(report: RunReport, path: str, input_paths: tuple[str, ...] = ()) -> None:
-    model_io.write_text(path, to_markdown(report), input_paths)
+    write_text(path, to_markdown(report), input_paths)
 
 
 def _reason_text(reason) -> str:
@@ -373,7 +330,7 @@ def _comparison_line(comparison: Comparison) -> str:
     worst = _worst_output(comparison.outputs)
     if worst is None:
         return verdict
-    detail = f"worst {worst.name}: max abs err {_num(worst.max_abs_err)}, cosine {_cos(worst.cosine)}"
+    detail = f"worst {worst.name}: max abs err {number(worst.max_abs_err)}, cosine {cosine_text(worst.cosine)}"
     if worst.new_nonfinite:
         detail += f", {worst.new_nonfinite} new NaN/Inf"
     return f"{verdict} ({detail})"
@@ -396,134 +353,3 @@ def _sortable(x: float | None) -> float:
 
 def _pct(share: float) -> str:
     return f"{100 * share:.1f}%"
-
-
-def _cos(x: float) -> str:
-    """Cosines live near 1: six decimals tell 0.999999 from 0.999."""
-    return f"{float(x):.6f}" if math.isfinite(float(x)) else str(float(x))
-
-
-def _num(x: float | None) -> str:
-    if x is None:
-        return "-"
-    x = float(x)
-    if not math.isfinite(x):
-        return str(x)
-    return f"{x:.4g}"
-
-
-# --- estimated FLOPs --------------------------------------------------------------------------------
-
-
-def estimate_flops(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> dict[str, float]:
-    """Rough FLOPs per node: 2*M*N*K for MatMul/Gemm, 2*out*(C/group*kernel) for Conv, the larger
-    of the first input's and the output's size for everything else (so a reduction counts what it
-    reads); 1 where shapes are unknown (e.g. inside subgraphs).
-
-    Shapes come from ONNX shape inference with the graph inputs fixed to ``input_shapes`` (the
-    first sample's), so symbolic dimensions resolve. Only for the report's FLOP share.
-    """
-    shapes = _inferred_shapes(model, input_shapes)
-    flops: dict[str, float] = {}
-    for ref in model_io.walk_nodes(model.graph):
-        node = ref.node
-        out = shapes.get(node.output[0]) if node.output else None
-        out_size = float(np.prod(out)) if out is not None else 1.0
-        per_output = _flops_per_output(node, shapes)
-        if per_output is None:  # elementwise or a reduction: one operation per element read or written
-            first = shapes.get(node.input[0]) if node.input else None
-            flops[node.name] = max(out_size, float(np.prod(first)) if first is not None else 1.0, 1.0)
-        else:
-            flops[node.name] = max(out_size * per_output, 1.0)
-    return flops
-
-
-def _flops_per_output(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]]) -> float | None:
-    first = shapes.get(node.input[0]) if node.input else None
-    if node.op_type == "MatMul" and first:
-        return 2.0 * first[-1]
-    if node.op_type == "Gemm" and first and len(first) == 2:
-        trans_a = any(a.name == "transA" and a.i for a in node.attribute)
-        return 2.0 * first[0 if trans_a else 1]
-    if node.op_type in ("Conv", "ConvTranspose") and len(node.input) > 1:
-        weight = shapes.get(node.input[1])
-        if weight:
-            return 2.0 * float(np.prod(weight[1:]))
-    return None
-
-
-def _inferred_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]],
-                     ) -> dict[str, tuple[int, ...]]:
-    shell = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import,
-                            functions=model.functions)
-    graph = shell.graph
-    graph.node.extend(model.graph.node)
-    graph.input.extend(model.graph.input)
-    graph.output.extend(model.graph.output)
-    graph.value_info.extend(model.graph.value_info)
-    for init in model.graph.initializer:
-        # Shape computations need small constants (Reshape targets); big weights only their dims.
-        if _is_small(init):
-            graph.initializer.append(init)
-        else:
-            shape_only = onnx.TensorProto(name=init.name, dims=init.dims, data_type=init.data_type)
-            graph.initializer.append(shape_only)
-    for value in graph.input:
-        shape = input_shapes.get(value.name)
-        if shape is None or not value.type.HasField("tensor_type"):
-            continue
-        dims = value.type.tensor_type.shape.dim
-        if len(dims) == len(shape):
-            for dim, size in zip(dims, shape):
-                dim.Clear()
-                dim.dim_value = int(size)
-    try:
-        inferred = onnx.shape_inference.infer_shapes(shell, strict_mode=False)
-    except Exception:  # shape inference is best effort here: FLOPs fall back to one per node
-        inferred = shell
-    shapes: dict[str, tuple[int, ...]] = {}
-    values = list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output)
-    for value in values:
-        tensor_type = value.type.tensor_type
-        if value.type.HasField("tensor_type") and tensor_type.HasField("shape"):
-            dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor_type.shape.dim)
-            if all(d >= 0 for d in dims):
-                shapes[value.name] = dims
-    for init in model.graph.initializer:
-        shapes.setdefault(init.name, tuple(init.dims))
-    return shapes
-
-
-def _is_small(tensor: onnx.TensorProto) -> bool:
-    return model_io.external_location(tensor) is None and int(np.prod(tensor.dims)) <= 4096
-
-
-# --- progress -------------------------------------------------------------------------------------
-
-
-class ProgressLine:
-    """Search progress on stderr: one self-overwriting line when stderr is a terminal, nothing
-    otherwise (CI logs stay clean). Call it as ``progress(phase, probes_done, probes_left)``."""
-
-    def __init__(self, stream=None, enabled: bool | None = None) -> None:
-        import sys
-
-        self.stream = stream if stream is not None else sys.stderr
-        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)()) if enabled is None else enabled
-        self._width = 0
-
-    def __call__(self, phase: str, done: int, left: int) -> None:
-        if not self.enabled:
-            return
-        total = done + left
-        filled = int(20 * done / total) if total else 20
-        text = f"{phase}: [{'#' * filled}{'.' * (20 - filled)}] probe {done}, about {left} left"
-        self.stream.write("\r" + text.ljust(self._width))
-        self.stream.flush()
-        self._width = len(text)
-
-    def close(self) -> None:
-        if self.enabled and self._width:
-            self.stream.write("\r" + " " * self._width + "\r")
-            self.stream.flush()
-            self._width = 0

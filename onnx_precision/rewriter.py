@@ -11,7 +11,7 @@ The rules (see :mod:`onnx_precision.typing_rules` for which tensors of a node co
   input, never by a second Cast (the pair would cancel).
 - Constant values (initializers and Constant nodes) are never Cast at run time: each is converted
   in place when every consumer needs the other type, kept when none does, and duplicated
-  (``<name>_fp16``) when both do. Conversion goes through :func:`model_io.cast_initializer`.
+  (``<name>_fp16``) when both do. Conversion goes through :func:`onnx_precision.storage.cast_initializer`.
 - Graph outputs keep their names and order: when the producer writes another type, the producer's
   tensor is renamed ``<name>_fp16``/``_fp32`` and the Cast writes the output name.
 - Cast ``to``, ``dtype`` and ``Optional``'s ``type`` attributes and ConstantOfShape values follow the
@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
+from typing import Mapping
 
 import onnx
 from onnx import TensorProto, helper
 
-from . import model_io
 from . import typing_rules as tr
+from .context import ModelContext
+from .graph import fresh_name, graphs_with_owner, is_onnx_domain, model_names, subgraphs, walk_nodes
 from .plan import PrecisionPlan
+from .storage import cast_initializer
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +74,7 @@ class _Rewriter:
         self.base_dir = base_dir
         self.types = types
         self.typing = typing
-        self.taken = model_io.model_names(model)
+        self.taken = model_names(model)
         self.written: dict[str, int] = {}  # float tensor -> element type in the output model
         self.widened_from: dict[str, str] = {}  # output of a widening Cast -> its float16 input
         self.renamed: dict[str, str] = {}  # graph output -> the name its producer now writes
@@ -128,13 +130,13 @@ class _Rewriter:
     # --- pre-pass: constants and graph outputs -----------------------------------------------
 
     def plan_constants(self) -> None:
-        for ref in model_io.walk_nodes(self.model.graph):
+        for ref in walk_nodes(self.model.graph):
             for i, name in enumerate(ref.node.input):
                 if name in self.constants:
                     need = self.required(ref.node, i)
                     if need is not None:
                         self.const_plan.setdefault(name, set()).add(need)
-        for graph, owner in _graphs_with_owner(self.model.graph, None):
+        for graph, owner in graphs_with_owner(self.model.graph):
             for out in graph.output:
                 if out.name in self.constants:
                     need = self.io_type(out.name, owner)
@@ -158,7 +160,7 @@ class _Rewriter:
     # --- names --------------------------------------------------------------------------------
 
     def fresh(self, base: str) -> str:
-        return model_io.fresh_name(base, self.taken)
+        return fresh_name(base, self.taken)
 
     def name_of(self, name: str) -> str:
         return self.renamed.get(name, name)
@@ -210,13 +212,13 @@ class _Rewriter:
                 continue
             in_place, to = plan
             if in_place:
-                init.CopyFrom(model_io.cast_initializer(init, self.base_dir, to, init.name))
+                init.CopyFrom(cast_initializer(init, self.base_dir, to, init.name))
                 self.written[init.name] = to
                 if init.name in inputs:  # IR < 4 style: the weight is also a (rarely fed) graph input
                     self.weight_inputs_converted += 1
             else:
                 copy_name = self.fresh(f"{init.name}_{_SUFFIX[to]}")
-                added.append(model_io.cast_initializer(init, self.base_dir, to, copy_name))
+                added.append(cast_initializer(init, self.base_dir, to, copy_name))
                 self.register_copy(scope, init.name, copy_name, to)
         graph.initializer.extend(added)
 
@@ -248,7 +250,7 @@ class _Rewriter:
             scope.nodes.append(node)
             return
         in_place, to = decided
-        converted = model_io.cast_initializer(value, self.base_dir, to, "value")
+        converted = cast_initializer(value, self.base_dir, to, "value")
         if in_place:
             _set_constant_value(node, converted)
             self.written[out] = to
@@ -273,7 +275,7 @@ class _Rewriter:
                 self.written[v.name] = t
         self.convert_constants(scope)
         for node in list(graph.node):
-            if node.op_type == "Constant" and node.domain in tr.ONNX_DOMAINS and node.output \
+            if node.op_type == "Constant" and is_onnx_domain(node.domain) and node.output \
                     and node.output[0] in self.constants:
                 self.constant_node(scope, node)
             else:
@@ -284,7 +286,7 @@ class _Rewriter:
         self.update_types(graph)
 
     def rewrite_node(self, scope: _Scope, node: onnx.NodeProto) -> None:
-        for attr_name, body in model_io.subgraphs(node):
+        for attr_name, body in subgraphs(node):
             self.rewrite_graph(body, node, scope)
         for i, name in enumerate(node.input):
             if not name:
@@ -301,7 +303,7 @@ class _Rewriter:
             node.output[i] = self.name_of(name)
             if t in _FLOATS:
                 self.written[node.output[i]] = t
-        if node.op_type == "Cast" and node.domain in tr.ONNX_DOMAINS and \
+        if node.op_type == "Cast" and is_onnx_domain(node.domain) and \
                 self.written.get(node.input[0]) == FLOAT16 and self.written.get(node.output[0]) == FLOAT:
             self.widened_from[node.output[0]] = node.input[0]
         scope.nodes.append(node)
@@ -337,7 +339,7 @@ class _Rewriter:
         if self.weight_inputs_converted:
             self.notes.append(f"{self.weight_inputs_converted} initializer(s) also listed as graph inputs "
                               "(IR < 4 style) were converted: those inputs are now float16")
-        if self.casts_added and not any(o.domain in tr.ONNX_DOMAINS for o in self.model.opset_import):
+        if self.casts_added and not any(is_onnx_domain(o.domain) for o in self.model.opset_import):
             version = _default_opset_for(self.model)
             self.model.opset_import.append(helper.make_opsetid("", version))
             self.notes.append(f"the model imports no ai.onnx opset; added opset {version} for the Casts")
@@ -350,14 +352,6 @@ def _default_opset_for(model: onnx.ModelProto) -> int:
                 if ml_opset is not None and ml_opset == imported.get("ai.onnx.ml") and ir <= model.ir_version]
     # the newest such release, and never before Cast-6 (Cast-1 took its target type as a string)
     return max(released + [6]) if released else 13
-
-
-def _graphs_with_owner(graph: onnx.GraphProto, owner: onnx.NodeProto | None,
-                       ) -> Iterator[tuple[onnx.GraphProto, onnx.NodeProto | None]]:
-    yield graph, owner
-    for node in graph.node:
-        for _, sub in model_io.subgraphs(node):
-            yield from _graphs_with_owner(sub, node)
 
 
 def _set_constant_value(node: onnx.NodeProto, value: onnx.TensorProto) -> None:
@@ -378,22 +372,18 @@ def _flush_notes(plan: PrecisionPlan, shown: int = 3) -> list[str]:
     return [f"{len(flushed)} FP16 node(s) have weights whose tiniest values flush to zero: {listed}{more}"]
 
 
-def rewrite(model: onnx.ModelProto, plan: PrecisionPlan, base_dir: str = ".", *, resolve: bool = True,
-            types: Mapping[str, onnx.TypeProto] | None = None,
-            typing: Mapping[str, tr.NodeTyping] | None = None) -> RewriteResult:
-    """Write ``plan`` into a copy of ``model`` (nodes named, see :func:`model_io.name_nodes`).
+def rewrite(ctx: ModelContext, plan: PrecisionPlan) -> RewriteResult:
+    """Write ``plan`` into a copy of ``ctx``'s model.
 
-    The plan is first resolved (:func:`typing_rules.resolve_plan`) so nodes that cannot be FP16
-    are written FP32 with their reason; the resolved plan comes back in the result. Nodes the plan
-    does not name stay as they are. ``types``/``typing`` of ``model``, when the caller already has
-    them (:func:`typing_rules.tensor_types`, :func:`typing_rules.model_typing`), save recomputing.
+    The rewriter writes resolved plans only: an unresolved one is resolved first
+    (:meth:`ModelContext.resolve`), so nodes that cannot be FP16 are written FP32 with their
+    reason; the resolved plan comes back in the result. Nodes the plan does not name stay as they
+    are.
     """
+    resolved = ctx.resolve(plan)
     out = onnx.ModelProto()
-    out.CopyFrom(model)
-    types = tr.tensor_types(out) if types is None else types
-    typing = tr.model_typing(out, types) if typing is None else typing
-    resolved = tr.resolve_plan(out, plan, base_dir, typing=typing, types=types) if resolve else plan
-    rewriter = _Rewriter(out, resolved, base_dir, types, typing)
+    out.CopyFrom(ctx.model)
+    rewriter = _Rewriter(out, resolved, ctx.base_dir, ctx.types, ctx.typing)
     rewriter.run()
     forced = [n for n in resolved.fp32_nodes if plan.is_fp16(n)]
     notes = list(rewriter.notes)

@@ -20,7 +20,7 @@ from typing import Mapping
 import onnx
 
 from .errors import PlanError
-from .model_io import walk_nodes
+from .graph import walk_nodes
 from .plan import PrecisionPlan
 from .typing_rules import elem_type, tensor_types
 

@@ -23,10 +23,11 @@ MODES = ("all-fp16", "static", "auto")
 def snapshot(out_dir: str) -> list[str]:
     """Convert each example in each mode into ``out_dir``; returns the commands that did not exit 0 or 1."""
     os.makedirs(out_dir, exist_ok=True)
+    os.chdir(out_dir)  # outputs named relative to it, so the TensorRT flags files compare equal
     odd = []
     for name in sorted(models.BUILDERS):
         for mode in MODES:
-            stem = os.path.join(out_dir, f"{name}.{mode}")
+            stem = f"{name}.{mode}"
             argv = ["convert", generate.model_path(name), "-o", f"{stem}.onnx", "--mode", mode, "-q",
                     "--inputs", generate.data_path(name), "--save-plan", f"{stem}.plan.json",
                     "--trt-flags", f"{stem}.trt.txt"]
@@ -44,5 +45,6 @@ def snapshot(out_dir: str) -> list[str]:
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit(__doc__)
-    problems = snapshot(sys.argv[1])
-    print("\n".join(problems) or f"wrote {len(os.listdir(sys.argv[1]))} files to {sys.argv[1]}")
+    target = os.path.abspath(sys.argv[1])
+    problems = snapshot(target)
+    print("\n".join(problems) or f"wrote {len(os.listdir(target))} files to {target}")

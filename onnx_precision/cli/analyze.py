@@ -35,4 +35,6 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(result.headline()))
     else:
         print(result.table(all_rows=args.all or args.verbose > 0))
+        if args.verbose:
+            print("\n".join(result.skipped_lines()))
     return 0

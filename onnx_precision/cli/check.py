@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..vocab import ORACLE_NAMES
 from . import common
 
 
@@ -11,7 +12,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="compare a candidate FP16 model with the FP32 model (exit 1 if out of tolerance)")
     p.add_argument("model", help="the FP32 ONNX model")
     p.add_argument("candidate", help="the FP16 or mixed-precision model to check")
-    p.add_argument("--oracle", choices=["emulate", "cuda", "tensorrt"], default="emulate",
+    p.add_argument("--oracle", choices=ORACLE_NAMES, default="emulate",
                    help="emulate FP16 on CPU (default) or run natively on a GPU provider")
     common.add_sample_args(p)
     common.add_tolerance_args(p)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .. import convert as convert_lib
+from ..vocab import MODES, ORACLE_NAMES
 from . import common
 
 
@@ -12,7 +13,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("convert", help="convert an FP32 model to FP16, pinning unsafe nodes to FP32")
     p.add_argument("model", help="the FP32 ONNX model")
     p.add_argument("-o", "--output", required=True, help="where to write the FP16 model")
-    p.add_argument("--mode", choices=["all-fp16", "static", "auto"], default="auto",
+    p.add_argument("--mode", choices=MODES, default="auto",
                    help="auto (default): search the smallest FP32 set with which every sample passes, verify "
                         "the written model, write a report; static: pin nodes flagged by risk rules and "
                         "ranges, no search; all-fp16: every node that can be FP16 is, no check")
@@ -34,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="static/auto: the JSON report (default: OUTPUT with .report.json)")
     p.add_argument("--report-md", metavar="FILE.md",
                    help="static/auto: the Markdown report (default: OUTPUT with .report.md)")
-    p.add_argument("--oracle", choices=["emulate", "cuda", "tensorrt"], default="emulate",
+    p.add_argument("--oracle", choices=ORACLE_NAMES, default="emulate",
                    help="also run the written model natively on this provider (needs onnxruntime-gpu)")
     common.add_sample_args(p)
     common.add_tolerance_args(p)
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         trt_flags_path=args.trt_flags, plan_out=args.save_plan, samples=common.sample_spec(args),
         tolerance=common.tolerance(args), headroom=args.headroom, report_json=args.report,
         report_md=args.report_md, oracle=args.oracle)
-    from ..report import ProgressLine
+    from .progress import ProgressLine
 
     progress = ProgressLine(enabled=False if args.quiet else None)
     try:

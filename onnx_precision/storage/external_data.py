@@ -4,7 +4,7 @@ A model over 2 GB cannot be one protobuf, so its weights sit in a file beside it
 models with ``load_external_data=False`` and never pull the weights in whole: ranges are
 computed chunk by chunk, and converting an external tensor (FP32 -> FP16) only records the
 conversion. The converted tensor stays external, pointing at the *source* file, with a private
-key naming the element types it goes through; :mod:`onnx_precision.saving` resolves it by
+key naming the element types it goes through; :mod:`onnx_precision.storage.saving` resolves it by
 streaming the source chunk by chunk into the output's data file. Nothing here ever holds a
 whole external tensor except :func:`read_array` on a lazy tensor, which the caller asked for.
 """
@@ -21,7 +21,8 @@ import onnx
 from onnx import numpy_helper
 
 from . import fast_cast
-from .errors import ModelLoadError
+from ..errors import InternalError, ModelLoadError
+from ..graph import graphs
 
 # Private keys on a lazily converted tensor. They never reach a written model: saving resolves
 # every lazy tensor. The chain lists the element types from the file's type up to (not
@@ -85,6 +86,16 @@ def _graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
 
 def is_external(tensor: onnx.TensorProto) -> bool:
     return tensor.data_location == onnx.TensorProto.EXTERNAL
+
+
+def external_location(tensor: onnx.TensorProto) -> str | None:
+    """The data file an external tensor names, or None for an inline tensor."""
+    if not is_external(tensor):
+        return None
+    for entry in tensor.external_data:
+        if entry.key == "location":
+            return entry.value
+    return None
 
 
 # Element types packed several to a byte in storage (numpy holds them one per byte).
@@ -302,7 +313,8 @@ def lazy_cast(tensor: onnx.TensorProto, base_dir: str, to: int, name: str) -> on
     """An external tensor cast to element type ``to`` without reading it: still external, pointing at
     the source file, with the conversion recorded under the private keys."""
     ref = external_ref(tensor, base_dir)
-    assert ref is not None, "lazy_cast needs an external tensor"
+    if ref is None:
+        raise InternalError(f"lazy_cast: tensor '{tensor.name}' is not external")
     out = onnx.TensorProto()
     out.name = name
     out.dims.extend(tensor.dims)
@@ -321,3 +333,32 @@ def lazy_cast(tensor: onnx.TensorProto, base_dir: str, to: int, name: str) -> on
 
 def has_private_keys(tensor: onnx.TensorProto) -> bool:
     return any(e.key in _PRIVATE_KEYS for e in tensor.external_data)
+
+
+def cast_initializer(tensor: onnx.TensorProto, base_dir: str, to: int, name: str) -> onnx.TensorProto:
+    """A copy of ``tensor`` named ``name`` with element type ``to`` (values cast as ONNX Cast does:
+    round to nearest even, never clamped).
+
+    An external tensor is not read: the copy stays external and is converted chunk by chunk when
+    :func:`onnx_precision.storage.save_model` writes it, so a large model is never held in memory.
+    """
+    if is_external(tensor):
+        return lazy_cast(tensor, base_dir, to, name)
+    return numpy_helper.from_array(cast_values(numpy_helper.to_array(tensor), to), name)
+
+
+# External tensors up to this size are read into an in-memory model given to onnxruntime: its
+# shape inference inside If branches needs the values of shape-like constants and cannot read them
+# from an external file; weights stay external.
+INLINE_EXTERNAL_BYTES = 1 << 16
+
+
+def inline_small_external(model: onnx.ModelProto, base_dir: str) -> None:
+    """Read external tensors up to INLINE_EXTERNAL_BYTES into ``model`` (in place)."""
+    for graph in graphs(model.graph):
+        for i, init in enumerate(graph.initializer):
+            if not is_external(init):
+                continue
+            if _stored_bytes(init.data_type, int(np.prod(init.dims, dtype=np.int64))) <= INLINE_EXTERNAL_BYTES:
+                values = np.asarray(read_array(init, base_dir))
+                graph.initializer[i].CopyFrom(numpy_helper.from_array(np.array(values), init.name))

@@ -18,18 +18,26 @@ run's intermediates at a time, whatever the number of samples.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx
 
-from .compare import Tolerance, json_float
-from .fp16 import FP16_FLUSH, FP16_MAX
+from ..compare import Tolerance
+from ..format import json_float
+from ..errors import InternalError
+from ..fp16 import FP16_FLUSH, FP16_MAX
+from ..plan import PrecisionPlan
+from .session import EmulationSession, Feed
 
-if TYPE_CHECKING:
-    from .oracle import EmulationSession, Feed
-    from .plan import PrecisionPlan
 
+@dataclass(frozen=True)
+class NodeStats:
+    """What the oracle saw at one node's outputs (worst case over samples)."""
+
+    max_abs: float | None = None
+    min_nonzero_abs: float | None = None
+    layerwise_error: float | None = None  # emulated FP16 error of the node's output vs FP32
 
 
 @dataclass(frozen=True)
@@ -175,7 +183,7 @@ def _first_nonfinite(nodes: Sequence[onnx.NodeProto], values: Mapping[str, np.nd
     return None
 
 
-def _captured(session: "EmulationSession", plan: "PrecisionPlan | None", feed: "Feed",
+def _captured(session: EmulationSession, plan: PrecisionPlan | None, feed: Feed,
               ) -> dict[str, np.ndarray]:
     """Every tensor the session exposes (graph outputs of any type, float intermediates), plus the
     float graph inputs as fed."""
@@ -198,12 +206,12 @@ def _merge_stats(acc: dict[str, TensorStats], values: Mapping[str, np.ndarray]) 
         acc[name] = acc[name].worst(s) if name in acc else s
 
 
-def reference_stats(session: "EmulationSession", samples) -> ReferenceResult:
+def reference_stats(session: EmulationSession, samples) -> ReferenceResult:
     """FP32 ranges of every captured tensor over ``samples`` (a Samples or a sequence of feeds)."""
     return _inspect(session, None, _feeds(samples), Tolerance())[0]
 
 
-def layerwise(session: "EmulationSession", plan: "PrecisionPlan", samples,
+def layerwise(session: EmulationSession, plan: PrecisionPlan, samples,
               reference: ReferenceResult | None = None, tol: Tolerance | None = None) -> LayerwiseResult:
     """Per-node error of ``plan`` against FP32 over ``samples``.
 
@@ -211,22 +219,23 @@ def layerwise(session: "EmulationSession", plan: "PrecisionPlan", samples,
     recomputed per sample (they are not kept between runs, to bound memory). Use
     :func:`inspect_plan` to get both from the same runs.
     """
-    return _inspect(session, plan, _feeds(samples), tol or Tolerance())[1]
+    return inspect_plan(session, plan, samples, tol)[1]
 
 
-def inspect_plan(session: "EmulationSession", plan: "PrecisionPlan", samples, tol: Tolerance | None = None
+def inspect_plan(session: EmulationSession, plan: PrecisionPlan, samples, tol: Tolerance | None = None
                  ) -> tuple[ReferenceResult, LayerwiseResult]:
     """Reference statistics and the layerwise comparison of ``plan`` from two runs per sample."""
     ref, lw = _inspect(session, plan, _feeds(samples), tol or Tolerance())
-    assert lw is not None
+    if lw is None:
+        raise InternalError("inspect_plan: a plan was given but no layerwise result came back")
     return ref, lw
 
 
-def _feeds(samples) -> Sequence["Feed"]:
+def _feeds(samples) -> Sequence[Feed]:
     return samples.feeds if hasattr(samples, "feeds") else tuple(samples)
 
 
-def _inspect(session: "EmulationSession", plan: "PrecisionPlan | None", feeds: Sequence["Feed"],
+def _inspect(session: EmulationSession, plan: PrecisionPlan | None, feeds: Sequence[Feed],
              tol: Tolerance) -> tuple[ReferenceResult, LayerwiseResult | None]:
     nodes = list(session.model.graph.node)
     stats: dict[str, TensorStats] = {}

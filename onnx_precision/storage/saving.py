@@ -3,7 +3,7 @@
 The model and its data file are written under temporary names beside the target and renamed
 into place only when both are complete, so a failure leaves nothing half-written. Tensors still
 external in the source (kept FP32 weights) are copied chunk by chunk; lazily cast tensors (see
-:mod:`onnx_precision.external_data`) are converted chunk by chunk on the way; so the weights
+:mod:`onnx_precision.storage.external_data`) are converted chunk by chunk on the way; so the weights
 are never in memory, and a proto over 2 GB is never serialised.
 
 The data file follows onnx's naming, ``<model file name>.data`` beside the model with a
@@ -25,7 +25,7 @@ import onnx
 from onnx import numpy_helper
 
 from . import external_data as ext
-from .errors import OutputError
+from ..errors import OutputError
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,22 @@ def write_files(writers: list[tuple[str, Callable[[str], None]]]) -> None:
             if os.path.exists(tmp):
                 os.unlink(tmp)
         raise
+
+
+def atomic_write(path: str, write: Callable[[str], None], input_paths: tuple[str, ...] = ()) -> None:
+    """Call ``write(tmp)`` on a temporary file beside ``path`` and rename it into place.
+
+    Refuses to overwrite any of ``input_paths``; on failure nothing is left behind.
+    """
+    write_files([(check_output_path(path, tuple(input_paths)), write)])
+
+
+def write_text(path: str, text: str, input_paths: tuple[str, ...] = ()) -> None:
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    atomic_write(path, write, input_paths)
 
 
 def _resolved_ref(tensor: onnx.TensorProto, source_dir: str | None) -> ext.ExternalRef | None:

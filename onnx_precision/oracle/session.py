@@ -1,9 +1,9 @@
-"""FP16 oracles: run a precision plan (or a written model) and see what FP16 does to it.
+"""Oracle sessions: run a precision plan (or a written model) and see what FP16 does to it.
 
 * ``emulate`` (the default, and the search's oracle): :class:`EmulationSession` builds ONE
-  onnxruntime CPU session of the switch graph (see :mod:`onnx_precision.emulation`); the FP32
+  onnxruntime CPU session of the switch graph (see :mod:`.switch`); the FP32
   reference, every plan probe and the layerwise run are runs of it with different switches.
-  :func:`run_emulated` runs any written FP16/mixed model the same way (:func:`emulate_model`).
+  :func:`run_emulated` runs any written FP16/mixed model the same way (:func:`.written.emulate_model`).
 * ``native:<provider>``: :func:`run_native` runs the real model on a provider. On the CPU
   provider this HIDES overflow (it computes FP16 nodes in FP32), so it warns.
 * ``reference``: :func:`run_reference` runs the real model in ``onnx.reference`` (numpy FP16
@@ -18,8 +18,8 @@ switches off" bit-identical to the FP32 model run by :func:`run_fp32` and a plan
 the emulation of the model the rewriter writes for it. (No level folds the Cast pairs away, not
 even ``ORT_ENABLE_ALL``; a test keeps that true.)
 
-Statistics (:func:`reference_stats`, :func:`layerwise`) are computed per sample and per run and
-the tensors dropped, so memory holds one run's intermediates at a time.
+Every function takes a :class:`~onnx_precision.context.ModelContext`: external data is read
+relative to the model's own directory, whatever the working directory.
 """
 
 from __future__ import annotations
@@ -33,20 +33,19 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from .emulation import SwitchModel, build_switch_model, emulate_model, inline_small_external, round_fp16
-from .model_io import external_location, walk_nodes
-from .plan import Precision, PrecisionPlan, Reason, uniform_plan
-from .stats import (LayerwiseResult, NodeError, ReferenceResult, TensorStats, inspect_plan, layerwise,
-                    reference_stats, tensor_stats)
-from .typing_rules import NodeTyping, is_tensor, model_typing, resolve_plan, tensor_types
+from ..context import ModelContext
+from ..plan import PrecisionPlan
+from ..storage import external_location, inline_small_external
+from ..typing_rules import is_tensor
+from .rounding import round_fp16
+from .switch import build_switch_model
+from .switch_graph import SwitchModel
+from .written import emulate_model
 
 log = logging.getLogger(__name__)
 
 EMULATE = "emulate"
 REFERENCE = "reference"
-__all__ = ["EMULATE", "REFERENCE", "EmulationSession", "OracleRun", "TensorStats", "ReferenceResult",
-           "NodeError", "LayerwiseResult", "reference_stats", "layerwise", "inspect_plan", "tensor_stats",
-           "emulate_model", "run_fp32", "run_emulated", "run_native", "run_reference", "native_oracle"]
 
 Feed = Mapping[str, np.ndarray]
 
@@ -69,14 +68,13 @@ def session_options(threads: int | None = None) -> ort.SessionOptions:
     return options
 
 
-def make_session(model: onnx.ModelProto, base_dir: str | None = None,
+def make_session(model: onnx.ModelProto, base_dir: str,
                  providers: Sequence[str] = ("CPUExecutionProvider",),
                  options: ort.SessionOptions | None = None) -> ort.InferenceSession:
     """An onnxruntime session of an in-memory model whose external data (if any) is under base_dir."""
     options = options or session_options()
-    if base_dir:
-        options.add_session_config_entry("session.model_external_initializers_file_folder_path",
-                                         os.path.abspath(base_dir))
+    options.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                     os.path.abspath(base_dir))
     if any(external_location(t) is not None for t in model.graph.initializer):
         copy = onnx.ModelProto()
         copy.CopyFrom(model)  # cheap: external weights are not in the proto
@@ -93,23 +91,11 @@ class OracleRun:
     outputs: tuple[dict[str, np.ndarray], ...]
 
 
-def forced_fp32_nodes(model: onnx.ModelProto, base_dir: str | None, typing: Mapping[str, NodeTyping],
-                types: Mapping[str, onnx.TypeProto]) -> frozenset[str]:
-    """Nodes the resolved plan keeps FP32 whatever the plan asks (type rules, constants FP16 cannot
-    hold): resolving the all-FP16 plan finds them all, since a node's blockers do not depend on
-    its neighbours' precision (sequence/optional conflicts aside, which Cast cannot emulate)."""
-    names = [r.name for r in walk_nodes(model.graph)]
-    all_fp16 = uniform_plan(names, Precision.FP16, Reason("default", "all FP16"))
-    resolved = resolve_plan(model, all_fp16, base_dir or ".", typing=typing, types=types)
-    return frozenset(resolved.fp32_nodes)
-
-
 class EmulationSession:
     """ONE onnxruntime CPU session that evaluates any precision plan of ``model`` by emulation.
 
     ``run(None, feed)`` is the FP32 model (bit-identical); ``run(plan, feed)`` rounds every tensor
     the plan makes FP16. ``sessions_built`` and ``probes_run`` count the work for reports.
-    ``model`` must have named nodes (model_io.load_model names them).
 
     ``capture_intermediates`` (True, False or tensor names, see
     :func:`onnx_precision.emulation.build_switch_model`) decides which main-graph tensors
@@ -117,28 +103,23 @@ class EmulationSession:
     (fetched or not), and its probes cost ~10-20% more than a session without capture
     (scripts/bench_oracle.py), so a search with many probes may prefer a second session built
     with ``capture_intermediates=False``. A model that already holds FP16 tensors is emulated
-    first (:func:`as_fp32`). ``types`` (:func:`typing_rules.tensor_types`) saves a shape inference
-    when the caller has it. ``forced_fp32`` defaults to
-    the nodes :func:`typing_rules.resolve_plan` keeps FP32 whatever the plan; their switches are
-    never turned on. ``threads`` caps onnxruntime's intra-op threads. ``group_size`` is
-    :func:`emulation.build_switch_model`'s: groups make each probe cheaper and the session slower
+    first (:func:`as_fp32`). The nodes every resolved plan keeps FP32
+    (:attr:`ModelContext.forced_fp32`) get no switch: one that would never be turned on only
+    costs an If. ``threads`` caps onnxruntime's intra-op threads. ``group_size`` is
+    :func:`.switch.build_switch_model`'s: groups make each probe cheaper and the session slower
     to build, so a caller with only a couple of runs (``analyze``) passes 1.
     """
 
-    def __init__(self, model: onnx.ModelProto, base_dir: str | None = None,
-                 capture_intermediates: bool | Iterable[str] = True, typing: Mapping | None = None,
-                 forced_fp32: Iterable[str] | None = None, threads: int | None = None,
-                 types: Mapping[str, onnx.TypeProto] | None = None, group_size: int | None = None) -> None:
-        self.model = model
-        self.base_dir = base_dir
-        types = tensor_types(model) if types is None else types
-        self.typing: Mapping[str, NodeTyping] = typing if typing is not None else model_typing(model, types)
-        fp32 = as_fp32(model, base_dir, types)
-        self.forced_fp32 = (frozenset(forced_fp32) if forced_fp32 is not None
-                            else forced_fp32_nodes(model, base_dir, self.typing, types))
-        # Forced nodes get no switch: one that would never be turned on only costs an If.
+    def __init__(self, ctx: ModelContext, capture_intermediates: bool | Iterable[str] = True,
+                 threads: int | None = None, group_size: int | None = None) -> None:
+        self.ctx = ctx
+        self.model = model = ctx.model
+        base_dir = ctx.base_dir
+        self.typing = ctx.typing
+        fp32 = as_fp32(ctx)
+        self.forced_fp32 = ctx.forced_fp32
         self.switch_model: SwitchModel = build_switch_model(
-            fp32, self.typing, base_dir, capture_intermediates, None if fp32 is not model else types,
+            fp32, self.typing, base_dir, capture_intermediates, None if fp32 is not model else ctx.types,
             fixed=self.forced_fp32, group_size=group_size)
         self.session = make_session(self.switch_model.model, base_dir, options=session_options(threads))
         self.sessions_built = 1
@@ -223,45 +204,43 @@ def _run_session(session: ort.InferenceSession, model: onnx.ModelProto, feeds: S
     return tuple(dict(zip(names, session.run(names, _cast_feed(f, dtypes)))) for f in feeds)
 
 
-def as_fp32(model: onnx.ModelProto, base_dir: str | None = None,
-            types: Mapping[str, onnx.TypeProto] | None = None) -> onnx.ModelProto:
-    """``model`` itself, or its emulation when it already holds FP16 tensors: onnxruntime's CPU
+def as_fp32(ctx: ModelContext) -> onnx.ModelProto:
+    """``ctx``'s model itself, or its emulation when it already holds FP16 tensors: onnxruntime's CPU
     kernels would compute those natively, so the reference and the probes would not be what FP16
     hardware computes, nor what emulating a written model computes."""
-    types = tensor_types(model) if types is None else types
-    if any(is_tensor(t) and t.tensor_type.elem_type == onnx.TensorProto.FLOAT16 for t in types.values()):
-        return emulate_model(model, base_dir)
-    return model
+    if any(is_tensor(t) and t.tensor_type.elem_type == onnx.TensorProto.FLOAT16 for t in ctx.types.values()):
+        return emulate_model(ctx.model, ctx.base_dir)
+    return ctx.model
 
 
-def run_fp32(model: onnx.ModelProto, feeds: Sequence[Feed], base_dir: str | None = None) -> OracleRun:
+def run_fp32(ctx: ModelContext, feeds: Sequence[Feed]) -> OracleRun:
     """The FP32 model as the oracle runs it (same session options as the switch graph; FP16
     tensors it already holds emulated, see :func:`as_fp32`)."""
-    fp32 = as_fp32(model, base_dir)
-    return OracleRun("fp32", _run_session(make_session(fp32, base_dir), fp32, feeds))
+    fp32 = as_fp32(ctx)
+    return OracleRun("fp32", _run_session(make_session(fp32, ctx.base_dir), fp32, feeds))
 
 
-def run_emulated(model: onnx.ModelProto, feeds: Sequence[Feed], base_dir: str | None = None) -> OracleRun:
+def run_emulated(ctx: ModelContext, feeds: Sequence[Feed]) -> OracleRun:
     """A written FP16/mixed model, emulated on CPU (every FP16 tensor rounded)."""
-    emulated = emulate_model(model, base_dir)
-    return OracleRun(EMULATE, _run_session(make_session(emulated, base_dir), emulated, feeds))
+    emulated = emulate_model(ctx.model, ctx.base_dir)
+    return OracleRun(EMULATE, _run_session(make_session(emulated, ctx.base_dir), emulated, feeds))
 
 
-def run_native(model: onnx.ModelProto, feeds: Sequence[Feed], provider: str = "CPUExecutionProvider",
-               base_dir: str | None = None) -> OracleRun:
+def run_native(ctx: ModelContext, feeds: Sequence[Feed], provider: str = "CPUExecutionProvider") -> OracleRun:
     """The real model on ``provider``. On CPU, FP16 nodes are computed in FP32: overflow is hidden."""
     if provider == "CPUExecutionProvider":
         log.warning("native oracle on CPUExecutionProvider: onnxruntime computes FP16 nodes in FP32 "
                     "on CPU and hides FP16 overflow; use the emulate oracle to see it")
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    session = make_session(model, base_dir, providers=[provider], options=options)
-    return OracleRun(native_oracle(provider), _run_session(session, model, feeds))
+    session = make_session(ctx.model, ctx.base_dir, providers=[provider], options=options)
+    return OracleRun(native_oracle(provider), _run_session(session, ctx.model, feeds))
 
 
-def run_reference(model: onnx.ModelProto, feeds: Sequence[Feed]) -> OracleRun:
+def run_reference(ctx: ModelContext, feeds: Sequence[Feed]) -> OracleRun:
     """The real model in onnx.reference.ReferenceEvaluator: numpy FP16 arithmetic, op by op."""
     from onnx.reference import ReferenceEvaluator
+    model = ctx.model
     evaluator = ReferenceEvaluator(model)
     dtypes = _input_dtypes(model)
     names = [o.name for o in model.graph.output]

@@ -6,8 +6,6 @@ through ``Cast(to=FLOAT16) -> Cast(to=FLOAT)``: magnitudes of 65520 and above be
 2**-25 and below become 0, the rest lose their low bits, exactly as on a GPU whose kernels
 accumulate in FP32.
 
-Two builders:
-
 * :func:`build_switch_model` (the search's oracle): ONE graph in which each node that could be FP16
   has a boolean scalar input, its *switch*, and becomes ``If(switch_N)``: the then-branch runs N on
   rounded convertible inputs and rounds its convertible outputs, the else-branch runs N as it is.
@@ -27,127 +25,33 @@ Two builders:
   that make it FP16: a precomputed copy would hold the weights twice, and inline it would push a
   large model's proto past protobuf's 2 GB. Control-flow nodes,
   whose bodies carry their own switches, select each rounded tensor instead of being wrapped.
-* :func:`emulate_model` (verifying what is written): an FP16/mixed model turned into the FP32
-  graph that rounds at each of its FP16 tensors, so any candidate model can be checked on CPU.
-  Its FP16 weights stored as external data stay there, each followed by a ``Cast(to=FLOAT)``
-  (exact), so the emulation of a model over 2 GB is as small as the model's proto.
+(:mod:`.written` emulates a written FP16/mixed model instead.)
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from functools import cached_property
 from typing import Dict, Iterable, List, Mapping, Optional
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .model_io import external_location, fresh_name, graphs, initializer_array, model_names, subgraphs
-from .typing_rules import is_tensor, tensor_types
+from ..graph import graphs, is_onnx_domain, onnx_opset, subgraphs
+from ..storage import external_location, inline_small_external, read_array
+from ..typing_rules import is_tensor, tensor_types
+from .rounding import FLOAT, Names, elem_types, round_fp16, round_nodes
+from .switch_graph import SwitchGroup, SwitchModel, captured
 
 log = logging.getLogger(__name__)
 
-FLOAT = TensorProto.FLOAT
-FLOAT16 = TensorProto.FLOAT16
 
-
-@dataclass(frozen=True)
-class SwitchGroup:
-    """Consecutive switched nodes of one graph behind one pair of extra boolean inputs: ``mixed``
-    (the plan differs among them: each runs its own If on its own switch) and, when not mixed,
-    ``on`` (all FP16, else all FP32)."""
-
-    nodes: tuple[str, ...]
-    mixed: str
-    on: str
-
-
-@dataclass(frozen=True)
-class SwitchModel:
-    """The switch graph and how to drive it."""
-
-    model: onnx.ModelProto
-    switches: Mapping[str, str]          # node name -> the switch (an element of switch_input)
-    outputs: tuple[str, ...]             # the original graph outputs, in order
-    intermediates: tuple[str, ...]       # main-graph float tensors exposed as extra outputs
-    producers: Mapping[str, str]         # main-graph tensor -> the node that produces it
-    groups: tuple[SwitchGroup, ...] = ()  # their switches follow from the nodes' (switch_vector)
-    switch_input: str = ""               # the one boolean graph input holding every switch, in
-    switch_order: tuple[str, ...] = ()   # this order (node switches, then each group's mixed, on)
-
-    @cached_property
-    def _positions(self) -> tuple[dict[str, int], list[tuple[np.ndarray, int, int]]]:
-        at = {s: i for i, s in enumerate(self.switch_order)}
-        nodes = {node: at[s] for node, s in self.switches.items()}
-        groups = [(np.array([nodes[n] for n in g.nodes]), at[g.mixed], at[g.on]) for g in self.groups]
-        return nodes, groups
-
-    def switch_vector(self, fp16: Iterable[str]) -> np.ndarray:
-        """The value of ``switch_input`` that turns the nodes ``fp16`` FP16 (all others FP32)."""
-        nodes, groups = self._positions
-        vector = np.zeros(len(self.switch_order), dtype=bool)
-        vector[[nodes[n] for n in fp16 if n in nodes]] = True
-        for members, mixed, on in groups:
-            count = int(np.count_nonzero(vector[members]))
-            vector[on] = count == len(members)
-            vector[mixed] = 0 < count < len(members)
-        return vector
-
-
-def elem_types(model: onnx.ModelProto, types: Mapping[str, onnx.TypeProto] | None = None) -> dict[str, int]:
-    """Element type of every *tensor* whose type is known (sequences and optionals are left out:
-    Cast cannot round them, so the emulation leaves them exact)."""
-    types = tensor_types(model) if types is None else types
-    return {name: tp.tensor_type.elem_type for name, tp in types.items() if is_tensor(tp)}
-
-
-class _Names:
-    """Fresh tensor names that collide with nothing in the model."""
-
-    def __init__(self, model: onnx.ModelProto) -> None:
-        self.taken = model_names(model)
-
-    def fresh(self, base: str) -> str:
-        return fresh_name(base, self.taken)
-
-
-def _round_nodes(src: str, dst: str, names: _Names) -> list[onnx.NodeProto]:
-    half = names.fresh(src + "__fp16")
-    return [helper.make_node("Cast", [src], [half], to=FLOAT16, name=names.fresh(half + "__cast")),
-            helper.make_node("Cast", [half], [dst], to=FLOAT, name=names.fresh(dst + "__cast"))]
-
-
-# External tensors up to this size are read into the emulation graph: onnxruntime's shape
-# inference inside If branches needs the values of shape-like constants and cannot read them from
-# an external file; weights stay external.
-INLINE_EXTERNAL_BYTES = 1 << 16
 PROTO_LIMIT = 2_000_000_000 - (64 << 20)  # protobuf's 2 GB, with room for the graph itself
-
-
-def inline_small_external(model: onnx.ModelProto, base_dir: str | None) -> None:
-    """Read external tensors up to INLINE_EXTERNAL_BYTES into ``model`` (in place)."""
-    for graph in graphs(model.graph):
-        for i, init in enumerate(graph.initializer):
-            if external_location(init) is None:
-                continue
-            n = int(np.prod(init.dims, dtype=np.int64)) if init.dims else 1
-            if n * onnx.helper.tensor_dtype_to_np_dtype(init.data_type).itemsize <= INLINE_EXTERNAL_BYTES:
-                values = np.asarray(initializer_array(init, base_dir or "."))
-                graph.initializer[i].CopyFrom(numpy_helper.from_array(np.array(values), init.name))
 
 
 Scopes = List[Dict[str, Optional[str]]]  # rounded copy of each tensor, per enclosing graph
 
 
-def round_fp16(a: np.ndarray) -> np.ndarray:
-    """float32 values as FP16 stores them (overflow to Inf, flush to zero, low bits dropped)."""
-    with np.errstate(over="ignore"):
-        return np.asarray(a).astype(np.float16).astype(np.float32)
-
-
-# Ops whose outputs only move, select or sign-flip input values (and constants that are rounded as
 # inputs): on FP16 inputs their outputs are FP16 values already, so rounding them again changes no
 # bit. Skipping that Cast pair is a speed-up of the switch graph only; what is emulated is the same.
 _VALUE_PRESERVING = frozenset({
@@ -166,7 +70,7 @@ GROUP_SIZE = 16
 
 class _SwitchBuilder:
     def __init__(self, model: onnx.ModelProto, typing: Mapping, type_protos: Mapping[str, onnx.TypeProto],
-                 base_dir: str | None, fixed: Iterable[str] = (), group_size: int | None = None,
+                 base_dir: str, fixed: Iterable[str] = (), group_size: int | None = None,
                  keep: Iterable[str] = ()) -> None:
         self.model = model
         self.typing = dict(typing)  # copies of nodes in group branches are added under their names
@@ -176,8 +80,8 @@ class _SwitchBuilder:
         self.groups: list[SwitchGroup] = []
         self.type_protos = dict(type_protos)  # tensors renamed in group branches are added
         self.types = elem_types(model, type_protos)
-        self.base_dir = base_dir or "."
-        self.names = _Names(model)
+        self.base_dir = base_dir
+        self.names = Names(model)
         self.switches: dict[str, str] = {}
         self.switched: set[str] = set()  # tensors produced by a node with a switch
         self.external = {init.name for graph in graphs(model.graph) for init in graph.initializer
@@ -216,12 +120,12 @@ class _SwitchBuilder:
                 scopes[0 if owner is self.model.graph else -1][tensor] = result
                 return result
         dst = self.names.fresh(tensor + "__rounded")
-        out.extend(_round_nodes(tensor, dst, self.names))
+        out.extend(round_nodes(tensor, dst, self.names))
         scopes[-1][tensor] = dst
         return dst
 
     def _rounded_initializer(self, init: onnx.TensorProto, graph: onnx.GraphProto) -> str | None:
-        values = np.asarray(initializer_array(init, self.base_dir))
+        values = np.asarray(read_array(init, self.base_dir))
         rounded = round_fp16(values)
         if np.array_equal(rounded, values):
             return None
@@ -417,20 +321,20 @@ class _SwitchBuilder:
                     local[src] = renamed[src]
                 elif src in renamed or src in self.switched or src in self.external:
                     local[src] = self.names.fresh(f"{src}__rounded_for__{node.name}")
-                    nodes.extend(_round_nodes(renamed.get(src, src), local[src], self.names))
+                    nodes.extend(round_nodes(renamed.get(src, src), local[src], self.names))
                 else:
                     local[src] = self.rounded(src, scopes, out) or src
             fp16.input[i] = local[src]
         nodes.append(fp16)
         convertible = self._outputs(node)
         rounded.update(node.output[i] for i in convertible)
-        if node.op_type in _VALUE_PRESERVING and node.domain in ("", "ai.onnx"):
+        if node.op_type in _VALUE_PRESERVING and is_onnx_domain(node.domain):
             return
         for i in convertible:
             name = fp16.output[i]
             exact = self.names.fresh(name + "_exact")
             fp16.output[i] = exact
-            nodes.extend(_round_nodes(exact, name, self.names))
+            nodes.extend(round_nodes(exact, name, self.names))
 
     def _value_info(self, name: str, like: str) -> onnx.ValueInfoProto:
         """A branch output typed like ``like`` (sequences and optionals included, shape left out)."""
@@ -457,7 +361,7 @@ class _SwitchBuilder:
             exact = self.names.fresh(o + "__exact")
             rounded = self.names.fresh(o + "__rounded")
             node.output[i] = exact
-            out.extend(_round_nodes(exact, rounded, self.names))
+            out.extend(round_nodes(exact, rounded, self.names))
             self._select(switch, rounded, exact, o, out, fresh=False)
             self.switched.add(o)
 
@@ -475,7 +379,7 @@ class _SwitchBuilder:
         return dst
 
 
-def build_switch_model(model: onnx.ModelProto, typing: Mapping, base_dir: str | None = None,
+def build_switch_model(model: onnx.ModelProto, typing: Mapping, base_dir: str,
                        capture_intermediates: bool | Iterable[str] = True,
                        types: Mapping[str, onnx.TypeProto] | None = None, fixed: Iterable[str] = (),
                        group_size: int | None = None) -> SwitchModel:
@@ -495,7 +399,7 @@ def build_switch_model(model: onnx.ModelProto, typing: Mapping, base_dir: str | 
     producers = {o: n.name for n in model.graph.node for o in n.output if o}
     inline_small_external(out, base_dir)
     outputs = tuple(o.name for o in model.graph.output)
-    intermediates = _captured(model, elem_types(model, type_protos), outputs, capture_intermediates)
+    intermediates = captured(model, elem_types(model, type_protos), outputs, capture_intermediates)
     builder = _SwitchBuilder(out, typing, type_protos, base_dir, fixed, group_size, intermediates)
     builder.rewrite(out.graph, [])
     switch_names = tuple(builder.switches.values()) + tuple(n for g in builder.groups for n in (g.mixed, g.on))
@@ -506,15 +410,14 @@ def build_switch_model(model: onnx.ModelProto, typing: Mapping, base_dir: str | 
                        switch_input, switch_names)
 
 
-def _split_switches(model: onnx.ModelProto, switches: tuple[str, ...], names: _Names) -> str:
+def _split_switches(model: onnx.ModelProto, switches: tuple[str, ...], names: Names) -> str:
     """Make ``switches`` the elements of ONE boolean graph input, split first thing in the graph;
     returns its name. onnxruntime's cost per graph input grows with their number (measured: 588
     unused boolean inputs add 4-8 ms to each run of the 2 ms transformer), while one Split into
     588 one-element tensors costs microseconds; If takes any one-element tensor as condition."""
     name = names.fresh("__fp16_switches")
     model.graph.input.append(helper.make_tensor_value_info(name, TensorProto.BOOL, [len(switches)]))
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
-    if opset >= 13:  # the sizes are an input from opset 13 on, an attribute before
+    if onnx_opset(model) >= 13:  # the sizes are an input from opset 13 on, an attribute before
         sizes = names.fresh("__fp16_switch_sizes")
         model.graph.initializer.append(numpy_helper.from_array(np.ones(len(switches), np.int64), sizes))
         if model.ir_version < 4:
@@ -525,22 +428,6 @@ def _split_switches(model: onnx.ModelProto, switches: tuple[str, ...], names: _N
     split.name = names.fresh(name + "__split")
     model.graph.node.insert(0, split)
     return name
-
-
-def _captured(model: onnx.ModelProto, types: Mapping[str, int], outputs: tuple[str, ...],
-              capture_intermediates: bool | Iterable[str]) -> tuple[str, ...]:
-    """The main-graph float tensors to expose as extra outputs (see build_switch_model)."""
-    if not capture_intermediates:
-        return ()
-    wanted = None if capture_intermediates is True else set(capture_intermediates)
-    existing = set(outputs)
-    intermediates: list[str] = []
-    for node in model.graph.node:
-        for o in node.output:
-            if o and o not in existing and types.get(o) == FLOAT and (wanted is None or o in wanted):
-                existing.add(o)
-                intermediates.append(o)
-    return tuple(intermediates)
 
 
 def _consumers(graph: onnx.GraphProto) -> dict[str, set[int]]:
@@ -561,109 +448,3 @@ def _reads(node: onnx.NodeProto) -> set[str]:
 
 
 # --- emulating a written FP16/mixed model --------------------------------------------------------
-
-def emulate_model(model: onnx.ModelProto, base_dir: str | None = None) -> onnx.ModelProto:
-    """The FP32 graph of an FP16/mixed ``model`` that rounds every FP16 tensor.
-
-    FP16 graph inputs become FP32 inputs rounded on entry; FP16 initializers and constants become
-    FP32 (exactly); every node output that was FP16 is rounded where it is produced; a Cast to
-    FLOAT16 becomes a round trip. Graph outputs that were FP16 are FP32 holding FP16 values.
-    """
-    types = elem_types(model)
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    inline_small_external(out, base_dir)
-    names = _Names(out)
-    _emulate_graph(out.graph, types, names, base_dir or ".", is_main=True)
-    return out
-
-
-def _to_float(vi: onnx.ValueInfoProto) -> None:
-    if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type == FLOAT16:
-        vi.type.tensor_type.elem_type = FLOAT
-
-
-def _float_tensor(t: onnx.TensorProto, base_dir: str) -> onnx.TensorProto:
-    values = np.asarray(initializer_array(t, base_dir)).astype(np.float32)
-    return numpy_helper.from_array(values, t.name)
-
-
-def _float_initializers(graph: onnx.GraphProto, names: _Names, base_dir: str) -> list[onnx.NodeProto]:
-    """Make ``graph``'s FP16 initializers FP32 (exact), in place; returns the Casts to run first.
-
-    An external one keeps its FP16 data where it is, renamed, and a ``Cast(to=FLOAT)`` produces
-    the original name: an FP32 copy in the proto would double the weights and, for a model over
-    1 GB of FP16, pass protobuf's 2 GB. One that is also a graph input (IR < 4) cannot become a
-    node output, so it is converted in the proto.
-    """
-    inputs = {vi.name for vi in graph.input}
-    casts = []
-    for init in graph.initializer:
-        if init.data_type != FLOAT16:
-            continue
-        if external_location(init) is None or init.name in inputs:
-            init.CopyFrom(_float_tensor(init, base_dir))
-            continue
-        name = init.name
-        init.name = names.fresh(name + "__fp16")
-        casts.append(helper.make_node("Cast", [init.name], [name], to=FLOAT,
-                                      name=names.fresh(name + "__cast")))
-    return casts
-
-
-def _emulate_graph(graph: onnx.GraphProto, types: Mapping[str, int], names: _Names, base_dir: str,
-                   is_main: bool) -> None:
-    for vi in list(graph.output) + list(graph.value_info):
-        _to_float(vi)
-    new_nodes: list[onnx.NodeProto] = _float_initializers(graph, names, base_dir)
-    renamed_inputs: dict[str, str] = {}
-    # FP16 graph inputs: the caller feeds FP32; round on entry (a subgraph's inputs are already
-    # rounded by whoever produced them).
-    for vi in graph.input:
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type == FLOAT16:
-            vi.type.tensor_type.elem_type = FLOAT
-            if is_main:
-                dst = names.fresh(vi.name + "__rounded")
-                new_nodes.extend(_round_nodes(vi.name, dst, names))
-                renamed_inputs[vi.name] = dst
-    for node in graph.node:
-        for _, sub in subgraphs(node):
-            _emulate_graph(sub, types, names, base_dir, is_main=False)
-        for i, name in enumerate(node.input):
-            if name in renamed_inputs:
-                node.input[i] = renamed_inputs[name]
-        _retype_attributes(node)
-        new_nodes.append(node)
-        for i, o in enumerate(node.output):
-            if not o or types.get(o) != FLOAT16:
-                continue
-            if node.op_type == "Cast" and node.domain in ("", "ai.onnx"):
-                # The Cast itself rounds to FP16; only the way back to FP32 is added.
-                half = names.fresh(o + "__fp16")
-                node.output[i] = half
-                back = helper.make_node("Cast", [half], [o], to=FLOAT, name=names.fresh(o + "__cast"))
-                new_nodes.append(back)
-            else:
-                exact = names.fresh(o + "__exact")
-                node.output[i] = exact
-                new_nodes.extend(_round_nodes(exact, o, names))
-    # A graph output that is itself an FP16 graph input passes through unrounded: rounding it would
-    # need a node writing that name, which SSA forbids, and the value is exactly what was fed.
-    del graph.node[:]
-    graph.node.extend(new_nodes)
-
-
-# Attributes that choose an output's element type (the window ops' output_datatype included:
-# left FLOAT16 onnxruntime would compute the window in FP16 arithmetic, not FP32 then round).
-_OUTPUT_TYPE_ATTRS = ("dtype", "to", "output_datatype", "output_dtype")
-
-
-def _retype_attributes(node: onnx.NodeProto) -> None:
-    """FP16 tensor attributes become FP32 (exact); outputs are rounded after the node anyway."""
-    for attr in node.attribute:
-        if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type == FLOAT16:
-            values = numpy_helper.to_array(attr.t).astype(np.float32)
-            attr.t.CopyFrom(numpy_helper.from_array(values, attr.t.name))
-        elif attr.name in _OUTPUT_TYPE_ATTRS and attr.type == onnx.AttributeProto.INT and attr.i == FLOAT16 \
-                and node.op_type != "Cast":
-            attr.i = FLOAT

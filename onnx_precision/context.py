@@ -1,0 +1,120 @@
+"""The model context: one loaded model and everything derived from it, computed once per run.
+
+Every stage (analysis rules, the oracle, the search, the rewriter, the TensorRT flags, the report)
+takes a :class:`ModelContext` instead of a model plus its base directory, types and typing as
+loose arguments. Derived facts are computed on first use and kept: the value types (one shape
+inference), the node typing (one set of onnxruntime kernel probes), what keeps each node from
+FP16 (:attr:`ModelContext.blockers`, which reads each float constant's range once), so resolving
+a plan is cheap and never reads a weight again.
+
+Loading never pulls external data into memory (``load_external_data=False``); external tensors
+are read on demand, relative to :attr:`ModelContext.base_dir` (the model's own directory, whatever
+the working directory). The model must not be changed while a context holds it: the rewriter
+writes into a copy.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cached_property
+import onnx
+from google.protobuf.message import DecodeError
+
+from . import storage, typing_rules
+from .errors import ModelLoadError
+from .graph import NodeRef, name_nodes, walk_nodes
+from .plan import Precision, PrecisionPlan, Reason, uniform_plan
+
+
+@dataclass(eq=False)
+class ModelContext:
+    """A model whose external data (if any) lives in files under ``base_dir``, with its derived facts."""
+
+    model: onnx.ModelProto
+    path: str
+    base_dir: str
+    renamed: tuple[tuple[str, str], ...] = ()  # (old name or "", new name) for each node the loader named
+
+    @staticmethod
+    def of(model: onnx.ModelProto, base_dir: str = ".", path: str = "") -> "ModelContext":
+        """A context for an in-memory model (nodes named in place, as :func:`load_model` does)."""
+        renamed = name_nodes(model)
+        return ModelContext(model, path, os.path.abspath(base_dir), tuple(renamed))
+
+    @cached_property
+    def nodes(self) -> tuple[NodeRef, ...]:
+        """Every node, subgraphs included, owners before their bodies."""
+        return tuple(walk_nodes(self.model.graph))
+
+    @cached_property
+    def node_ops(self) -> dict[str, str]:
+        """Node name -> op type, in :attr:`nodes` order."""
+        return {ref.name: ref.node.op_type for ref in self.nodes}
+
+    @cached_property
+    def types(self) -> dict[str, onnx.TypeProto]:
+        """Every value's type (:func:`typing_rules.tensor_types`)."""
+        return typing_rules.tensor_types(self.model)
+
+    @cached_property
+    def typing(self) -> dict[str, typing_rules.NodeTyping]:
+        """Every node's FP16 typing (:func:`typing_rules.model_typing`)."""
+        return typing_rules.model_typing(self.model, self.types)
+
+    @cached_property
+    def constants(self) -> dict[str, onnx.TensorProto]:
+        """Tensor name -> value of every initializer and Constant output, subgraphs included."""
+        return typing_rules.constant_values(self.model)
+
+    @cached_property
+    def _ranges(self) -> dict[str, tuple[float, float]]:
+        return {}
+
+    def constant_range(self, name: str) -> tuple[float, float] | None:
+        """(max |x|, smallest nonzero |x|) of a float32 constant, read once (in chunks) per run;
+        None for anything else."""
+        tensor = self.constants.get(name)
+        if tensor is None or tensor.data_type != onnx.TensorProto.FLOAT:
+            return None
+        if name not in self._ranges:
+            self._ranges[name] = storage.value_range(tensor, self.base_dir)
+        return self._ranges[name]
+
+    @cached_property
+    def blockers(self) -> typing_rules.NodeBlockers:
+        """What keeps each node from FP16 whatever its neighbours do (see :func:`typing_rules.node_blockers`)."""
+        return typing_rules.node_blockers(self)
+
+    @cached_property
+    def forced_fp32(self) -> frozenset[str]:
+        """Nodes every resolved plan keeps FP32 (type rules, constants FP16 cannot hold)."""
+        return frozenset(self.resolve(self.all_fp16_plan()).fp32_nodes)
+
+    def all_fp16_plan(self, reason: Reason = Reason("default", "all FP16"), fp16_io: bool = False) -> PrecisionPlan:
+        """Every node FP16, with ``reason``."""
+        return uniform_plan(self.node_ops, Precision.FP16, reason, fp16_io=fp16_io)
+
+    def resolve(self, plan: PrecisionPlan) -> PrecisionPlan:
+        """``plan`` made writable (:func:`typing_rules.resolve_plan`); a resolved plan comes back as is."""
+        return plan if plan.resolved else typing_rules.resolve_plan(self, plan)
+
+
+def load_model(path: str) -> ModelContext:
+    """Load ``path`` (external data left on disk), check it parses, and name its nodes."""
+    if not os.path.exists(path):
+        raise ModelLoadError(f"{path}: no such file")
+    if not os.path.isfile(path):
+        raise ModelLoadError(f"{path}: not a file")
+    try:
+        model = onnx.load(path, load_external_data=False)
+    except DecodeError as e:
+        raise ModelLoadError(f"{path}: not an ONNX model (protobuf does not parse; truncated or another format)"
+                             ) from e
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"{path}: cannot load: {e}") from e
+    if not model.graph.node and not model.graph.output:
+        raise ModelLoadError(f"{path}: not an ONNX model (no graph)")
+    base_dir = os.path.dirname(os.path.abspath(path))
+    storage.check_model_external_data(model, base_dir, path)
+    return ModelContext(model, path, base_dir, tuple(name_nodes(model)))

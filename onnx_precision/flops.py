@@ -1,0 +1,94 @@
+"""Estimated FLOPs per node, for the FP16 share of compute in reports and for weighing pins."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnx
+
+from .graph import walk_nodes
+from .storage import external_location
+
+
+def estimate_flops(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> dict[str, float]:
+    """Rough FLOPs per node: 2*M*N*K for MatMul/Gemm, 2*out*(C/group*kernel) for Conv, the larger
+    of the first input's and the output's size for everything else (so a reduction counts what it
+    reads); 1 where shapes are unknown (e.g. inside subgraphs).
+
+    Shapes come from ONNX shape inference with the graph inputs fixed to ``input_shapes`` (the
+    first sample's), so symbolic dimensions resolve. Only for the report's FLOP share.
+    """
+    shapes = _inferred_shapes(model, input_shapes)
+    flops: dict[str, float] = {}
+    for ref in walk_nodes(model.graph):
+        node = ref.node
+        out = shapes.get(node.output[0]) if node.output else None
+        out_size = float(np.prod(out)) if out is not None else 1.0
+        per_output = _flops_per_output(node, shapes)
+        if per_output is None:  # elementwise or a reduction: one operation per element read or written
+            first = shapes.get(node.input[0]) if node.input else None
+            flops[node.name] = max(out_size, float(np.prod(first)) if first is not None else 1.0, 1.0)
+        else:
+            flops[node.name] = max(out_size * per_output, 1.0)
+    return flops
+
+
+def _flops_per_output(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]]) -> float | None:
+    first = shapes.get(node.input[0]) if node.input else None
+    if node.op_type == "MatMul" and first:
+        return 2.0 * first[-1]
+    if node.op_type == "Gemm" and first and len(first) == 2:
+        trans_a = any(a.name == "transA" and a.i for a in node.attribute)
+        return 2.0 * first[0 if trans_a else 1]
+    if node.op_type in ("Conv", "ConvTranspose") and len(node.input) > 1:
+        weight = shapes.get(node.input[1])
+        if weight:
+            return 2.0 * float(np.prod(weight[1:]))
+    return None
+
+
+def _inferred_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]],
+                     ) -> dict[str, tuple[int, ...]]:
+    shell = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import,
+                            functions=model.functions)
+    graph = shell.graph
+    graph.node.extend(model.graph.node)
+    graph.input.extend(model.graph.input)
+    graph.output.extend(model.graph.output)
+    graph.value_info.extend(model.graph.value_info)
+    for init in model.graph.initializer:
+        # Shape computations need small constants (Reshape targets); big weights only their dims.
+        if _is_small(init):
+            graph.initializer.append(init)
+        else:
+            shape_only = onnx.TensorProto(name=init.name, dims=init.dims, data_type=init.data_type)
+            graph.initializer.append(shape_only)
+    for value in graph.input:
+        shape = input_shapes.get(value.name)
+        if shape is None or not value.type.HasField("tensor_type"):
+            continue
+        dims = value.type.tensor_type.shape.dim
+        if len(dims) == len(shape):
+            for dim, size in zip(dims, shape):
+                dim.Clear()
+                dim.dim_value = int(size)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(shell, strict_mode=False)
+    except Exception:  # shape inference is best effort here: FLOPs fall back to one per node
+        inferred = shell
+    shapes: dict[str, tuple[int, ...]] = {}
+    values = list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output)
+    for value in values:
+        tensor_type = value.type.tensor_type
+        if value.type.HasField("tensor_type") and tensor_type.HasField("shape"):
+            dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor_type.shape.dim)
+            if all(d >= 0 for d in dims):
+                shapes[value.name] = dims
+    for init in model.graph.initializer:
+        shapes.setdefault(init.name, tuple(init.dims))
+    return shapes
+
+
+def _is_small(tensor: onnx.TensorProto) -> bool:
+    return external_location(tensor) is None and int(np.prod(tensor.dims)) <= 4096

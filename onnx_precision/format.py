@@ -1,0 +1,42 @@
+"""Numbers for people and for JSON: one copy of each formatter the reports and commands share."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+
+def number(x: float | None, digits: int = 4) -> str:
+    """``x`` to ``digits`` significant digits; "inf"/"-inf"/"nan" as such, "-" for None."""
+    if x is None:
+        return "-"
+    x = float(x)
+    return f"{x:.{digits}g}" if math.isfinite(x) else str(x)
+
+
+def cosine_text(x: float) -> str:
+    """Cosines live near 1: six decimals tell 0.999999 from 0.999."""
+    return f"{float(x):.6f}" if math.isfinite(float(x)) else str(float(x))
+
+
+def json_float(x: float) -> float | str:
+    """``x`` as JSON can hold it: a float, or "inf"/"-inf"/"nan" (JSON has no non-finite numbers)."""
+    return float(x) if np.isfinite(x) else str(float(x))
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float written as a string and numpy scalars made plain,
+    recursively, so every JSON parser reads it."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        return json_float(float(value))
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value

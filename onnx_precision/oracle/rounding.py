@@ -1,0 +1,51 @@
+"""The rounding every FP16 emulation is made of: ``Cast(to=FLOAT16) -> Cast(to=FLOAT)`` pairs and fresh names."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from ..graph import fresh_name, model_names
+from ..typing_rules import is_tensor, tensor_types
+
+FLOAT = TensorProto.FLOAT
+FLOAT16 = TensorProto.FLOAT16
+
+
+def elem_types(model: onnx.ModelProto, types: Mapping[str, onnx.TypeProto] | None = None) -> dict[str, int]:
+    """Element type of every *tensor* whose type is known (sequences and optionals are left out:
+    Cast cannot round them, so the emulation leaves them exact)."""
+    types = tensor_types(model) if types is None else types
+    return {name: tp.tensor_type.elem_type for name, tp in types.items() if is_tensor(tp)}
+
+
+class Names:
+    """Fresh tensor names that collide with nothing in the model."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.taken = model_names(model)
+
+    def fresh(self, base: str) -> str:
+        return fresh_name(base, self.taken)
+
+
+def round_nodes(src: str, dst: str, names: Names) -> list[onnx.NodeProto]:
+    half = names.fresh(src + "__fp16")
+    return [helper.make_node("Cast", [src], [half], to=FLOAT16, name=names.fresh(half + "__cast")),
+            helper.make_node("Cast", [half], [dst], to=FLOAT, name=names.fresh(dst + "__cast"))]
+
+
+# External tensors up to this size are read into the emulation graph: onnxruntime's shape
+# inference inside If branches needs the values of shape-like constants and cannot read them from
+
+
+def round_fp16(a: np.ndarray) -> np.ndarray:
+    """float32 values as FP16 stores them (overflow to Inf, flush to zero, low bits dropped)."""
+    with np.errstate(over="ignore"):
+        return np.asarray(a).astype(np.float16).astype(np.float32)
+
+
+# Ops whose outputs only move, select or sign-flip input values (and constants that are rounded as

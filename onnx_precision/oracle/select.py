@@ -1,0 +1,82 @@
+"""Choosing an oracle by name, and running a written model under it.
+
+:data:`ORACLES` is the one mapping from the names a user can give (``--oracle``) to the function
+that runs a candidate model under that oracle; the CLI's choices come from it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..compare import Comparison, Tolerance, compare_samples
+from ..context import ModelContext, load_model
+from ..costs import PhaseCost
+from ..errors import OracleUnavailable
+from ..vocab import OracleName
+from .session import Feed, OracleRun, run_emulated, run_native
+
+NATIVE_PROVIDERS: Mapping[OracleName, str] = {"cuda": "CUDAExecutionProvider",
+                                              "tensorrt": "TensorrtExecutionProvider"}
+
+
+def _native(provider: str) -> Callable[[ModelContext, Sequence[Feed]], OracleRun]:
+    def run(ctx: ModelContext, feeds: Sequence[Feed]) -> OracleRun:
+        return run_native(ctx, feeds, provider)
+    return run
+
+
+ORACLES: Mapping[OracleName, Callable[[ModelContext, Sequence[Feed]], OracleRun]] = {
+    "emulate": run_emulated,
+    **{name: _native(provider) for name, provider in NATIVE_PROVIDERS.items()},
+}
+
+
+def require_oracle(oracle: str) -> None:
+    """Fail before any work when ``oracle`` is unknown or names a provider this onnxruntime lacks."""
+    if oracle not in ORACLES:
+        raise OracleUnavailable(f"unknown oracle '{oracle}'; expected one of {', '.join(ORACLES)}")
+    provider = NATIVE_PROVIDERS.get(oracle)  # type: ignore[call-overload]  # checked just above
+    if provider is not None:
+        import onnxruntime as ort
+        if provider not in ort.get_available_providers():
+            raise OracleUnavailable(f"--oracle {oracle}: onnxruntime has no {provider} here "
+                                    f"(install onnxruntime-gpu on a machine with the GPU stack)")
+
+
+def run_candidate(candidate: ModelContext, feeds: Sequence[Feed], oracle: OracleName = "emulate") -> OracleRun:
+    """The candidate's outputs on ``feeds`` under ``oracle``; one session."""
+    require_oracle(oracle)
+    return ORACLES[oracle](candidate, feeds)
+
+
+def verify_written(written: ModelContext, feeds: Sequence[Feed], reference_outputs: Sequence[Mapping],
+                   tol: Tolerance, oracle: OracleName = "emulate") -> Comparison:
+    """Run what was WRITTEN (emulated, or natively on a GPU provider) against the FP32 outputs the
+    search already computed: one session, whatever happened before."""
+    run = run_candidate(written, feeds, oracle)
+    return compare_samples(list(reference_outputs), only_reference_outputs(run, reference_outputs), tol, run.oracle)
+
+
+def verify_output(output_path: str, feeds: Sequence[Feed], reference_outputs: Sequence[Mapping], tol: Tolerance,
+                  oracle: OracleName = "emulate") -> tuple[Comparison, Comparison | None, tuple[PhaseCost, ...]]:
+    """Verify the file ``convert`` wrote, read back from disk: emulated (always) and natively on
+    ``oracle``'s provider when one is named. Returns (emulated, native or None, phase costs)."""
+    started = time.perf_counter()
+    written = load_model(output_path)
+    verified = verify_written(written, feeds, reference_outputs, tol)
+    phases = [PhaseCost("verify", time.perf_counter() - started, sessions=1, probes=1)]
+    native = None
+    if oracle != "emulate":
+        started = time.perf_counter()
+        native = verify_written(written, feeds, reference_outputs, tol, oracle)
+        phases.append(PhaseCost(f"native {oracle}", time.perf_counter() - started, sessions=1, probes=1))
+    return verified, native, tuple(phases)
+
+
+def only_reference_outputs(run: OracleRun, refs: Sequence[Mapping]) -> list[dict[str, np.ndarray]]:
+    """Each candidate sample restricted to the reference's outputs."""
+    return [{name: np.asarray(out[name]) for name in ref if name in out}
+            for out, ref in zip(run.outputs, refs)]

@@ -1,0 +1,71 @@
+"""The switch graph as a value: the model one emulation session runs, and how to drive it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Iterable, Mapping
+
+import numpy as np
+import onnx
+
+from .rounding import FLOAT
+
+
+@dataclass(frozen=True)
+class SwitchGroup:
+    """Consecutive switched nodes of one graph behind one pair of extra boolean inputs: ``mixed``
+    (the plan differs among them: each runs its own If on its own switch) and, when not mixed,
+    ``on`` (all FP16, else all FP32)."""
+
+    nodes: tuple[str, ...]
+    mixed: str
+    on: str
+
+
+@dataclass(frozen=True)
+class SwitchModel:
+    """The switch graph and how to drive it."""
+
+    model: onnx.ModelProto
+    switches: Mapping[str, str]          # node name -> the switch (an element of switch_input)
+    outputs: tuple[str, ...]             # the original graph outputs, in order
+    intermediates: tuple[str, ...]       # main-graph float tensors exposed as extra outputs
+    producers: Mapping[str, str]         # main-graph tensor -> the node that produces it
+    groups: tuple[SwitchGroup, ...] = ()  # their switches follow from the nodes' (switch_vector)
+    switch_input: str = ""               # the one boolean graph input holding every switch, in
+    switch_order: tuple[str, ...] = ()   # this order (node switches, then each group's mixed, on)
+
+    @cached_property
+    def _positions(self) -> tuple[dict[str, int], list[tuple[np.ndarray, int, int]]]:
+        at = {s: i for i, s in enumerate(self.switch_order)}
+        nodes = {node: at[s] for node, s in self.switches.items()}
+        groups = [(np.array([nodes[n] for n in g.nodes]), at[g.mixed], at[g.on]) for g in self.groups]
+        return nodes, groups
+
+    def switch_vector(self, fp16: Iterable[str]) -> np.ndarray:
+        """The value of ``switch_input`` that turns the nodes ``fp16`` FP16 (all others FP32)."""
+        nodes, groups = self._positions
+        vector = np.zeros(len(self.switch_order), dtype=bool)
+        vector[[nodes[n] for n in fp16 if n in nodes]] = True
+        for members, mixed, on in groups:
+            count = int(np.count_nonzero(vector[members]))
+            vector[on] = count == len(members)
+            vector[mixed] = 0 < count < len(members)
+        return vector
+
+
+def captured(model: onnx.ModelProto, types: Mapping[str, int], outputs: tuple[str, ...],
+              capture_intermediates: bool | Iterable[str]) -> tuple[str, ...]:
+    """The main-graph float tensors to expose as extra outputs (see build_switch_model)."""
+    if not capture_intermediates:
+        return ()
+    wanted = None if capture_intermediates is True else set(capture_intermediates)
+    existing = set(outputs)
+    intermediates: list[str] = []
+    for node in model.graph.node:
+        for o in node.output:
+            if o and o not in existing and types.get(o) == FLOAT and (wanted is None or o in wanted):
+                existing.add(o)
+                intermediates.append(o)
+    return tuple(intermediates)

@@ -1,0 +1,126 @@
+"""Emulating a written FP16/mixed model: the FP32 graph that rounds at each of its FP16 tensors.
+
+Any candidate model (ours, or another tool's) can then be checked on CPU. Its FP16 weights stored
+as external data stay there, each followed by a ``Cast(to=FLOAT)`` (exact), so the emulation of a
+model over 2 GB is as small as the model's proto. External data is always read relative to the
+model's own directory (``base_dir``), never the working directory.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..graph import is_onnx_domain, subgraphs
+from ..storage import external_location, inline_small_external, read_array
+from .rounding import FLOAT, FLOAT16, Names, elem_types, round_nodes
+
+
+def emulate_model(model: onnx.ModelProto, base_dir: str) -> onnx.ModelProto:
+    """The FP32 graph of an FP16/mixed ``model`` that rounds every FP16 tensor.
+
+    FP16 graph inputs become FP32 inputs rounded on entry; FP16 initializers and constants become
+    FP32 (exactly); every node output that was FP16 is rounded where it is produced; a Cast to
+    FLOAT16 becomes a round trip. Graph outputs that were FP16 are FP32 holding FP16 values.
+    """
+    types = elem_types(model)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    inline_small_external(out, base_dir)
+    names = Names(out)
+    _emulate_graph(out.graph, types, names, base_dir, is_main=True)
+    return out
+
+
+def _to_float(vi: onnx.ValueInfoProto) -> None:
+    if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type == FLOAT16:
+        vi.type.tensor_type.elem_type = FLOAT
+
+
+def _float_tensor(t: onnx.TensorProto, base_dir: str) -> onnx.TensorProto:
+    values = np.asarray(read_array(t, base_dir)).astype(np.float32)
+    return numpy_helper.from_array(values, t.name)
+
+
+def _float_initializers(graph: onnx.GraphProto, names: Names, base_dir: str) -> list[onnx.NodeProto]:
+    """Make ``graph``'s FP16 initializers FP32 (exact), in place; returns the Casts to run first.
+
+    An external one keeps its FP16 data where it is, renamed, and a ``Cast(to=FLOAT)`` produces
+    the original name: an FP32 copy in the proto would double the weights and, for a model over
+    1 GB of FP16, pass protobuf's 2 GB. One that is also a graph input (IR < 4) cannot become a
+    node output, so it is converted in the proto.
+    """
+    inputs = {vi.name for vi in graph.input}
+    casts = []
+    for init in graph.initializer:
+        if init.data_type != FLOAT16:
+            continue
+        if external_location(init) is None or init.name in inputs:
+            init.CopyFrom(_float_tensor(init, base_dir))
+            continue
+        name = init.name
+        init.name = names.fresh(name + "__fp16")
+        casts.append(helper.make_node("Cast", [init.name], [name], to=FLOAT,
+                                      name=names.fresh(name + "__cast")))
+    return casts
+
+
+def _emulate_graph(graph: onnx.GraphProto, types: Mapping[str, int], names: Names, base_dir: str,
+                   is_main: bool) -> None:
+    for vi in list(graph.output) + list(graph.value_info):
+        _to_float(vi)
+    new_nodes: list[onnx.NodeProto] = _float_initializers(graph, names, base_dir)
+    renamed_inputs: dict[str, str] = {}
+    # FP16 graph inputs: the caller feeds FP32; round on entry (a subgraph's inputs are already
+    # rounded by whoever produced them).
+    for vi in graph.input:
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type == FLOAT16:
+            vi.type.tensor_type.elem_type = FLOAT
+            if is_main:
+                dst = names.fresh(vi.name + "__rounded")
+                new_nodes.extend(round_nodes(vi.name, dst, names))
+                renamed_inputs[vi.name] = dst
+    for node in graph.node:
+        for _, sub in subgraphs(node):
+            _emulate_graph(sub, types, names, base_dir, is_main=False)
+        for i, name in enumerate(node.input):
+            if name in renamed_inputs:
+                node.input[i] = renamed_inputs[name]
+        _retype_attributes(node, base_dir)
+        new_nodes.append(node)
+        for i, o in enumerate(node.output):
+            if not o or types.get(o) != FLOAT16:
+                continue
+            if node.op_type == "Cast" and is_onnx_domain(node.domain):
+                # The Cast itself rounds to FP16; only the way back to FP32 is added.
+                half = names.fresh(o + "__fp16")
+                node.output[i] = half
+                back = helper.make_node("Cast", [half], [o], to=FLOAT, name=names.fresh(o + "__cast"))
+                new_nodes.append(back)
+            else:
+                exact = names.fresh(o + "__exact")
+                node.output[i] = exact
+                new_nodes.extend(round_nodes(exact, o, names))
+    # A graph output that is itself an FP16 graph input passes through unrounded: rounding it would
+    # need a node writing that name, which SSA forbids, and the value is exactly what was fed.
+    del graph.node[:]
+    graph.node.extend(new_nodes)
+
+
+# Attributes that choose an output's element type (the window ops' output_datatype included:
+# left FLOAT16 onnxruntime would compute the window in FP16 arithmetic, not FP32 then round).
+_OUTPUT_TYPE_ATTRS = ("dtype", "to", "output_datatype", "output_dtype")
+
+
+def _retype_attributes(node: onnx.NodeProto, base_dir: str) -> None:
+    """FP16 tensor attributes become FP32 (exact); outputs are rounded after the node anyway."""
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type == FLOAT16:
+            values = np.asarray(read_array(attr.t, base_dir)).astype(np.float32)
+            attr.t.CopyFrom(numpy_helper.from_array(values, attr.t.name))
+        elif attr.name in _OUTPUT_TYPE_ATTRS and attr.type == onnx.AttributeProto.INT and attr.i == FLOAT16 \
+                and node.op_type != "Cast":
+            attr.i = FLOAT

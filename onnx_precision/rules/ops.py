@@ -1,0 +1,192 @@
+"""Risk rules for the ops that compute: sums, contractions, exponentials, divisions, softmax."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterator
+
+import numpy as np
+import onnx
+
+from ..fp16 import FP16_EXACT_INT, FP16_MAX, FP16_MIN_NORMAL, FP16_MIN_SUBNORMAL
+from .facts import (HIGH, LOW, MEDIUM, OVERFLOW, PRECISION, UNDERFLOW, Finding, ModelFacts, Skipped, Stats,
+                    dim_of,
+                    confirm, contraction_depth, finding, flushes, flushes_much, overflows, range_evidence,
+                    reduction_length, sum_of_squares_input)
+from .registry import rule, skip
+
+EXP_OVERFLOW_INPUT = math.log(FP16_MAX)  # 11.09: exp of anything larger is inf in FP16
+LONG_REDUCTION = 4096  # reduction depth past which FP16 accumulation loses several bits
+
+RuleOutput = Iterator["Finding | Skipped"]
+
+
+@rule("CumSum")
+def cumsum(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
+    """A running sum grows with its length: it overflows, and late increments fall below FP16's
+    spacing (1/2048 of the running value) long before that."""
+    axis_values = facts.constant(node.input[1])
+    axis = int(np.ravel(axis_values)[0]) if axis_values is not None else None
+    length = dim_of(facts.shape(node.input[0]), axis) if axis is not None else None
+    evidence = {"length": length, "axis": axis, **range_evidence(facts, "output", node.output[0])}
+    overflow = confirm(facts, [node.output[0]], overflows)
+    if overflow:
+        yield finding(node, "cumsum", OVERFLOW, HIGH,
+                      f"running sum over {length} elements reaches beyond 65504", True, **evidence)
+        return
+    lossy = confirm(facts, [node.input[0], node.output[0]],
+                    lambda i, o: o.max_abs > FP16_EXACT_INT * max(i.max_abs, FP16_MIN_SUBNORMAL))
+    yield finding(node, "cumsum", PRECISION, MEDIUM,
+                  f"running sum over {length} elements: increments fall below FP16 spacing", lossy,
+                  **evidence)
+
+
+_REDUCE_OUTPUT_IS_SUM = {"ReduceSum", "ReduceSumSquare", "ReduceL1"}
+
+
+@rule("ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp")
+def reduction(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
+    """Sums overflow when their total does; sums of squares are the usual culprit (L2 norms).
+    Means and L2 norms keep their output in range but their internal sum can exceed 65504 on
+    kernels that accumulate in FP16."""
+    length = reduction_length(node, facts)
+    squares = node.op_type in ("ReduceSumSquare", "ReduceL2") or sum_of_squares_input(node, facts)
+    evidence = {"length": length, **range_evidence(facts, "output", node.output[0])}
+    if node.op_type in _REDUCE_OUTPUT_IS_SUM:
+        confirmed = confirm(facts, [node.output[0]], overflows)
+        severity = HIGH if squares else MEDIUM if (length or 0) >= LONG_REDUCTION else LOW
+        what = "sum of squares" if squares else "sum"
+        verb = "exceeds" if confirmed else "can exceed"
+        yield finding(node, "reduction-overflow", OVERFLOW, severity,
+                      f"{what} over {length} elements {verb} 65504", confirmed, **evidence)
+        return
+    # The output is a mean, a norm or a log: estimate the internal sum from it.
+    def internal(s: Stats) -> float:
+        if node.op_type == "ReduceMean":
+            return s.max_abs * (length or 1)
+        if node.op_type == "ReduceL2":
+            return s.max_abs ** 2
+        return math.exp(min(s.max_abs, 700.0))  # ReduceLogSumExp
+    confirmed = confirm(facts, [node.output[0]], lambda s: internal(s) > FP16_MAX)
+    stats = facts.range_of(node.output[0])
+    if stats is not None:
+        evidence["internal_sum_estimate"] = float(internal(stats))
+    yield finding(node, "reduction-accumulator", OVERFLOW, LOW,
+                  f"internal sum over {length} elements can exceed 65504 where kernels accumulate in FP16",
+                  confirmed, **evidence)
+
+
+@rule("MatMul", "Gemm", "Conv", "ConvTranspose")
+def contraction(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
+    """Long inner products lose precision and can overflow; short ones (the usual case) are fine."""
+    depth = contraction_depth(node, facts)
+    overflow = confirm(facts, [node.output[0]], overflows)
+    evidence = {"depth": depth, **range_evidence(facts, "output", node.output[0])}
+    if overflow:
+        yield finding(node, "long-contraction", OVERFLOW, HIGH,
+                      f"inner products of depth {depth} exceed 65504", True, **evidence)
+    elif depth is not None and depth >= LONG_REDUCTION:
+        yield finding(node, "long-contraction", PRECISION, LOW,
+                      f"inner products of depth {depth} accumulate rounding error", overflow, **evidence)
+    else:
+        yield skip(f"inner products of depth {depth if depth is not None else 'unknown'}, "
+                   f"{'no output past 65504' if overflow is False else 'no recorded range'}")
+
+
+@rule("Exp")
+def exp(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
+    """exp(x) is inf in FP16 for x > 11.09."""
+    confirmed = confirm(facts, [node.output[0]], overflows)
+    verb = "overflows" if confirmed else "can overflow"
+    yield finding(node, "exp-overflow", OVERFLOW, HIGH,
+                  f"exp {verb} FP16 (inputs above {EXP_OVERFLOW_INPUT:.2f})", confirmed,
+                  **range_evidence(facts, "input", node.input[0]),
+                  **range_evidence(facts, "output", node.output[0]))
+
+
+@rule("Pow")
+def power(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
+    """x**p overflows for |x| > 65504**(1/p) (its underflow is the generic flush rule's)."""
+    values = facts.constant(node.input[1])
+    p = float(np.ravel(values)[0]) if values is not None and values.size == 1 else None
+    if p is not None and p in (0.0, 1.0):
+        yield skip(f"constant exponent {p:g}: the power cannot leave the input's range")
+        return
+    evidence = {"exponent": p, **range_evidence(facts, "input", node.input[0]),
+                **range_evidence(facts, "output", node.output[0])}
+    overflow = confirm(facts, [node.output[0]], overflows)
+    limit = FP16_MAX ** (1.0 / p) if p is not None and p > 1 else None
+    if overflow:
+        message = "power exceeds 65504"
+    elif limit:
+        message = f"x**{p:g} overflows FP16 for |x| > {limit:.4g}"
+    else:
+        message = "power can leave FP16's range"
+    yield finding(node, "pow-overflow", OVERFLOW, HIGH if overflow else MEDIUM, message, overflow, **evidence)
+
+
+def _tiny_input(node: onnx.NodeProto, facts: ModelFacts, index: int, rule_name: str, severity: str,
+                message: str, flushes: Callable[[Stats], bool] = flushes) -> RuleOutput:
+    """Shared body of Log/Sqrt/Reciprocal/Div: input ``index`` flushing to zero is the risk;
+    an output past 65504 (division by a tiny value) is the other."""
+    name = node.input[index]
+    evidence = {**range_evidence(facts, "input", name), **range_evidence(facts, "output", node.output[0])}
+    if confirm(facts, [node.output[0]], overflows):
+        yield finding(node, rule_name, OVERFLOW, HIGH, "result exceeds 65504 (divided by a tiny value)",
+                      True, **evidence)
+        return
+    yield finding(node, rule_name, UNDERFLOW, severity, message, confirm(facts, [name], flushes), **evidence)
+
+
+@rule("Log")
+def log(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
+    """log of a value that flushed to zero is -inf."""
+    yield from _tiny_input(node, facts, 0, "log-tiny-input", HIGH,
+                           "inputs below 6e-8 flush to zero in FP16 and log(0) = -inf")
+
+
+@rule("Sqrt")
+def sqrt(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
+    """sqrt of a flushed value is 0, which a later division turns into inf."""
+    yield from _tiny_input(node, facts, 0, "sqrt-tiny-input", MEDIUM,
+                           "inputs below 6e-8 flush to zero in FP16; sqrt(0) then divides to inf",
+                           flushes_much)
+
+
+@rule("Reciprocal")
+def reciprocal(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
+    yield from _tiny_input(node, facts, 0, "tiny-denominator", HIGH,
+                           "denominators below 6e-8 flush to zero in FP16: 1/0 = inf")
+
+
+@rule("Div")
+def div(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
+    """A denominator that flushes to zero makes inf (or NaN with a zero numerator)."""
+    denominator = facts.constant(node.input[1])
+    if denominator is not None:
+        magnitudes = np.abs(denominator.astype(np.float64))
+        if np.all(magnitudes >= FP16_MIN_NORMAL):
+            yield skip("a constant divisor in FP16's normal range: nothing to flush")
+            return
+    yield from _tiny_input(node, facts, 1, "tiny-denominator", MEDIUM,
+                           "denominators below 6e-8 flush to zero in FP16: x/0 = inf")
+
+
+@rule("Softmax", "LogSoftmax")
+def softmax(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
+    """Softmax is computed stably, but probabilities below 6e-8 flush to zero in FP16, which
+    matters when they are later divided by or logged."""
+    if node.op_type == "LogSoftmax":
+        confirmed = confirm(facts, [node.output[0]], overflows)
+        yield finding(node, "softmax", OVERFLOW, LOW, "log-probabilities below -65504 overflow",
+                      confirmed, **range_evidence(facts, "output", node.output[0]))
+        return
+    downstream = {c.op_type for c in facts.downstream_ops(node.output[0], 2)}
+    fragile = sorted(downstream & {"Log", "Div", "Reciprocal"})
+    severity = MEDIUM if fragile else LOW
+    message = "probabilities below 6e-8 flush to zero in FP16"
+    if fragile:
+        message += f" before {'/'.join(fragile)}"
+    yield finding(node, "softmax", UNDERFLOW, severity, message,
+                  confirm(facts, [node.output[0]], flushes_much),
+                  **range_evidence(facts, "output", node.output[0]))

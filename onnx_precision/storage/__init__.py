@@ -1,0 +1,17 @@
+"""Storage: reading external weights in chunks, casting them lazily, and writing models atomically.
+
+- :mod:`.external_data`: tensors whose data lives outside the proto (checking, chunked reads,
+  value ranges, lazy casts).
+- :mod:`.saving`: atomic, streamed writes of a model and its data file, and of text outputs.
+- :mod:`.fast_cast`: float32 -> float16 through onnxruntime where numpy is slow.
+"""
+
+from __future__ import annotations
+
+from .external_data import (cast_initializer, check_model_external_data, external_location, inline_small_external,
+                            is_external, model_tensors, read_array, value_range)
+from .saving import atomic_write, check_output_path, data_location, save_model, write_files, write_text
+
+__all__ = ["cast_initializer", "check_model_external_data", "external_location", "inline_small_external",
+           "is_external", "model_tensors", "read_array", "value_range", "atomic_write", "check_output_path",
+           "data_location", "save_model", "write_files", "write_text"]

@@ -1,0 +1,206 @@
+"""What onnxruntime (CPU) can load and run in float16, learned by probing each node signature.
+
+Probe results are cached for the life of the process in :data:`_PROBES`, keyed by the probe
+model's bytes (the node alone, values renamed, shapes reduced to ranks): a signature is the same
+question in every model, and onnxruntime's answer does not change while the process runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Mapping
+
+import onnx
+
+from .. import helper_sessions
+from ..graph import attr, has_subgraphs, walk_nodes
+from .attributes import retarget_attributes
+from .node_typing import NodeTyping, schema_typing
+from .inference import tensor_types
+from .schemas import opset_map
+from .types import FLOAT, FLOAT16, elem_type, rank_only, with_elem_type
+
+logger = logging.getLogger(__name__)
+
+
+def node_typing(node: onnx.NodeProto, opsets: Mapping[str, int],
+                types: Mapping[str, onnx.TypeProto], model: onnx.ModelProto | None = None) -> NodeTyping:
+    """The FP16 typing of ``node`` given the model's opsets and value types."""
+    typing = schema_typing(node, opsets, types)
+    if typing.fp16_blocker is not None:
+        return typing
+    blocker = ort_blocker(node, typing, types, model)
+    if blocker is not None:
+        return NodeTyping(typing.convertible_inputs, typing.convertible_outputs, blocker, typing.flexible_inputs)
+    return typing
+
+
+# --- onnxruntime FP16 kernels -----------------------------------------------------------------
+
+# Blockers are found by measurement. Most are load-time (no kernel, or an onnx function body that
+# is not valid in float16, e.g. EyeLike-22 and MeanVarianceNormalization): a one-node probe model
+# in float16 is built, checked and loaded once per signature and cached (see _probe). A few only
+# fail when run, so a probe cannot see them; they are listed here, each found by the conformance
+# run (tests/test_conformance.py), with onnxruntime's own message.
+_RUNTIME_NO_FP16 = {
+    # "CPU execution provider: MLFloat16 data type is not supported with ScatterND opset 16 when
+    # reduction is 'add'" (likewise mul/max/min, and ScatterElements)
+    ("", "ScatterND"): lambda node: attr(node, "reduction", b"none") not in (b"none", "none"),
+    ("", "ScatterElements"): lambda node: attr(node, "reduction", b"none") not in (b"none", "none"),
+}
+
+
+def ort_blocker(node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, onnx.TypeProto],
+                model: onnx.ModelProto | None = None) -> str | None:
+    """Why onnxruntime (CPU) cannot load or run ``node`` with its float16 typing, or None."""
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    runtime = _RUNTIME_NO_FP16.get((domain, node.op_type))
+    if runtime is not None and runtime(node):
+        return f"onnxruntime has no float16 {node.op_type} kernel with reduction '{_text(attr(node, 'reduction'))}'"
+    if model is None or not (typing.convertible_inputs or typing.convertible_outputs or typing.flexible_inputs):
+        return None
+    return _probe(node, typing, types, model)
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+_PROBES: dict[bytes, str | None] = {}
+
+
+def _probe_model(node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, onnx.TypeProto],
+                 model: onnx.ModelProto, fp16: bool, exact_shapes: bool = False) -> onnx.ModelProto | None:
+    """``node`` alone, its float tensors typed as an FP16 (or FP32) node sees them. Values are
+    renamed ``i<k>``/``o<k>`` and the node unnamed, so equal signatures give equal bytes; shapes
+    are reduced to ranks unless ``exact_shapes``."""
+    half_in = set(typing.convertible_inputs) | set(typing.flexible_inputs) if fp16 else set()
+    half_out = set(typing.convertible_outputs) if fp16 else set()
+    probe = onnx.NodeProto()
+    probe.CopyFrom(node)
+    probe.name = ""
+    renamed: dict[str, str] = {}
+    graph_io: tuple[list, list] = ([], [])
+    for is_out, (names, half) in enumerate(((probe.input, half_in), (probe.output, half_out))):
+        for i, name in enumerate(names):
+            if not name:
+                continue
+            if name not in renamed:
+                tp = types.get(name)
+                if elem_type(tp) is None:
+                    return None
+                tp = tp if exact_shapes else rank_only(tp)
+                if i in half and elem_type(tp) == FLOAT:
+                    tp = with_elem_type(tp, FLOAT16)
+                renamed[name] = f"{'io'[is_out]}{len(renamed)}"
+                graph_io[is_out].append(onnx.helper.make_value_info(renamed[name], tp))
+            names[i] = renamed[name]
+    if fp16 and half_out:
+        retarget_attributes(probe, model)
+    graph = onnx.helper.make_graph([probe], "probe", graph_io[0], graph_io[1])
+    m = onnx.helper.make_model(graph, opset_imports=list(model.opset_import))
+    m.ir_version = min(model.ir_version, 10)
+    return m
+
+
+def _load_problems(m: onnx.ModelProto) -> tuple[str | None, str | None]:
+    """(what the full checker says, what onnxruntime says when loading) about ``m``; None = fine."""
+    checker = session = None
+    try:
+        onnx.checker.check_model(m, full_check=True)
+    except Exception as e:
+        checker = f"onnx rejects it: {str(e).splitlines()[0][:160]}"
+    try:
+        import onnxruntime as ort
+        options = ort.SessionOptions()
+        options.log_severity_level = 4
+        helper_sessions.build(m.SerializeToString(), options)
+    except Exception as e:
+        session = f"onnxruntime cannot load it: {str(e).splitlines()[0][:160]}"
+    return checker, session
+
+
+def _probe(node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, onnx.TypeProto],
+           model: onnx.ModelProto) -> str | None:
+    """The float16 probe of ``node``: a problem that the same node in float32 does not have."""
+    if has_subgraphs(node):
+        return None  # control flow: the body nodes are probed one by one
+    problem = None
+    for exact_shapes in (False, True):
+        fp16 = _probe_model(node, typing, types, model, True, exact_shapes)
+        if fp16 is None:
+            return None
+        key = fp16.SerializeToString(deterministic=True)
+        if key not in _PROBES:
+            half = _load_problems(fp16)
+            full = (None, None)
+            if half != full:
+                full = _load_problems(_probe_model(node, typing, types, model, False, exact_shapes))
+            # a check that fails in float32 too says nothing about float16: retry with the real
+            # shapes (function bodies such as MeanVarianceNormalization's need them)
+            specific = [h for h, f in zip(half, full) if h is not None and f is None]
+            _PROBES[key] = specific[0] if specific else ("?" if any(half) else None)
+        if _PROBES[key] != "?":
+            problem = _PROBES[key]
+            return None if problem is None else f"{node.op_type} in float16: {problem}"
+    return None
+
+
+def model_typing(model: onnx.ModelProto, types: Mapping[str, onnx.TypeProto] | None = None,
+                 ) -> dict[str, NodeTyping]:
+    """:class:`NodeTyping` of every node, subgraphs included, keyed by node name."""
+    types = tensor_types(model) if types is None else types
+    opsets = opset_map(model)
+    _probe_together(model, types, opsets)
+    return {ref.name: node_typing(ref.node, opsets, types, model) for ref in walk_nodes(model.graph)}
+
+
+def _probe_together(model: onnx.ModelProto, types: Mapping[str, onnx.TypeProto], opsets: Mapping[str, int],
+                    ) -> None:
+    """Probe every not yet cached node signature in one model: in the usual case, where
+    onnxruntime loads them all in float16, one session answers for all of them; otherwise the
+    probes run one by one (in :func:`_probe`) to learn which node is at fault."""
+    pending: dict[bytes, onnx.ModelProto] = {}
+    for ref in walk_nodes(model.graph):
+        node = ref.node
+        if has_subgraphs(node):
+            continue
+        typing = schema_typing(node, opsets, types)
+        if typing.fp16_blocker or not (typing.convertible_inputs or typing.convertible_outputs
+                                       or typing.flexible_inputs):
+            continue
+        probe = _probe_model(node, typing, types, model, True)
+        # a value of unknown rank fails the checker in float32 too: such a probe is judged alone
+        if probe is not None and all(vi.type.tensor_type.HasField("shape")
+                                     for vi in list(probe.graph.input) + list(probe.graph.output)):
+            key = probe.SerializeToString(deterministic=True)
+            if key not in _PROBES:
+                pending[key] = probe
+    if len(pending) < 2:
+        return
+    if _load_problems(_combined(list(pending.values()), model)) == (None, None):
+        _PROBES.update(dict.fromkeys(pending))
+
+
+def _combined(probes: list[onnx.ModelProto], model: onnx.ModelProto) -> onnx.ModelProto:
+    """One model holding every probe's node side by side, values prefixed per probe."""
+    nodes, inputs, outputs = [], [], []
+    for k, probe in enumerate(probes):
+        prefix = f"p{k}_"
+        node = onnx.NodeProto()
+        node.CopyFrom(probe.graph.node[0])
+        for names in (node.input, node.output):
+            for i, name in enumerate(names):
+                if name:
+                    names[i] = prefix + name
+        nodes.append(node)
+        for source, target in ((probe.graph.input, inputs), (probe.graph.output, outputs)):
+            for vi in source:
+                renamed = onnx.ValueInfoProto()
+                renamed.CopyFrom(vi)
+                renamed.name = prefix + vi.name
+                target.append(renamed)
+    graph = onnx.helper.make_graph(nodes, "probes", inputs, outputs)
+    combined = onnx.helper.make_model(graph, opset_imports=list(model.opset_import))
+    combined.ir_version = probes[0].ir_version
+    return combined

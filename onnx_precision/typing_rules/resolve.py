@@ -1,0 +1,157 @@
+"""Plan resolution: the nodes a plan asks FP16 of that cannot be written FP16 become FP32, with why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Mapping
+
+import onnx
+
+from ..graph import graphs_with_owner, walk_nodes
+from ..plan import NodeDecision, Precision, PrecisionPlan, Reason
+from .constants import constant_tensor, constant_verdict
+from .node_typing import NodeTyping
+from .types import FLOAT, elem_type, is_tensor
+
+if TYPE_CHECKING:  # the context is built on this package; resolution only reads it
+    from ..context import ModelContext
+
+
+@dataclass(frozen=True)
+class NodeBlockers:
+    """What keeps nodes from FP16 whatever their neighbours' precision, found once per model.
+
+    ``forced``: node -> why it cannot be FP16 (no schema or kernel for FP16, or a float constant
+    that an FP16 copy would change materially). ``notes``: node -> what an FP16 copy of its
+    constants flushes to zero harmlessly. ``edges``: (value, producing side, consuming side) of
+    every float sequence/optional value, whose two sides must agree (Cast cannot convert them).
+    """
+
+    forced: Mapping[str, Reason]
+    notes: Mapping[str, Reason]
+    edges: tuple[tuple[str, str | None, str | None], ...]
+
+
+def node_blockers(ctx: ModelContext) -> NodeBlockers:
+    """The :class:`NodeBlockers` of ``ctx``'s model; each float constant's range is read once."""
+    typing = ctx.typing
+    forced: dict[str, Reason] = {}
+    notes: dict[str, Reason] = {}
+    verdicts: dict[str, tuple[str | None, str | None]] = {}
+    for ref in ctx.nodes:
+        node = ref.node
+        t = typing[node.name]
+        if t.fp16_blocker:
+            forced[node.name] = Reason("type", t.fp16_blocker)
+            continue
+        for i in t.convertible_inputs:
+            name = node.input[i]
+            value_range = ctx.constant_range(name)
+            if value_range is None:
+                continue
+            if name not in verdicts:
+                verdicts[name] = constant_verdict(ctx.constants[name], ctx.base_dir, value_range)
+            problem, note = verdicts[name]
+            if problem:
+                forced[node.name] = Reason("initializer", f"initializer '{name}': {problem}", (("tensor", name),))
+                break
+            if note and node.name not in notes:
+                notes[node.name] = Reason("initializer", f"initializer '{name}': {note}", (("tensor", name),))
+        if node.name not in forced and node.op_type == "ConstantOfShape" and t.convertible_outputs:
+            value = constant_tensor(node)
+            if value is not None and value.data_type == FLOAT:
+                problem, _ = constant_verdict(value, ctx.base_dir)
+                if problem:
+                    forced[node.name] = Reason("initializer", f"{node.op_type} value: {problem}")
+    notes = {name: reason for name, reason in notes.items() if name not in forced}
+    return NodeBlockers(forced, notes, tuple(_non_tensor_edges(ctx.model, typing, ctx.types)))
+
+
+def _non_tensor_edges(model: onnx.ModelProto, typing: Mapping[str, NodeTyping],
+                      types: Mapping[str, onnx.TypeProto]) -> list[tuple[str, str | None, str | None]]:
+    """(value, producing side, consuming side) for every use of a float sequence/optional value.
+
+    A side is the node whose precision decides the value's type there, or None where the type is
+    fixed FP32 (a graph input/output of the main graph, a non-converting node input/output).
+    Flexible inputs take either type and make no edge.
+    """
+    def non_tensor_float(name: str) -> bool:
+        return bool(name) and not is_tensor(types.get(name)) and elem_type(types.get(name)) == FLOAT
+
+    producer: dict[str, str | None] = {}
+    uses: list[tuple[str, str | None]] = []
+    for graph, owner_node in graphs_with_owner(model.graph):
+        owner = owner_node.name if owner_node is not None else None
+        for v in graph.input:
+            producer[v.name] = owner
+        for v in graph.output:
+            uses.append((v.name, owner))
+    for ref in walk_nodes(model.graph):
+        t = typing[ref.name]
+        for i, name in enumerate(ref.node.output):
+            producer[name] = ref.name if i in t.convertible_outputs else None
+        for i, name in enumerate(ref.node.input):
+            if i not in t.flexible_inputs:
+                uses.append((name, ref.name if i in t.convertible_inputs else None))
+    return [(name, producer.get(name), user) for name, user in uses if non_tensor_float(name)]
+
+
+def _non_tensor_conflicts(plan: PrecisionPlan, typing: Mapping[str, NodeTyping],
+                          edges: tuple[tuple[str, str | None, str | None], ...]) -> dict[str, Reason]:
+    """FP16 nodes that would need a sequence/optional value converted: Cast cannot do that.
+
+    Where the producing and the consuming side of such a value disagree, the FP16 side becomes
+    FP32, until nothing changes (sides only ever go FP16 -> FP32, so this ends). Graph inputs and
+    outputs of these types stay FP32 even with fp16_io.
+    """
+    out: dict[str, Reason] = {}
+    if not edges:
+        return out
+    fp16 = {n for n in plan.decisions if plan.is_fp16(n) and n in typing and not typing[n].fp16_blocker}
+    changed = True
+    while changed:
+        changed = False
+        for value, made, used in edges:
+            made16, used16 = made in fp16, used in fp16
+            if made16 == used16:
+                continue
+            side = made if made16 else used
+            fp16.discard(side)
+            where = "produced in FP32" if used16 else "used in FP32"
+            out[side] = Reason("type", f"sequence/optional value '{value}' is {where} and cannot be cast")
+            changed = True
+    return out
+
+
+def resolve_plan(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
+    """``plan`` with every FP16 node that cannot be written as FP16 forced to FP32, with the reason;
+    the result is marked ``resolved``."""
+    blockers = ctx.blockers
+    resolved = _force_fp32(plan, {n: r for n, r in blockers.forced.items() if plan.is_fp16(n)})
+    resolved = _with_notes(resolved, {n: r for n, r in blockers.notes.items() if plan.is_fp16(n)})
+    resolved = _force_fp32(resolved, _non_tensor_conflicts(resolved, ctx.typing, blockers.edges))
+    return replace(resolved, resolved=True)
+
+
+def _with_notes(plan: PrecisionPlan, notes: Mapping[str, Reason]) -> PrecisionPlan:
+    """``plan`` with each note appended to its node's reasons, precision unchanged."""
+    if not notes:
+        return plan
+    decisions = dict(plan.decisions)
+    for name, note in notes.items():
+        old = decisions[name]
+        decisions[name] = NodeDecision(old.precision, old.reasons if note in old.reasons else old.reasons + (note,))
+    return replace(plan, decisions=decisions)
+
+
+def _force_fp32(plan: PrecisionPlan, reasons: Mapping[str, Reason]) -> PrecisionPlan:
+    """``plan`` with each named node FP32 and its reason appended: one copy of the decisions, not
+    one per node (a large model can have thousands of forced nodes)."""
+    if not reasons:
+        return plan
+    decisions = dict(plan.decisions)
+    for name, reason in reasons.items():
+        old = decisions[name]
+        kept = old.reasons if old.precision is Precision.FP32 else ()
+        decisions[name] = NodeDecision(Precision.FP32, kept if reason in kept else kept + (reason,))
+    return replace(plan, decisions=decisions)

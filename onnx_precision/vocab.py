@@ -1,0 +1,25 @@
+"""The project's small vocabularies, typed: modes, statuses, oracles, reason sources.
+
+Each is a ``Literal`` so mypy checks every spelling, with the tuple of its values beside it for
+argument parsers and validation (one definition each).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+Mode = Literal["all-fp16", "static", "auto"]
+MODES: tuple[Mode, ...] = get_args(Mode)
+MeasuringMode = Literal["static", "auto"]  # the modes that run the oracle
+
+# How a run ended: passed/failed (the plan, or the written model), fp32-nonfinite (the FP32 model
+# itself is at fault), not-checked (all-fp16 writes without measuring).
+Status = Literal["passed", "failed", "fp32-nonfinite", "not-checked"]
+
+# The oracles a user can ask for by name; results also carry "native:<provider>" labels.
+OracleName = Literal["emulate", "cuda", "tensorrt"]
+
+# Why a node has its precision (see plan.Reason).
+ReasonSource = Literal["default", "user", "type", "initializer", "rule", "range", "search", "headroom"]
+REASON_SOURCES: tuple[ReasonSource, ...] = get_args(ReasonSource)
+ORACLE_NAMES: tuple[OracleName, ...] = get_args(OracleName)  # oracle.select.ORACLES has one runner each
