@@ -25,8 +25,9 @@ the report says whether that plan happens to pass).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Callable
 
 import numpy as np
 
@@ -147,7 +148,7 @@ class _Run:
                           outcome, tuple(self.reference.outputs), self.headroom, self.samples)
 
 
-def _static(run: _Run, prober: "_Prober", base: PrecisionPlan, flagged: Mapping[str, list[Reason]],
+def _static(run: _Run, prober: _Prober, base: PrecisionPlan, flagged: Mapping[str, list[Reason]],
             before: Comparison) -> AutoResult:
     plan = _with_reasons(base, flagged, flagged)
     with run.clock.phase("static") as phase:
@@ -159,7 +160,7 @@ def _static(run: _Run, prober: "_Prober", base: PrecisionPlan, flagged: Mapping[
     return run.finish(plan, FAILED, message, before, after)
 
 
-def _search(run: _Run, prober: "_Prober", graph: "_Graph", samples: Samples, user: PrecisionPlan,
+def _search(run: _Run, prober: _Prober, graph: _Graph, samples: Samples, user: PrecisionPlan,
             base: PrecisionPlan,
             flagged: Mapping[str, list[Reason]], before: Comparison, progress: Progress | None) -> AutoResult:
     session, clock = run.session, run.clock
@@ -239,7 +240,7 @@ class _Graph:
     holders: Mapping[str, tuple[str, ...]]  # tensor -> nodes that hold it in FP16 when FP16, in order
 
     @staticmethod
-    def of(ctx: ModelContext) -> "_Graph":
+    def of(ctx: ModelContext) -> _Graph:
         order: list[str] = []
         outputs: dict[str, tuple[str, ...]] = {}
         holders: dict[str, list[str]] = {}
@@ -316,7 +317,8 @@ def _flagged(ctx: ModelContext, graph: _Graph, plan: PrecisionPlan, reference: R
     return flags
 
 
-def _rule_reasons(ctx: ModelContext, reference: ReferenceResult, static: bool) -> Iterator[tuple[str, Reason]]:
+def _rule_reasons(ctx: ModelContext, reference: ReferenceResult, static: bool,
+                  ) -> Iterator[tuple[str, Reason]]:
     """Findings of the static risk rules that the recorded ranges confirm (static mode: only
     those of high or medium severity, since nothing will test them)."""
     for finding in rules.run_rules(rules.ModelFacts(ctx, reference.stats)).findings:
@@ -338,8 +340,9 @@ def _node_stats(graph: _Graph, tensor_stats: Mapping) -> dict[str, NodeStats]:
 
 def _layerwise_errors(layer: LayerwiseResult) -> dict[str, float]:
     """Per node the scale-relative error of its emulated output; inf where it turned non-finite."""
-    return {name: float("inf") if e.new_nonfinite else float(e.max_rel_err)
-            for name, e in layer.nodes.items()}
+    return {
+        name: float("inf") if e.new_nonfinite else float(e.max_rel_err) for name, e in layer.nodes.items()
+    }
 
 
 def _with_layerwise(stats: Mapping[str, NodeStats], layer: LayerwiseResult) -> dict[str, NodeStats]:
@@ -364,14 +367,20 @@ def _fp32_nonfinite_message(reference: ReferenceResult) -> str:
                 where = f" on sample {i}" if len(reference.outputs) > 1 else ""
                 node = reference.first_nonfinite
                 if node is None:
-                    return (f"the FP32 model itself produces NaN/Inf in output '{name}'{where}; that is not "
-                            f"an FP16 problem (fix the model or the data)")
-                return (f"the FP32 model itself produces NaN/Inf: node '{node}' gives a non-finite output "
-                        f"from finite inputs and output '{name}' is non-finite{where}; that is not an FP16 "
-                        f"problem (fix the model or the data)")
+                    return (
+                        f"the FP32 model itself produces NaN/Inf in output '{name}'{where}; that is not "
+                        f"an FP16 problem (fix the model or the data)"
+                    )
+                return (
+                    f"the FP32 model itself produces NaN/Inf: node '{node}' gives a non-finite output "
+                    f"from finite inputs and output '{name}' is non-finite{where}; that is not an FP16 "
+                    f"problem (fix the model or the data)"
+                )
     if reference.first_nonfinite is not None:
-        log.info("note: node '%s' is non-finite in FP32 on the samples, but the outputs are finite",
-                 reference.first_nonfinite)
+        log.info(
+            "note: node '%s' is non-finite in FP32 on the samples, but the outputs are finite",
+            reference.first_nonfinite,
+        )
     return ""
 
 
@@ -386,8 +395,13 @@ class _Prober:
     """Does a plan pass every sample? Stops at the first failing sample and tries it first next
     time: the sample that broke the last probe is the likeliest to break the next."""
 
-    def __init__(self, session: EmulationSession, feeds: Sequence[Mapping[str, np.ndarray]],
-                 refs: Sequence[Mapping[str, np.ndarray]], tolerance: Tolerance) -> None:
+    def __init__(
+        self,
+        session: EmulationSession,
+        feeds: Sequence[Mapping[str, np.ndarray]],
+        refs: Sequence[Mapping[str, np.ndarray]],
+        tolerance: Tolerance,
+    ) -> None:
         self.session = session
         self.feeds = feeds
         self.refs = refs
@@ -420,8 +434,11 @@ class _Prober:
 
 def _failure(comparison: Comparison, sample: int, samples: int) -> str:
     bad = next(m for m in comparison.outputs if not m.passed)
-    what = f"{bad.new_nonfinite} new NaN/Inf" if bad.new_nonfinite else \
-        f"max abs err {bad.max_abs_err:.3g}, cosine {bad.cosine:.4f}"
+    what = (
+        f"{bad.new_nonfinite} new NaN/Inf"
+        if bad.new_nonfinite
+        else f"max abs err {bad.max_abs_err:.3g}, cosine {bad.cosine:.4f}"
+    )
     where = f"sample {sample}, " if samples > 1 else ""
     return f"{where}output '{bad.name}' {what}"
 

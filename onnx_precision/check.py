@@ -15,10 +15,11 @@ import onnx
 
 from .compare import Comparison, Tolerance, compare_samples
 from .context import load_model
-from .data import SampleSpec, Samples, load_samples
+from .data import Samples, SampleSpec, load_samples
 from .errors import ModelLoadError, PrecisionError
 from .format import number
 from .vocab import OracleName
+
 
 @dataclass(frozen=True)
 class CheckResult:
@@ -73,21 +74,27 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelLoadError(f"{candidate_path}: onnxruntime cannot run the candidate on the samples: "
                              f"{first}") from e
-    comparison = compare_samples(refs, oracle_lib.select.only_reference_outputs(cands, refs), tol, cands.oracle)
+    comparison = compare_samples(
+        refs, oracle_lib.select.only_reference_outputs(cands, refs), tol, cands.oracle
+    )
     return CheckResult(model_path, candidate_path, comparison, samples)
 
 
-def _check_outputs_match(model: onnx.ModelProto, candidate: onnx.ModelProto, model_path: str,
-                         candidate_path: str) -> None:
+def _check_outputs_match(
+    model: onnx.ModelProto, candidate: onnx.ModelProto, model_path: str, candidate_path: str
+) -> None:
     expected = [o.name for o in model.graph.output]
     got = {o.name for o in candidate.graph.output}
     missing = [n for n in expected if n not in got]
     if missing:
-        raise ModelLoadError(f"{candidate_path}: has no output '{missing[0]}' of {model_path}; "
-                             f"the candidate must keep the FP32 model's output names")
+        raise ModelLoadError(
+            f"{candidate_path}: has no output '{missing[0]}' of {model_path}; "
+            f"the candidate must keep the FP32 model's output names"
+        )
     inputs = {i.name for i in candidate.graph.input}
-    absent = [i.name for i in model.graph.input
-              if i.name not in inputs and not _is_initializer(model, i.name)]
+    absent = [
+        i.name for i in model.graph.input if i.name not in inputs and not _is_initializer(model, i.name)
+    ]
     if absent:
         raise ModelLoadError(f"{candidate_path}: has no input '{absent[0]}' of {model_path}")
 
@@ -100,5 +107,3 @@ def _oracle_text(oracle: str) -> str:
     if oracle == "emulate":
         return "emulate (FP16 rounding emulated on CPU; onnxruntime CPU alone would hide FP16 overflow)"
     return f"{oracle} (the candidate run natively by onnxruntime's {oracle} provider)"
-
-

@@ -24,8 +24,8 @@ worst case, and an output passes only if it passes on every sample.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 

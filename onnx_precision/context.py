@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from functools import cached_property
+
 import onnx
 from google.protobuf.message import DecodeError
 
@@ -25,6 +26,8 @@ from . import storage, typing_rules
 from .errors import ModelLoadError
 from .graph import NodeRef, name_nodes, walk_nodes
 from .plan import Precision, PrecisionPlan, Reason, uniform_plan
+
+ALL_FP16 = Reason("default", "all FP16")
 
 
 @dataclass(eq=False)
@@ -37,7 +40,7 @@ class ModelContext:
     renamed: tuple[tuple[str, str], ...] = ()  # (old name or "", new name) for each node the loader named
 
     @staticmethod
-    def of(model: onnx.ModelProto, base_dir: str = ".", path: str = "") -> "ModelContext":
+    def of(model: onnx.ModelProto, base_dir: str = ".", path: str = "") -> ModelContext:
         """A context for an in-memory model (nodes named in place, as :func:`load_model` does)."""
         renamed = name_nodes(model)
         return ModelContext(model, path, os.path.abspath(base_dir), tuple(renamed))
@@ -83,7 +86,7 @@ class ModelContext:
 
     @cached_property
     def blockers(self) -> typing_rules.NodeBlockers:
-        """What keeps each node from FP16 whatever its neighbours do (see :func:`typing_rules.node_blockers`)."""
+        """What keeps each node from FP16 whatever its neighbours do (:func:`typing_rules.node_blockers`)."""
         return typing_rules.node_blockers(self)
 
     @cached_property
@@ -91,7 +94,7 @@ class ModelContext:
         """Nodes every resolved plan keeps FP32 (type rules, constants FP16 cannot hold)."""
         return frozenset(self.resolve(self.all_fp16_plan()).fp32_nodes)
 
-    def all_fp16_plan(self, reason: Reason = Reason("default", "all FP16"), fp16_io: bool = False) -> PrecisionPlan:
+    def all_fp16_plan(self, reason: Reason = ALL_FP16, fp16_io: bool = False) -> PrecisionPlan:
         """Every node FP16, with ``reason``."""
         return uniform_plan(self.node_ops, Precision.FP16, reason, fp16_io=fp16_io)
 
@@ -109,8 +112,9 @@ def load_model(path: str) -> ModelContext:
     try:
         model = onnx.load(path, load_external_data=False)
     except DecodeError as e:
-        raise ModelLoadError(f"{path}: not an ONNX model (protobuf does not parse; truncated or another format)"
-                             ) from e
+        raise ModelLoadError(
+            f"{path}: not an ONNX model (protobuf does not parse; truncated or another format)"
+        ) from e
     except (OSError, ValueError) as e:
         raise ModelLoadError(f"{path}: cannot load: {e}") from e
     if not model.graph.node and not model.graph.output:

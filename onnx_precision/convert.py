@@ -78,7 +78,11 @@ class ConvertResult:
             f"converted, {self.rewrite.initializers_duplicated} kept in both precisions")
         if self.report is not None:  # static/auto: the report's summary says the rest
             from .report import summary_lines
-            return lines + summary_lines(self.report, self.report_paths) + [f"note: {n}" for n in self.rewrite.notes]
+            return (
+                lines
+                + summary_lines(self.report, self.report_paths)
+                + [f"note: {n}" for n in self.rewrite.notes]
+            )
         for name in fp32[:_MAX_LISTED_PINS]:
             reasons = plan.decisions[name].reasons
             why = f"{reasons[-1].source}: {reasons[-1].detail}" if reasons else "fp32"
@@ -94,17 +98,20 @@ def base_plan(ctx: ModelContext, options: ConvertOptions) -> tuple[PrecisionPlan
     """All nodes FP16, then --plan, --keep-fp32 and --keep-fp32-op; returns the plan and warnings."""
     plan = ctx.all_fp16_plan(Reason("default", options.mode), fp16_io=options.fp16_io)
     user_plan = PrecisionPlan.load(options.plan_path) if options.plan_path else None
-    return apply_user_choices(plan, ctx.node_ops, options.keep_fp32, options.keep_fp32_ops, user_plan,
-                              options.plan_path or "plan")
+    return apply_user_choices(
+        plan, ctx.node_ops, options.keep_fp32, options.keep_fp32_ops, user_plan, options.plan_path or "plan"
+    )
 
 
-def choose_plan(ctx: ModelContext, plan: PrecisionPlan, options: ConvertOptions,
-                progress: Progress | None = None) -> tuple[PrecisionPlan, AutoResult | None]:
+def choose_plan(
+    ctx: ModelContext, plan: PrecisionPlan, options: ConvertOptions, progress: Progress | None = None
+) -> tuple[PrecisionPlan, AutoResult | None]:
     """The plan to write, resolved: ``plan`` itself in all-fp16 mode; static/auto modes ask
     :func:`onnx_precision.auto.choose_plan` (which returns an AutoResult, also returned)."""
     if options.mode == "all-fp16":
         return ctx.resolve(plan), None
     from . import auto, data  # the oracle stack is only needed by the measuring modes
+
     samples = data.load_samples(ctx.model, options.samples)
     result = auto.choose_plan(ctx, plan, samples, options.tolerance, options.headroom, options.mode, progress)
     return ctx.resolve(result.plan), result
@@ -118,8 +125,17 @@ def _input_paths(model_path: str, options: ConvertOptions) -> tuple[str, ...]:
 
 def _check_paths(inputs: tuple[str, ...], output_path: str, options: ConvertOptions) -> None:
     """Refuse outputs that would overwrite an input or each other, before any work is done."""
-    outputs = [p for p in (output_path, options.plan_out, options.trt_flags_path, options.report_json,
-                           options.report_md) if p]
+    outputs = [
+        p
+        for p in (
+            output_path,
+            options.plan_out,
+            options.trt_flags_path,
+            options.report_json,
+            options.report_md,
+        )
+        if p
+    ]
     seen = set()
     for path in outputs:
         target = storage.check_output_path(path, inputs)
@@ -128,8 +144,12 @@ def _check_paths(inputs: tuple[str, ...], output_path: str, options: ConvertOpti
         seen.add(target)
 
 
-def convert(model_path: str, output_path: str, options: ConvertOptions = ConvertOptions(),
-            progress: Progress | None = None) -> ConvertResult:
+def convert(
+    model_path: str,
+    output_path: str,
+    options: ConvertOptions = ConvertOptions(),
+    progress: Progress | None = None,
+) -> ConvertResult:
     """Convert ``model_path`` to ``output_path`` per ``options`` (see the CLI help for each).
 
     static/auto modes also verify the written file (emulated, and natively with --oracle
@@ -138,11 +158,14 @@ def convert(model_path: str, output_path: str, options: ConvertOptions = Convert
     if options.mode not in MODES:
         raise ValueError(f"convert: mode {options.mode!r} is not one of {MODES}")
     measuring = options.mode != "all-fp16"
+    report_paths = ("", "")
     if measuring:
-        from . import oracle, report as report_lib
+        from . import oracle
+        from . import report as report_lib
+
         oracle.require_oracle(options.oracle)
-        reports = report_lib.default_paths(output_path, options.report_json, options.report_md)
-        options = replace(options, report_json=reports[0], report_md=reports[1])
+        report_paths = report_lib.default_paths(output_path, options.report_json, options.report_md)
+        options = replace(options, report_json=report_paths[0], report_md=report_paths[1])
     inputs = _input_paths(model_path, options)
     _check_paths(inputs, output_path, options)
     helpers_before = helper_sessions.built()
@@ -151,15 +174,28 @@ def convert(model_path: str, output_path: str, options: ConvertOptions = Convert
         logger.debug("named %d unnamed node(s) (node_of_<first output>)", len(ctx.renamed))
     plan, warnings = base_plan(ctx, options)
     if not measuring and (options.report_json or options.report_md):
-        warnings.append("--report/--report-md apply to --mode static and auto (which verify); no report written")
+        warnings.append(
+            "--report/--report-md apply to --mode static and auto (which verify); no report written"
+        )
     if not measuring and options.oracle != "emulate":
-        warnings.append(f"--oracle {options.oracle} applies to --mode static and auto (which verify); not run")
+        warnings.append(
+            f"--oracle {options.oracle} applies to --mode static and auto (which verify); not run"
+        )
     plan, auto_result = choose_plan(ctx, plan, options, progress)
     if auto_result is not None and not auto_result.writable:
-        report = report_lib.for_conversion(ctx, None, auto_result.plan, auto_result.samples,
-                                           options.tolerance, options.mode, options.oracle, auto_result,
-                                           warnings=warnings, helper_sessions=helper_sessions.built() - helpers_before)
-        paths = report_lib.write_reports(report, options.report_json, options.report_md, inputs)
+        report = report_lib.for_conversion(
+            ctx,
+            None,
+            auto_result.plan,
+            auto_result.samples,
+            options.tolerance,
+            options.mode,
+            options.oracle,
+            auto_result,
+            warnings=warnings,
+            helper_sessions=helper_sessions.built() - helpers_before,
+        )
+        paths = report_lib.write_reports(report, *report_paths, inputs)
         raise SearchError(f"{auto_result.message} (no model written; report: {paths[0]})")
     started = time.perf_counter()
     result = rewrite(ctx, plan)
@@ -168,25 +204,62 @@ def convert(model_path: str, output_path: str, options: ConvertOptions = Convert
         texts.append((options.plan_out, result.plan.dumps()))
     if options.trt_flags_path:
         from .trt import trt_flags_text
-        texts.append((options.trt_flags_path, trt_flags_text(ctx.model, result.plan, model_path, output_path)))
-    storage.save_model(result.model, output_path, source_dir=ctx.base_dir,
-                       external_data=True if options.external_data else None, input_paths=inputs)
+
+        texts.append(
+            (options.trt_flags_path, trt_flags_text(ctx.model, result.plan, model_path, output_path))
+        )
+    storage.save_model(
+        result.model,
+        output_path,
+        source_dir=ctx.base_dir,
+        external_data=True if options.external_data else None,
+        input_paths=inputs,
+    )
     for path, text in texts:
         storage.write_text(path, text, input_paths=inputs)
     written = (output_path,) + tuple(p for p, _ in texts)
     if auto_result is None:
         return ConvertResult(model_path, output_path, result.plan, result, tuple(warnings), written)
     write = PhaseCost("write", time.perf_counter() - started)
-    verified, native, phases = oracle.verify_output(output_path, auto_result.samples.feeds,
-                                                    auto_result.reference_outputs, options.tolerance,
-                                                    options.oracle)
+    verified, native, phases = oracle.verify_output(
+        output_path,
+        auto_result.samples.feeds,
+        auto_result.reference_outputs,
+        options.tolerance,
+        options.oracle,
+    )
     if auto_result.passed and not verified.passed:
         # The model and report stay written (they are the bug report); the report's status says failed.
-        logger.error("BUG: the plan passed the emulated search but the written model %s fails the emulated "
-                     "check; please report it with %s", output_path, options.report_json)
-    report = report_lib.for_conversion(ctx, output_path, result.plan, auto_result.samples,
-                                       options.tolerance, options.mode, options.oracle, auto_result, verified,
-                                       native, (write,) + phases, warnings, helper_sessions.built() - helpers_before)
-    paths = report_lib.write_reports(report, options.report_json, options.report_md, inputs)
-    return ConvertResult(model_path, output_path, result.plan, result, tuple(warnings), written + paths,
-                         auto_result, report, paths)
+        logger.error(
+            "BUG: the plan passed the emulated search but the written model %s fails the emulated "
+            "check; please report it with %s",
+            output_path,
+            options.report_json,
+        )
+    report = report_lib.for_conversion(
+        ctx,
+        output_path,
+        result.plan,
+        auto_result.samples,
+        options.tolerance,
+        options.mode,
+        options.oracle,
+        auto_result,
+        verified,
+        native,
+        (write,) + phases,
+        warnings,
+        helper_sessions.built() - helpers_before,
+    )
+    paths = report_lib.write_reports(report, *report_paths, inputs)
+    return ConvertResult(
+        model_path,
+        output_path,
+        result.plan,
+        result,
+        tuple(warnings),
+        written + paths,
+        auto_result,
+        report,
+        paths,
+    )

@@ -19,8 +19,8 @@ import logging
 import os
 import sys
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import numpy as np
 import onnx
@@ -135,7 +135,7 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
         with np.load(path, allow_pickle=False) as data:
             return {name: np.asarray(data[name]) for name in data.files}
     except (OSError, ValueError) as e:
-        raise DataError(f"{path}: cannot read as .npz: {_first_line(e)}")
+        raise DataError(f"{path}: cannot read as .npz: {_first_line(e)}") from e
 
 
 def _starts_with(path: str, magic: bytes) -> bool:
@@ -159,7 +159,7 @@ def _read_polygraphy_json(path: str) -> list[dict[str, np.ndarray]]:
         with contextlib.redirect_stdout(sys.stderr):
             data = load_json(path, description="input data")
     except Exception as e:  # Polygraphy raises its own exception types for bad files
-        raise DataError(f"{path}: cannot read as Polygraphy JSON: {_first_line(e)}")
+        raise DataError(f"{path}: cannot read as Polygraphy JSON: {_first_line(e)}") from e
     if isinstance(data, Mapping):
         data = [data]
     if not isinstance(data, list) or not data or not all(isinstance(f, Mapping) for f in data):
@@ -234,7 +234,7 @@ def synthetic_samples(inputs: list[InputInfo], spec: SampleSpec) -> Samples:
             feed[info.name] = _random(rng, info.dtype, shape, lo, hi)
         except (MemoryError, ValueError):  # numpy: no memory, or "array is too big" to address
             raise DataError(f"input '{info.name}': no memory for a synthetic {_shape(shape)} {info.dtype} "
-                            f"array; give a smaller --input-shape")
+                            f"array; give a smaller --input-shape") from None
     for w in warnings:
         log.warning("%s", w)
     ranges = ", ".join(f"{n}: [{lo:g}, {hi:g})" for n, (lo, hi) in spec.input_ranges.items())

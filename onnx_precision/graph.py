@@ -7,8 +7,8 @@ at the same nodes.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import onnx
 

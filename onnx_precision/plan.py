@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Iterable, Mapping
 
 from .errors import PlanError
 from .vocab import REASON_SOURCES, ReasonSource
@@ -47,7 +47,7 @@ class Reason:
         return out
 
     @staticmethod
-    def from_json(obj: Mapping) -> "Reason":
+    def from_json(obj: Mapping) -> Reason:
         evidence = tuple(sorted((str(k), str(v)) for k, v in obj.get("evidence", {}).items()))
         source = obj["source"]
         if source not in REASON_SOURCES:
@@ -95,7 +95,7 @@ class PrecisionPlan:
         return tuple(n for n, d in self.decisions.items() if d.precision is Precision.FP16)
 
     def with_precision(self, names: Iterable[str], precision: Precision, reason: Reason | None = None,
-                       ) -> "PrecisionPlan":
+                       ) -> PrecisionPlan:
         """A new plan with ``names`` set to ``precision``; ``reason`` is appended to their reasons."""
         decisions = dict(self.decisions)
         for name in names:
@@ -108,10 +108,10 @@ class PrecisionPlan:
             decisions[name] = NodeDecision(precision, reasons)
         return replace(self, decisions=decisions, resolved=False)
 
-    def with_fp32(self, names: Iterable[str], reason: Reason | None = None) -> "PrecisionPlan":
+    def with_fp32(self, names: Iterable[str], reason: Reason | None = None) -> PrecisionPlan:
         return self.with_precision(names, Precision.FP32, reason)
 
-    def with_fp16(self, names: Iterable[str], reason: Reason | None = None) -> "PrecisionPlan":
+    def with_fp16(self, names: Iterable[str], reason: Reason | None = None) -> PrecisionPlan:
         return self.with_precision(names, Precision.FP16, reason)
 
     # --- JSON -----------------------------------------------------------------------------------
@@ -130,7 +130,7 @@ class PrecisionPlan:
         return json.dumps(self.to_json(), indent=2, sort_keys=False) + "\n"
 
     @staticmethod
-    def from_json(obj: Mapping, source: str = "plan") -> "PrecisionPlan":
+    def from_json(obj: Mapping, source: str = "plan") -> PrecisionPlan:
         if not isinstance(obj, Mapping) or not isinstance(obj.get("nodes"), Mapping):
             raise PlanError(f"{source}: not a precision plan (expected an object with 'nodes')")
         decisions = {}
@@ -139,7 +139,8 @@ class PrecisionPlan:
             try:
                 precision = Precision(str(value).lower())
             except ValueError:
-                raise PlanError(f"{source}: node '{name}' has precision {value!r}; expected fp16 or fp32")
+                raise PlanError(f"{source}: node '{name}' has precision {value!r}; "
+                                "expected fp16 or fp32") from None
             reasons = entry.get("reasons", []) if isinstance(entry, Mapping) else []
             if not isinstance(reasons, list) or not all(_is_reason(r) for r in reasons):
                 raise PlanError(f"{source}: node '{name}' has malformed 'reasons' (expected a list of "
@@ -148,14 +149,14 @@ class PrecisionPlan:
         return PrecisionPlan(decisions, bool(obj.get("fp16_io", False)))
 
     @staticmethod
-    def load(path: str) -> "PrecisionPlan":
+    def load(path: str) -> PrecisionPlan:
         try:
             with open(path, encoding="utf-8") as f:
                 obj = json.load(f)
         except OSError as e:
-            raise PlanError(f"{path}: cannot read plan: {e.strerror}")
+            raise PlanError(f"{path}: cannot read plan: {e.strerror}") from e
         except json.JSONDecodeError as e:
-            raise PlanError(f"{path}: not valid JSON: {e.msg} at line {e.lineno}")
+            raise PlanError(f"{path}: not valid JSON: {e.msg} at line {e.lineno}") from e
         return PrecisionPlan.from_json(obj, source=path)
 
 
@@ -187,13 +188,14 @@ def apply_user_choices(plan: PrecisionPlan, node_ops: Mapping[str, str], keep_fp
         # One copy of the decisions for the whole user plan: a plan can name every node.
         decisions = dict(plan.decisions)
         for name, decision in user_plan.decisions.items():
-            decisions[name] = NodeDecision(decision.precision, decision.reasons or (Reason("user", "--plan"),))
+            reasons = decision.reasons or (Reason("user", "--plan"),)
+            decisions[name] = NodeDecision(decision.precision, reasons)
         plan = replace(plan, decisions=decisions, fp16_io=plan.fp16_io or user_plan.fp16_io, resolved=False)
     for pattern in keep_fp32:
         try:
             regex = re.compile(pattern)
         except re.error as e:
-            raise PlanError(f"--keep-fp32 '{pattern}': invalid regular expression: {e}")
+            raise PlanError(f"--keep-fp32 '{pattern}': invalid regular expression: {e}") from e
         matched = [n for n in node_ops if regex.search(n)]
         if not matched:
             warnings.append(f"--keep-fp32 '{pattern}' matches no node")

@@ -4,7 +4,8 @@ Everything here renders a :class:`RunReport`, a plain value assembled by ``conve
 plan, the oracle's statistics and the search; nothing here runs a model. Each FP32 node is listed
 with every reason it got (``Reason.source``: user, type, initializer, rule, range, headroom,
 search), its FP32 range and its emulated layerwise error, so a user can always ask "why is this
-node FP32". FP16 shares are given by node count and by estimated FLOPs (:func:`onnx_precision.flops.estimate_flops`).
+node FP32". FP16 shares are given by node count and by estimated FLOPs
+(:func:`onnx_precision.flops.estimate_flops`).
 Reports read back (:func:`from_json`) into the same value, as plans do.
 """
 
@@ -12,8 +13,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -75,12 +77,21 @@ class RunReport(PhaseTotals):
         return sum(flops[n] for n in self.plan.fp16_nodes) / total
 
 
-def for_conversion(ctx: ModelContext, output_path: str | None, plan: PrecisionPlan,
-                   samples: Samples | None, tolerance: Tolerance, mode: str, oracle: str = "emulate",
-                   auto_result: AutoResult | None = None,
-                   verified: Comparison | None = None, native: Comparison | None = None,
-                   phases: Sequence[PhaseCost] = (), warnings: Sequence[str] = (), helper_sessions: int = 0,
-                   ) -> RunReport:
+def for_conversion(
+    ctx: ModelContext,
+    output_path: str | None,
+    plan: PrecisionPlan,
+    samples: Samples | None,
+    tolerance: Tolerance,
+    mode: str,
+    oracle: str = "emulate",
+    auto_result: AutoResult | None = None,
+    verified: Comparison | None = None,
+    native: Comparison | None = None,
+    phases: Sequence[PhaseCost] = (),
+    warnings: Sequence[str] = (),
+    helper_sessions: int = 0,
+) -> RunReport:
     """The report of one ``convert``: ``auto_result`` (an :class:`onnx_precision.auto.AutoResult`)
     brings the search's comparisons, statistics and costs; ``phases`` add the writing and the
     verification. Without a search, the status is the verification's."""
@@ -99,26 +110,38 @@ def for_conversion(ctx: ModelContext, output_path: str | None, plan: PrecisionPl
     feeds = samples.feeds if samples is not None else ()
     shapes = {k: np.shape(v) for k, v in feeds[0].items()} if feeds else {}
     return RunReport(
-        model=ctx.path, output=output_path, mode=mode, oracle=oracle, status=status, message=message,
-        plan=plan, node_ops=dict(ctx.node_ops),
+        model=ctx.path,
+        output=output_path,
+        mode=mode,
+        oracle=oracle,
+        status=status,
+        message=message,
+        plan=plan,
+        node_ops=dict(ctx.node_ops),
         samples_source=samples.source if samples is not None else "",
         samples_synthetic=bool(samples.synthetic) if samples is not None else False,
-        sample_count=len(feeds), warnings=tuple(warnings) + (tuple(samples.warnings) if samples else ()),
-        tolerance=tolerance, node_flops=estimate_flops(ctx.model, shapes),
+        sample_count=len(feeds),
+        warnings=tuple(warnings) + (tuple(samples.warnings) if samples else ()),
+        tolerance=tolerance,
+        node_flops=estimate_flops(ctx.model, shapes),
         node_stats=auto_result.node_stats if auto_result is not None else {},
         before=auto_result.before if auto_result is not None else None,
         after=auto_result.after if auto_result is not None else None,
-        verified=verified, native=native,
+        verified=verified,
+        native=native,
         phases=(tuple(auto_result.phases) if auto_result is not None else ()) + tuple(phases),
-        headroom=auto_result.headroom if auto_result is not None else None, helper_sessions=helper_sessions)
+        headroom=auto_result.headroom if auto_result is not None else None,
+        helper_sessions=helper_sessions,
+    )
 
 
 def _helpers(report: RunReport) -> str:
     return f" (+{report.helper_sessions} small helper session(s))" if report.helper_sessions else ""
 
 
-def write_reports(report: RunReport, json_path: str, md_path: str, input_paths: tuple[str, ...] = ()
-                  ) -> tuple[str, str]:
+def write_reports(
+    report: RunReport, json_path: str, md_path: str, input_paths: tuple[str, ...] = ()
+) -> tuple[str, str]:
     write_json(report, json_path, input_paths)
     write_markdown(report, md_path, input_paths)
     return json_path, md_path
@@ -134,42 +157,50 @@ def default_paths(output_path: str, report_json: str | None, report_md: str | No
 
 
 def to_json(report: RunReport) -> dict:
-    return json_safe({
-        "format": REPORT_FORMAT,
-        "model": report.model,
-        "output": report.output,
-        "mode": report.mode,
-        "oracle": report.oracle,
-        "status": report.status,
-        "message": report.message,
-        "samples": {
-            "source": report.samples_source,
-            "synthetic": report.samples_synthetic,
-            "count": report.sample_count,
-            "note": _samples_note(report),
-        },
-        "warnings": list(report.warnings),
-        "tolerance": None if report.tolerance is None else {
-            "atol": report.tolerance.atol, "rtol": report.tolerance.rtol,
-            "min_cosine": report.tolerance.min_cosine},
-        "headroom": report.headroom,
-        "fp16_share": {
-            "nodes": report.fp16_node_share(),
-            "flops": report.fp16_flop_share(),
-            "fp16_nodes": len(report.plan.fp16_nodes),
-            "total_nodes": len(report.plan.decisions),
-        },
-        "pinned": [_pin_json(report, name) for name in report.fp32_nodes],
-        "outputs": {key: _comparison_json(c) for key, c in _comparisons(report)},
-        "cost": {
-            "sessions_built": report.sessions_built,
-            "helper_sessions": report.helper_sessions,
-            "probes_run": report.probes_run,
-            "seconds": report.seconds,
-            "phases": [{"name": p.name, "seconds": p.seconds, "sessions": p.sessions, "probes": p.probes}
-                       for p in report.phases],
-        },
-    })
+    return json_safe(
+        {
+            "format": REPORT_FORMAT,
+            "model": report.model,
+            "output": report.output,
+            "mode": report.mode,
+            "oracle": report.oracle,
+            "status": report.status,
+            "message": report.message,
+            "samples": {
+                "source": report.samples_source,
+                "synthetic": report.samples_synthetic,
+                "count": report.sample_count,
+                "note": _samples_note(report),
+            },
+            "warnings": list(report.warnings),
+            "tolerance": None
+            if report.tolerance is None
+            else {
+                "atol": report.tolerance.atol,
+                "rtol": report.tolerance.rtol,
+                "min_cosine": report.tolerance.min_cosine,
+            },
+            "headroom": report.headroom,
+            "fp16_share": {
+                "nodes": report.fp16_node_share(),
+                "flops": report.fp16_flop_share(),
+                "fp16_nodes": len(report.plan.fp16_nodes),
+                "total_nodes": len(report.plan.decisions),
+            },
+            "pinned": [_pin_json(report, name) for name in report.fp32_nodes],
+            "outputs": {key: _comparison_json(c) for key, c in _comparisons(report)},
+            "cost": {
+                "sessions_built": report.sessions_built,
+                "helper_sessions": report.helper_sessions,
+                "probes_run": report.probes_run,
+                "seconds": report.seconds,
+                "phases": [
+                    {"name": p.name, "seconds": p.seconds, "sessions": p.sessions, "probes": p.probes}
+                    for p in report.phases
+                ],
+            },
+        }
+    )
 
 
 def dumps(report: RunReport) -> str:
@@ -201,15 +232,21 @@ def _comparison_json(comparison: Comparison) -> dict:
 
 
 def _comparisons(report: RunReport) -> list[tuple[str, Comparison]]:
-    labelled = [("before", report.before), ("after", report.after), ("verified", report.verified),
-                ("native", report.native)]
+    labelled = [
+        ("before", report.before),
+        ("after", report.after),
+        ("verified", report.verified),
+        ("native", report.native),
+    ]
     return [(key, c) for key, c in labelled if c is not None]
 
 
 def _samples_note(report: RunReport) -> str:
     if report.samples_synthetic:
-        return ("synthetic feeds: what overflows depends on the value ranges; "
-                "pass real data with --inputs for a plan you can trust")
+        return (
+            "synthetic feeds: what overflows depends on the value ranges; "
+            "pass real data with --inputs for a plan you can trust"
+        )
     return ""
 
 
@@ -239,8 +276,10 @@ def to_markdown(report: RunReport) -> str:
         t = report.tolerance
         lines.append(f"- tolerance: atol {t.atol:g}, rtol {t.rtol:g}, cosine >= {t.min_cosine:g}")
     if report.headroom:
-        lines.append(f"- headroom: {report.headroom:g} (nodes whose FP32 activations exceed "
-                     f"{65504 / report.headroom:.6g} are pinned)")
+        lines.append(
+            f"- headroom: {report.headroom:g} (nodes whose FP32 activations exceed "
+            f"{65504 / report.headroom:.6g} are pinned)"
+        )
     elif report.headroom is not None:
         lines.append("- headroom: off (only the search pins)")
     lines += [f"- warning: {w}" for w in report.warnings]
@@ -254,24 +293,34 @@ def to_markdown(report: RunReport) -> str:
         "",
     ]
     if report.fp32_nodes:
-        lines += ["| node | op | why | FP32 max abs | FP32 min nonzero | FP16 error |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            "| node | op | why | FP32 max abs | FP32 min nonzero | FP16 error |",
+            "|---|---|---|---|---|---|",
+        ]
         for name in report.fp32_nodes:
             stats = report.node_stats.get(name, NodeStats())
             why = "<br>".join(_reason_text(r) for r in report.plan.decisions[name].reasons)
-            lines.append(f"| `{name}` | {report.node_ops.get(name, '')} | {_md_cell(why)} | "
-                         f"{number(stats.max_abs)} | {number(stats.min_nonzero_abs)} | "
-                         f"{number(stats.layerwise_error)} |")
+            lines.append(
+                f"| `{name}` | {report.node_ops.get(name, '')} | {_md_cell(why)} | "
+                f"{number(stats.max_abs)} | {number(stats.min_nonzero_abs)} | "
+                f"{number(stats.layerwise_error)} |"
+            )
     else:
         lines.append("None: every node runs in FP16.")
     for key, comparison in _comparisons(report):
-        lines += ["", f"## {_COMPARISON_TITLES[key]}: {'pass' if comparison.passed else 'FAIL'} "
-                      f"({comparison.oracle})", "",
-                  "| output | max abs err | max rel err | cosine | new NaN/Inf | |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"## {_COMPARISON_TITLES[key]}: {'pass' if comparison.passed else 'FAIL'} ({comparison.oracle})",
+            "",
+            "| output | max abs err | max rel err | cosine | new NaN/Inf | |",
+            "|---|---|---|---|---|---|",
+        ]
         for m in comparison.outputs:
-            lines.append(f"| `{m.name}` | {number(m.max_abs_err)} | {number(m.max_rel_err)} | {cosine_text(m.cosine)} | "
-                         f"{m.new_nonfinite} | {'pass' if m.passed else 'FAIL'} |")
+            lines.append(
+                f"| `{m.name}` | {number(m.max_abs_err)} | {number(m.max_rel_err)} | "
+                f"{cosine_text(m.cosine)} | "
+                f"{m.new_nonfinite} | {'pass' if m.passed else 'FAIL'} |"
+            )
     if report.phases:
         lines += ["", "## Cost", "", "| phase | seconds | sessions | probes |", "|---|---|---|---|"]
         lines += [f"| {p.name} | {p.seconds:.3f} | {p.sessions} | {p.probes} |" for p in report.phases]
@@ -307,8 +356,10 @@ def summary_lines(report: RunReport, report_paths: Sequence[str] = ()) -> list[s
     ]
     for key, comparison in _comparisons(report):
         lines.append(f"{key}: {_comparison_line(comparison)}")
-    cost = (f"cost: {report.sessions_built} session(s){_helpers(report)}, {report.probes_run} probe(s), "
-            f"{report.seconds:.2f} s")
+    cost = (
+        f"cost: {report.sessions_built} session(s){_helpers(report)}, {report.probes_run} probe(s), "
+        f"{report.seconds:.2f} s"
+    )
     if report_paths:
         cost += "; report: " + ", ".join(report_paths)
     lines.append(cost)
@@ -330,7 +381,9 @@ def _comparison_line(comparison: Comparison) -> str:
     worst = _worst_output(comparison.outputs)
     if worst is None:
         return verdict
-    detail = f"worst {worst.name}: max abs err {number(worst.max_abs_err)}, cosine {cosine_text(worst.cosine)}"
+    detail = (
+        f"worst {worst.name}: max abs err {number(worst.max_abs_err)}, cosine {cosine_text(worst.cosine)}"
+    )
     if worst.new_nonfinite:
         detail += f", {worst.new_nonfinite} new NaN/Inf"
     return f"{verdict} ({detail})"

@@ -23,8 +23,8 @@ The rules (see :mod:`onnx_precision.typing_rules` for which tensors of a node co
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import onnx
 from onnx import TensorProto, helper
@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 FLOAT = TensorProto.FLOAT
 FLOAT16 = TensorProto.FLOAT16
 _FLOATS = (FLOAT, FLOAT16)
-_SUFFIX = {FLOAT: "fp32", FLOAT16: "fp16"}
+_SUFFIX: dict[int, str] = {FLOAT: "fp32", FLOAT16: "fp16"}
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class _Scope:
 
     graph: onnx.GraphProto
     local: set  # names defined in this graph (inputs, initializers, node outputs)
-    parent: "_Scope | None"
+    parent: _Scope | None
     nodes: list = field(default_factory=list)
     casts: dict = field(default_factory=dict)  # (tensor, type) -> cast output name
 
@@ -246,7 +246,7 @@ class _Rewriter:
         out = node.output[0]
         value = tr.constant_tensor(node)
         decided = None if value is None else self.decide_constant(out, value.data_type)
-        if decided is None:
+        if value is None or decided is None:
             scope.nodes.append(node)
             return
         in_place, to = decided
@@ -259,13 +259,18 @@ class _Rewriter:
             return
         scope.nodes.append(node)
         copy_name = self.fresh(f"{out}_{_SUFFIX[to]}")
-        scope.nodes.append(helper.make_node("Constant", [], [copy_name], name=self.fresh(f"{node.name}_{_SUFFIX[to]}"),
-                                            value=converted))
+        scope.nodes.append(
+            helper.make_node(
+                "Constant", [], [copy_name], name=self.fresh(f"{node.name}_{_SUFFIX[to]}"), value=converted
+            )
+        )
         self.register_copy(scope, out, copy_name, to)
 
     # --- graphs and nodes ---------------------------------------------------------------------
 
-    def rewrite_graph(self, graph: onnx.GraphProto, owner: onnx.NodeProto | None, parent: _Scope | None) -> None:
+    def rewrite_graph(
+        self, graph: onnx.GraphProto, owner: onnx.NodeProto | None, parent: _Scope | None
+    ) -> None:
         local = {v.name for v in graph.input} | {t.name for t in graph.initializer}
         local |= {o for n in graph.node for o in n.output if o}
         scope = _Scope(graph, local, parent)
@@ -275,8 +280,12 @@ class _Rewriter:
                 self.written[v.name] = t
         self.convert_constants(scope)
         for node in list(graph.node):
-            if node.op_type == "Constant" and is_onnx_domain(node.domain) and node.output \
-                    and node.output[0] in self.constants:
+            if (
+                node.op_type == "Constant"
+                and is_onnx_domain(node.domain)
+                and node.output
+                and node.output[0] in self.constants
+            ):
                 self.constant_node(scope, node)
             else:
                 self.rewrite_node(scope, node)
@@ -286,7 +295,7 @@ class _Rewriter:
         self.update_types(graph)
 
     def rewrite_node(self, scope: _Scope, node: onnx.NodeProto) -> None:
-        for attr_name, body in subgraphs(node):
+        for _attr_name, body in subgraphs(node):
             self.rewrite_graph(body, node, scope)
         for i, name in enumerate(node.input):
             if not name:
@@ -294,7 +303,9 @@ class _Rewriter:
             need = self.required(node, i)
             node.input[i] = self.name_of(name) if need is None else self.version(scope, name, need)
         fp16 = self.fp16(node)
-        if fp16 and any(self.orig(node.output[i]) == FLOAT for i in self.typing[node.name].convertible_outputs):
+        if fp16 and any(
+            self.orig(node.output[i]) == FLOAT for i in self.typing[node.name].convertible_outputs
+        ):
             tr.retarget_attributes(node, self.model, self.base_dir)
         for i, name in enumerate(node.output):
             if not name:
@@ -303,8 +314,12 @@ class _Rewriter:
             node.output[i] = self.name_of(name)
             if t in _FLOATS:
                 self.written[node.output[i]] = t
-        if node.op_type == "Cast" and is_onnx_domain(node.domain) and \
-                self.written.get(node.input[0]) == FLOAT16 and self.written.get(node.output[0]) == FLOAT:
+        if (
+            node.op_type == "Cast"
+            and is_onnx_domain(node.domain)
+            and self.written.get(node.input[0]) == FLOAT16
+            and self.written.get(node.output[0]) == FLOAT
+        ):
             self.widened_from[node.output[0]] = node.input[0]
         scope.nodes.append(node)
 
@@ -337,8 +352,10 @@ class _Rewriter:
         self.plan_main_outputs()
         self.rewrite_graph(self.model.graph, None, None)
         if self.weight_inputs_converted:
-            self.notes.append(f"{self.weight_inputs_converted} initializer(s) also listed as graph inputs "
-                              "(IR < 4 style) were converted: those inputs are now float16")
+            self.notes.append(
+                f"{self.weight_inputs_converted} initializer(s) also listed as graph inputs "
+                "(IR < 4 style) were converted: those inputs are now float16"
+            )
         if self.casts_added and not any(is_onnx_domain(o.domain) for o in self.model.opset_import):
             version = _default_opset_for(self.model)
             self.model.opset_import.append(helper.make_opsetid("", version))
@@ -348,8 +365,11 @@ class _Rewriter:
 def _default_opset_for(model: onnx.ModelProto) -> int:
     """The ai.onnx opset released with the model's other opsets (for models importing only ML ops)."""
     imported = {o.domain: o.version for o in model.opset_import}
-    released = [onnx_opset for _release, ir, onnx_opset, ml_opset, *_ in helper.VERSION_TABLE
-                if ml_opset is not None and ml_opset == imported.get("ai.onnx.ml") and ir <= model.ir_version]
+    released = [
+        onnx_opset
+        for _release, ir, onnx_opset, ml_opset, *_ in helper.VERSION_TABLE
+        if ml_opset is not None and ml_opset == imported.get("ai.onnx.ml") and ir <= model.ir_version
+    ]
     # the newest such release, and never before Cast-6 (Cast-1 took its target type as a string)
     return max(released + [6]) if released else 13
 
@@ -363,8 +383,12 @@ def _set_constant_value(node: onnx.NodeProto, value: onnx.TensorProto) -> None:
 
 def _flush_notes(plan: PrecisionPlan, shown: int = 3) -> list[str]:
     """Say which FP16 nodes lose tiny weight values to zero: harmless, but never silent."""
-    flushed = [(name, r.detail) for name in plan.fp16_nodes for r in plan.decisions[name].reasons
-               if r.source == "initializer"]
+    flushed = [
+        (name, r.detail)
+        for name in plan.fp16_nodes
+        for r in plan.decisions[name].reasons
+        if r.source == "initializer"
+    ]
     if not flushed:
         return []
     listed = "; ".join(f"{name}: {detail}" for name, detail in flushed[:shown])
@@ -390,4 +414,6 @@ def rewrite(ctx: ModelContext, plan: PrecisionPlan) -> RewriteResult:
     if forced:
         notes.append(f"{len(forced)} node(s) kept FP32 because FP16 is not possible there")
     notes.extend(_flush_notes(resolved))
-    return RewriteResult(out, resolved, rewriter.casts_added, rewriter.converted, rewriter.duplicated, tuple(notes))
+    return RewriteResult(
+        out, resolved, rewriter.casts_added, rewriter.converted, rewriter.duplicated, tuple(notes)
+    )

@@ -30,8 +30,8 @@ probe.
 from __future__ import annotations
 
 import math
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Generator, Iterable, Sequence
 
 PinnedSet = frozenset  # of node names
 

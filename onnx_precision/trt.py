@@ -14,8 +14,8 @@ Two artefacts serve two generations of TensorRT:
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import onnx
 
@@ -27,7 +27,7 @@ from .typing_rules import elem_type, tensor_types
 # Constant becomes weights, not a layer; Shape and Size read only metadata, never float values.
 _NOT_FLOAT_LAYERS = frozenset({"Constant", "Shape", "Size"})
 
-_TRT_TYPE_NAMES = {
+_TRT_TYPE_NAMES: dict[int, str] = {
     onnx.TensorProto.FLOAT: "fp32",
     onnx.TensorProto.FLOAT16: "fp16",
     onnx.TensorProto.BFLOAT16: "bf16",
@@ -64,8 +64,9 @@ def _check_name(name: str) -> None:
     bad = [c for c in ",:" if c in name]
     if bad:
         raise PlanError(
-            f"node '{name}' is pinned to FP32 but its name contains '{bad[0]}', which trtexec cannot parse in "
-            f"--layerPrecisions; rename the node in the model, or use the Cast-pinned model with --stronglyTyped")
+            f"node '{name}' is pinned to FP32 but its name contains '{bad[0]}', which trtexec cannot parse "
+            f"in --layerPrecisions; rename the node in the model, or use the Cast-pinned model with "
+            f"--stronglyTyped")
 
 
 def trt_flags(model: onnx.ModelProto, plan: PrecisionPlan) -> TrtFlags:
@@ -90,7 +91,7 @@ def trt_flags(model: onnx.ModelProto, plan: PrecisionPlan) -> TrtFlags:
     return TrtFlags(tuple(precisions), tuple(output_types))
 
 
-def _computes_on_floats(node: onnx.NodeProto, types: Mapping[str, int]) -> bool:
+def _computes_on_floats(node: onnx.NodeProto, types: Mapping[str, int | None]) -> bool:
     return any(types.get(t) in _FLOAT_TYPES for t in list(node.input) + list(node.output) if t)
 
 
@@ -102,17 +103,20 @@ def _output_type_name(elem_type: int | None) -> str:
     return _TRT_TYPE_NAMES.get(elem_type, "fp32")
 
 
-def trt_flags_text(model: onnx.ModelProto, plan: PrecisionPlan, original_path: str, converted_path: str) -> str:
+def trt_flags_text(model: onnx.ModelProto, plan: PrecisionPlan, original_path: str, converted_path: str,
+                   ) -> str:
     """The --trt-flags file: one trtexec line per TensorRT generation, each with a comment saying which."""
     flags = trt_flags(model, plan)
     weak = " ".join(shlex.quote(a) for a in flags.weakly_typed_args())
     n = len(flags.layer_precisions)
     return "\n".join([
         f"# onnx-precision: TensorRT flags for {n} layer(s) pinned to FP32.",
-        "# TensorRT 8.6 to 10.11 (weakly typed; these flags are deprecated in 10.12 and removed in 11.0).",
+        "# TensorRT 8.6 to 10.11 (weakly typed; these flags are deprecated in 10.12 and removed "
+        "in 11.0).",
         "# They name layers exactly after the ONNX nodes, so they apply to the original FP32 model too:",
         f"trtexec --onnx={shlex.quote(original_path)} {weak}",
-        "# TensorRT 10.12 and later, and 11.x (strong typing always on): build the Cast-pinned model as written:",
+        "# TensorRT 10.12 and later, and 11.x (strong typing always on): build the Cast-pinned model "
+        "as written:",
         f"trtexec --onnx={shlex.quote(converted_path)} --stronglyTyped",
         "",
     ])

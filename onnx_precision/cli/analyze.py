@@ -23,7 +23,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .. import analysis
-
     from ..data import sample_files
 
     spec = common.sample_spec(args)

@@ -9,23 +9,31 @@ from . import common
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("check", help="compare a candidate FP16 model with the FP32 model (exit 1 if out of tolerance)")
+    p = sub.add_parser(
+        "check", help="compare a candidate FP16 model with the FP32 model (exit 1 if out of tolerance)"
+    )
     p.add_argument("model", help="the FP32 ONNX model")
     p.add_argument("candidate", help="the FP16 or mixed-precision model to check")
-    p.add_argument("--oracle", choices=ORACLE_NAMES, default="emulate",
-                   help="emulate FP16 on CPU (default) or run natively on a GPU provider")
+    p.add_argument(
+        "--oracle",
+        choices=ORACLE_NAMES,
+        default="emulate",
+        help="emulate FP16 on CPU (default) or run natively on a GPU provider",
+    )
     common.add_sample_args(p)
     common.add_tolerance_args(p)
     common.add_verbosity_args(
-        p, quiet_help="log only warnings and errors (the metrics and the verdict are still printed)")
+        p, quiet_help="log only warnings and errors (the metrics and the verdict are still printed)"
+    )
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from .. import check as check_lib
 
-    result = check_lib.check(args.model, args.candidate, common.sample_spec(args), common.tolerance(args),
-                             oracle=args.oracle)
+    result = check_lib.check(
+        args.model, args.candidate, common.sample_spec(args), common.tolerance(args), oracle=args.oracle
+    )
     for line in result.lines():
         print(line)
     return 0 if result.passed else 1

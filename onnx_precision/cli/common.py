@@ -90,10 +90,18 @@ def add_tolerance_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("tolerance (an output passes when all three hold)")
     group.add_argument("--atol", type=_non_negative, default=default.atol,
                        help=f"absolute error allowance (default {default.atol:g})")
-    group.add_argument("--rtol", type=_non_negative, default=default.rtol,
-                       help=f"error allowance relative to the FP32 output's magnitude (default {default.rtol:g})")
-    group.add_argument("--min-cosine", type=_cosine, default=default.min_cosine,
-                       help=f"minimum cosine similarity to the FP32 output (default {default.min_cosine:g})")
+    group.add_argument(
+        "--rtol",
+        type=_non_negative,
+        default=default.rtol,
+        help=f"error allowance relative to the FP32 output's magnitude (default {default.rtol:g})",
+    )
+    group.add_argument(
+        "--min-cosine",
+        type=_cosine,
+        default=default.min_cosine,
+        help=f"minimum cosine similarity to the FP32 output (default {default.min_cosine:g})",
+    )
 
 
 def tolerance(args: argparse.Namespace) -> Tolerance:

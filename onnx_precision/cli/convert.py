@@ -21,22 +21,44 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="keep nodes whose name matches REGEX in FP32 (repeatable)")
     p.add_argument("--keep-fp32-op", action="append", default=[], metavar="OPTYPE",
                    help="keep every node of this op type in FP32 (repeatable)")
-    p.add_argument("--plan", metavar="PLAN.json", help="a precision plan to apply (from --save-plan or by hand)")
+    p.add_argument(
+        "--plan", metavar="PLAN.json", help="a precision plan to apply (from --save-plan or by hand)"
+    )
     p.add_argument("--save-plan", metavar="PLAN.json", help="write the final precision plan")
-    p.add_argument("--fp16-io", action="store_true",
-                   help="make FP32 graph inputs and outputs FP16 (default: they stay FP32)")
-    p.add_argument("--external-data", action="store_true",
-                   help="write weights to OUTPUT.data beside the model (always on for models over 2 GB)")
+    p.add_argument(
+        "--fp16-io",
+        action="store_true",
+        help="make FP32 graph inputs and outputs FP16 (default: they stay FP32)",
+    )
+    p.add_argument(
+        "--external-data",
+        action="store_true",
+        help="write weights to OUTPUT.data beside the model (always on for models over 2 GB)",
+    )
     p.add_argument("--trt-flags", metavar="FILE", help="write TensorRT flags for the plan to FILE")
-    p.add_argument("--headroom", type=float, default=convert_lib.ConvertOptions.headroom,
-                   help="static/auto: also pin nodes whose FP32 activations exceed 65504/H on the samples, "
-                        "since unseen inputs will be larger (default %(default)g: one binade of margin; 0: off)")
-    p.add_argument("--report", metavar="FILE.json",
-                   help="static/auto: the JSON report (default: OUTPUT with .report.json)")
-    p.add_argument("--report-md", metavar="FILE.md",
-                   help="static/auto: the Markdown report (default: OUTPUT with .report.md)")
-    p.add_argument("--oracle", choices=ORACLE_NAMES, default="emulate",
-                   help="also run the written model natively on this provider (needs onnxruntime-gpu)")
+    p.add_argument(
+        "--headroom",
+        type=float,
+        default=convert_lib.ConvertOptions.headroom,
+        help="static/auto: also pin nodes whose FP32 activations exceed 65504/H on the samples, "
+        "since unseen inputs will be larger (default %(default)g: one binade of margin; 0: off)",
+    )
+    p.add_argument(
+        "--report",
+        metavar="FILE.json",
+        help="static/auto: the JSON report (default: OUTPUT with .report.json)",
+    )
+    p.add_argument(
+        "--report-md",
+        metavar="FILE.md",
+        help="static/auto: the Markdown report (default: OUTPUT with .report.md)",
+    )
+    p.add_argument(
+        "--oracle",
+        choices=ORACLE_NAMES,
+        default="emulate",
+        help="also run the written model natively on this provider (needs onnxruntime-gpu)",
+    )
     common.add_sample_args(p)
     common.add_tolerance_args(p)
     common.add_verbosity_args(p)
@@ -45,11 +67,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     options = convert_lib.ConvertOptions(
-        mode=args.mode, keep_fp32=tuple(args.keep_fp32), keep_fp32_ops=tuple(args.keep_fp32_op),
-        plan_path=args.plan, fp16_io=args.fp16_io, external_data=args.external_data,
-        trt_flags_path=args.trt_flags, plan_out=args.save_plan, samples=common.sample_spec(args),
-        tolerance=common.tolerance(args), headroom=args.headroom, report_json=args.report,
-        report_md=args.report_md, oracle=args.oracle)
+        mode=args.mode,
+        keep_fp32=tuple(args.keep_fp32),
+        keep_fp32_ops=tuple(args.keep_fp32_op),
+        plan_path=args.plan,
+        fp16_io=args.fp16_io,
+        external_data=args.external_data,
+        trt_flags_path=args.trt_flags,
+        plan_out=args.save_plan,
+        samples=common.sample_spec(args),
+        tolerance=common.tolerance(args),
+        headroom=args.headroom,
+        report_json=args.report,
+        report_md=args.report_md,
+        oracle=args.oracle,
+    )
     from .progress import ProgressLine
 
     progress = ProgressLine(enabled=False if args.quiet else None)

@@ -12,17 +12,66 @@ from __future__ import annotations
 
 from .rounding import round_fp16
 from .select import NATIVE_PROVIDERS, ORACLES, require_oracle, run_candidate, verify_output, verify_written
-from .session import (EMULATE, REFERENCE, EmulationSession, Feed, OracleRun, as_fp32, make_session,
-                      native_oracle, run_emulated, run_fp32, run_native, run_reference, session_options)
-from .stats import (LayerwiseResult, NodeError, ReferenceResult, TensorStats, inspect_plan, layerwise,
-                    reference_stats, tensor_stats)
+from .session import (
+                      EMULATE,
+                      REFERENCE,
+                      EmulationSession,
+                      Feed,
+                      OracleRun,
+                      as_fp32,
+                      make_session,
+                      native_oracle,
+                      run_emulated,
+                      run_fp32,
+                      run_native,
+                      run_reference,
+                      session_options,
+)
+from .stats import (
+                      LayerwiseResult,
+                      NodeError,
+                      ReferenceResult,
+                      TensorStats,
+                      inspect_plan,
+                      layerwise,
+                      reference_stats,
+                      tensor_stats,
+)
 from .switch import build_switch_model
 from .switch_graph import SwitchGroup, SwitchModel
 from .written import emulate_model
 
-__all__ = ["round_fp16", "NATIVE_PROVIDERS", "ORACLES", "require_oracle", "run_candidate", "verify_output",
-           "verify_written", "EMULATE", "REFERENCE", "EmulationSession", "Feed", "OracleRun", "as_fp32",
-           "make_session", "native_oracle", "run_emulated", "run_fp32", "run_native", "run_reference",
-           "session_options", "LayerwiseResult", "NodeError", "ReferenceResult", "TensorStats", "inspect_plan",
-           "layerwise", "reference_stats", "tensor_stats", "build_switch_model", "SwitchGroup", "SwitchModel",
-           "emulate_model"]
+__all__ = [
+    "round_fp16",
+    "NATIVE_PROVIDERS",
+    "ORACLES",
+    "require_oracle",
+    "run_candidate",
+    "verify_output",
+    "verify_written",
+    "EMULATE",
+    "REFERENCE",
+    "EmulationSession",
+    "Feed",
+    "OracleRun",
+    "as_fp32",
+    "make_session",
+    "native_oracle",
+    "run_emulated",
+    "run_fp32",
+    "run_native",
+    "run_reference",
+    "session_options",
+    "LayerwiseResult",
+    "NodeError",
+    "ReferenceResult",
+    "TensorStats",
+    "inspect_plan",
+    "layerwise",
+    "reference_stats",
+    "tensor_stats",
+    "build_switch_model",
+    "SwitchGroup",
+    "SwitchModel",
+    "emulate_model",
+]

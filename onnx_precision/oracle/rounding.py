@@ -1,8 +1,8 @@
-"""The rounding every FP16 emulation is made of: ``Cast(to=FLOAT16) -> Cast(to=FLOAT)`` pairs and fresh names."""
+"""The rounding every FP16 emulation is made of: ``Cast(to=FLOAT16) -> Cast(to=FLOAT)`` pairs, fresh names."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import onnx
@@ -34,8 +34,10 @@ class Names:
 
 def round_nodes(src: str, dst: str, names: Names) -> list[onnx.NodeProto]:
     half = names.fresh(src + "__fp16")
-    return [helper.make_node("Cast", [src], [half], to=FLOAT16, name=names.fresh(half + "__cast")),
-            helper.make_node("Cast", [half], [dst], to=FLOAT, name=names.fresh(dst + "__cast"))]
+    return [
+        helper.make_node("Cast", [src], [half], to=FLOAT16, name=names.fresh(half + "__cast")),
+        helper.make_node("Cast", [half], [dst], to=FLOAT, name=names.fresh(dst + "__cast")),
+    ]
 
 
 # External tensors up to this size are read into the emulation graph: onnxruntime's shape

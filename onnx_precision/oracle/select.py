@@ -7,7 +7,8 @@ that runs a candidate model under that oracle; the CLI's choices come from it.
 from __future__ import annotations
 
 import time
-from typing import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Callable
 
 import numpy as np
 
@@ -46,22 +47,36 @@ def require_oracle(oracle: str) -> None:
                                     f"(install onnxruntime-gpu on a machine with the GPU stack)")
 
 
-def run_candidate(candidate: ModelContext, feeds: Sequence[Feed], oracle: OracleName = "emulate") -> OracleRun:
+def run_candidate(
+    candidate: ModelContext, feeds: Sequence[Feed], oracle: OracleName = "emulate"
+) -> OracleRun:
     """The candidate's outputs on ``feeds`` under ``oracle``; one session."""
     require_oracle(oracle)
     return ORACLES[oracle](candidate, feeds)
 
 
-def verify_written(written: ModelContext, feeds: Sequence[Feed], reference_outputs: Sequence[Mapping],
-                   tol: Tolerance, oracle: OracleName = "emulate") -> Comparison:
+def verify_written(
+    written: ModelContext,
+    feeds: Sequence[Feed],
+    reference_outputs: Sequence[Mapping],
+    tol: Tolerance,
+    oracle: OracleName = "emulate",
+) -> Comparison:
     """Run what was WRITTEN (emulated, or natively on a GPU provider) against the FP32 outputs the
     search already computed: one session, whatever happened before."""
     run = run_candidate(written, feeds, oracle)
-    return compare_samples(list(reference_outputs), only_reference_outputs(run, reference_outputs), tol, run.oracle)
+    return compare_samples(
+        list(reference_outputs), only_reference_outputs(run, reference_outputs), tol, run.oracle
+    )
 
 
-def verify_output(output_path: str, feeds: Sequence[Feed], reference_outputs: Sequence[Mapping], tol: Tolerance,
-                  oracle: OracleName = "emulate") -> tuple[Comparison, Comparison | None, tuple[PhaseCost, ...]]:
+def verify_output(
+    output_path: str,
+    feeds: Sequence[Feed],
+    reference_outputs: Sequence[Mapping],
+    tol: Tolerance,
+    oracle: OracleName = "emulate",
+) -> tuple[Comparison, Comparison | None, tuple[PhaseCost, ...]]:
     """Verify the file ``convert`` wrote, read back from disk: emulated (always) and natively on
     ``oracle``'s provider when one is named. Returns (emulated, native or None, phase costs)."""
     started = time.perf_counter()
@@ -78,5 +93,6 @@ def verify_output(output_path: str, feeds: Sequence[Feed], reference_outputs: Se
 
 def only_reference_outputs(run: OracleRun, refs: Sequence[Mapping]) -> list[dict[str, np.ndarray]]:
     """Each candidate sample restricted to the reference's outputs."""
-    return [{name: np.asarray(out[name]) for name in ref if name in out}
-            for out, ref in zip(run.outputs, refs)]
+    return [
+        {name: np.asarray(out[name]) for name in ref if name in out} for out, ref in zip(run.outputs, refs)
+    ]

@@ -17,15 +17,15 @@ run's intermediates at a time, whatever the number of samples.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx
 
 from ..compare import Tolerance
-from ..format import json_float
 from ..errors import InternalError
+from ..format import json_float
 from ..fp16 import FP16_FLUSH, FP16_MAX
 from ..plan import PrecisionPlan
 from .session import EmulationSession, Feed
@@ -59,7 +59,7 @@ class TensorStats:
     def overflows_fp16(self) -> bool:
         return np.isfinite(self.max_abs) and self.max_abs > FP16_MAX
 
-    def worst(self, other: "TensorStats") -> "TensorStats":
+    def worst(self, other: TensorStats) -> TensorStats:
         return TensorStats(max(self.max_abs, other.max_abs), min(self.min_nonzero_abs, other.min_nonzero_abs),
                            max(self.flush_fraction, other.flush_fraction),
                            max(self.nan_count, other.nan_count), max(self.inf_count, other.inf_count),

@@ -8,7 +8,7 @@ model's own directory (``base_dir``), never the working directory.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import onnx

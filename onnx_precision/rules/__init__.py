@@ -14,18 +14,47 @@ Add a rule: write its check in :mod:`.ops` or :mod:`.constants` with ``@rule("Op
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from . import constants, ops
-from .facts import (HIGH, LOW, MEDIUM, OVERFLOW, PRECISION, SEVERITY_ORDER, UNDERFLOW, Finding, Kind, ModelFacts,
-                    Severity, Skipped, Stats, contraction_depth, finding, reduction_length)
+from .facts import (
+    HIGH,
+    LOW,
+    MEDIUM,
+    OVERFLOW,
+    PRECISION,
+    SEVERITY_ORDER,
+    UNDERFLOW,
+    Finding,
+    Kind,
+    ModelFacts,
+    Severity,
+    Skipped,
+    Stats,
+    contraction_depth,
+    finding,
+    reduction_length,
+)
 from .registry import ANY_OP, Rule, RuleRun, rule, rules_for
 from .registry import run_rules as _run_rules
 
 RULES: tuple[Rule, ...] = (
-    ops.cumsum, ops.reduction, ops.contraction, ops.exp, ops.power, ops.log, ops.sqrt, ops.reciprocal, ops.div,
-    ops.softmax, constants.epsilon, constants.norm_epsilon, constants.constant_range, constants.mask_constant,
-    constants.float_integer, constants.flush_to_zero,
+    ops.cumsum,
+    ops.reduction,
+    ops.contraction,
+    ops.exp,
+    ops.power,
+    ops.log,
+    ops.sqrt,
+    ops.reciprocal,
+    ops.div,
+    ops.softmax,
+    constants.epsilon,
+    constants.norm_epsilon,
+    constants.constant_range,
+    constants.mask_constant,
+    constants.float_integer,
+    constants.flush_to_zero,
 )
 
 
@@ -45,6 +74,30 @@ def strongest(findings: Iterable[Finding]) -> Finding | None:
     return min(active, key=lambda f: SEVERITY_ORDER[f.severity]) if active else None
 
 
-__all__ = ["HIGH", "LOW", "MEDIUM", "OVERFLOW", "PRECISION", "SEVERITY_ORDER", "UNDERFLOW", "Finding", "Kind",
-           "ModelFacts", "Severity", "Skipped", "Stats", "contraction_depth", "finding", "reduction_length",
-           "ANY_OP", "Rule", "RuleRun", "rule", "rules_for", "RULES", "run_rules", "registered_ops", "strongest"]
+__all__ = [
+    "HIGH",
+    "LOW",
+    "MEDIUM",
+    "OVERFLOW",
+    "PRECISION",
+    "SEVERITY_ORDER",
+    "UNDERFLOW",
+    "Finding",
+    "Kind",
+    "ModelFacts",
+    "Severity",
+    "Skipped",
+    "Stats",
+    "contraction_depth",
+    "finding",
+    "reduction_length",
+    "ANY_OP",
+    "Rule",
+    "RuleRun",
+    "rule",
+    "rules_for",
+    "RULES",
+    "run_rules",
+    "registered_ops",
+    "strongest",
+]

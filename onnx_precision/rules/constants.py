@@ -1,9 +1,9 @@
-"""Risk rules for constants and values: epsilons, masks, out-of-range constants, integers in floats, flushes."""
+"""Risk rules for constants and values: epsilons, masks, out-of-range constants, float integers, flushes."""
 
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import onnx
@@ -11,8 +11,19 @@ import onnx
 from ..fp16 import FP16_EXACT_INT, FP16_FLUSH, FP16_MAX, FP16_MIN_NORMAL
 from ..graph import attr
 from ..typing_rules import elem_type, fp16_value_problem
-from .facts import (HIGH, LOW, MEDIUM, OVERFLOW, PRECISION, UNDERFLOW, ModelFacts, confirm, finding,
-                    flushes_much, range_evidence)
+from .facts import (
+    HIGH,
+    LOW,
+    MEDIUM,
+    OVERFLOW,
+    PRECISION,
+    UNDERFLOW,
+    ModelFacts,
+    confirm,
+    finding,
+    flushes_much,
+    range_evidence,
+)
 from .ops import RuleOutput
 from .registry import ANY_OP, rule, skip
 
@@ -45,14 +56,23 @@ def epsilon(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
         zero = eps <= FP16_FLUSH
         severity = HIGH if zero else MEDIUM
         what = "is 0 in FP16" if zero else "is subnormal in FP16"
-        confirmed = confirm(facts, others, lambda *s: any(
-            x.flush_fraction > 0 or not x.min_nonzero_abs >= FP16_MIN_NORMAL for x in s))
+        confirmed = confirm(
+            facts,
+            others,
+            lambda *s: any(x.flush_fraction > 0 or not x.min_nonzero_abs >= FP16_MIN_NORMAL for x in s),
+        )
         evidence: dict[str, object] = {"epsilon": eps, "guards": "/".join(guarded)}
         for other in others:
             evidence.update(range_evidence(facts, "guarded", other))
-        yield finding(node, "epsilon-underflow", UNDERFLOW, severity,
-                      f"epsilon {eps:.3g} {what}; it no longer guards the {'/'.join(guarded)}", confirmed,
-                      **evidence)
+        yield finding(
+            node,
+            "epsilon-underflow",
+            UNDERFLOW,
+            severity,
+            f"epsilon {eps:.3g} {what}; it no longer guards the {'/'.join(guarded)}",
+            confirmed,
+            **evidence,
+        )
         found = True
     if not found:
         yield skip("no constant input below FP16's normal range guarding a Sqrt/Div/Reciprocal/Pow/Log")
@@ -67,9 +87,16 @@ def norm_epsilon(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
         yield skip(f"epsilon {eps} is within FP16's normal range")
     else:
         zero = eps <= FP16_FLUSH
-        yield finding(node, "epsilon-underflow", UNDERFLOW, LOW,
-                      f"epsilon attribute {eps:.3g} {'is 0' if zero else 'is subnormal'} in FP16 kernels "
-                      "that add it in FP16", None, epsilon=eps)
+        yield finding(
+            node,
+            "epsilon-underflow",
+            UNDERFLOW,
+            LOW,
+            f"epsilon attribute {eps:.3g} {'is 0' if zero else 'is subnormal'} in FP16 kernels "
+            "that add it in FP16",
+            None,
+            epsilon=eps,
+        )
 
 
 def _constant_inputs(node: onnx.NodeProto, facts: ModelFacts) -> Iterator[tuple[str, tuple[float, float]]]:
@@ -92,17 +119,32 @@ def constant_range(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     """A float constant FP16 cannot hold: |x| > 65504 is inf, tiny nonzeros become 0."""
     for name, (max_abs, min_nonzero) in _constant_inputs(node, facts):
         if max_abs > FP16_MAX and not _is_mask(name, facts):
-            yield finding(node, "constant-overflow", OVERFLOW, HIGH,
-                          f"constant '{name}' has |x| up to {max_abs:.4g}, inf in FP16", True,
-                          constant=name, max_abs=max_abs)
+            yield finding(
+                node,
+                "constant-overflow",
+                OVERFLOW,
+                HIGH,
+                f"constant '{name}' has |x| up to {max_abs:.4g}, inf in FP16",
+                True,
+                constant=name,
+                max_abs=max_abs,
+            )
         elif math.isfinite(min_nonzero) and min_nonzero <= FP16_FLUSH:
             # As typing_rules.fp16_value_problem: flushing matters only when the whole constant lies
             # below FP16's normal range; otherwise it is below the rounding of its largest values.
             material = fp16_value_problem(max_abs, min_nonzero) is not None
-            yield finding(node, "constant-underflow", UNDERFLOW, MEDIUM if material else LOW,
-                          f"constant '{name}' has nonzero |x| down to {min_nonzero:.3g}, 0 in FP16"
-                          + ("" if material else f" (negligible next to its max |x| {max_abs:.3g})"), True,
-                          constant=name, min_nonzero_abs=min_nonzero, max_abs=max_abs)
+            yield finding(
+                node,
+                "constant-underflow",
+                UNDERFLOW,
+                MEDIUM if material else LOW,
+                f"constant '{name}' has nonzero |x| down to {min_nonzero:.3g}, 0 in FP16"
+                + ("" if material else f" (negligible next to its max |x| {max_abs:.3g})"),
+                True,
+                constant=name,
+                min_nonzero_abs=min_nonzero,
+                max_abs=max_abs,
+            )
 
 
 _MASK_MEETS = {
@@ -127,9 +169,17 @@ def mask_constant(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
         hazards = [_MASK_MEETS[op] for op in dict.fromkeys(meets) if op in _MASK_MEETS]
         severity = HIGH if value < -FP16_MAX else LOW
         fp16 = "-inf" if value < -FP16_MAX else f"{float(np.float16(value)):g}"
-        yield finding(node, "mask-constant", OVERFLOW, severity,
-                      f"mask constant {value:.3g} is {fp16} in FP16" + (f": {hazards[0]}" if hazards else ""),
-                      True, constant=name, value=value, meets=", ".join(dict.fromkeys(meets)))
+        yield finding(
+            node,
+            "mask-constant",
+            OVERFLOW,
+            severity,
+            f"mask constant {value:.3g} is {fp16} in FP16" + (f": {hazards[0]}" if hazards else ""),
+            True,
+            constant=name,
+            value=value,
+            meets=", ".join(dict.fromkeys(meets)),
+        )
 
 
 _INTEGER_VALUED = ("Floor", "Ceil", "Round", "Range")
@@ -147,16 +197,35 @@ def float_integer(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
             yield skip("casts no integer to float")
             return
     confirmed = confirm(facts, [node.output[0]], lambda s: s.max_abs > FP16_EXACT_INT)
-    yield finding(node, "float-integer", PRECISION, MEDIUM,
-                  "integer values carried in floats are exact in FP16 only up to 2048", confirmed,
-                  **range_evidence(facts, "output", node.output[0]))
+    yield finding(
+        node,
+        "float-integer",
+        PRECISION,
+        MEDIUM,
+        "integer values carried in floats are exact in FP16 only up to 2048",
+        confirmed,
+        **range_evidence(facts, "output", node.output[0]),
+    )
 
 
 _FRAGILE = {"Sqrt", "Div", "Reciprocal", "Log", "Pow"}
 # A sum or product over many values absorbs a few flushed terms; whether its result flushes is
 # recorded (and judged) on its own output.
-_ABSORBING = {"ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp",
-              "ReduceMax", "ReduceMin", "MatMul", "Gemm", "Conv", "ConvTranspose", "CumSum"}
+_ABSORBING = {
+    "ReduceSum",
+    "ReduceMean",
+    "ReduceSumSquare",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSumExp",
+    "ReduceMax",
+    "ReduceMin",
+    "MatMul",
+    "Gemm",
+    "Conv",
+    "ConvTranspose",
+    "CumSum",
+}
 
 
 @rule(ANY_OP)
@@ -176,5 +245,13 @@ def flush_to_zero(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
         message = f"{stats.flush_fraction:.0%} of the nonzero values flush to zero in FP16"
         if fragile:
             message += f" before {'/'.join(fragile)}"
-        yield finding(node, "flush-to-zero", UNDERFLOW, MEDIUM if fragile else LOW, message, True,
-                      tensor=name, **range_evidence(facts, "output", name))
+        yield finding(
+            node,
+            "flush-to-zero",
+            UNDERFLOW,
+            MEDIUM if fragile else LOW,
+            message,
+            True,
+            tensor=name,
+            **range_evidence(facts, "output", name),
+        )

@@ -15,8 +15,9 @@ the helpers that confirm a risk from the recorded ranges.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Collection, Literal, Mapping, Optional, Protocol, Sequence
+from typing import Callable, Literal, Protocol
 
 import numpy as np
 import onnx
@@ -67,7 +68,7 @@ class Finding:
     severity: Severity
     evidence: Evidence = field(default_factory=dict, hash=False)
     message: str = ""
-    confirmed: Optional[bool] = None  # None: no ranges recorded; False: ranges dismiss it
+    confirmed: bool | None = None  # None: no ranges recorded; False: ranges dismiss it
 
     @property
     def active(self) -> bool:
@@ -138,7 +139,8 @@ class ModelFacts:
         if name not in self._values:
             tensor = self.constants.get(name)
             small = tensor is not None and math.prod(tensor.dims) <= SMALL_CONSTANT
-            self._values[name] = read_array(tensor, self.ctx.base_dir) if tensor is not None and small else None
+            small_tensor = tensor if tensor is not None and small else None
+            self._values[name] = None if small_tensor is None else read_array(small_tensor, self.ctx.base_dir)
         return self._values[name]
 
     def constant_range(self, name: str) -> tuple[float, float] | None:
@@ -155,7 +157,7 @@ class ModelFacts:
         seen: list[onnx.NodeProto] = []
         frontier = [name]
         for _ in range(hops):
-            nxt = []
+            nxt: list[str] = []
             for tensor in frontier:
                 for consumer in self.consumers.get(tensor, []):
                     if all(consumer is not s for s in seen):
@@ -200,11 +202,26 @@ def range_evidence(facts: ModelFacts, role: str, name: str) -> dict[str, object]
     return out
 
 
-def finding(node: onnx.NodeProto, rule_name: str, kind: Kind, severity: Severity, message: str,
-            confirmed: bool | None, **evidence: object) -> Finding:
+def finding(
+    node: onnx.NodeProto,
+    rule_name: str,
+    kind: Kind,
+    severity: Severity,
+    message: str,
+    confirmed: bool | None,
+    **evidence: object,
+) -> Finding:
     """A Finding; a dismissed one is reported at low severity whatever the static severity."""
-    return Finding(node.name, node.op_type, rule_name, kind, severity if confirmed is not False else LOW,
-                   dict(evidence), message, confirmed)
+    return Finding(
+        node.name,
+        node.op_type,
+        rule_name,
+        kind,
+        severity if confirmed is not False else LOW,
+        dict(evidence),
+        message,
+        confirmed,
+    )
 
 
 # --- helpers for shapes -------------------------------------------------------------------------
@@ -222,7 +239,7 @@ def _reduce_axes(node: onnx.NodeProto, facts: ModelFacts) -> list[int] | None:
         values = facts.constant(node.input[1])
         return None if values is None else [int(v) for v in np.ravel(values)]
     axes = attr(node, "axes")
-    return [int(a) for a in axes] if axes is not None else []
+    return [int(a) for a in axes] if isinstance(axes, (list, tuple)) else []
 
 
 def reduction_length(node: onnx.NodeProto, facts: ModelFacts) -> int | None:

@@ -3,16 +3,36 @@
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterator
+from collections.abc import Iterator
+from typing import Callable
 
 import numpy as np
 import onnx
 
 from ..fp16 import FP16_EXACT_INT, FP16_MAX, FP16_MIN_NORMAL, FP16_MIN_SUBNORMAL
-from .facts import (HIGH, LOW, MEDIUM, OVERFLOW, PRECISION, UNDERFLOW, Finding, ModelFacts, Skipped, Stats,
-                    dim_of,
-                    confirm, contraction_depth, finding, flushes, flushes_much, overflows, range_evidence,
-                    reduction_length, sum_of_squares_input)
+from .facts import (
+    HIGH,
+    LOW,
+    MEDIUM,
+    OVERFLOW,
+    PRECISION,
+    UNDERFLOW,
+    Finding,
+    ModelFacts,
+    Severity,
+    Skipped,
+    Stats,
+    confirm,
+    contraction_depth,
+    dim_of,
+    finding,
+    flushes,
+    flushes_much,
+    overflows,
+    range_evidence,
+    reduction_length,
+    sum_of_squares_input,
+)
 from .registry import rule, skip
 
 EXP_OVERFLOW_INPUT = math.log(FP16_MAX)  # 11.09: exp of anything larger is inf in FP16
@@ -125,7 +145,7 @@ def power(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     yield finding(node, "pow-overflow", OVERFLOW, HIGH if overflow else MEDIUM, message, overflow, **evidence)
 
 
-def _tiny_input(node: onnx.NodeProto, facts: ModelFacts, index: int, rule_name: str, severity: str,
+def _tiny_input(node: onnx.NodeProto, facts: ModelFacts, index: int, rule_name: str, severity: Severity,
                 message: str, flushes: Callable[[Stats], bool] = flushes) -> RuleOutput:
     """Shared body of Log/Sqrt/Reciprocal/Div: input ``index`` flushing to zero is the risk;
     an output past 65504 (division by a tiny value) is the other."""

@@ -8,8 +8,9 @@ node a rule passed over. The default rule set is the explicit tuple
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable
 
 import onnx
 
@@ -60,7 +61,9 @@ def run_rules(facts: ModelFacts, rules: Sequence[Rule]) -> RuleRun:
     for ref in facts.ctx.nodes:
         node = ref.node
         if not is_onnx_domain(node.domain):
-            skipped.append(Skipped(node.name, "*", f"op of domain '{node.domain}': the rules know only ONNX ops"))
+            skipped.append(
+                Skipped(node.name, "*", f"op of domain '{node.domain}': the rules know only ONNX ops")
+            )
             continue
         for r in rules_for(node.op_type, rules):
             found = False

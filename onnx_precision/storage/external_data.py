@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator
+from io import BufferedReader
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from . import fast_cast
 from ..errors import InternalError, ModelLoadError
 from ..graph import graphs
+from . import fast_cast
 
 # Private keys on a lazily converted tensor. They never reach a written model: saving resolves
 # every lazy tensor. The chain lists the element types from the file's type up to (not
@@ -106,7 +107,9 @@ _PACKED_BITS = {getattr(onnx.TensorProto, name): bits for name, bits in (
 
 def _itemsize(data_type: int) -> int:
     """Bytes per element in storage; 1 for packed types, which are only ever copied as bytes."""
-    return 1 if data_type in _PACKED_BITS else np.dtype(onnx.helper.tensor_dtype_to_np_dtype(data_type)).itemsize
+    return (
+        1 if data_type in _PACKED_BITS else np.dtype(onnx.helper.tensor_dtype_to_np_dtype(data_type)).itemsize
+    )
 
 
 def _stored_bytes(data_type: int, count: int) -> int:
@@ -118,7 +121,9 @@ def _np_dtype(data_type: int) -> np.dtype:
     return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(data_type))
 
 
-def external_ref(tensor: onnx.TensorProto, base_dir: str, model_path: str | None = None) -> ExternalRef | None:
+def external_ref(
+    tensor: onnx.TensorProto, base_dir: str, model_path: str | None = None
+) -> ExternalRef | None:
     """The tensor's external storage, or None for an inline tensor. Malformed entries raise
     :class:`ModelLoadError` naming the tensor."""
     if not is_external(tensor):
@@ -130,20 +135,35 @@ def external_ref(tensor: onnx.TensorProto, base_dir: str, model_path: str | None
         raise ModelLoadError(f"{prefix}tensor '{tensor.name}' is marked external but names no data file")
     try:
         offset = int(info.get("offset", 0))
-        chain = tuple(int(t) for t in info[CAST_CHAIN_KEY].split(",")) if CAST_CHAIN_KEY in info \
+        chain = (
+            tuple(int(t) for t in info[CAST_CHAIN_KEY].split(","))
+            if CAST_CHAIN_KEY in info
             else (tensor.data_type,)
+        )
         count = int(np.prod(tensor.dims, dtype=np.int64))
         stored_size = _stored_bytes(chain[0], count)
         length = int(info["length"]) if "length" in info else stored_size
     except (ValueError, TypeError, KeyError) as e:
-        raise ModelLoadError(f"{prefix}tensor '{tensor.name}' has unreadable external data entries ({e})")
+        raise ModelLoadError(f"{prefix}tensor '{tensor.name}' has unreadable external data entries ({e})"
+                             ) from e
     if offset < 0 or length != stored_size:
         raise ModelLoadError(
-            f"{prefix}tensor '{tensor.name}' in '{location}': external data length {length} at offset {offset} "
-            f"does not match its shape {list(tensor.dims)} ({stored_size} bytes)")
+            f"{prefix}tensor '{tensor.name}' in '{location}': external data length {length} "
+            f"at offset {offset} "
+            f"does not match its shape {list(tensor.dims)} ({stored_size} bytes)"
+        )
     directory = os.path.abspath(info.get(BASE_DIR_KEY, base_dir))
-    return ExternalRef(tensor.name, location, directory, os.path.join(directory, location), offset, length,
-                       chain, tensor.data_type, count)
+    return ExternalRef(
+        tensor.name,
+        location,
+        directory,
+        os.path.join(directory, location),
+        offset,
+        length,
+        chain,
+        tensor.data_type,
+        count,
+    )
 
 
 def check_ref(ref: ExternalRef, model_path: str | None = None) -> None:
@@ -151,12 +171,15 @@ def check_ref(ref: ExternalRef, model_path: str | None = None) -> None:
     prefix = f"{model_path}: " if model_path else ""
     if not os.path.isfile(ref.file):
         raise ModelLoadError(
-            f"{prefix}external data file '{ref.location}' of tensor '{ref.tensor_name}' is missing")
+            f"{prefix}external data file '{ref.location}' of tensor '{ref.tensor_name}' is missing"
+        )
     size = os.path.getsize(ref.file)
     if ref.offset + ref.length > size:
         raise ModelLoadError(
-            f"{prefix}external data file '{ref.location}' is truncated: tensor '{ref.tensor_name}' needs bytes "
-            f"{ref.offset}..{ref.offset + ref.length} but the file has {size}")
+            f"{prefix}external data file '{ref.location}' is truncated: "
+            f"tensor '{ref.tensor_name}' needs bytes "
+            f"{ref.offset}..{ref.offset + ref.length} but the file has {size}"
+        )
 
 
 def check_model_external_data(model: onnx.ModelProto, base_dir: str, model_path: str | None = None) -> None:
@@ -208,7 +231,7 @@ def iter_stored_chunks(ref: ExternalRef, buffer: np.ndarray | None = None) -> It
     step = max(item, len(buffer) - len(buffer) % item)
     if step > len(buffer):
         buffer = chunk_buffer(step)
-    view = memoryview(buffer)
+    view = memoryview(buffer)  # type: ignore[arg-type]  # numpy arrays are buffers
     with open(ref.file, "rb") as f:
         f.seek(ref.offset)
         remaining = ref.length
@@ -218,12 +241,13 @@ def iter_stored_chunks(ref: ExternalRef, buffer: np.ndarray | None = None) -> It
             if got < n:
                 raise ModelLoadError(
                     f"external data file '{ref.location}' is truncated: tensor '{ref.tensor_name}' "
-                    f"ends at byte {ref.offset + ref.length} but the file ends earlier")
+                    f"ends at byte {ref.offset + ref.length} but the file ends earlier"
+                )
             yield view[:n]
             remaining -= n
 
 
-def _read_exact(f: BinaryIO, view: memoryview) -> int:
+def _read_exact(f: BufferedReader, view: memoryview) -> int:
     total = 0
     while total < len(view):
         n = f.readinto(view[total:])
@@ -262,15 +286,19 @@ def value_range(tensor: onnx.TensorProto, base_dir: str) -> tuple[float, float]:
     """(max |x|, smallest nonzero |x|) of a numeric tensor, reading external data in chunks;
     (0, inf) when it is empty or all zeros. NaN values are ignored."""
     ref = external_ref(tensor, base_dir)
-    chunks = iter_chunks(ref, _shared_buffer()) if ref is not None \
+    chunks = (
+        iter_chunks(ref, _shared_buffer())
+        if ref is not None
         else iter([numpy_helper.to_array(tensor).reshape(-1)])
+    )
     max_abs, min_nonzero = 0.0, float("inf")
     scratch: np.ndarray | None = None
     for chunk in chunks:
         if chunk.dtype in _IEEE_BITS:
-            if scratch is None or scratch.size < chunk.size or scratch.dtype != _IEEE_BITS[chunk.dtype]:
-                scratch = np.empty(chunk.size, dtype=_IEEE_BITS[chunk.dtype])
-            found = _ieee_range(chunk, scratch[:chunk.size])
+            bits = _IEEE_BITS[chunk.dtype]
+            if scratch is None or scratch.size < chunk.size or scratch.dtype != bits:
+                scratch = np.empty(chunk.size, dtype=bits)
+            found = _ieee_range(chunk, scratch[: chunk.size])
         else:
             found = _generic_range(chunk)
         max_abs, min_nonzero = max(max_abs, found[0]), min(min_nonzero, found[1])
@@ -279,8 +307,11 @@ def value_range(tensor: onnx.TensorProto, base_dir: str) -> tuple[float, float]:
 
 # For IEEE floats, |x| ordered as a number is |x|'s bit pattern ordered as an unsigned integer:
 # two integer passes find the range, instead of float passes with NaN checks and a masked copy.
-_IEEE_BITS = {np.dtype(np.float16): np.dtype(np.uint16), np.dtype(np.float32): np.dtype(np.uint32),
-              np.dtype(np.float64): np.dtype(np.uint64)}
+_IEEE_BITS: dict[np.dtype, np.dtype] = {
+    np.dtype(np.float16): np.dtype(np.uint16),
+    np.dtype(np.float32): np.dtype(np.uint32),
+    np.dtype(np.float64): np.dtype(np.uint64),
+}
 
 
 def _ieee_range(values: np.ndarray, scratch: np.ndarray) -> tuple[float, float]:
@@ -321,8 +352,12 @@ def lazy_cast(tensor: onnx.TensorProto, base_dir: str, to: int, name: str) -> on
     out.data_type = to
     out.data_location = onnx.TensorProto.EXTERNAL
     chain = ref.chain + (ref.data_type,) if ref.is_lazy else ref.chain
-    entries = {"location": ref.location, "offset": str(ref.offset), "length": str(ref.length),
-               BASE_DIR_KEY: ref.directory}
+    entries = {
+        "location": ref.location,
+        "offset": str(ref.offset),
+        "length": str(ref.length),
+        BASE_DIR_KEY: ref.directory,
+    }
     if chain != (to,):
         entries[CAST_CHAIN_KEY] = ",".join(str(t) for t in chain)
     for key, value in entries.items():
@@ -359,6 +394,9 @@ def inline_small_external(model: onnx.ModelProto, base_dir: str) -> None:
         for i, init in enumerate(graph.initializer):
             if not is_external(init):
                 continue
-            if _stored_bytes(init.data_type, int(np.prod(init.dims, dtype=np.int64))) <= INLINE_EXTERNAL_BYTES:
+            if (
+                _stored_bytes(init.data_type, int(np.prod(init.dims, dtype=np.int64)))
+                <= INLINE_EXTERNAL_BYTES
+            ):
                 values = np.asarray(read_array(init, base_dir))
                 graph.initializer[i].CopyFrom(numpy_helper.from_array(np.array(values), init.name))

@@ -24,8 +24,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ..errors import InternalError, OutputError
 from . import external_data as ext
-from ..errors import OutputError
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,8 @@ def _check_sources_untouched(model: onnx.ModelProto, source_dir: str | None, tar
 def _serialize(model: onnx.ModelProto, path: str) -> bytes:
     size = model.ByteSize()
     if size >= PROTO_LIMIT:
-        raise OutputError(f"{path}: the model without its weights is still {size} bytes, over protobuf's 2 GB limit")
+        raise OutputError(f"{path}: the model without its weights is still {size} bytes, "
+                          f"over protobuf's 2 GB limit")
     return model.SerializeToString(deterministic=True)
 
 
@@ -178,6 +179,7 @@ def _write_bytes(data: bytes) -> Callable[[str], None]:
     def write(tmp: str) -> None:
         with open(tmp, "wb") as f:
             f.write(data)
+
     return write
 
 
@@ -236,21 +238,32 @@ def _write_data_file(model: onnx.ModelProto, source_dir: str | None, location: s
         for tensor in ext.model_tensors(model):
             ref = _resolved_ref(tensor, source_dir)
             raw = _inline_raw(tensor) if ref is None else None
-            if ref is None and raw is None:
+            if ref is not None:
+                length = ref.nbytes
+            elif raw is not None:
+                length = len(raw)
+            else:
                 continue
-            length = ref.nbytes if ref is not None else len(raw)
             _pad_to_alignment(out, length)
             offset = out.tell()
             if ref is not None:
                 _stream_tensor(ref, out, buffer)
-            else:
+            elif raw is not None:
                 out.write(raw)
-            assert out.tell() - offset == length, f"tensor '{tensor.name}': wrote a wrong number of bytes"
+            written = out.tell() - offset
+            if written != length:
+                raise InternalError(f"tensor '{tensor.name}': wrote {written} bytes, not {length}")
             _set_external(tensor, location, offset, length)
 
 
-def save_model(model: onnx.ModelProto, path: str, *, source_dir: str | None = None,
-               external_data: bool | None = None, input_paths: tuple[str, ...] = ()) -> None:
+def save_model(
+    model: onnx.ModelProto,
+    path: str,
+    *,
+    source_dir: str | None = None,
+    external_data: bool | None = None,
+    input_paths: tuple[str, ...] = (),
+) -> None:
     """Write ``model`` to ``path`` atomically; ``model`` itself is not changed.
 
     ``source_dir``: the directory external tensors of ``model`` are relative to (the input model's).

@@ -23,8 +23,7 @@ and cached per process), :mod:`.attributes`, :mod:`.constants`, :mod:`.resolve`.
 from __future__ import annotations
 
 from .attributes import retarget_attributes
-from .constants import (constant_tensor, constant_values, constant_verdict, fp16_flush_note,
-                        fp16_value_problem)
+from .constants import constant_tensor, constant_values, constant_verdict, fp16_flush_note, fp16_value_problem
 from .inference import tensor_types
 from .kernels import model_typing, node_typing, ort_blocker
 from .node_typing import NodeTyping, schema_typing

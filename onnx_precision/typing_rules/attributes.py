@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import onnx
@@ -34,8 +34,12 @@ def retarget_attributes(node: onnx.NodeProto, model: onnx.ModelProto, base_dir: 
         node.attribute.append(onnx.helper.make_attribute("dtype", FLOAT16))
     for name in _DTYPE_ATTRS[1:]:
         default = schema_attrs.get(name)
-        if name not in present and default is not None and default.default_value.type == onnx.AttributeProto.INT \
-                and default.default_value.i == FLOAT:  # e.g. the window ops' output_datatype
+        if (
+            name not in present
+            and default is not None
+            and default.default_value.type == onnx.AttributeProto.INT
+            and default.default_value.i == FLOAT
+        ):  # e.g. the window ops' output_datatype
             node.attribute.append(onnx.helper.make_attribute(name, FLOAT16))
 
 

@@ -8,15 +8,15 @@ question in every model, and onnxruntime's answer does not change while the proc
 from __future__ import annotations
 
 import logging
-from typing import Mapping
+from collections.abc import Mapping
 
 import onnx
 
 from .. import helper_sessions
 from ..graph import attr, has_subgraphs, walk_nodes
 from .attributes import retarget_attributes
-from .node_typing import NodeTyping, schema_typing
 from .inference import tensor_types
+from .node_typing import NodeTyping, schema_typing
 from .schemas import opset_map
 from .types import FLOAT, FLOAT16, elem_type, rank_only, with_elem_type
 
@@ -31,7 +31,9 @@ def node_typing(node: onnx.NodeProto, opsets: Mapping[str, int],
         return typing
     blocker = ort_blocker(node, typing, types, model)
     if blocker is not None:
-        return NodeTyping(typing.convertible_inputs, typing.convertible_outputs, blocker, typing.flexible_inputs)
+        return NodeTyping(
+            typing.convertible_inputs, typing.convertible_outputs, blocker, typing.flexible_inputs
+        )
     return typing
 
 
@@ -50,14 +52,21 @@ _RUNTIME_NO_FP16 = {
 }
 
 
-def ort_blocker(node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, onnx.TypeProto],
-                model: onnx.ModelProto | None = None) -> str | None:
+def ort_blocker(
+    node: onnx.NodeProto,
+    typing: NodeTyping,
+    types: Mapping[str, onnx.TypeProto],
+    model: onnx.ModelProto | None = None,
+) -> str | None:
     """Why onnxruntime (CPU) cannot load or run ``node`` with its float16 typing, or None."""
     domain = "" if node.domain == "ai.onnx" else node.domain
     runtime = _RUNTIME_NO_FP16.get((domain, node.op_type))
     if runtime is not None and runtime(node):
-        return f"onnxruntime has no float16 {node.op_type} kernel with reduction '{_text(attr(node, 'reduction'))}'"
-    if model is None or not (typing.convertible_inputs or typing.convertible_outputs or typing.flexible_inputs):
+        reduction = _text(attr(node, "reduction"))
+        return f"onnxruntime has no float16 {node.op_type} kernel with reduction '{reduction}'"
+    if model is None or not (
+        typing.convertible_inputs or typing.convertible_outputs or typing.flexible_inputs
+    ):
         return None
     return _probe(node, typing, types, model)
 
@@ -69,8 +78,14 @@ def _text(value: object) -> str:
 _PROBES: dict[bytes, str | None] = {}
 
 
-def _probe_model(node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, onnx.TypeProto],
-                 model: onnx.ModelProto, fp16: bool, exact_shapes: bool = False) -> onnx.ModelProto | None:
+def _probe_model(
+    node: onnx.NodeProto,
+    typing: NodeTyping,
+    types: Mapping[str, onnx.TypeProto],
+    model: onnx.ModelProto,
+    fp16: bool,
+    exact_shapes: bool = False,
+) -> onnx.ModelProto | None:
     """``node`` alone, its float tensors typed as an FP16 (or FP32) node sees them. Values are
     renamed ``i<k>``/``o<k>`` and the node unnamed, so equal signatures give equal bytes; shapes
     are reduced to ranks unless ``exact_shapes``."""
@@ -87,7 +102,7 @@ def _probe_model(node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, o
                 continue
             if name not in renamed:
                 tp = types.get(name)
-                if elem_type(tp) is None:
+                if tp is None or elem_type(tp) is None:
                     return None
                 tp = tp if exact_shapes else rank_only(tp)
                 if i in half and elem_type(tp) == FLOAT:
@@ -112,6 +127,7 @@ def _load_problems(m: onnx.ModelProto) -> tuple[str | None, str | None]:
         checker = f"onnx rejects it: {str(e).splitlines()[0][:160]}"
     try:
         import onnxruntime as ort
+
         options = ort.SessionOptions()
         options.log_severity_level = 4
         helper_sessions.build(m.SerializeToString(), options)
@@ -120,8 +136,9 @@ def _load_problems(m: onnx.ModelProto) -> tuple[str | None, str | None]:
     return checker, session
 
 
-def _probe(node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, onnx.TypeProto],
-           model: onnx.ModelProto) -> str | None:
+def _probe(
+    node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, onnx.TypeProto], model: onnx.ModelProto
+) -> str | None:
     """The float16 probe of ``node``: a problem that the same node in float32 does not have."""
     if has_subgraphs(node):
         return None  # control flow: the body nodes are probed one by one
@@ -133,9 +150,10 @@ def _probe(node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, onnx.Ty
         key = fp16.SerializeToString(deterministic=True)
         if key not in _PROBES:
             half = _load_problems(fp16)
-            full = (None, None)
-            if half != full:
-                full = _load_problems(_probe_model(node, typing, types, model, False, exact_shapes))
+            full: tuple[str | None, str | None] = (None, None)
+            fp32 = _probe_model(node, typing, types, model, False, exact_shapes) if half != full else None
+            if fp32 is not None:
+                full = _load_problems(fp32)
             # a check that fails in float32 too says nothing about float16: retry with the real
             # shapes (function bodies such as MeanVarianceNormalization's need them)
             specific = [h for h, f in zip(half, full) if h is not None and f is None]
@@ -146,8 +164,10 @@ def _probe(node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, onnx.Ty
     return None
 
 
-def model_typing(model: onnx.ModelProto, types: Mapping[str, onnx.TypeProto] | None = None,
-                 ) -> dict[str, NodeTyping]:
+def model_typing(
+    model: onnx.ModelProto,
+    types: Mapping[str, onnx.TypeProto] | None = None,
+) -> dict[str, NodeTyping]:
     """:class:`NodeTyping` of every node, subgraphs included, keyed by node name."""
     types = tensor_types(model) if types is None else types
     opsets = opset_map(model)
@@ -155,8 +175,11 @@ def model_typing(model: onnx.ModelProto, types: Mapping[str, onnx.TypeProto] | N
     return {ref.name: node_typing(ref.node, opsets, types, model) for ref in walk_nodes(model.graph)}
 
 
-def _probe_together(model: onnx.ModelProto, types: Mapping[str, onnx.TypeProto], opsets: Mapping[str, int],
-                    ) -> None:
+def _probe_together(
+    model: onnx.ModelProto,
+    types: Mapping[str, onnx.TypeProto],
+    opsets: Mapping[str, int],
+) -> None:
     """Probe every not yet cached node signature in one model: in the usual case, where
     onnxruntime loads them all in float16, one session answers for all of them; otherwise the
     probes run one by one (in :func:`_probe`) to learn which node is at fault."""
@@ -166,13 +189,15 @@ def _probe_together(model: onnx.ModelProto, types: Mapping[str, onnx.TypeProto],
         if has_subgraphs(node):
             continue
         typing = schema_typing(node, opsets, types)
-        if typing.fp16_blocker or not (typing.convertible_inputs or typing.convertible_outputs
-                                       or typing.flexible_inputs):
+        if typing.fp16_blocker or not (
+            typing.convertible_inputs or typing.convertible_outputs or typing.flexible_inputs
+        ):
             continue
         probe = _probe_model(node, typing, types, model, True)
         # a value of unknown rank fails the checker in float32 too: such a probe is judged alone
-        if probe is not None and all(vi.type.tensor_type.HasField("shape")
-                                     for vi in list(probe.graph.input) + list(probe.graph.output)):
+        if probe is not None and all(
+            vi.type.tensor_type.HasField("shape") for vi in list(probe.graph.input) + list(probe.graph.output)
+        ):
             key = probe.SerializeToString(deterministic=True)
             if key not in _PROBES:
                 pending[key] = probe
@@ -184,7 +209,9 @@ def _probe_together(model: onnx.ModelProto, types: Mapping[str, onnx.TypeProto],
 
 def _combined(probes: list[onnx.ModelProto], model: onnx.ModelProto) -> onnx.ModelProto:
     """One model holding every probe's node side by side, values prefixed per probe."""
-    nodes, inputs, outputs = [], [], []
+    nodes: list[onnx.NodeProto] = []
+    inputs: list[onnx.ValueInfoProto] = []
+    outputs: list[onnx.ValueInfoProto] = []
     for k, probe in enumerate(probes):
         prefix = f"p{k}_"
         node = onnx.NodeProto()

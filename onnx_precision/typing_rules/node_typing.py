@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import onnx
 
@@ -91,5 +91,9 @@ def schema_typing(node: onnx.NodeProto, opsets: Mapping[str, int],
 
 
 def _is_widening_cast(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto]) -> bool:
-    return (node.op_type == "Cast" and is_onnx_domain(node.domain)
-            and elem_type(types.get(node.input[0])) == FLOAT16 and elem_type(types.get(node.output[0])) == FLOAT)
+    return (
+        node.op_type == "Cast"
+        and is_onnx_domain(node.domain)
+        and elem_type(types.get(node.input[0])) == FLOAT16
+        and elem_type(types.get(node.output[0])) == FLOAT
+    )

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 import onnx
 
@@ -53,7 +54,9 @@ def node_blockers(ctx: ModelContext) -> NodeBlockers:
                 verdicts[name] = constant_verdict(ctx.constants[name], ctx.base_dir, value_range)
             problem, note = verdicts[name]
             if problem:
-                forced[node.name] = Reason("initializer", f"initializer '{name}': {problem}", (("tensor", name),))
+                forced[node.name] = Reason(
+                    "initializer", f"initializer '{name}': {problem}", (("tensor", name),)
+                )
                 break
             if note and node.name not in notes:
                 notes[node.name] = Reason("initializer", f"initializer '{name}': {note}", (("tensor", name),))
@@ -67,14 +70,16 @@ def node_blockers(ctx: ModelContext) -> NodeBlockers:
     return NodeBlockers(forced, notes, tuple(_non_tensor_edges(ctx.model, typing, ctx.types)))
 
 
-def _non_tensor_edges(model: onnx.ModelProto, typing: Mapping[str, NodeTyping],
-                      types: Mapping[str, onnx.TypeProto]) -> list[tuple[str, str | None, str | None]]:
+def _non_tensor_edges(
+    model: onnx.ModelProto, typing: Mapping[str, NodeTyping], types: Mapping[str, onnx.TypeProto]
+) -> list[tuple[str, str | None, str | None]]:
     """(value, producing side, consuming side) for every use of a float sequence/optional value.
 
     A side is the node whose precision decides the value's type there, or None where the type is
     fixed FP32 (a graph input/output of the main graph, a non-converting node input/output).
     Flexible inputs take either type and make no edge.
     """
+
     def non_tensor_float(name: str) -> bool:
         return bool(name) and not is_tensor(types.get(name)) and elem_type(types.get(name)) == FLOAT
 
@@ -96,8 +101,11 @@ def _non_tensor_edges(model: onnx.ModelProto, typing: Mapping[str, NodeTyping],
     return [(name, producer.get(name), user) for name, user in uses if non_tensor_float(name)]
 
 
-def _non_tensor_conflicts(plan: PrecisionPlan, typing: Mapping[str, NodeTyping],
-                          edges: tuple[tuple[str, str | None, str | None], ...]) -> dict[str, Reason]:
+def _non_tensor_conflicts(
+    plan: PrecisionPlan,
+    typing: Mapping[str, NodeTyping],
+    edges: tuple[tuple[str, str | None, str | None], ...],
+) -> dict[str, Reason]:
     """FP16 nodes that would need a sequence/optional value converted: Cast cannot do that.
 
     Where the producing and the consuming side of such a value disagree, the FP16 side becomes
@@ -116,6 +124,8 @@ def _non_tensor_conflicts(plan: PrecisionPlan, typing: Mapping[str, NodeTyping],
             if made16 == used16:
                 continue
             side = made if made16 else used
+            if side is None:  # cannot happen: one side is FP16, so it is a node
+                continue
             fp16.discard(side)
             where = "produced in FP32" if used16 else "used in FP32"
             out[side] = Reason("type", f"sequence/optional value '{value}' is {where} and cannot be cast")
@@ -140,7 +150,9 @@ def _with_notes(plan: PrecisionPlan, notes: Mapping[str, Reason]) -> PrecisionPl
     decisions = dict(plan.decisions)
     for name, note in notes.items():
         old = decisions[name]
-        decisions[name] = NodeDecision(old.precision, old.reasons if note in old.reasons else old.reasons + (note,))
+        decisions[name] = NodeDecision(
+            old.precision, old.reasons if note in old.reasons else old.reasons + (note,)
+        )
     return replace(plan, decisions=decisions)
 
 

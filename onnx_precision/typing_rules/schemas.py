@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import NamedTuple
 
 import onnx
 
@@ -32,7 +33,7 @@ def _is_variadic(option: object) -> bool:
     return str(option).endswith("Variadic")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _onnx_schema(op_type: str, opset: int, domain: str) -> _Schema | None:
     try:
         s = onnx.defs.get_schema(op_type, opset, domain)
@@ -45,7 +46,7 @@ def _onnx_schema(op_type: str, opset: int, domain: str) -> _Schema | None:
         {c.type_param_str: frozenset(c.allowed_type_strs) for c in s.type_constraints})
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _ort_schemas() -> dict[tuple[str, str], list[_Schema]]:
     """Contrib-domain schemas as onnxruntime registers them (empty if it does not expose them)."""
     try:

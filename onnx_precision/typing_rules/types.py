@@ -44,8 +44,10 @@ def is_tensor(tp: onnx.TypeProto | None) -> bool:
     return tp is not None and tp.WhichOneof("value") == "tensor_type"
 
 
-def type_string(tp: onnx.TypeProto, elem: int | None = None) -> str | None:
+def type_string(tp: onnx.TypeProto | None, elem: int | None = None) -> str | None:
     """The schema spelling of a type, e.g. ``seq(tensor(float16))``; ``elem`` overrides the element."""
+    if tp is None:
+        return None
     kind = tp.WhichOneof("value")
     if kind == "tensor_type":
         e = elem if elem is not None else tp.tensor_type.elem_type
@@ -56,7 +58,7 @@ def type_string(tp: onnx.TypeProto, elem: int | None = None) -> str | None:
     return None
 
 
-_ELEM_NAMES = {
+_ELEM_NAMES: dict[int, str] = {
     TensorProto.FLOAT: "float", TensorProto.FLOAT16: "float16", TensorProto.DOUBLE: "double",
     TensorProto.BFLOAT16: "bfloat16", TensorProto.INT8: "int8", TensorProto.INT16: "int16",
     TensorProto.INT32: "int32", TensorProto.INT64: "int64", TensorProto.UINT8: "uint8",
