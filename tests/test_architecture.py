@@ -1,0 +1,146 @@
+"""The package's shape, checked: no import cycles, small modules, the report as a pure consumer, lint clean.
+
+The import graph is read from the source (module-level imports, ``TYPE_CHECKING`` blocks left out,
+imports inside functions included: a lazy import is still a dependency).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = os.path.join(ROOT, "onnx_precision")
+MAX_LINES = 460  # "about 450": no module holds several jobs
+
+
+def _modules() -> dict[str, str]:
+    """Dotted module name -> file path, for every module of the package."""
+    out = {}
+    for directory, _, files in os.walk(PACKAGE):
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(directory, f)
+                rel = os.path.relpath(path, ROOT)[:-3].split(os.sep)
+                if rel[-1] == "__init__":
+                    rel = rel[:-1]
+                out[".".join(rel)] = path
+    return out
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    return isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+
+
+def _imports(name: str, path: str, modules: dict[str, str]) -> set[str]:
+    """The package modules ``name`` imports (a package import counts as its ``__init__``)."""
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    is_package = path.endswith("__init__.py")
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.ImportFrom):
+            base = name.split(".") if is_package else name.split(".")[:-1]
+            if node.level:
+                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                candidate = f"{target}.{alias.name}"
+                found.add(candidate if candidate in modules else target)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return {m for m in found if m in modules and m != name}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_the_import_graph_is_read_from_the_source():
+    graph = _graph()
+    assert "onnx_precision.oracle.session" in graph["onnx_precision.oracle.stats"]
+    assert "onnx_precision.context" in graph["onnx_precision.oracle.session"]
+    assert "onnx_precision.typing_rules" in graph["onnx_precision.context"]
+
+
+def test_no_import_cycle_between_modules():
+    # a package's __init__ re-exports its modules: an edge from a module to its own package's
+    # __init__ (``from . import x``) is how siblings are reached, not a cycle of responsibilities
+    graph = {m: {d for d in deps if not m.startswith(d + ".")} for m, deps in _graph().items()}
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+
+
+def test_a_cycle_is_found_when_there_is_one():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_module_is_over_the_size_limit():
+    sizes = {m: sum(1 for _ in open(p, encoding="utf-8")) for m, p in _modules().items()}
+    assert {m: n for m, n in sizes.items() if n > MAX_LINES} == {}
+
+
+def test_the_report_is_a_pure_consumer():
+    """Only the commands (convert, cli) import the report: no stage below them depends on it."""
+    importers = {m for m, deps in _graph().items() if "onnx_precision.report" in deps}
+    assert importers <= {"onnx_precision.convert", "onnx_precision.cli.convert"}
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name, path=os.path.dirname(sys.executable)) or shutil.which(name)
+    if path is None:
+        pytest.skip(f"{name} is not installed (pip install -e '.[test]' installs it)")
+    return path
+
+
+def test_ruff_is_clean():
+    result = subprocess.run([_tool("ruff"), "check", "onnx_precision"], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-3000:]
+
+
+def test_mypy_is_clean():
+    result = subprocess.run([_tool("mypy")], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-3000:]
