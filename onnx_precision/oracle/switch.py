@@ -102,12 +102,9 @@ class _SwitchBuilder:
 
     def switch(self, node: onnx.NodeProto) -> str | None:
         t = self.typing.get(node.name)
-        if (
-            node.name in self.fixed
-            or t is None
-            or t.fp16_blocker is not None
-            or not (self._inputs(node) or self._outputs(node))
-        ):
+        if node.name in self.fixed or t is None or t.fp16_blocker is not None:
+            return None
+        if not (self._inputs(node) or self._outputs(node)):
             return None
         name = self.names.fresh(f"__fp16_switch__{node.name}")
         self.switches[node.name] = name
@@ -173,14 +170,8 @@ class _SwitchBuilder:
         del graph.node[:]
         graph.node.extend(new_nodes)
 
-    def _flush(
-        self,
-        run: list,
-        consumers: Mapping[str, set],
-        visible: frozenset,
-        scopes: Scopes,
-        out: list[onnx.NodeProto],
-    ) -> None:
+    def _flush(self, run: list, consumers: Mapping[str, set], visible: frozenset, scopes: Scopes,
+               out: list[onnx.NodeProto]) -> None:
         """Switch the pending run of nodes: one If each when alone, else a group; empties ``run``."""
         if len(run) == 1:
             _, node, switch = run[0]
@@ -189,9 +180,8 @@ class _SwitchBuilder:
             self._group(run, consumers, visible, scopes, out)
         del run[:]
 
-    def _copies(
-        self, run: list, tag: str
-    ) -> tuple[list[tuple[onnx.NodeProto, onnx.NodeProto, str]], dict[str, str]]:
+    def _copies(self, run: list, tag: str) -> tuple[list[tuple[onnx.NodeProto, onnx.NodeProto, str]],
+                                                    dict[str, str]]:
         """Copies of the run's nodes for one branch, writing fresh names (and reading them
         within the run); returns (original, copy, switch) triples and original -> fresh name."""
         renamed: dict[str, str] = {}
@@ -217,14 +207,8 @@ class _SwitchBuilder:
         if like in self.type_protos:
             self.type_protos[name] = self.type_protos[like]
 
-    def _group(
-        self,
-        run: list,
-        consumers: Mapping[str, set],
-        visible: frozenset,
-        scopes: Scopes,
-        out: list[onnx.NodeProto],
-    ) -> None:
+    def _group(self, run: list, consumers: Mapping[str, set], visible: frozenset, scopes: Scopes,
+               out: list[onnx.NodeProto]) -> None:
         """``If(mixed, <each node its own If>, If(on, <all FP16>, <all FP32>))`` over the run.
 
         The branches hold copies of the nodes writing fresh names; the group's outputs are the
@@ -235,9 +219,8 @@ class _SwitchBuilder:
         """
         indices = {index for index, _, _ in run}
         produced = [o for _, node, _ in run for o in node.output if o]
-        exposed = [
-            o for o in produced if o in visible or any(c not in indices for c in consumers.get(o, ()))
-        ] or produced[-1:]
+        exposed = [o for o in produced
+                   if o in visible or any(c not in indices for c in consumers.get(o, ()))] or produced[-1:]
         names = "__".join(node.name for _, node, _ in run[:1])
         mixed_in = self.names.fresh(f"__fp16_group_mixed__{names}")
         on_in = self.names.fresh(f"__fp16_group_on__{names}")
@@ -256,14 +239,9 @@ class _SwitchBuilder:
         fp16_graph = self._branch_graph(fp16_nodes, fp16_names, exposed, "fp16")
 
         uniform_names = {o: self.names.fresh(o + "__uniform") for o in exposed}
-        uniform_if = helper.make_node(
-            "If",
-            [on_in],
-            [uniform_names[o] for o in exposed],
-            name=self.names.fresh(f"{names}__uniform"),
-            then_branch=fp16_graph,
-            else_branch=fp32_graph,
-        )
+        uniform_if = helper.make_node("If", [on_in], [uniform_names[o] for o in exposed],
+                                      name=self.names.fresh(f"{names}__uniform"),
+                                      then_branch=fp16_graph, else_branch=fp32_graph)
         uniform_graph = self._branch_graph([uniform_if], uniform_names, exposed, "uniform")
 
         mixed, mixed_names = self._copies(run, "mixed")
@@ -274,20 +252,11 @@ class _SwitchBuilder:
         mixed_graph = self._branch_graph(mixed_nodes, mixed_names, exposed, "mixed")
 
         self.switched.update(produced)
-        out.append(
-            helper.make_node(
-                "If",
-                [mixed_in],
-                exposed,
-                name=self.names.fresh(f"{names}__group"),
-                then_branch=mixed_graph,
-                else_branch=uniform_graph,
-            )
-        )
+        out.append(helper.make_node("If", [mixed_in], exposed, name=self.names.fresh(f"{names}__group"),
+                                    then_branch=mixed_graph, else_branch=uniform_graph))
 
-    def _branch_graph(
-        self, nodes: list[onnx.NodeProto], renamed: Mapping[str, str], exposed: list[str], tag: str
-    ) -> onnx.GraphProto:
+    def _branch_graph(self, nodes: list[onnx.NodeProto], renamed: Mapping[str, str], exposed: list[str],
+                      tag: str) -> onnx.GraphProto:
         outputs = [self._value_info(renamed[o], o) for o in exposed]
         return helper.make_graph(nodes, self.names.fresh(f"{exposed[0]}__{tag}"), [], outputs)
 
@@ -299,9 +268,8 @@ class _SwitchBuilder:
         t = self.typing[node.name]
         return [i for i in t.convertible_outputs if i < len(node.output) and self.is_float(node.output[i])]
 
-    def _branch_on_switch(
-        self, node: onnx.NodeProto, switch: str, scopes: Scopes, out: list[onnx.NodeProto]
-    ) -> onnx.NodeProto:
+    def _branch_on_switch(self, node: onnx.NodeProto, switch: str, scopes: Scopes,
+                          out: list[onnx.NodeProto]) -> onnx.NodeProto:
         """``If(switch)``: then the node on rounded inputs with rounded outputs, else the node as is.
 
         An If runs only the branch taken, so the FP32 side costs the node alone (a Where would
@@ -314,32 +282,19 @@ class _SwitchBuilder:
         else_graph = helper.make_graph([fp32], node.name + "__fp32", [], else_outs)
         then_graph = self._fp16_graph(node, scopes, out)
         self.switched.update(o for o in node.output if o)
-        return helper.make_node(
-            "If",
-            [switch],
-            [o for o in node.output if o],
-            name=node.name,
-            then_branch=then_graph,
-            else_branch=else_graph,
-        )
+        return helper.make_node("If", [switch], [o for o in node.output if o], name=node.name,
+                                then_branch=then_graph, else_branch=else_graph)
 
-    def _fp16_graph(
-        self,
-        node: onnx.NodeProto,
-        scopes: Scopes,
-        out: list[onnx.NodeProto],
-    ) -> onnx.GraphProto:
+    def _fp16_graph(self, node: onnx.NodeProto, scopes: Scopes, out: list[onnx.NodeProto],
+                    ) -> onnx.GraphProto:
         """The node as FP16 computes it: convertible inputs and outputs rounded."""
         fp16, outs = self._branch_copy(node, "__fp16")
         nodes: list[onnx.NodeProto] = []
         self._fp16_nodes(node, fp16, scopes, out, nodes, {}, {}, set())
         return helper.make_graph(nodes, fp16.name, [], outs)
 
-    def _branch_copy(
-        self,
-        node: onnx.NodeProto,
-        suffix: str,
-    ) -> tuple[onnx.NodeProto, list[onnx.ValueInfoProto]]:
+    def _branch_copy(self, node: onnx.NodeProto, suffix: str,
+                     ) -> tuple[onnx.NodeProto, list[onnx.ValueInfoProto]]:
         """A copy of ``node`` for one If branch, its name and outputs made fresh with ``suffix``,
         and the branch's graph outputs (typed like the node's)."""
         copy = onnx.NodeProto()
@@ -352,17 +307,9 @@ class _SwitchBuilder:
                 outs.append(self._value_info(copy.output[i], o))
         return copy, outs
 
-    def _fp16_nodes(
-        self,
-        node: onnx.NodeProto,
-        fp16: onnx.NodeProto,
-        scopes: Scopes,
-        out: list[onnx.NodeProto],
-        nodes: list[onnx.NodeProto],
-        local: dict[str, str],
-        renamed: Mapping[str, str],
-        rounded: set[str],
-    ) -> None:
+    def _fp16_nodes(self, node: onnx.NodeProto, fp16: onnx.NodeProto, scopes: Scopes,
+                    out: list[onnx.NodeProto], nodes: list[onnx.NodeProto], local: dict[str, str],
+                    renamed: Mapping[str, str], rounded: set[str]) -> None:
         """Append ``fp16`` (a copy of ``node``, outputs already named) to ``nodes`` on rounded
         convertible inputs, its convertible outputs rounded into the names it had.
 
@@ -399,9 +346,8 @@ class _SwitchBuilder:
             return helper.make_tensor_value_info(name, self.types.get(like, FLOAT), None)
         return helper.make_value_info(name, tp)
 
-    def _select_tensors(
-        self, node: onnx.NodeProto, switch: str, scopes: Scopes, out: list[onnx.NodeProto]
-    ) -> None:
+    def _select_tensors(self, node: onnx.NodeProto, switch: str, scopes: Scopes,
+                           out: list[onnx.NodeProto]) -> None:
         """A control-flow node (its bodies have their own switches): the switch selects each
         rounded tensor (with an If of two Identities: Where needs opset 9, If any opset)."""
         edges: dict[str, str] = {}
@@ -409,9 +355,8 @@ class _SwitchBuilder:
             src = node.input[i]
             if src not in edges:
                 r = self.rounded(src, scopes, out)
-                edges[src] = (
-                    src if r is None else self._select(switch, r, src, f"{src}__to__{node.name}", out)
-                )
+                edges[src] = (src if r is None
+                              else self._select(switch, r, src, f"{src}__to__{node.name}", out))
             node.input[i] = edges[src]
         out.append(node)
         for i in self._outputs(node):
@@ -423,41 +368,24 @@ class _SwitchBuilder:
             self._select(switch, rounded, exact, o, out, fresh=False)
             self.switched.add(o)
 
-    def _select(
-        self, switch: str, rounded: str, exact: str, name: str, out: list[onnx.NodeProto], fresh: bool = True
-    ) -> str:
+    def _select(self, switch: str, rounded: str, exact: str, name: str, out: list[onnx.NodeProto],
+               fresh: bool = True) -> str:
         dst = self.names.fresh(name) if fresh else name
         branches = {}
         for label, src in (("rounded", rounded), ("exact", exact)):
             copy = self.names.fresh(f"{dst}__{label}")
             branches[label] = helper.make_graph(
                 [helper.make_node("Identity", [src], [copy], name=self.names.fresh(copy + "__node"))],
-                copy,
-                [],
-                [helper.make_tensor_value_info(copy, FLOAT, None)],
-            )
-        out.append(
-            helper.make_node(
-                "If",
-                [switch],
-                [dst],
-                name=self.names.fresh(dst + "__select"),
-                then_branch=branches["rounded"],
-                else_branch=branches["exact"],
-            )
-        )
+                copy, [], [helper.make_tensor_value_info(copy, FLOAT, None)])
+        out.append(helper.make_node("If", [switch], [dst], name=self.names.fresh(dst + "__select"),
+                                    then_branch=branches["rounded"], else_branch=branches["exact"]))
         return dst
 
 
-def build_switch_model(
-    model: onnx.ModelProto,
-    typing: Mapping,
-    base_dir: str,
-    capture_intermediates: bool | Iterable[str] = True,
-    types: Mapping[str, onnx.TypeProto] | None = None,
-    fixed: Iterable[str] = (),
-    group_size: int | None = None,
-) -> SwitchModel:
+def build_switch_model(model: onnx.ModelProto, typing: Mapping, base_dir: str,
+                       capture_intermediates: bool | Iterable[str] = True,
+                       types: Mapping[str, onnx.TypeProto] | None = None, fixed: Iterable[str] = (),
+                       group_size: int | None = None) -> SwitchModel:
     """The switch graph of ``model`` (nodes must be named; ``typing`` is model_typing(model)).
 
     ``capture_intermediates``: True exposes every float tensor produced in the main graph as an
@@ -477,22 +405,13 @@ def build_switch_model(
     intermediates = captured(model, elem_types(model, type_protos), outputs, capture_intermediates)
     builder = _SwitchBuilder(out, typing, type_protos, base_dir, fixed, group_size, intermediates)
     builder.rewrite(out.graph, [])
-    switch_names = tuple(builder.switches.values()) + tuple(
-        n for g in builder.groups for n in (g.mixed, g.on)
-    )
+    group_switches = tuple(n for g in builder.groups for n in (g.mixed, g.on))
+    switch_names = tuple(builder.switches.values()) + group_switches
     switch_input = _split_switches(out, switch_names, builder.names) if switch_names else ""
     for o in intermediates:
         out.graph.output.append(helper.make_tensor_value_info(o, FLOAT, None))
-    return SwitchModel(
-        out,
-        dict(builder.switches),
-        outputs,
-        intermediates,
-        producers,
-        tuple(builder.groups),
-        switch_input,
-        switch_names,
-    )
+    return SwitchModel(out, dict(builder.switches), outputs, intermediates, producers, tuple(builder.groups),
+                       switch_input, switch_names)
 
 
 def _split_switches(model: onnx.ModelProto, switches: tuple[str, ...], names: Names) -> str:
