@@ -24,7 +24,7 @@ from google.protobuf.message import DecodeError
 
 from . import storage, typing_rules
 from .errors import ModelLoadError
-from .graph import NodeRef, name_nodes, walk_nodes
+from .graph import GraphCycle, NodeRef, name_nodes, sort_topologically, walk_nodes
 from .plan import Precision, PrecisionPlan, Reason, uniform_plan
 
 ALL_FP16 = Reason("default", "all FP16")
@@ -41,7 +41,8 @@ class ModelContext:
 
     @staticmethod
     def of(model: onnx.ModelProto, base_dir: str = ".", path: str = "") -> ModelContext:
-        """A context for an in-memory model (nodes named in place, as :func:`load_model` does)."""
+        """A context for an in-memory model (sorted and named in place, as :func:`load_model` does)."""
+        sort_topologically(model.graph)
         renamed = name_nodes(model)
         return ModelContext(model, path, os.path.abspath(base_dir), tuple(renamed))
 
@@ -119,6 +120,12 @@ def load_model(path: str) -> ModelContext:
         raise ModelLoadError(f"{path}: cannot load: {e}") from e
     if not model.graph.node and not model.graph.output:
         raise ModelLoadError(f"{path}: not an ONNX model (no graph)")
-    base_dir = os.path.dirname(os.path.abspath(path))
+    try:
+        sort_topologically(model.graph)
+    except GraphCycle as e:
+        raise ModelLoadError(f"{path}: {e}") from e
+    # A symlinked model reads its data beside the file it points to, as onnxruntime does.
+    base_dir = os.path.dirname(os.path.realpath(path))
+    storage.external_data.refuse_private_keys(model, path)
     storage.check_model_external_data(model, base_dir, path)
     return ModelContext(model, path, base_dir, tuple(name_nodes(model)))

@@ -7,6 +7,7 @@ at the same nodes.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -130,3 +131,65 @@ def name_nodes(model: onnx.ModelProto) -> list[tuple[str, str]]:
         node.name = fresh_name(base, taken)
         renames.append((old, node.name))
     return renames
+
+
+def sort_topologically(graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) -> int:
+    """Put ``graph``'s nodes (and every subgraph's) in topological order, in place, keeping the
+    file's order wherever it is already valid; returns how many nodes moved.
+
+    ONNX requires the order, but onnxruntime sorts a graph itself and runs it, and some converters
+    write unsorted graphs. Values from ``outer`` (enclosing scopes) are available from the start.
+    Raises :class:`GraphCycle` naming a node on a cycle or reading a value nothing produces.
+    """
+    nodes = list(graph.node)
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    needs = [{producer[name] for name in reads(n) if name in producer} - {i} for i, n in enumerate(nodes)]
+    users: list[list[int]] = [[] for _ in nodes]
+    for i, deps in enumerate(needs):
+        for d in deps:
+            users[d].append(i)
+    waiting = [len(deps) for deps in needs]
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users[i]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) < len(nodes):
+        # walk back through unplaced producers until one repeats: that one is on a cycle
+        left = set(range(len(nodes))) - set(order)
+        seen: list[int] = [min(left)]
+        while True:
+            step = min(needs[seen[-1]] & left)
+            if step in seen:
+                stuck = nodes[step]
+                break
+            seen.append(step)
+        raise GraphCycle(f"node '{stuck.name or stuck.op_type}' is on a cycle: "
+                         f"its inputs depend on its own output")
+    moved = sum(1 for k, i in enumerate(order) if k != i)
+    if moved:
+        del graph.node[:]
+        graph.node.extend(nodes[i] for i in order)
+    scope = outer | {v.name for v in graph.input} | {t.name for t in graph.initializer} | set(producer)
+    for node in graph.node:
+        for _, sub in subgraphs(node):
+            moved += sort_topologically(sub, frozenset(scope))
+    return moved
+
+
+class GraphCycle(ValueError):
+    """A graph's nodes cannot be ordered: a node depends on its own output."""
+
+
+def reads(node: onnx.NodeProto) -> set[str]:
+    """Every value ``node`` reads, in its subgraphs included (outer-scope values of a body)."""
+    names = {n for n in node.input if n}
+    for _, sub in subgraphs(node):
+        for inner in sub.node:
+            names |= reads(inner)
+    return names

@@ -22,14 +22,21 @@ def _external_mlp(directory: str, layers: int = 3) -> str:
     rng = np.random.default_rng(0)
     nodes, inits, x = [], [], "x"
     for i in range(layers):
-        inits.append(onnx.numpy_helper.from_array((rng.standard_normal((32, 32)) / 8).astype(np.float32), f"w{i}"))
+        inits.append(
+            onnx.numpy_helper.from_array((rng.standard_normal((32, 32)) / 8).astype(np.float32), f"w{i}")
+        )
         nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [f"h{i}"], name=f"mm{i}"))
         x = f"h{i}"
     bias = onnx.numpy_helper.from_array(np.full((32,), 0.5, np.float32), "bias_value")
     nodes.append(helper.make_node("Constant", [], ["bias"], name="bias_const", value=bias))
     nodes.append(helper.make_node("Add", [x, "bias"], ["y"], name="add_bias"))
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 32])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 32])], inits)
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 32])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     os.makedirs(directory, exist_ok=True)
@@ -48,7 +55,11 @@ def _externalize_constant(path: str, location: str) -> None:
     with open(os.path.join(os.path.dirname(path), location), "ab") as f:
         offset = f.tell()
         f.write(tensor.raw_data)
-    for key, value in (("location", location), ("offset", str(offset)), ("length", str(len(tensor.raw_data)))):
+    for key, value in (
+        ("location", location),
+        ("offset", str(offset)),
+        ("length", str(len(tensor.raw_data))),
+    ):
         tensor.external_data.add(key=key, value=value)
     tensor.data_location = TensorProto.EXTERNAL
     tensor.ClearField("raw_data")
@@ -81,7 +92,9 @@ def test_resolution_reads_no_weight_once_the_context_knows_the_blockers(tmp_path
     ctx = load_model(_external_mlp(str(tmp_path)))
     first = ctx.resolve(ctx.all_fp16_plan())
     assert first.resolved and ctx.resolve(first) is first  # a resolved plan comes back as is
-    monkeypatch.setattr(external_data, "iter_stored_chunks", lambda *a: pytest.fail("a weight was read again"))
+    monkeypatch.setattr(
+        external_data, "iter_stored_chunks", lambda *a: pytest.fail("a weight was read again")
+    )
     again = ctx.resolve(ctx.all_fp16_plan().with_fp32(["mm1"]))
     assert again.resolved and again.fp32_nodes == ("mm1",)
     assert not again.with_fp32(["mm0"]).resolved  # any change makes it a new, unresolved plan
@@ -93,6 +106,7 @@ def test_blockers_are_computed_once_per_context(tmp_path, monkeypatch):
     original = resolve_module.node_blockers
     monkeypatch.setattr(resolve_module, "node_blockers", lambda c: calls.append(c) or original(c))
     import onnx_precision.typing_rules as typing_rules
+
     monkeypatch.setattr(typing_rules, "node_blockers", resolve_module.node_blockers)
     for _ in range(3):
         ctx.resolve(ctx.all_fp16_plan())
@@ -130,14 +144,23 @@ def test_analyze_verbose_lists_why_rules_found_nothing(tmp_path, capsys):
 def test_rules_skip_custom_domains_and_a_subset_of_rules_can_run():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
-    graph = helper.make_graph([helper.make_node("Exp", ["x"], ["e"], name="exp"),
-                               helper.make_node("MyOp", ["e"], ["y"], name="plugin", domain="my.domain")],
-                              "g", [x], [y])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("my.domain", 1)])
+    graph = helper.make_graph(
+        [
+            helper.make_node("Exp", ["x"], ["e"], name="exp"),
+            helper.make_node("MyOp", ["e"], ["y"], name="plugin", domain="my.domain"),
+        ],
+        "g",
+        [x],
+        [y],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("my.domain", 1)]
+    )
     facts = rules.ModelFacts(ModelContext.of(model))
     run = rules.run_rules(facts)
     assert [f.rule for f in run.findings] == ["exp-overflow"]
     assert [(s.node, s.reason) for s in run.skipped if s.node == "plugin"] == [
-        ("plugin", "op of domain 'my.domain': the rules know only ONNX ops")]
+        ("plugin", "op of domain 'my.domain': the rules know only ONNX ops")
+    ]
     only_softmax = rules.run_rules(facts, [r for r in rules.RULES if r.name == "softmax"])
     assert only_softmax.findings == ()

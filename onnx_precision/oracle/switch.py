@@ -38,7 +38,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..graph import graphs, is_onnx_domain, onnx_opset, subgraphs
+from ..graph import graphs, is_onnx_domain, onnx_opset, reads, subgraphs
 from ..storage import external_location, inline_small_external, read_array
 from ..typing_rules import is_tensor, tensor_types
 from .rounding import FLOAT, Names, elem_types, round_fp16, round_nodes
@@ -438,17 +438,6 @@ def _consumers(graph: onnx.GraphProto) -> dict[str, set[int]]:
     """Tensor -> indices of the nodes of ``graph`` that read it, in their subgraphs included."""
     readers: dict[str, set[int]] = {}
     for index, node in enumerate(graph.node):
-        for name in _reads(node):
+        for name in reads(node):
             readers.setdefault(name, set()).add(index)
     return readers
-
-
-def _reads(node: onnx.NodeProto) -> set[str]:
-    names = {n for n in node.input if n}
-    for _, sub in subgraphs(node):
-        for inner in sub.node:
-            names |= _reads(inner)
-    return names
-
-
-# --- emulating a written FP16/mixed model --------------------------------------------------------

@@ -153,6 +153,7 @@ def external_ref(
             f"does not match its shape {list(tensor.dims)} ({stored_size} bytes)"
         )
     directory = os.path.abspath(info.get(BASE_DIR_KEY, base_dir))
+    _check_inside(location, directory, f"{prefix}tensor '{tensor.name}'")
     return ExternalRef(
         tensor.name,
         location,
@@ -164,6 +165,31 @@ def external_ref(
         tensor.data_type,
         count,
     )
+
+
+def _check_inside(location: str, directory: str, what: str) -> None:
+    """Refuse a data file outside the model's directory: an absolute path, ``..``, or a symlink out.
+
+    onnx.load refuses these too. Reading them would copy any local file into the converted
+    model's data file, which its user may then publish.
+    """
+    if os.path.isabs(location) or os.path.splitdrive(location)[0]:
+        raise ModelLoadError(f"{what}: external data location '{location}' is an absolute path; "
+                             f"only files inside the model's directory are read")
+    root = os.path.realpath(directory)
+    target = os.path.realpath(os.path.join(directory, location))
+    if os.path.commonpath([root, target]) != root:
+        raise ModelLoadError(f"{what}: external data location '{location}' leads outside the model's "
+                             f"directory ({target}); refusing to read it")
+
+
+def refuse_private_keys(model: onnx.ModelProto, model_path: str) -> None:
+    """A model read from disk may not carry the keys this package uses for its own lazy tensors
+    (a hostile one could point them anywhere)."""
+    for tensor in model_tensors(model):
+        if has_private_keys(tensor):
+            raise ModelLoadError(f"{model_path}: tensor '{tensor.name}' uses the reserved external data keys "
+                                 f"{', '.join(_PRIVATE_KEYS)}")
 
 
 def check_ref(ref: ExternalRef, model_path: str | None = None) -> None:
