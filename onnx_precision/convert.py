@@ -18,13 +18,14 @@ from .compare import Tolerance
 from .context import ModelContext, load_model
 from .costs import PhaseCost
 from .data import SampleSpec, sample_files
-from .errors import OutputError, SearchError
+from .errors import InternalError, SearchError
 from .plan import PrecisionPlan, Reason, apply_user_choices
 from .rewriter import RewriteResult, rewrite
 from .vocab import MODES, Mode, OracleName
 
 if TYPE_CHECKING:
     from .auto import AutoResult, Progress
+    from .compare import Comparison
     from .report import RunReport
 
 logger = logging.getLogger(__name__)
@@ -123,143 +124,108 @@ def _input_paths(model_path: str, options: ConvertOptions) -> tuple[str, ...]:
     return (model_path,) + plan + sample_files(options.samples)
 
 
-def _check_paths(inputs: tuple[str, ...], output_path: str, options: ConvertOptions) -> None:
-    """Refuse outputs that would overwrite an input or each other, before any work is done."""
-    outputs = [
-        p
-        for p in (
-            output_path,
-            options.plan_out,
-            options.trt_flags_path,
-            options.report_json,
-            options.report_md,
-        )
-        if p
-    ]
-    seen = set()
-    for path in outputs:
-        target = storage.check_output_path(path, inputs)
-        if target in seen:
-            raise OutputError(f"{path}: given for two different outputs")
-        seen.add(target)
+def _output_paths(output_path: str, options: ConvertOptions) -> list[str]:
+    return [p for p in (output_path, options.plan_out, options.trt_flags_path, options.report_json,
+                        options.report_md) if p]
 
 
-def convert(
-    model_path: str,
-    output_path: str,
-    options: ConvertOptions = ConvertOptions(),
-    progress: Progress | None = None,
-) -> ConvertResult:
+def convert(model_path: str, output_path: str, options: ConvertOptions = ConvertOptions(),
+            progress: Progress | None = None) -> ConvertResult:
     """Convert ``model_path`` to ``output_path`` per ``options`` (see the CLI help for each).
 
     static/auto modes also verify the written file (emulated, and natively with --oracle
     cuda/tensorrt) and write the JSON/Markdown reports; ``progress(phase, done, left)`` is called
-    during the search."""
+    during the search. Every output path is checked before any work, every file is staged, and
+    all of them are moved into place together at the end: a failed or interrupted run leaves none.
+    """
     if options.mode not in MODES:
         raise ValueError(f"convert: mode {options.mode!r} is not one of {MODES}")
     measuring = options.mode != "all-fp16"
-    report_paths = ("", "")
     if measuring:
         from . import oracle
         from . import report as report_lib
 
         oracle.require_oracle(options.oracle)
-        report_paths = report_lib.default_paths(output_path, options.report_json, options.report_md)
-        options = replace(options, report_json=report_paths[0], report_md=report_paths[1])
+        report_json, report_md = report_lib.default_paths(output_path, options.report_json, options.report_md)
+        options = replace(options, report_json=report_json, report_md=report_md)
     inputs = _input_paths(model_path, options)
-    _check_paths(inputs, output_path, options)
+    with storage.Outputs(inputs) as outputs:
+        for path in _output_paths(output_path, options):
+            outputs.reserve(path)
+        return _convert(model_path, output_path, options, progress, outputs)
+
+
+def _convert(model_path: str, output_path: str, options: ConvertOptions, progress: Progress | None,
+             outputs: storage.Outputs) -> ConvertResult:
+    measuring = options.mode != "all-fp16"
     helpers_before = helper_sessions.built()
     ctx = load_model(model_path)
     if ctx.renamed:
         logger.debug("named %d unnamed node(s) (node_of_<first output>)", len(ctx.renamed))
     plan, warnings = base_plan(ctx, options)
     if not measuring and (options.report_json or options.report_md):
-        warnings.append(
-            "--report/--report-md apply to --mode static and auto (which verify); no report written"
-        )
+        warnings.append("--report/--report-md apply to --mode static and auto (which verify); "
+                        "no report written")
     if not measuring and options.oracle != "emulate":
-        warnings.append(
-            f"--oracle {options.oracle} applies to --mode static and auto (which verify); not run"
-        )
+        warnings.append(f"--oracle {options.oracle} applies to --mode static and auto (which verify); "
+                        "not run")
     plan, auto_result = choose_plan(ctx, plan, options, progress)
     if auto_result is not None and not auto_result.writable:
-        report = report_lib.for_conversion(
-            ctx,
-            None,
-            auto_result.plan,
-            auto_result.samples,
-            options.tolerance,
-            options.mode,
-            options.oracle,
-            auto_result,
-            warnings=warnings,
-            helper_sessions=helper_sessions.built() - helpers_before,
-        )
-        paths = report_lib.write_reports(report, *report_paths, inputs)
-        raise SearchError(f"{auto_result.message} (no model written; report: {paths[0]})")
+        report = _report(ctx, None, auto_result.plan, options, auto_result, warnings=warnings,
+                         helpers=helper_sessions.built() - helpers_before)
+        _stage_reports(report, options, outputs)
+        outputs.commit()
+        raise SearchError(f"{auto_result.message} (no model written; report: {options.report_json})")
     started = time.perf_counter()
     result = rewrite(ctx, plan)
-    texts = []
+    staged_model = storage.save_model(result.model, output_path, source_dir=ctx.base_dir,
+                                      external_data=True if options.external_data else None, outputs=outputs)
     if options.plan_out:
-        texts.append((options.plan_out, result.plan.dumps()))
+        outputs.stage_text(options.plan_out, result.plan.dumps())
     if options.trt_flags_path:
         from .trt import trt_flags_text
 
-        texts.append(
-            (options.trt_flags_path, trt_flags_text(ctx.model, result.plan, model_path, output_path))
-        )
-    storage.save_model(
-        result.model,
-        output_path,
-        source_dir=ctx.base_dir,
-        external_data=True if options.external_data else None,
-        input_paths=inputs,
-    )
-    for path, text in texts:
-        storage.write_text(path, text, input_paths=inputs)
-    written = (output_path,) + tuple(p for p, _ in texts)
+        outputs.stage_text(options.trt_flags_path,
+                           trt_flags_text(ctx.model, result.plan, model_path, output_path))
+    texts = tuple(p for p in (options.plan_out, options.trt_flags_path) if p)
     if auto_result is None:
-        return ConvertResult(model_path, output_path, result.plan, result, tuple(warnings), written)
+        outputs.commit()
+        return ConvertResult(model_path, output_path, result.plan, result, tuple(warnings),
+                             (output_path,) + texts)
+    from . import oracle
+
     write = PhaseCost("write", time.perf_counter() - started)
-    verified, native, phases = oracle.verify_output(
-        output_path,
-        auto_result.samples.feeds,
-        auto_result.reference_outputs,
-        options.tolerance,
-        options.oracle,
-    )
+    verified, native, phases = oracle.verify_output(staged_model, auto_result.samples.feeds,
+                                                    auto_result.reference_outputs, options.tolerance,
+                                                    options.oracle)
     if auto_result.passed and not verified.passed:
-        # The model and report stay written (they are the bug report); the report's status says failed.
-        logger.error(
-            "BUG: the plan passed the emulated search but the written model %s fails the emulated "
-            "check; please report it with %s",
-            output_path,
-            options.report_json,
-        )
-    report = report_lib.for_conversion(
-        ctx,
-        output_path,
-        result.plan,
-        auto_result.samples,
-        options.tolerance,
-        options.mode,
-        options.oracle,
-        auto_result,
-        verified,
-        native,
-        (write,) + phases,
-        warnings,
-        helper_sessions.built() - helpers_before,
-    )
-    paths = report_lib.write_reports(report, *report_paths, inputs)
-    return ConvertResult(
-        model_path,
-        output_path,
-        result.plan,
-        result,
-        tuple(warnings),
-        written + paths,
-        auto_result,
-        report,
-        paths,
-    )
+        # Written all the same: the model and its report are the bug report (status: failed, exit 1).
+        logger.error("the plan passed the emulated search but the written model %s fails the emulated check "
+                     "(a bug: please report it with %s)", output_path, options.report_json)
+    report = _report(ctx, output_path, result.plan, options, auto_result, verified, native, (write,) + phases,
+                     warnings, helper_sessions.built() - helpers_before)
+    paths = _stage_reports(report, options, outputs)
+    outputs.commit()
+    return ConvertResult(model_path, output_path, result.plan, result, tuple(warnings),
+                         (output_path,) + texts + paths, auto_result, report, paths)
+
+
+def _report(ctx: ModelContext, output_path: str | None, plan: PrecisionPlan, options: ConvertOptions,
+            auto_result: AutoResult, verified: Comparison | None = None, native: Comparison | None = None,
+            phases: tuple[PhaseCost, ...] = (), warnings: list[str] | None = None, helpers: int = 0,
+            ) -> RunReport:
+    from . import report as report_lib
+
+    return report_lib.for_conversion(ctx, output_path, plan, auto_result.samples, options.tolerance,
+                                     options.mode, options.oracle, auto_result, verified, native, phases,
+                                     warnings or (), helpers)
+
+
+def _stage_reports(report: RunReport, options: ConvertOptions, outputs: storage.Outputs) -> tuple[str, str]:
+    from . import report as report_lib
+
+    if options.report_json is None or options.report_md is None:
+        raise InternalError("static/auto modes always have report paths (report.default_paths)")
+    outputs.stage_text(options.report_json, report_lib.dumps(report))
+    outputs.stage_text(options.report_md, report_lib.to_markdown(report))
+    return options.report_json, options.report_md

@@ -139,14 +139,6 @@ def _helpers(report: RunReport) -> str:
     return f" (+{report.helper_sessions} small helper session(s))" if report.helper_sessions else ""
 
 
-def write_reports(
-    report: RunReport, json_path: str, md_path: str, input_paths: tuple[str, ...] = ()
-) -> tuple[str, str]:
-    write_json(report, json_path, input_paths)
-    write_markdown(report, md_path, input_paths)
-    return json_path, md_path
-
-
 def default_paths(output_path: str, report_json: str | None, report_md: str | None) -> tuple[str, str]:
     """``--report``/``--report-md``, defaulting to siblings of the output: OUT.report.json/.md."""
     stem = output_path[:-5] if output_path.endswith(".onnx") else output_path

@@ -131,3 +131,86 @@ def test_a_cycle_is_one_line_naming_a_node(tmp_path, capsys):
     out.mkdir()
     line = _run_refused(["convert", path, "-o", str(out / "o.onnx")], capsys, out)
     assert "is on a cycle" in line and ("'exp'" in line or "'neg'" in line)
+
+
+def _plain_model(tmp_path) -> str:
+    path = str(tmp_path / "plain.onnx")
+    onnx.save(_unsorted_model(), path)
+    return path
+
+
+@pytest.mark.parametrize("target", ["-", "/dev/null", "fifo", "link", "dir"])
+def test_outputs_that_are_not_regular_files_are_refused(tmp_path, capsys, target):
+    model = _plain_model(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "real.onnx").write_bytes(b"keep")
+    if target == "fifo":
+        os.mkfifo(out / "fifo")
+    elif target == "link":
+        os.symlink(out / "real.onnx", out / "link")
+    elif target == "dir":
+        (out / "dir").mkdir()
+    path = target if target in ("-", "/dev/null") else str(out / target)
+    line = _run_refused(["convert", model, "-o", path, "--mode", "all-fp16"], capsys, out)
+    said = {"-": "standard output", "/dev/null": "not a regular file", "fifo": "not a regular file",
+            "link": "symbolic link", "dir": "is a directory"}[target]
+    assert said in line
+    assert (out / "real.onnx").read_bytes() == b"keep"
+    assert not os.path.exists("/dev/null.report.json")
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_outputs_follow_the_umask(tmp_path, umask):
+    model = _plain_model(tmp_path)
+    old = os.umask(umask)
+    try:
+        assert main(["convert", model, "-o", str(tmp_path / "o.onnx"), "--save-plan", str(tmp_path / "p.json"),
+                     "-q"]) == 0
+    finally:
+        os.umask(old)
+    for name in ("o.onnx", "p.json", "o.report.json", "o.report.md"):
+        assert os.stat(tmp_path / name).st_mode & 0o777 == 0o666 & ~umask, name
+
+
+def test_a_missing_output_directory_fails_before_any_work(tmp_path, capsys, monkeypatch):
+    model = _plain_model(tmp_path)
+    import onnx_precision.convert as convert_module
+    monkeypatch.setattr(convert_module, "load_model", lambda *a: pytest.fail("work started"))
+    line = _run_refused(["convert", model, "-o", str(tmp_path / "o.onnx"), "--report-md",
+                         str(tmp_path / "nowhere" / "r.md")], capsys, tmp_path)
+    assert "does not exist" in line and "nowhere" in line
+
+
+def test_a_full_disk_on_the_last_output_leaves_nothing(tmp_path, capsys, monkeypatch):
+    from onnx_precision.storage import saving
+    model = _plain_model(tmp_path)
+    original = saving.Outputs.stage
+
+    def stage(self, path, write):
+        if path.endswith(".md"):
+            def write(staged):
+                raise OSError(28, "No space left on device")
+        return original(self, path, write)
+
+    monkeypatch.setattr(saving.Outputs, "stage", stage)
+    out = tmp_path / "out"
+    out.mkdir()
+    line = _run_refused(["convert", model, "-o", str(out / "o.onnx"), "--trt-flags", str(out / "t.txt"),
+                         "--external-data"], capsys, out)
+    assert line.endswith("o.report.md: cannot write: No space left on device")
+
+
+def test_an_interrupt_exits_130_with_one_line_and_nothing_written(tmp_path, capsys, monkeypatch):
+    import onnx_precision.convert as convert_module
+    model = _plain_model(tmp_path)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(convert_module, "rewrite", interrupted)
+    out = tmp_path / "out"
+    out.mkdir()
+    assert main(["convert", model, "-o", str(out / "o.onnx")]) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "onnx-precision: interrupted"
+    assert os.listdir(out) == []

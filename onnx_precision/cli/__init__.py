@@ -27,6 +27,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # at any moment, parsing included: no traceback, no partial outputs
+        print("onnx-precision: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -41,6 +49,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PrecisionError as e:
         print(f"onnx-precision: error: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        print("onnx-precision: interrupted", file=sys.stderr)
-        return 130

@@ -18,8 +18,16 @@ from .external_data import (
                             read_array,
                             value_range,
 )
-from .saving import atomic_write, check_output_path, data_location, save_model, write_files, write_text
+from .saving import (
+                            Outputs,
+                            atomic_write,
+                            check_output_path,
+                            data_location,
+                            save_model,
+                            write_files,
+                            write_text,
+)
 
 __all__ = ["cast_initializer", "check_model_external_data", "external_location", "inline_small_external",
            "is_external", "model_tensors", "read_array", "value_range", "atomic_write", "check_output_path",
-           "data_location", "save_model", "write_files", "write_text"]
+           "data_location", "save_model", "write_files", "write_text", "Outputs"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from typing import BinaryIO, Callable
@@ -41,62 +42,137 @@ def data_location(path: str) -> str:
 
 
 def check_output_path(path: str, input_paths: tuple[str, ...]) -> str:
-    """The absolute target; raises :class:`OutputError` if it is an input, a directory, or its
-    directory is missing."""
+    """The absolute target; raises :class:`OutputError` if it is an input, not a regular file
+    (a directory, a device, a FIFO), a symbolic link, ``-``, or its directory is missing.
+
+    Symbolic links are refused rather than written through or replaced: either would surprise
+    someone (the link's target changes, or the link silently becomes a file).
+    """
+    if path == "-":
+        raise OutputError("-: writing a model to standard output is not supported; give a file name")
     target = os.path.abspath(path)
     for src in input_paths:
         same = os.path.abspath(src) == target or (
             os.path.exists(src) and os.path.exists(target) and os.path.samefile(src, target))
         if same:
             raise OutputError(f"{path}: output path is the input file; choose another output")
+    if os.path.islink(target):
+        raise OutputError(f"{path}: is a symbolic link; give the path of a regular file (links are not "
+                          f"written through)")
     if os.path.isdir(target):
         raise OutputError(f"{path}: is a directory; give a file name")
+    if os.path.exists(target) and not os.path.isfile(target):
+        raise OutputError(f"{path}: exists and is not a regular file (a device or a FIFO); give a file name")
     directory = os.path.dirname(target)
     if not os.path.isdir(directory):
         raise OutputError(f"{path}: directory '{directory}' does not exist")
     return target
 
 
-def _temp_beside(target: str) -> str:
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(target) + ".", suffix=".tmp",
-                               dir=os.path.dirname(target))
-    os.close(fd)
-    return tmp
+class Outputs:
+    """Every file one run writes, committed together.
 
-
-def write_files(writers: list[tuple[str, Callable[[str], None]]]) -> None:
-    """Write each (target, write) to a temporary file, then rename all into place, in order.
-
-    The renames come only after every write succeeded; on failure every temporary is removed.
+    Each file is written under its final name into a private staging directory beside its target
+    (so a model and its data file stay valid together, and a staged model can be loaded and
+    verified before anything is in place), created with the permissions ``open()`` gives under the
+    umask. :meth:`commit` moves them all into place; leaving the ``with`` block without a commit
+    (an error, an interrupt) removes them, so a failed run leaves nothing behind.
     """
-    temps: list[str] = []
-    try:
+
+    def __init__(self, input_paths: tuple[str, ...] = ()) -> None:
+        self.input_paths = tuple(input_paths)
+        self._staging: dict[str, str] = {}  # target directory -> its staging directory
+        self._staged: dict[str, str] = {}  # target -> staged file, in write order
+        self._reserved: dict[str, str] = {}  # target -> the path as the user gave it
+
+    def __enter__(self) -> Outputs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.discard()
+
+    def reserve(self, path: str) -> str:
+        """Check ``path`` can be written and is not already an output of this run, before any work
+        is done; the staging directory made here proves its directory is writable."""
+        target = check_output_path(path, self.input_paths)
+        if target in self._reserved:
+            raise OutputError(f"{path}: given for two different outputs")
+        self._reserved[target] = path
+        self._stage_dir(target, path)
+        return target
+
+    def _stage_dir(self, target: str, path: str) -> str:
+        directory = os.path.dirname(target)
+        if directory not in self._staging:
+            try:
+                self._staging[directory] = tempfile.mkdtemp(prefix=".onnx-precision-", dir=directory)
+            except OSError as e:
+                raise OutputError(f"{path}: cannot write in '{directory}': {e.strerror}") from e
+        return self._staging[directory]
+
+    def stage(self, path: str, write: Callable[[str], None]) -> str:
+        """Write one output with ``write(staged_path)``; returns the staged path."""
+        target = self.target(path)
+        staged = os.path.join(self._stage_dir(target, path), os.path.basename(target))
+        try:
+            write(staged)
+        except OSError as e:
+            raise OutputError(f"{path}: cannot write: {e.strerror or e}") from e
+        self._staged[target] = staged
+        return staged
+
+    def stage_text(self, path: str, text: str) -> str:
+        def write(staged: str) -> None:
+            with open(staged, "w", encoding="utf-8") as f:
+                f.write(text)
+
+        return self.stage(path, write)
+
+    def target(self, path: str) -> str:
+        """The absolute target of ``path``, reserved now if it was not yet."""
+        target = os.path.abspath(path)
+        return target if target in self._reserved else self.reserve(path)
+
+    def commit(self) -> tuple[str, ...]:
+        """Move every staged file into place (in the order staged); returns the targets."""
+        try:
+            for target, staged in self._staged.items():
+                os.replace(staged, target)
+        except OSError as e:
+            raise OutputError(f"{target}: cannot move into place: {e.strerror}") from e
+        done = tuple(self._staged)
+        self._staged.clear()
+        self.discard()
+        return done
+
+    def discard(self) -> None:
+        """Remove every staged file and staging directory (committed files stay)."""
+        for staging in self._staging.values():
+            shutil.rmtree(staging, ignore_errors=True)
+        self._staging.clear()
+        self._staged.clear()
+
+
+def write_files(writers: list[tuple[str, Callable[[str], None]]], input_paths: tuple[str, ...] = ()) -> None:
+    """Write each (target, write) and move them all into place together (see :class:`Outputs`)."""
+    with Outputs(input_paths) as outputs:
         for target, write in writers:
-            temps.append(_temp_beside(target))
-            write(temps[-1])
-        for (target, _), tmp in zip(writers, temps):
-            os.replace(tmp, target)
-    except BaseException:
-        for tmp in temps:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        raise
+            outputs.stage(target, write)
+        outputs.commit()
 
 
 def atomic_write(path: str, write: Callable[[str], None], input_paths: tuple[str, ...] = ()) -> None:
-    """Call ``write(tmp)`` on a temporary file beside ``path`` and rename it into place.
+    """Call ``write(tmp)`` on a staged file and move it to ``path``.
 
     Refuses to overwrite any of ``input_paths``; on failure nothing is left behind.
     """
-    write_files([(check_output_path(path, tuple(input_paths)), write)])
+    write_files([(path, write)], tuple(input_paths))
 
 
 def write_text(path: str, text: str, input_paths: tuple[str, ...] = ()) -> None:
-    def write(tmp: str) -> None:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-
-    atomic_write(path, write, input_paths)
+    with Outputs(tuple(input_paths)) as outputs:
+        outputs.stage_text(path, text)
+        outputs.commit()
 
 
 def _resolved_ref(tensor: onnx.TensorProto, source_dir: str | None) -> ext.ExternalRef | None:
@@ -263,32 +339,37 @@ def save_model(
     source_dir: str | None = None,
     external_data: bool | None = None,
     input_paths: tuple[str, ...] = (),
-) -> None:
-    """Write ``model`` to ``path`` atomically; ``model`` itself is not changed.
+    outputs: Outputs | None = None,
+) -> str:
+    """Write ``model`` to ``path``; ``model`` itself is not changed. Returns where the model file is
+    now: ``path``, or its staged copy when ``outputs`` is given (the caller commits them).
 
     ``source_dir``: the directory external tensors of ``model`` are relative to (the input model's).
     ``external_data``: True writes weights to ``<file name>.data`` beside ``path``; False writes one
     file unless the model is over 2 GB as read or as written (then external anyway); None keeps
     external what was external and goes external when over 2 GB. ``input_paths`` are never overwritten.
     """
-    target = check_output_path(path, tuple(input_paths))
+    if outputs is None:
+        with Outputs(tuple(input_paths)) as own:
+            save_model(model, path, source_dir=source_dir, external_data=external_data, outputs=own)
+            own.commit()
+        return os.path.abspath(path)
+    target = outputs.target(path)
     sizes = _sizes(model, source_dir)
     if not _wants_external(model, sizes, external_data, path):
         if sizes.external_tensors == 0:
-            write_files([(target, _write_bytes(_serialize(model, path)))])
-            return
+            return outputs.stage(path, _write_bytes(_serialize(model, path)))
         inline = onnx.ModelProto()
         inline.CopyFrom(model)
         for tensor in ext.model_tensors(inline):
             ref = _resolved_ref(tensor, source_dir)
             if ref is not None:
                 _set_inline(tensor, _read_whole(ref))
-        write_files([(target, _write_bytes(_serialize(inline, path)))])
-        return
+        return outputs.stage(path, _write_bytes(_serialize(inline, path)))
 
     location = data_location(target)
     data_target = os.path.join(os.path.dirname(target), location)
-    check_output_path(data_target, tuple(input_paths))
+    outputs.reserve(data_target)
     _check_sources_untouched(model, source_dir, [target, data_target], path)
     # The copy holds only what is inline in memory already; external weights are streamed.
     out = onnx.ModelProto()
@@ -300,4 +381,5 @@ def save_model(
     def write_model(tmp: str) -> None:
         _write_bytes(_serialize(out, path))(tmp)
 
-    write_files([(data_target, write_data), (target, write_model)])
+    outputs.stage(data_target, write_data)
+    return outputs.stage(path, write_model)
