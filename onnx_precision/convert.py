@@ -49,6 +49,8 @@ class ConvertOptions:
     report_json: str | None = None
     report_md: str | None = None
     oracle: OracleName = "emulate"
+    max_probes: int | None = None  # search budgets (auto mode): on exhaustion the cheapest passing
+    time_budget: float | None = None  # plan probed so far is kept, marked as such
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,9 @@ def choose_plan(
     from . import auto, data  # the oracle stack is only needed by the measuring modes
 
     samples = data.load_samples(ctx.model, options.samples)
-    result = auto.choose_plan(ctx, plan, samples, options.tolerance, options.headroom, options.mode, progress)
+    budget = auto.SearchBudget(options.max_probes, options.time_budget)
+    result = auto.choose_plan(ctx, plan, samples, options.tolerance, options.headroom, options.mode, progress,
+                              budget)
     return ctx.resolve(result.plan), result
 
 
@@ -125,8 +129,15 @@ def _input_paths(model_path: str, options: ConvertOptions) -> tuple[str, ...]:
 
 
 def _output_paths(output_path: str, options: ConvertOptions) -> list[str]:
+    svg = _tradeoff_path(options)
     return [p for p in (output_path, options.plan_out, options.trt_flags_path, options.report_json,
-                        options.report_md) if p]
+                        options.report_md, svg) if p]
+
+
+def _tradeoff_path(options: ConvertOptions) -> str | None:
+    from .report import tradeoff_path
+
+    return tradeoff_path(options.report_md) if options.report_md and options.mode == "auto" else None
 
 
 def convert(model_path: str, output_path: str, options: ConvertOptions = ConvertOptions(),
@@ -172,7 +183,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     plan, auto_result = choose_plan(ctx, plan, options, progress)
     if auto_result is not None and not auto_result.writable:
         report = _report(ctx, None, auto_result.plan, options, auto_result, warnings=warnings,
-                         helpers=helper_sessions.built() - helpers_before)
+                         helpers=helper_sessions.built() - helpers_before, svg=_tradeoff_path(options))
         _stage_reports(report, options, outputs)
         outputs.commit()
         raise SearchError(f"{auto_result.message} (no model written; report: {options.report_json})")
@@ -203,7 +214,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
         logger.error("the plan passed the emulated search but the written model %s fails the emulated check "
                      "(a bug: please report it with %s)", output_path, options.report_json)
     report = _report(ctx, output_path, result.plan, options, auto_result, verified, native, (write,) + phases,
-                     warnings, helper_sessions.built() - helpers_before)
+                     warnings, helper_sessions.built() - helpers_before, _tradeoff_path(options))
     paths = _stage_reports(report, options, outputs)
     outputs.commit()
     return ConvertResult(model_path, output_path, result.plan, result, tuple(warnings),
@@ -213,19 +224,22 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
 def _report(ctx: ModelContext, output_path: str | None, plan: PrecisionPlan, options: ConvertOptions,
             auto_result: AutoResult, verified: Comparison | None = None, native: Comparison | None = None,
             phases: tuple[PhaseCost, ...] = (), warnings: list[str] | None = None, helpers: int = 0,
-            ) -> RunReport:
+            svg: str | None = None) -> RunReport:
     from . import report as report_lib
 
     return report_lib.for_conversion(ctx, output_path, plan, auto_result.samples, options.tolerance,
                                      options.mode, options.oracle, auto_result, verified, native, phases,
-                                     warnings or (), helpers)
+                                     warnings or (), helpers, svg)
 
 
-def _stage_reports(report: RunReport, options: ConvertOptions, outputs: storage.Outputs) -> tuple[str, str]:
+def _stage_reports(report: RunReport, options: ConvertOptions, outputs: storage.Outputs) -> tuple[str, ...]:
     from . import report as report_lib
 
     if options.report_json is None or options.report_md is None:
         raise InternalError("static/auto modes always have report paths (report.default_paths)")
     outputs.stage_text(options.report_json, report_lib.dumps(report))
     outputs.stage_text(options.report_md, report_lib.to_markdown(report))
+    if report.tradeoff_svg:
+        outputs.stage_text(report.tradeoff_svg, report_lib.tradeoff_svg(report))
+        return options.report_json, options.report_md, report.tradeoff_svg
     return options.report_json, options.report_md

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -28,6 +29,7 @@ from .format import cosine_text, json_safe, number
 from .oracle.stats import NodeStats
 from .plan import PrecisionPlan
 from .storage import write_text
+from .tradeoff import ERROR_STATISTIC, PlanPoint, front_svg, front_table, pareto_front
 from .vocab import Status
 
 if TYPE_CHECKING:
@@ -60,6 +62,9 @@ class RunReport(PhaseTotals):
     phases: tuple[PhaseCost, ...] = ()
     headroom: float | None = None
     helper_sessions: int = 0  # small sessions (FP16 kernel probes, fast casts) built during the run
+    points: tuple[PlanPoint, ...] = ()  # every plan the search evaluated
+    notes: tuple[str, ...] = ()
+    tradeoff_svg: str | None = None  # the trade-off picture beside the Markdown report, if written
 
     @property
     def fp32_nodes(self) -> tuple[str, ...]:
@@ -91,6 +96,7 @@ def for_conversion(
     phases: Sequence[PhaseCost] = (),
     warnings: Sequence[str] = (),
     helper_sessions: int = 0,
+    tradeoff_svg: str | None = None,
 ) -> RunReport:
     """The report of one ``convert``: ``auto_result`` (an :class:`onnx_precision.auto.AutoResult`)
     brings the search's comparisons, statistics and costs; ``phases`` add the writing and the
@@ -109,6 +115,7 @@ def for_conversion(
         status, message = "not-checked", ""
     feeds = samples.feeds if samples is not None else ()
     shapes = {k: np.shape(v) for k, v in feeds[0].items()} if feeds else {}
+    flops = auto_result.node_flops if auto_result is not None and auto_result.node_flops else None
     return RunReport(
         model=ctx.path,
         output=output_path,
@@ -123,7 +130,7 @@ def for_conversion(
         sample_count=len(feeds),
         warnings=tuple(warnings) + (tuple(samples.warnings) if samples else ()),
         tolerance=tolerance,
-        node_flops=estimate_flops(ctx.model, shapes),
+        node_flops=flops if flops is not None else estimate_flops(ctx.model, shapes),
         node_stats=auto_result.node_stats if auto_result is not None else {},
         before=auto_result.before if auto_result is not None else None,
         after=auto_result.after if auto_result is not None else None,
@@ -132,6 +139,9 @@ def for_conversion(
         phases=(tuple(auto_result.phases) if auto_result is not None else ()) + tuple(phases),
         headroom=auto_result.headroom if auto_result is not None else None,
         helper_sessions=helper_sessions,
+        points=auto_result.points if auto_result is not None else (),
+        notes=auto_result.notes if auto_result is not None else (),
+        tradeoff_svg=tradeoff_svg if auto_result is not None and len(auto_result.points) > 1 else None,
     )
 
 
@@ -143,6 +153,17 @@ def default_paths(output_path: str, report_json: str | None, report_md: str | No
     """``--report``/``--report-md``, defaulting to siblings of the output: OUT.report.json/.md."""
     stem = output_path[:-5] if output_path.endswith(".onnx") else output_path
     return report_json or stem + ".report.json", report_md or stem + ".report.md"
+
+
+def tradeoff_path(report_md: str) -> str:
+    """Where the trade-off picture goes: beside the Markdown report, ``<report>.tradeoff.svg``."""
+    stem = report_md[:-3] if report_md.endswith(".md") else report_md
+    return stem + ".tradeoff.svg"
+
+
+def tradeoff_svg(report: RunReport) -> str:
+    """The trade-off picture of a report (its points and their Pareto front)."""
+    return front_svg(report.points)
 
 
 # --- JSON -------------------------------------------------------------------------------------------
@@ -180,6 +201,13 @@ def to_json(report: RunReport) -> dict:
                 "total_nodes": len(report.plan.decisions),
             },
             "pinned": [_pin_json(report, name) for name in report.fp32_nodes],
+            "notes": list(report.notes),
+            "tradeoff": {
+                "statistic": ERROR_STATISTIC,
+                "points": [p.to_json() for p in report.points],
+                "front": [p.index for p in pareto_front(report.points)],
+                "picture": report.tradeoff_svg,
+            },
             "outputs": {key: _comparison_json(c) for key, c in _comparisons(report)},
             "cost": {
                 "sessions_built": report.sessions_built,
@@ -313,6 +341,16 @@ def to_markdown(report: RunReport) -> str:
                 f"{cosine_text(m.cosine)} | "
                 f"{m.new_nonfinite} | {'pass' if m.passed else 'FAIL'} |"
             )
+    if report.notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in report.notes]
+    if len(report.points) > 1:
+        lines += ["", "## Trade-off: FP16 share of compute against error", "",
+                  f"{len(report.points)} plans evaluated; the Pareto front (error: {ERROR_STATISTIC}, worst "
+                  f"output and sample). Replay a point with `--plan REPORT.json@POINT --mode all-fp16`.",
+                  ""]
+        lines += front_table(report.points)
+        if report.tradeoff_svg:
+            lines += ["", f"![trade-off]({os.path.basename(report.tradeoff_svg)})"]
     if report.phases:
         lines += ["", "## Cost", "", "| phase | seconds | sessions | probes |", "|---|---|---|---|"]
         lines += [f"| {p.name} | {p.seconds:.3f} | {p.sessions} | {p.probes} |" for p in report.phases]
@@ -348,6 +386,7 @@ def summary_lines(report: RunReport, report_paths: Sequence[str] = ()) -> list[s
     ]
     for key, comparison in _comparisons(report):
         lines.append(f"{key}: {_comparison_line(comparison)}")
+    lines += [f"note: {n}" for n in report.notes]
     cost = (
         f"cost: {report.sessions_built} session(s){_helpers(report)}, {report.probes_run} probe(s), "
         f"{report.seconds:.2f} s"

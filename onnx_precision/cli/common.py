@@ -65,6 +65,18 @@ def _float_between(lo: float, hi: float, expected: str) -> Callable[[str], float
 
 
 _non_negative = _float_between(0.0, math.inf, "a finite number >= 0")
+positive_float = _float_between(1e-9, math.inf, "a finite number > 0")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"'{text}': expected an integer >= 1")
+    return value
 _cosine = _float_between(-1.0, 1.0, "a cosine between -1 and 1")
 
 
