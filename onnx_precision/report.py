@@ -30,7 +30,7 @@ from .oracle.stats import NodeStats
 from .plan import PrecisionPlan
 from .storage import write_text
 from .tradeoff import ERROR_STATISTIC, PlanPoint, front_svg, front_table, pareto_front
-from .vocab import Status
+from .vocab import Mode, OracleName, Status
 
 if TYPE_CHECKING:
     from .auto import AutoResult
@@ -42,8 +42,8 @@ REPORT_FORMAT = "onnx-precision-report/1"
 class RunReport(PhaseTotals):
     model: str
     output: str | None
-    mode: str
-    oracle: str
+    mode: Mode
+    oracle: OracleName  # the native oracle run on the written model, besides the emulation
     status: Status
     message: str
     plan: PrecisionPlan
@@ -88,8 +88,8 @@ def for_conversion(
     plan: PrecisionPlan,
     samples: Samples | None,
     tolerance: Tolerance,
-    mode: str,
-    oracle: str = "emulate",
+    mode: Mode,
+    oracle: OracleName = "emulate",
     auto_result: AutoResult | None = None,
     verified: Comparison | None = None,
     native: Comparison | None = None,
