@@ -277,7 +277,7 @@ _COMPARISON_TITLES = {
     "before": "Before: all FP16 (emulated)",
     "after": "After: the chosen plan (emulated)",
     "verified": "Verified: the written model (emulated)",
-    "native": "Native run of the written model",
+    "native": "The written model under --oracle",
 }
 
 

@@ -57,7 +57,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--oracle",
         choices=ORACLE_NAMES,
         default="emulate",
-        help="also run the written model natively on this provider (needs onnxruntime-gpu)",
+        help="also check the written model natively on a GPU provider (cuda, tensorrt: needs "
+             "onnxruntime-gpu) or in onnx.reference (reference: FP16 arithmetic inside every op)",
     )
     p.add_argument("--max-probes", type=common.positive_int, metavar="N",
                    help="auto: stop the search after N probes and keep the cheapest passing plan found")
