@@ -49,12 +49,7 @@ class CheckResult:
                f"oracle: {_oracle_text(self.oracle)}",
                f"samples: {len(self.samples.feeds)} ({self.samples.source})"]
         out += [f"warning: {w}" for w in self.samples.warnings]
-        for m in self.comparison.outputs:
-            line = (f"  {m.name}: max abs err {_num(m.max_abs_err)}, max rel err {_num(m.max_rel_err)}, "
-                    f"cosine {m.cosine:.6f}")
-            if m.new_nonfinite:
-                line += f", {m.new_nonfinite} new NaN/Inf"
-            out.append(line + ("  pass" if m.passed else "  FAIL"))
+        out += [f"  {m.name}: {m.summary()}  {'pass' if m.passed else 'FAIL'}" for m in self.comparison.outputs]
         out.append("PASS: within tolerance" if self.passed else "FAIL: out of tolerance or non-finite")
         return out
 
@@ -161,8 +156,3 @@ def _oracle_text(oracle: str) -> str:
     if oracle == "emulate":
         return "emulate (FP16 rounding emulated on CPU; onnxruntime CPU alone would hide FP16 overflow)"
     return f"{oracle} (the candidate run natively by onnxruntime's {oracle} provider)"
-
-
-def _num(x) -> str:
-    x = float(x)
-    return f"{x:.4g}" if np.isfinite(x) else str(x)
