@@ -120,7 +120,7 @@ def choose_plan(loaded: model_io.LoadedModel, base_plan: PrecisionPlan, samples:
                typing)
 
     nonfinite = _fp32_nonfinite_message(reference)
-    if nonfinite:
+    if nonfinite and not tolerance.allow_fp32_nonfinite:
         return run.finish(user, FP32_NONFINITE, nonfinite)
 
     base = user

@@ -28,6 +28,12 @@ class OracleUnavailable(PrecisionError):
     """The requested native oracle's provider is not installed."""
 
 
+class FP32NonFinite(PrecisionError):
+    """The FP32 model's outputs are NaN/Inf on the samples: FP16 is not to blame (exit 1, as convert)."""
+
+    exit_code = 1
+
+
 @dataclass(frozen=True)
 class CheckResult:
     model: str
@@ -68,6 +74,8 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
     samples = load_samples(reference.model, spec)
 
     refs = oracle_lib.run_fp32(reference.model, samples.feeds, reference.base_dir).outputs
+    if not tol.allow_fp32_nonfinite:
+        _refuse_fp32_nonfinite(reference, samples, refs)
     try:
         cands = run_candidate(candidate, samples.feeds, oracle)
     except PrecisionError:
@@ -125,6 +133,23 @@ def verify_output(output_path: str, auto_result, tol: Tolerance, oracle: str = "
         native = verify_written(written.model, written.base_dir, feeds, refs, tol, oracle)
         phases.append(PhaseCost(f"native {oracle}", time.perf_counter() - started, sessions=1, probes=1))
     return verified, native, tuple(phases)
+
+
+def _refuse_fp32_nonfinite(reference: model_io.LoadedModel, samples: Samples, refs) -> None:
+    """Raise FP32NonFinite naming the first node that turns non-finite, as convert refuses."""
+    from . import oracle as oracle_lib
+
+    bad = next(((i, name) for i, out in enumerate(refs) for name, value in out.items()
+                if np.issubdtype(value.dtype, np.floating) and not np.isfinite(value).all()), None)
+    if bad is None:
+        return
+    node = oracle_lib.reference_stats(oracle_lib.EmulationSession(reference.model, reference.base_dir),
+                                      samples).first_nonfinite
+    where = f" on sample {bad[0]}" if len(refs) > 1 else ""
+    at = f" (node '{node}' turns non-finite from finite inputs)" if node else ""
+    raise FP32NonFinite(f"the FP32 model itself produces NaN/Inf in output '{bad[1]}'{where}{at}; that is not an "
+                        f"FP16 problem: fix the model or the data, or pass --allow-fp32-nonfinite to compare only "
+                        f"where FP32 is finite")
 
 
 def _only(run, refs) -> list[dict[str, np.ndarray]]:
