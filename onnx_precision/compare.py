@@ -145,15 +145,21 @@ def _is_float(a: np.ndarray) -> bool:
 
 
 def compare_array(name: str, ref: np.ndarray, cand: np.ndarray, tol: Tolerance) -> OutputMetrics:
-    """Every statistic of one output and its verdict under ``tol`` (its per-output settings)."""
+    """Every statistic of one output and its verdict under ``tol`` (its per-output settings).
+
+    One pass of vectorised numpy over the output viewed as rows of its last axis: elementwise work
+    in float32 (the difference of two float32 values near each other is exact), every sum
+    accumulated in float64, the quantiles partitioned in place."""
     tol = tol.for_output(name)
     ref, cand = np.asarray(ref), np.asarray(cand)
     if ref.shape != cand.shape:
         return _failed(name, f"shape {list(cand.shape)} is not FP32's {list(ref.shape)}")
     if not (_is_float(ref) and _is_float(cand)):
         return _compare_exact(name, ref, cand)
-    r = ref.astype(np.float64)
-    c = cand.astype(np.float64)
+    width = _row_width(ref.shape)
+    dtype = np.result_type(ref.dtype, cand.dtype, np.float32)
+    r = ref.astype(dtype).reshape(-1, width)  # copies: edited in place below
+    c = cand.astype(dtype).reshape(-1, width)
     ref_ok = np.isfinite(r)
     cand_ok = np.isfinite(c)
     fp32_nonfinite = int(r.size - np.count_nonzero(ref_ok))
@@ -162,67 +168,84 @@ def compare_array(name: str, ref: np.ndarray, cand: np.ndarray, tol: Tolerance) 
     if fp32_nonfinite or new_nonfinite:
         # Left-out elements become 0 in both, so sums over the output and its slices skip them.
         compared = ref_ok & cand_ok
-        r = np.where(compared, r, 0.0)
-        c = np.where(compared, c, 0.0)
-    diff = c - r
-    err = np.abs(diff)
-    ref_abs = np.abs(r)
-    n = int(r.size if compared is None else np.count_nonzero(compared))
-    errors = err if compared is None else err[compared]
-    q = tol.error_quantile
-    p50, p99, p999, pq = (np.quantile(errors, [0.5, 0.99, 0.999, q]) if n else np.zeros(4))
+        r[~compared] = 0.0
+        c[~compared] = 0.0
+    err = c - r
+    row_err = np.einsum("ij,ij->i", err, err, dtype=np.float64)
+    row_ref = np.einsum("ij,ij->i", r, r, dtype=np.float64)
+    sum_cand = float(np.einsum("ij,ij->", c, c, dtype=np.float64))
+    row_elements = np.full(len(r), width) if compared is None else np.count_nonzero(compared, axis=1)
+    slice_rel, slice_at, slice_size, slices = _worst_slice(row_err, row_ref, row_elements, ref.shape)
+    sum_err, sum_ref = float(row_err.sum()), float(row_ref.sum())
+    np.abs(err, out=err)
+    bound = np.abs(r, out=r)
+    elements = int(r.size) - fp32_nonfinite
+    compared_count = elements - new_nonfinite
     max_abs = float(err.max()) if err.size else 0.0
-    scale = float(ref_abs.max()) if ref_abs.size else 0.0
-    sq_err, sq_ref = diff * diff, r * r
-    slice_rel, slice_at, slice_size, slices = _worst_slice(sq_err, sq_ref, r.shape, compared)
-    outside = int(np.count_nonzero(err > tol.atol + tol.rtol * ref_abs)) + new_nonfinite
+    scale = float(bound.max()) if bound.size else 0.0
+    mean_abs = float(err.sum(dtype=np.float64)) / compared_count if compared_count else 0.0
+    bound *= tol.rtol
+    bound += tol.atol
+    outside = int(np.count_nonzero(err > bound)) + new_nonfinite
+    q = tol.error_quantile
+    errors = err.ravel() if compared is None else err[compared]
+    p50, p99, p999, pq = (np.quantile(errors, [0.5, 0.99, 0.999, q], overwrite_input=True) if errors.size
+                          else np.zeros(4))
     metrics = OutputMetrics(
-        name, max_abs, _ratio(max_abs, scale), cosine(r, c) if not new_nonfinite else 0.0, new_nonfinite,
-        False, rel_rms_err=_ratio(float(np.sqrt(sq_err.sum())), float(np.sqrt(sq_ref.sum()))),
+        name, max_abs, _ratio(max_abs, scale), _cosine_of_sums(sum_ref, sum_cand, sum_err) if not new_nonfinite
+        else 0.0, new_nonfinite, False, rel_rms_err=_ratio(np.sqrt(sum_err), np.sqrt(sum_ref)),
         worst_slice_rel_rms=slice_rel, worst_slice_at=slice_at, worst_slice_size=slice_size, slices=slices,
-        mean_abs_err=float(err.sum()) / n if n else 0.0, p50_abs_err=float(p50), p99_abs_err=float(p99),
-        p999_abs_err=float(p999), quantile=q, quantile_abs_err=float(pq), ref_max_abs=scale,
-        outside_bound=outside, elements=int(r.size) - fp32_nonfinite, fp32_nonfinite=fp32_nonfinite, tasks=_tasks(ref, cand, tol))
+        mean_abs_err=mean_abs, p50_abs_err=float(p50), p99_abs_err=float(p99), p999_abs_err=float(p999), quantile=q,
+        quantile_abs_err=float(pq), ref_max_abs=scale, outside_bound=outside, elements=elements,
+        fp32_nonfinite=fp32_nonfinite, tasks=_tasks(ref, cand, tol))
     failures = judge(metrics, tol)
     return replace(metrics, passed=not failures, failures=failures)
 
 
+def _row_width(shape: tuple[int, ...]) -> int:
+    """The length of a row: the last axis longer than 1 (1 for a scalar or all-1 shape)."""
+    return ([d for d in shape if d > 1] or [1])[-1]
+
+
+def _cosine_of_sums(sum_ref: float, sum_cand: float, sum_err: float) -> float:
+    """Cosine from ‖r‖², ‖c‖² and ‖c - r‖² (r·c = (‖r‖² + ‖c‖² - ‖c - r‖²) / 2, exact enough in
+    float64 when c is close to r, where the cosine matters); all-zero pairs as :func:`cosine`."""
+    if sum_ref == 0.0 or sum_cand == 0.0:
+        return 1.0 if sum_ref == sum_cand else 0.0
+    dot = (sum_ref + sum_cand - sum_err) / 2.0
+    return float(min(1.0, max(-1.0, dot / np.sqrt(sum_ref * sum_cand))))
+
+
 def _ratio(num: float, den: float) -> float:
     if den > 0:
-        return num / den
+        return float(num / den)
     return 0.0 if num == 0 else float("inf")
 
 
-def _worst_slice(sq_err: np.ndarray, sq_ref: np.ndarray, shape: tuple[int, ...], compared: np.ndarray | None
+def _worst_slice(row_err: np.ndarray, row_ref: np.ndarray, row_elements: np.ndarray, shape: tuple[int, ...]
                  ) -> tuple[float, tuple[int, ...], int, int]:
-    """The slice with the largest relative RMS error: (error, index of its first element, its
-    elements, the number of slices). Slices are consecutive whole rows of the last axis of size
-    > 1, at least SLICE_MIN_ELEMENTS elements each (the last rows spread over the others); each
-    slice's reference RMS is floored at the whole output's."""
-    size = int(np.prod(shape)) if shape else 1
-    if size == 0:
+    """The slice with the largest relative RMS error, from each row's sums of squared error and
+    reference and its elements compared: (error, index of its first element, its elements, the
+    number of slices). Slices are consecutive whole rows, at least SLICE_MIN_ELEMENTS elements
+    each (the last rows spread over the others); each slice's reference mean square is floored at
+    the whole output's."""
+    rows = len(row_err)
+    if rows == 0:
         return 0.0, (), 0, 0
-    dims = [d for d in shape if d > 1] or [1]
-    width = dims[-1]
-    rows = size // width
-    per_row = max(1, -(-SLICE_MIN_ELEMENTS // width))
-    count = max(1, rows // per_row)
+    width = _row_width(shape)
+    count = max(1, rows // max(1, -(-SLICE_MIN_ELEMENTS // width)))
     starts = (np.arange(count) * rows) // count
-    err = np.add.reduceat(sq_err.reshape(rows, width).sum(axis=1), starts)
-    ref = np.add.reduceat(sq_ref.reshape(rows, width).sum(axis=1), starts)
-    if compared is None:
-        elements = np.diff(np.append(starts, rows)) * width
-    else:
-        elements = np.add.reduceat(compared.reshape(rows, width).sum(axis=1), starts)
+    err = np.add.reduceat(row_err, starts)
+    ref = np.add.reduceat(row_ref, starts)
+    elements = np.add.reduceat(row_elements, starts)
     total = int(elements.sum())
-    mean_sq = float(sq_ref.sum()) / total if total else 0.0
-    floor = np.maximum(ref, mean_sq * elements)
+    floor = np.maximum(ref, (float(row_ref.sum()) / total if total else 0.0) * elements)
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(floor > 0, np.sqrt(err / floor), np.where(err > 0, np.inf, 0.0))
     worst = int(np.argmax(rel))
     first = tuple(int(i) for i in np.unravel_index(int(starts[worst]) * width, shape)) if shape else ()
-    size_of = int((np.append(starts, rows)[worst + 1] - starts[worst]) * width)
-    return float(rel[worst]), first, size_of, count
+    size = int((np.append(starts, rows)[worst + 1] - starts[worst]) * width)
+    return float(rel[worst]), first, size, count
 
 
 def _tasks(ref: np.ndarray, cand: np.ndarray, tol: Tolerance) -> tuple[TaskResult, ...]:
