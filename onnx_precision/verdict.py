@@ -117,10 +117,10 @@ class Tolerance:
             raise ValueError(f"top_k {self.top_k} is negative")
 
     def for_output(self, name: str) -> Tolerance:
-        """The tolerance that judges output ``name``."""
+        """The tolerance that judges output ``name`` (``allow_fp32_nonfinite`` is the same for all)."""
         for output, tol in self.per_output:
             if output == name:
-                return tol
+                return replace(tol, allow_fp32_nonfinite=self.allow_fp32_nonfinite)
         return self
 
     def with_output(self, name: str, **changes: Any) -> Tolerance:
@@ -136,7 +136,10 @@ class Tolerance:
     def describe(self) -> str:
         """One line for reports and the terminal."""
         parts = [_settings_text(self)]
-        parts += [f"{name}: {_settings_text(tol)}" for name, tol in self.per_output]
+        base = self.to_json()
+        for name, tol in self.per_output:
+            changed = [f"{k}={v}" for k, v in tol.to_json().items() if k != "per_output" and v != base[k]]
+            parts.append(f"{name}: {', '.join(changed) or 'as the others'}")
         if self.allow_fp32_nonfinite:
             parts.append("compared only where FP32 is finite")
         return "; ".join(parts)
