@@ -119,7 +119,7 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
     run = _Run(mode, headroom, clock, session, reference, _node_stats(graph, reference.stats), samples, flops)
 
     nonfinite = _fp32_nonfinite_message(reference)
-    if nonfinite:
+    if nonfinite and not tolerance.allow_fp32_nonfinite:
         return run.finish(user, FP32_NONFINITE, nonfinite)
 
     base = user

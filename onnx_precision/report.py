@@ -186,13 +186,7 @@ def to_json(report: RunReport) -> dict:
                 "note": _samples_note(report),
             },
             "warnings": list(report.warnings),
-            "tolerance": None
-            if report.tolerance is None
-            else {
-                "atol": report.tolerance.atol,
-                "rtol": report.tolerance.rtol,
-                "min_cosine": report.tolerance.min_cosine,
-            },
+            "tolerance": None if report.tolerance is None else report.tolerance.to_json(),
             "headroom": report.headroom,
             "fp16_share": {
                 "nodes": report.fp16_node_share(),
@@ -293,8 +287,7 @@ def to_markdown(report: RunReport) -> str:
     if report.samples_synthetic:
         lines.append(f"- note: {_samples_note(report)}")
     if report.tolerance is not None:
-        t = report.tolerance
-        lines.append(f"- tolerance: atol {t.atol:g}, rtol {t.rtol:g}, cosine >= {t.min_cosine:g}")
+        lines.append(f"- tolerance: {report.tolerance.describe()}")
     if report.headroom:
         lines.append(
             f"- headroom: {report.headroom:g} (nodes whose FP32 activations exceed "

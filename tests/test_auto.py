@@ -168,7 +168,7 @@ def test_search_fails_when_even_all_fp32_is_out_of_tolerance(tmp_path):
     loaded, samples = load("benign_mlp", tmp_path)
     # FP16 graph inputs round the feed itself: no FP32 node can undo that under a zero tolerance.
     result = auto.choose_plan(loaded, all_fp16(loaded, fp16_io=True), samples,
-                              Tolerance(atol=0.0, rtol=0.0, min_cosine=1.0))
+                              Tolerance(error_stat="max", atol=0.0, rtol=0.0, min_cosine=1.0))
     assert result.status == auto.FAILED
     assert "even with every float node in FP32" in result.message
     assert result.search is not None and not result.search.passed

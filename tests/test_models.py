@@ -11,6 +11,7 @@ import pytest
 import models
 from models import generate as build
 from onnx_precision import oracle
+from onnx_precision.compare import Tolerance, compare_samples
 from onnx_precision.data import SampleSpec, load_samples
 from onnx_precision.context import ModelContext, load_model
 from onnx_precision.graph import walk_nodes
@@ -66,6 +67,17 @@ def test_fp32_is_finite_and_emulated_fp16_breaks(name):
             err = np.abs(emu[out].astype(np.float64) - value)
             worst = max(worst, float(np.nanmax(err)) if np.isfinite(emu[out]).all() else np.inf)
     assert worst > 0.1, f"{name}: all-FP16 error {worst} is too small to show the problem"
+
+
+@pytest.mark.parametrize("name", BROKEN_IN_FP16)
+def test_default_verdict_fails_every_example_that_breaks(name):
+    example = models.BUILDERS[name]()
+    session = oracle.EmulationSession(ModelContext.of(example.model), capture_intermediates=False)
+    plan = _all_fp16(example.model)
+    refs = [session.run(None, feed) for feed in example.feeds]
+    cands = [session.run(plan, feed) for feed in example.feeds]
+    assert not compare_samples(refs, cands, Tolerance(), "emulate").passed
+    assert compare_samples(refs, refs, Tolerance(), "emulate").passed
 
 
 def test_benign_mlp_survives_fp16():
