@@ -289,6 +289,7 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     ctx = load_model(model_path)
+    tol.require_outputs([o.name for o in ctx.model.graph.output], model_path)
     samples = load_samples(ctx.model, spec)
     seconds["load"] = time.perf_counter() - start
 

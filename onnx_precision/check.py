@@ -66,6 +66,7 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
     reference = load_model(model_path)
     candidate = load_model(candidate_path)
     _check_outputs_match(reference.model, candidate.model, model_path, candidate_path)
+    tol.require_outputs([o.name for o in reference.model.graph.output], model_path)
     samples = load_samples(reference.model, spec)
 
     refs = oracle_lib.run_fp32(reference, samples.feeds).outputs

@@ -174,6 +174,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     if ctx.renamed:
         logger.debug("named %d unnamed node(s) (node_of_<first output>)", len(ctx.renamed))
     plan, warnings = base_plan(ctx, options)
+    options.tolerance.require_outputs([o.name for o in ctx.model.graph.output], model_path)
     if not measuring and (options.report_json or options.report_md):
         warnings.append("--report/--report-md apply to --mode static and auto (which verify); "
                         "no report written")

@@ -37,6 +37,10 @@ class SearchError(PrecisionError):
     exit_code = 1
 
 
+class UsageError(PrecisionError):
+    """An option does not fit the model (e.g. a per-output tolerance for an output it does not have)."""
+
+
 class OracleUnavailable(PrecisionError):
     """The requested oracle cannot run here (e.g. its onnxruntime provider is not installed)."""
 

@@ -36,7 +36,7 @@ class Prober:
         values = self.session.run(plan, self.feeds[i])
         out = {name: values[name] for name in self.session.outputs}
         comparison = compare_outputs(self.refs[i], out, self.tolerance, ORACLE)
-        for name, error in output_errors(comparison).items():
+        for name, error in output_errors(comparison, self.tolerance).items():
             self.last_errors[name] = max(self.last_errors.get(name, 0.0), error)
         return comparison
 
@@ -64,7 +64,7 @@ class Prober:
 def failure(comparison: Comparison, sample: int, samples: int) -> str:
     """One phrase naming the first failing output of a comparison, and how it failed."""
     bad = next(m for m in comparison.outputs if not m.passed)
-    what = (f"{bad.new_nonfinite} new NaN/Inf" if bad.new_nonfinite
-            else f"max abs err {bad.max_abs_err:.3g}, cosine {bad.cosine:.4f}")
+    what = f"{bad.new_nonfinite} new NaN/Inf" if bad.new_nonfinite else (
+        bad.failures[0] if bad.failures else f"max abs err {bad.max_abs_err:.3g}")
     where = f"sample {sample}, " if samples > 1 else ""
     return f"{where}output '{bad.name}' {what}"

@@ -29,7 +29,7 @@ from .format import cosine_text, json_safe, number
 from .oracle.stats import NodeStats
 from .plan import PrecisionPlan
 from .storage import write_text
-from .tradeoff import ERROR_STATISTIC, PlanPoint, front_svg, front_table, pareto_front
+from .tradeoff import PlanPoint, error_statistic, front_svg, front_table, pareto_front
 from .vocab import Mode, OracleName, Status
 
 if TYPE_CHECKING:
@@ -163,7 +163,11 @@ def tradeoff_path(report_md: str) -> str:
 
 def tradeoff_svg(report: RunReport) -> str:
     """The trade-off picture of a report (its points and their Pareto front)."""
-    return front_svg(report.points)
+    return front_svg(report.points, _statistic(report))
+
+
+def _statistic(report: RunReport) -> str:
+    return error_statistic(report.tolerance if report.tolerance is not None else Tolerance())
 
 
 # --- JSON -------------------------------------------------------------------------------------------
@@ -197,7 +201,7 @@ def to_json(report: RunReport) -> dict:
             "pinned": [_pin_json(report, name) for name in report.fp32_nodes],
             "notes": list(report.notes),
             "tradeoff": {
-                "statistic": ERROR_STATISTIC,
+                "statistic": _statistic(report),
                 "points": [p.to_json() for p in report.points],
                 "front": [p.index for p in pareto_front(report.points)],
                 "picture": report.tradeoff_svg,
@@ -325,21 +329,25 @@ def to_markdown(report: RunReport) -> str:
             "",
             f"## {_COMPARISON_TITLES[key]}: {'pass' if comparison.passed else 'FAIL'} ({comparison.oracle})",
             "",
-            "| output | max abs err | max rel err | cosine | new NaN/Inf | |",
-            "|---|---|---|---|---|---|",
+            "| output | rel RMS err | worst slice | max abs err | max rel err | p99 | p99.9 | cosine | "
+            "outside bound | new NaN/Inf | |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for m in comparison.outputs:
+            verdict = "pass" if m.passed else "FAIL: " + _md_cell("; ".join(m.failures))
             lines.append(
-                f"| `{m.name}` | {number(m.max_abs_err)} | {number(m.max_rel_err)} | "
-                f"{cosine_text(m.cosine)} | "
-                f"{m.new_nonfinite} | {'pass' if m.passed else 'FAIL'} |"
+                f"| `{m.name}` | {number(m.rel_rms_err)} | {number(m.worst_slice_rel_rms)} | "
+                f"{number(m.max_abs_err)} | {number(m.max_rel_err)} | {number(m.p99_abs_err)} | "
+                f"{number(m.p999_abs_err)} | {cosine_text(m.cosine)} | {m.outside_bound}/{m.elements} | "
+                f"{m.new_nonfinite} | {verdict} |"
             )
     if report.notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in report.notes]
     if len(report.points) > 1:
         lines += ["", "## Trade-off: FP16 share of compute against error", "",
-                  f"{len(report.points)} plans evaluated; the Pareto front (error: {ERROR_STATISTIC}, worst "
-                  f"output and sample). Replay a point with `--plan REPORT.json@POINT --mode all-fp16`.",
+                  f"{len(report.points)} plans evaluated; the Pareto front (error: {_statistic(report)}, "
+                  f"worst output and sample). Replay a point with "
+                  f"`--plan REPORT.json@POINT --mode all-fp16`.",
                   ""]
         lines += front_table(report.points)
         if report.tradeoff_svg:
@@ -405,11 +413,12 @@ def _comparison_line(comparison: Comparison) -> str:
     worst = _worst_output(comparison.outputs)
     if worst is None:
         return verdict
-    detail = (
-        f"worst {worst.name}: max abs err {number(worst.max_abs_err)}, cosine {cosine_text(worst.cosine)}"
-    )
+    detail = (f"worst {worst.name}: rel RMS err {number(worst.rel_rms_err)}, max abs err "
+              f"{number(worst.max_abs_err)}, cosine {cosine_text(worst.cosine)}")
     if worst.new_nonfinite:
         detail += f", {worst.new_nonfinite} new NaN/Inf"
+    if worst.failures:
+        detail += f"; {worst.failures[0]}"
     return f"{verdict} ({detail})"
 
 
@@ -419,7 +428,7 @@ def _worst_output(outputs: Iterable):
         return None
     failing = [m for m in outputs if not m.passed]
     pool = failing or outputs
-    return max(pool, key=lambda m: (m.new_nonfinite, _sortable(m.max_abs_err)))
+    return max(pool, key=lambda m: (m.new_nonfinite, _sortable(m.rel_rms_err), _sortable(m.max_abs_err)))
 
 
 def _sortable(x: float | None) -> float:

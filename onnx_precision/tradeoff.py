@@ -1,9 +1,10 @@
 """The trade-off the search explored: every plan it evaluated as a point, FP16 share of compute
 against error, and the Pareto front of those points, as a table and as a plain SVG picture.
 
-A point's error is the worst, over the samples probed, of each output's scale-relative max error
-(``max |err| / max |ref|``); a non-finite output counts as infinite error. The front keeps the
-points that no other point beats on both FP16 share and worst error.
+A point's error is the worst, over the samples probed, of each output's headline statistic under
+the verdict in use: the relative RMS error for the default ``rms`` verdict, the scale-relative max
+error (``max |err| / max |ref|``) for the others; a non-finite output counts as infinite error.
+The front keeps the points that no other point beats on both FP16 share and worst error.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
-from .compare import Comparison
+from .compare import Comparison, Tolerance
 from .format import json_safe, number
 
-ERROR_STATISTIC = "max |err| / max |ref|"
+
+def error_statistic(tol: Tolerance) -> str:
+    """The name of the statistic :func:`output_errors` reports under ``tol``."""
+    return "rel RMS err" if tol.error_stat == "rms" else "max |err| / max |ref|"
 
 
 @dataclass(frozen=True)
@@ -43,9 +47,11 @@ class PlanPoint:
                          bool(obj["passed"]), {k: float(v) for k, v in obj["errors"].items()})
 
 
-def output_errors(comparison: Comparison) -> dict[str, float]:
-    """Per output, the error statistic of a comparison (infinite where FP16 turned non-finite)."""
-    return {m.name: math.inf if m.new_nonfinite else float(m.max_rel_err) for m in comparison.outputs}
+def output_errors(comparison: Comparison, tol: Tolerance) -> dict[str, float]:
+    """Per output, the headline error statistic of a comparison (infinite where FP16 turned non-finite)."""
+    rms = tol.error_stat == "rms"
+    return {m.name: math.inf if m.new_nonfinite else float(m.rel_rms_err if rms else m.max_rel_err)
+            for m in comparison.outputs}
 
 
 def pareto_front(points: Sequence[PlanPoint]) -> list[PlanPoint]:
@@ -74,8 +80,8 @@ def front_table(points: Sequence[PlanPoint]) -> list[str]:
     return lines
 
 
-def front_svg(points: Sequence[PlanPoint], tolerance_error: float | None = None, width: int = 640,
-              height: int = 400) -> str:
+def front_svg(points: Sequence[PlanPoint], statistic: str, tolerance_error: float | None = None,
+              width: int = 640, height: int = 400) -> str:
     """Every point (grey: failed, blue: passed) and the front (red line), FP16 share on x and the
     worst error on a log scale on y; deterministic text."""
     pad_l, pad_r, pad_t, pad_b = 70, 20, 30, 50
@@ -107,7 +113,7 @@ def front_svg(points: Sequence[PlanPoint], tolerance_error: float | None = None,
     out.append(f'<text x="{(width + pad_l) / 2:.0f}" y="{height - 10}" text-anchor="middle">'
                f'FP16 share of estimated FLOPs</text>')
     out.append(f'<text x="15" y="{height / 2:.0f}" transform="rotate(-90 15 {height / 2:.0f})" '
-               f'text-anchor="middle">worst error ({escape(ERROR_STATISTIC)})</text>')
+               f'text-anchor="middle">worst error ({escape(statistic)})</text>')
     if tolerance_error is not None and tolerance_error > 0:
         ty = y(tolerance_error)
         out.append(f'<line x1="{pad_l}" y1="{ty:.1f}" x2="{width - pad_r}" y2="{ty:.1f}" stroke="green" '

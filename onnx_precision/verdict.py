@@ -82,6 +82,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
+from .errors import UsageError
 from .format import number
 
 if TYPE_CHECKING:
@@ -134,6 +135,14 @@ class Tolerance:
     def unknown_outputs(self, names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
         """Outputs named in ``per_output`` that are not among ``names`` (a typo judges nothing)."""
         return tuple(n for n, _ in self.per_output if n not in names)
+
+    def require_outputs(self, names: tuple[str, ...] | list[str], model: str) -> None:
+        """Refuse per-output settings for outputs the model does not have: a typo would silently
+        judge that output by the defaults, which a CI gate must not do."""
+        unknown = self.unknown_outputs(names)
+        if unknown:
+            raise UsageError(f"{model}: a tolerance names output '{unknown[0]}', which the model does not "
+                             f"have (outputs: {', '.join(names)})")
 
     def describe(self) -> str:
         """One line for reports and the terminal."""

@@ -96,7 +96,7 @@ def test_summary_is_short_and_says_what_matters():
     text = "\n".join(lines)
     assert "FP16: 3/5 nodes (60.0%)" in text
     assert "FP32 pins (2): sumsq (range/search), norm (search)" in text
-    assert "before: FAIL (worst y: max abs err nan, cosine 0.000000, 64 new NaN/Inf)" in text
+    assert "before: FAIL (worst y: rel RMS err 0, max abs err nan, cosine 0.000000, 64 new NaN/Inf)" in text
     assert "verified: pass" in text
     assert "cost: 2 session(s), 9 probe(s), 0.85 s; report: l2.fp16.report.json" in text
 

@@ -81,8 +81,8 @@ def test_the_pareto_front_keeps_only_undominated_points():
 
 def test_the_picture_is_deterministic_and_marks_every_point():
     points = [_point(0, 1.0, math.inf, False), _point(1, 0.9, 0.5), _point(2, 0.7, 0.001)]
-    svg = front_svg(points)
-    assert svg == front_svg(list(reversed(points)))
+    svg = front_svg(points, "rel RMS err")
+    assert svg == front_svg(list(reversed(points)), "rel RMS err")
     assert svg.startswith("<svg") and svg.count("<circle") == 3 and "<polyline" in svg
     assert "point 2: 70.0% FP16, error 0.001" in svg
 
@@ -145,3 +145,15 @@ def test_a_probe_budget_on_the_command_line(tmp_path, capsys):
     assert code in (0, 1)
     assert ("kept the cheapest passing plan probed" in printed) == (code == 0)
     assert models.BUILDERS["layernorm_eps"]  # the example is one of the committed ones
+
+
+@pytest.mark.parametrize("command", ["convert", "check", "analyze"])
+def test_a_tolerance_for_an_output_the_model_lacks_is_refused(tmp_path, capsys, command):
+    model = generate.model_path("l2_normalize")
+    argv = {"convert": ["convert", model, "-o", str(tmp_path / "o.onnx")],
+            "check": ["check", model, model], "analyze": ["analyze", model]}[command]
+    assert main(argv + ["--max-rel-rms", "yy:0.1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"onnx-precision: error: {model}: a tolerance names output 'yy', which the model does not "
+                   f"have (outputs: y)")
+    assert os.listdir(tmp_path) == []
