@@ -49,7 +49,7 @@ class Reason:
 
     @staticmethod
     def from_json(obj: Mapping) -> Reason:
-        evidence = tuple(sorted((str(k), str(v)) for k, v in obj.get("evidence", {}).items()))
+        evidence = tuple((str(k), str(v)) for k, v in obj.get("evidence", {}).items())  # as written
         source = obj["source"]
         if source not in REASON_SOURCES:
             raise PlanError(f"reason source {source!r} is not one of {', '.join(REASON_SOURCES)}")

@@ -182,3 +182,18 @@ def test_progress_line_only_on_a_terminal():
 
 def test_markdown_with_headroom_off():
     assert "- headroom: off (only the search pins)" in rep.to_markdown(make_report(headroom=0.0))
+
+
+def test_a_written_report_reads_back_into_the_same_value(tmp_path):
+    from models import generate
+    from onnx_precision.cli import main
+
+    out = str(tmp_path / "o.onnx")
+    data = generate.data_path("layernorm_eps")
+    assert main(["convert", generate.model_path("layernorm_eps"), "-o", out, "--inputs", data, "-q"]) == 0
+    written = json.load(open(tmp_path / "o.report.json"))
+    back = rep.from_json(written)
+    assert rep.to_json(back) == written
+    assert back.plan.fp32_nodes == tuple(p["node"] for p in written["pinned"])
+    assert back.points and back.verified is not None and back.verified.passed
+    assert rep.to_markdown(back) == open(tmp_path / "o.report.md").read()

@@ -1,0 +1,159 @@
+"""The report as JSON, for machines: written by every static/auto conversion, and read back."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from ..compare import Comparison, Tolerance
+from ..costs import PhaseCost
+from ..errors import PlanError
+from ..format import json_safe
+from ..oracle.stats import NodeStats
+from ..plan import PrecisionPlan
+from ..storage import write_text
+from ..tradeoff import PlanPoint, pareto_front
+
+if TYPE_CHECKING:
+    pass
+
+from .run_report import REPORT_FORMAT, RunReport, comparisons, samples_note, statistic
+
+
+def to_json(report: RunReport) -> dict:
+    return json_safe(
+        {
+            "format": REPORT_FORMAT,
+            "model": report.model,
+            "output": report.output,
+            "mode": report.mode,
+            "oracle": report.oracle,
+            "status": report.status,
+            "message": report.message,
+            "samples": {
+                "source": report.samples_source,
+                "synthetic": report.samples_synthetic,
+                "count": report.sample_count,
+                "note": samples_note(report),
+            },
+            "warnings": list(report.warnings),
+            "tolerance": None if report.tolerance is None else report.tolerance.to_json(),
+            "headroom": report.headroom,
+            "fp16_share": {
+                "nodes": report.fp16_node_share(),
+                "flops": report.fp16_flop_share(),
+                "fp16_nodes": len(report.plan.fp16_nodes),
+                "total_nodes": len(report.plan.decisions),
+            },
+            "pinned": [_pin_json(report, name) for name in report.fp32_nodes],
+            "plan": report.plan.to_json(),
+            "nodes": {
+                name: {"op": op, "flops": report.node_flops.get(name)} for name, op in report.node_ops.items()
+            },
+            "node_stats": {name: _stats_json(s) for name, s in report.node_stats.items()},
+            "notes": list(report.notes),
+            "tradeoff": {
+                "statistic": statistic(report),
+                "points": [p.to_json() for p in report.points],
+                "front": [p.index for p in pareto_front(report.points)],
+                "picture": report.tradeoff_svg,
+            },
+            "outputs": {key: _comparison_json(c) for key, c in comparisons(report)},
+            "cost": {
+                "sessions_built": report.sessions_built,
+                "helper_sessions": report.helper_sessions,
+                "probes_run": report.probes_run,
+                "seconds": report.seconds,
+                "phases": [
+                    {"name": p.name, "seconds": p.seconds, "sessions": p.sessions, "probes": p.probes}
+                    for p in report.phases
+                ],
+            },
+        }
+    )
+
+
+def dumps(report: RunReport) -> str:
+    return json.dumps(to_json(report), indent=2) + "\n"
+
+
+def write_json(report: RunReport, path: str, input_paths: tuple[str, ...] = ()) -> None:
+    write_text(path, dumps(report), input_paths)
+
+
+def from_json(obj: Mapping) -> RunReport:
+    """A report read back from :func:`to_json` (what a run wrote can be inspected or compared later)."""
+    if obj.get("format") != REPORT_FORMAT:
+        raise PlanError(
+            f"not an onnx-precision report (format {obj.get('format')!r}, expected {REPORT_FORMAT})"
+        )
+    samples, cost, outputs = obj["samples"], obj["cost"], obj["outputs"]
+    comparisons = {key: Comparison.from_json(value) for key, value in outputs.items()}
+    picture = obj["tradeoff"].get("picture")
+    return RunReport(
+        model=obj["model"],
+        output=obj["output"],
+        mode=obj["mode"],
+        oracle=obj["oracle"],
+        status=obj["status"],
+        message=obj["message"],
+        plan=PrecisionPlan.from_json(obj["plan"], source="report"),
+        node_ops={name: node["op"] for name, node in obj["nodes"].items()},
+        samples_source=samples["source"],
+        samples_synthetic=samples["synthetic"],
+        sample_count=samples["count"],
+        warnings=tuple(obj["warnings"]),
+        tolerance=None if obj["tolerance"] is None else Tolerance.from_json(obj["tolerance"]),
+        node_flops={
+            name: float(node["flops"]) for name, node in obj["nodes"].items() if node["flops"] is not None
+        },
+        node_stats={
+            name: NodeStats(*(_float_or_none(s.get(k)) for k in _STATS_KEYS))
+            for name, s in obj["node_stats"].items()
+        },
+        before=comparisons.get("before"),
+        after=comparisons.get("after"),
+        verified=comparisons.get("verified"),
+        native=comparisons.get("native"),
+        phases=tuple(
+            PhaseCost(p["name"], float(p["seconds"]), int(p["sessions"]), int(p["probes"]))
+            for p in cost["phases"]
+        ),
+        headroom=obj["headroom"],
+        helper_sessions=int(cost["helper_sessions"]),
+        points=tuple(PlanPoint.from_json(p) for p in obj["tradeoff"]["points"]),
+        notes=tuple(obj["notes"]),
+        tradeoff_svg=picture,
+    )
+
+
+_STATS_KEYS = ("max_abs", "min_nonzero_abs", "layerwise_error")
+
+
+def _stats_json(stats: NodeStats) -> dict:
+    return {key: getattr(stats, key) for key in _STATS_KEYS}
+
+
+def _float_or_none(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]  # "inf"/"nan" strings too
+
+
+def _pin_json(report: RunReport, name: str) -> dict:
+    stats = report.node_stats.get(name, NodeStats())
+    return {
+        "node": name,
+        "op": report.node_ops.get(name, ""),
+        "reasons": [r.to_json() for r in report.plan.decisions[name].reasons],
+        "range": {"max_abs": stats.max_abs, "min_nonzero_abs": stats.min_nonzero_abs},
+        "layerwise_error": stats.layerwise_error,
+        "flops": report.node_flops.get(name),
+    }
+
+
+def _comparison_json(comparison: Comparison) -> dict:
+    return {
+        "oracle": comparison.oracle,
+        "passed": comparison.passed,
+        "outputs": [m.to_json() for m in comparison.outputs],
+    }

@@ -1,0 +1,192 @@
+"""The report as Markdown, for people, and the short summary for the terminal."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from ..compare import Comparison
+from ..format import cosine_text, number
+from ..oracle.stats import NodeStats
+from ..storage import write_text
+from ..tradeoff import front_table
+
+if TYPE_CHECKING:
+    pass
+
+from .run_report import RunReport, comparisons, samples_note, statistic
+
+_COMPARISON_TITLES = {
+    "before": "Before: all FP16 (emulated)",
+    "after": "After: the chosen plan (emulated)",
+    "verified": "Verified: the written model (emulated)",
+    "native": "The written model under --oracle",
+}
+
+
+def to_markdown(report: RunReport) -> str:
+    lines = [
+        f"# onnx-precision report: {report.model}",
+        "",
+        f"- output: `{report.output}`" if report.output else "- output: (none written)",
+        f"- mode: {report.mode}; oracle: {report.oracle}",
+        f"- status: **{report.status}**" + (f": {report.message}" if report.message else ""),
+        f"- samples: {report.sample_count} ({report.samples_source})",
+    ]
+    if report.samples_synthetic:
+        lines.append(f"- note: {samples_note(report)}")
+    if report.tolerance is not None:
+        lines.append(f"- tolerance: {report.tolerance.describe()}")
+    if report.headroom:
+        lines.append(
+            f"- headroom: {report.headroom:g} (nodes whose FP32 activations exceed "
+            f"{65504 / report.headroom:.6g} are pinned)"
+        )
+    elif report.headroom is not None:
+        lines.append("- headroom: off (only the search pins)")
+    lines += [f"- warning: {w}" for w in report.warnings]
+    lines += [
+        f"- FP16 share: {len(report.plan.fp16_nodes)}/{len(report.plan.decisions)} nodes "
+        f"({_pct(report.fp16_node_share())}), {_pct(report.fp16_flop_share())} of estimated FLOPs",
+        f"- cost: {report.sessions_built} onnxruntime session(s) of the model{_helpers(report)}, "
+        f"{report.probes_run} probe(s), {report.seconds:.2f} s",
+        "",
+        f"## FP32 nodes ({len(report.fp32_nodes)})",
+        "",
+    ]
+    if report.fp32_nodes:
+        lines += [
+            "| node | op | why | FP32 max abs | FP32 min nonzero | FP16 error |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name in report.fp32_nodes:
+            stats = report.node_stats.get(name, NodeStats())
+            why = "<br>".join(_reason_text(r) for r in report.plan.decisions[name].reasons)
+            lines.append(
+                f"| `{name}` | {report.node_ops.get(name, '')} | {_md_cell(why)} | "
+                f"{number(stats.max_abs)} | {number(stats.min_nonzero_abs)} | "
+                f"{number(stats.layerwise_error)} |"
+            )
+    else:
+        lines.append("None: every node runs in FP16.")
+    for key, comparison in comparisons(report):
+        lines += [
+            "",
+            f"## {_COMPARISON_TITLES[key]}: {'pass' if comparison.passed else 'FAIL'} ({comparison.oracle})",
+            "",
+            "| output | rel RMS err | worst slice | max abs err | max rel err | p99 | p99.9 | cosine | "
+            "outside bound | new NaN/Inf | |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for m in comparison.outputs:
+            verdict = "pass" if m.passed else "FAIL: " + _md_cell("; ".join(m.failures))
+            lines.append(
+                f"| `{m.name}` | {number(m.rel_rms_err)} | {number(m.worst_slice_rel_rms)} | "
+                f"{number(m.max_abs_err)} | {number(m.max_rel_err)} | {number(m.p99_abs_err)} | "
+                f"{number(m.p999_abs_err)} | {cosine_text(m.cosine)} | {m.outside_bound}/{m.elements} | "
+                f"{m.new_nonfinite} | {verdict} |"
+            )
+    if report.notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in report.notes]
+    if len(report.points) > 1:
+        lines += ["", "## Trade-off: FP16 share of compute against error", "",
+                  f"{len(report.points)} plans evaluated; the Pareto front (error: {statistic(report)}, "
+                  f"worst output and sample). Replay a point with "
+                  f"`--plan REPORT.json@POINT --mode all-fp16`.",
+                  ""]
+        lines += front_table(report.points)
+        if report.tradeoff_svg:
+            lines += ["", f"![trade-off]({os.path.basename(report.tradeoff_svg)})"]
+    if report.phases:
+        lines += ["", "## Cost", "", "| phase | seconds | sessions | probes |", "|---|---|---|---|"]
+        lines += [f"| {p.name} | {p.seconds:.3f} | {p.sessions} | {p.probes} |" for p in report.phases]
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(report: RunReport, path: str, input_paths: tuple[str, ...] = ()) -> None:
+    write_text(path, to_markdown(report), input_paths)
+
+
+def _reason_text(reason) -> str:
+    evidence = ", ".join(f"{k}={v}" for k, v in reason.evidence)
+    return f"{reason.source}: {reason.detail}" + (f" ({evidence})" if evidence else "")
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+# --- terminal summary -------------------------------------------------------------------------------
+
+
+def summary_lines(report: RunReport, report_paths: Sequence[str] = ()) -> list[str]:
+    """5-10 lines for the terminal: what was written, the share, the pins, before/after, cost."""
+    target = f" -> {report.output}" if report.output else ""
+    lines = [
+        f"{report.model}{target}: {report.status}" + (f" ({report.message})" if report.message else ""),
+        f"mode {report.mode}, oracle {report.oracle}, {report.sample_count} sample(s): "
+        f"{report.samples_source}",
+        f"FP16: {len(report.plan.fp16_nodes)}/{len(report.plan.decisions)} nodes "
+        f"({_pct(report.fp16_node_share())}), {_pct(report.fp16_flop_share())} of estimated FLOPs",
+        "FP32 pins " + _pins_line(report) if report.fp32_nodes else "FP32 pins: none",
+    ]
+    for key, comparison in comparisons(report):
+        lines.append(f"{key}: {_comparison_line(comparison)}")
+    lines += [f"note: {n}" for n in report.notes]
+    cost = (
+        f"cost: {report.sessions_built} session(s){_helpers(report)}, {report.probes_run} probe(s), "
+        f"{report.seconds:.2f} s"
+    )
+    if report_paths:
+        cost += "; report: " + ", ".join(report_paths)
+    lines.append(cost)
+    return lines
+
+
+def _pins_line(report: RunReport, limit: int = 6) -> str:
+    names = report.fp32_nodes
+    parts = []
+    for name in names[:limit]:
+        sources = sorted({r.source for r in report.plan.decisions[name].reasons})
+        parts.append(f"{name} ({'/'.join(sources) or '?'})")
+    more = f", ... {len(names) - limit} more" if len(names) > limit else ""
+    return f"({len(names)}): " + ", ".join(parts) + more
+
+
+def _comparison_line(comparison: Comparison) -> str:
+    verdict = "pass" if comparison.passed else "FAIL"
+    worst = _worst_output(comparison.outputs)
+    if worst is None:
+        return verdict
+    detail = (f"worst {worst.name}: rel RMS err {number(worst.rel_rms_err)}, max abs err "
+              f"{number(worst.max_abs_err)}, cosine {cosine_text(worst.cosine)}")
+    if worst.new_nonfinite:
+        detail += f", {worst.new_nonfinite} new NaN/Inf"
+    if worst.failures:
+        detail += f"; {worst.failures[0]}"
+    return f"{verdict} ({detail})"
+
+
+def _worst_output(outputs: Iterable):
+    outputs = list(outputs)
+    if not outputs:
+        return None
+    failing = [m for m in outputs if not m.passed]
+    pool = failing or outputs
+    return max(pool, key=lambda m: (m.new_nonfinite, _sortable(m.rel_rms_err), _sortable(m.max_abs_err)))
+
+
+def _sortable(x: float | None) -> float:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return math.inf
+    return float(x)
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:.1f}%"
+
+
+def _helpers(report: RunReport) -> str:
+    return f" (+{report.helper_sessions} small helper session(s))" if report.helper_sessions else ""
