@@ -286,13 +286,15 @@ def _sort_key(index: int, row: NodeRow) -> tuple[int, int]:
     return (0 if row.verdict == FP32_NONFINITE else 1 if row.verdict != SAFE else 2, index)
 
 
-def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | None = None) -> AnalysisResult:
-    """Analyse ``model_path`` on the samples ``spec`` describes (synthetic when it names none)."""
+def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | None = None,
+            custom_op_libraries: tuple[str, ...] = ()) -> AnalysisResult:
+    """Analyse ``model_path`` on the samples ``spec`` describes (synthetic when it names none);
+    ``custom_op_libraries`` are registered on every onnxruntime session of the model."""
     spec = spec or SampleSpec()
     tol = tol or Tolerance()
     seconds: dict[str, float] = {}
     start = time.perf_counter()
-    ctx = load_model(model_path)
+    ctx = load_model(model_path, custom_op_libraries)
     samples = load_samples(ctx.model, spec)
     seconds["load"] = time.perf_counter() - start
 
@@ -301,12 +303,13 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
     warnings = list(samples.warnings)
     if not any(t.has_float for t in ctx.typing.values()):
         warnings.append("the model computes nothing in float32 (already FP16?): there is nothing to analyse")
-    # Two runs per sample only: a switch graph without groups builds faster than it runs slower.
-    session = oracle.EmulationSession(ctx, group_size=1)
-    seconds["session"] = time.perf_counter() - start
+    with oracle.blame(ctx, samples):
+        # Two runs per sample only: a switch graph without groups builds faster than it runs slower.
+        session = oracle.EmulationSession(ctx, group_size=1)
+        seconds["session"] = time.perf_counter() - start
 
-    start = time.perf_counter()
-    reference, layerwise = oracle.inspect_plan(session, plan, samples, tol)
+        start = time.perf_counter()
+        reference, layerwise = oracle.inspect_plan(session, plan, samples, tol)
     outputs = compare.compare_samples(reference.outputs, layerwise.outputs, tol, oracle.EMULATE)
     seconds["runs"] = time.perf_counter() - start
 

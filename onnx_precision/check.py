@@ -16,7 +16,7 @@ import onnx
 from .compare import Comparison, Tolerance, compare_samples
 from .context import load_model
 from .data import Samples, SampleSpec, load_samples
-from .errors import ModelLoadError, PrecisionError
+from .errors import ModelLoadError
 from .format import number
 from .vocab import OracleName
 
@@ -53,27 +53,30 @@ class CheckResult:
 
 
 def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
-          tol: Tolerance | None = None, oracle: OracleName = "emulate") -> CheckResult:
-    """Compare ``candidate_path`` with the FP32 ``model_path`` on the samples of ``spec``."""
+          tol: Tolerance | None = None, oracle: OracleName = "emulate",
+          custom_op_libraries: tuple[str, ...] = ()) -> CheckResult:
+    """Compare ``candidate_path`` with the FP32 ``model_path`` on the samples of ``spec``;
+    ``custom_op_libraries`` are registered on every onnxruntime session of either model."""
     from . import oracle as oracle_lib  # heavy: onnxruntime
 
     spec = spec or SampleSpec()
     tol = tol or Tolerance()
     oracle_lib.require_oracle(oracle)
-    reference = load_model(model_path)
-    candidate = load_model(candidate_path)
+    reference = load_model(model_path, custom_op_libraries)
+    candidate = load_model(candidate_path, custom_op_libraries)
     _check_outputs_match(reference.model, candidate.model, model_path, candidate_path)
     samples = load_samples(reference.model, spec)
 
-    refs = oracle_lib.run_fp32(reference, samples.feeds).outputs
+    with oracle_lib.blame(reference, samples):
+        refs = oracle_lib.run_fp32(reference, samples.feeds).outputs
     try:
         cands = oracle_lib.run_candidate(candidate, samples.feeds, oracle)
-    except PrecisionError:
-        raise
-    except Exception as e:  # onnxruntime rejects the candidate (shapes, types, ops): the user's input
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    except Exception as e:
+        if not oracle_lib.is_ort_error(e):
+            raise
+        # onnxruntime rejects the candidate (shapes, types, ops): the user's input, made by any tool
         raise ModelLoadError(f"{candidate_path}: onnxruntime cannot run the candidate on the samples: "
-                             f"{first}") from e
+                             f"{oracle_lib.ort_message(e)}") from e
     comparison = compare_samples(
         refs, oracle_lib.select.only_reference_outputs(cands, refs), tol, cands.oracle
     )

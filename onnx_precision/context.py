@@ -26,6 +26,7 @@ from . import storage, typing_rules
 from .errors import ModelLoadError
 from .graph import GraphCycle, NodeRef, name_nodes, sort_topologically, walk_nodes
 from .plan import Precision, PrecisionPlan, Reason, uniform_plan
+from .validation import validate_model
 
 ALL_FP16 = Reason("default", "all FP16")
 
@@ -38,13 +39,17 @@ class ModelContext:
     path: str
     base_dir: str
     renamed: tuple[tuple[str, str], ...] = ()  # (old name or "", new name) for each node the loader named
+    # Shared libraries of custom-op kernels (--ort-custom-op-library): every onnxruntime session of
+    # the model, or of a graph derived from it, registers them.
+    custom_op_libraries: tuple[str, ...] = ()
 
     @staticmethod
-    def of(model: onnx.ModelProto, base_dir: str = ".", path: str = "") -> ModelContext:
+    def of(model: onnx.ModelProto, base_dir: str = ".", path: str = "",
+           custom_op_libraries: tuple[str, ...] = ()) -> ModelContext:
         """A context for an in-memory model (sorted and named in place, as :func:`load_model` does)."""
         sort_topologically(model.graph)
         renamed = name_nodes(model)
-        return ModelContext(model, path, os.path.abspath(base_dir), tuple(renamed))
+        return ModelContext(model, path, os.path.abspath(base_dir), tuple(renamed), custom_op_libraries)
 
     @cached_property
     def nodes(self) -> tuple[NodeRef, ...]:
@@ -104,8 +109,9 @@ class ModelContext:
         return plan if plan.resolved else typing_rules.resolve_plan(self, plan)
 
 
-def load_model(path: str) -> ModelContext:
-    """Load ``path`` (external data left on disk), check it parses, and name its nodes."""
+def load_model(path: str, custom_op_libraries: tuple[str, ...] = ()) -> ModelContext:
+    """Load ``path`` (external data left on disk), check it is a valid ONNX model whose external
+    data stays in its directory (:func:`onnx_precision.validation.validate_model`), and name its nodes."""
     if not os.path.exists(path):
         raise ModelLoadError(f"{path}: no such file")
     if not os.path.isfile(path):
@@ -128,4 +134,8 @@ def load_model(path: str) -> ModelContext:
     base_dir = os.path.dirname(os.path.realpath(path))
     storage.external_data.refuse_private_keys(model, path)
     storage.check_model_external_data(model, base_dir, path)
-    return ModelContext(model, path, base_dir, tuple(name_nodes(model)))
+    validate_model(model, path, base_dir)
+    for library in custom_op_libraries:
+        if not os.path.isfile(library):
+            raise ModelLoadError(f"--ort-custom-op-library {library}: no such file")
+    return ModelContext(model, path, base_dir, tuple(name_nodes(model)), tuple(custom_op_libraries))

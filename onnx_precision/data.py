@@ -50,6 +50,8 @@ class Samples:
     synthetic: bool
     source: str  # a one-line description for reports ("synthetic, seed 0, uniform [0, 1)", "data.npz")
     warnings: tuple[str, ...] = ()
+    # (input, model shape) of each synthetic input whose symbolic dimensions were set to 1
+    guessed_shapes: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -227,8 +229,12 @@ def synthetic_samples(inputs: list[InputInfo], spec: SampleSpec) -> Samples:
     rng = np.random.default_rng(spec.seed)
     feed: dict[str, np.ndarray] = {}
     warnings: list[str] = []
+    guessed = []
     for info in inputs:
-        shape = _synthetic_shape(info, spec.input_shapes.get(info.name), warnings)
+        given = spec.input_shapes.get(info.name)
+        shape = _synthetic_shape(info, given, warnings)
+        if given is None and info.dims is not None and any(not isinstance(d, int) for d in info.dims):
+            guessed.append((info.name, info.shape_text()))
         lo, hi = spec.input_ranges.get(info.name, DEFAULT_RANGE)
         try:
             feed[info.name] = _random(rng, info.dtype, shape, lo, hi)
@@ -240,7 +246,7 @@ def synthetic_samples(inputs: list[InputInfo], spec: SampleSpec) -> Samples:
     ranges = ", ".join(f"{n}: [{lo:g}, {hi:g})" for n, (lo, hi) in spec.input_ranges.items())
     source = f"synthetic, seed {spec.seed}, uniform [{DEFAULT_RANGE[0]:g}, {DEFAULT_RANGE[1]:g})" + \
              (f" ({ranges})" if ranges else "") + "; the ranges decide what overflows"
-    return Samples((feed,), True, source, tuple(warnings))
+    return Samples((feed,), True, source, tuple(warnings), tuple(guessed))
 
 
 def _synthetic_shape(info: InputInfo, given: tuple[int, ...] | None, warnings: list[str]) -> tuple[int, ...]:
@@ -256,6 +262,11 @@ def _synthetic_shape(info: InputInfo, given: tuple[int, ...] | None, warnings: l
     if info.dims is None:
         raise DataError(f"input '{info.name}' has no shape in the model; "
                         f"give --input-shape {info.name}:DIMxDIM...")
+    if 0 in info.dims:
+        # onnxruntime holds a 0 to its word: only empty tensors fit, and they measure nothing.
+        raise DataError(f"input '{info.name}' has a zero-size dimension in the model ({info.shape_text()}): "
+                        f"onnxruntime accepts only empty tensors for it, so there is nothing to measure; "
+                        f"make that dimension symbolic or its real size, or convert with --mode all-fp16")
     symbolic = [d for d in info.dims if not (isinstance(d, int) and d > 0)]
     if symbolic:
         warnings.append(f"input '{info.name}' has symbolic dimensions ({info.shape_text()}); "

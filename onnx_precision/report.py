@@ -91,10 +91,12 @@ def for_conversion(
     phases: Sequence[PhaseCost] = (),
     warnings: Sequence[str] = (),
     helper_sessions: int = 0,
+    default_load: str = "",
 ) -> RunReport:
     """The report of one ``convert``: ``auto_result`` (an :class:`onnx_precision.auto.AutoResult`)
     brings the search's comparisons, statistics and costs; ``phases`` add the writing and the
-    verification. Without a search, the status is the verification's."""
+    verification. Without a search, the status is the verification's. ``default_load`` is what
+    went wrong loading the written model with onnxruntime's default options ("" when it loads)."""
     status: Status
     if auto_result is not None:
         status, message = auto_result.status, auto_result.message
@@ -102,6 +104,8 @@ def for_conversion(
             status, message = "failed", "the written model fails the emulated check (a bug: please report it)"
         elif status == "passed" and native is not None and not native.passed:
             status, message = "failed", f"the written model fails on {native.oracle} (passes emulated)"
+        elif status == "passed" and default_load:
+            status, message = "ort-load-failed", f"the written model passes, but {default_load}"
     elif verified is not None:
         status = "passed" if verified.passed else "failed"
         message = "" if verified.passed else "the written model is out of tolerance under the emulated check"

@@ -85,6 +85,16 @@ def sample_spec(args: argparse.Namespace) -> SampleSpec:
                       input_ranges=dict(args.input_range))
 
 
+def add_runtime_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ort-custom-op-library", action="append", default=[], metavar="PATH",
+                        help="a shared library of onnxruntime kernels for the model's custom ops, registered "
+                             "on every session (repeatable)")
+
+
+def custom_op_libraries(args: argparse.Namespace) -> tuple[str, ...]:
+    return tuple(args.ort_custom_op_library)
+
+
 def add_tolerance_args(parser: argparse.ArgumentParser) -> None:
     default = Tolerance()
     group = parser.add_argument_group("tolerance (an output passes when all three hold)")

@@ -61,6 +61,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     common.add_sample_args(p)
     common.add_tolerance_args(p)
+    common.add_runtime_args(p)
     common.add_verbosity_args(p)
     p.set_defaults(run=run)
 
@@ -81,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         report_json=args.report,
         report_md=args.report_md,
         oracle=args.oracle,
+        custom_op_libraries=common.custom_op_libraries(args),
     )
     from .progress import ProgressLine
 
