@@ -118,7 +118,6 @@ class AnalysisResult:
         if self.synthetic:
             lines.append("note: the data is synthetic; the value ranges decide what overflows, so pass "
                          "representative data with --inputs before trusting a 'safe'")
-        lines.extend(f"warning: {w}" for w in self.warnings)
         if self.fp32_nonfinite is not None:
             r = self.row(self.fp32_nonfinite)
             lines.append(f"the FP32 model itself produces NaN/Inf, first at node '{r.node}' ({r.op_type}): "

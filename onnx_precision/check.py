@@ -41,7 +41,6 @@ class CheckResult:
         out = [f"check {self.candidate} against {self.model}",
                f"oracle: {_oracle_text(self.oracle)}",
                f"samples: {len(self.samples.feeds)} ({self.samples.source})"]
-        out += [f"warning: {w}" for w in self.samples.warnings]
         for m in self.comparison.outputs:
             line = (f"  {m.name}: max abs err {number(m.max_abs_err)}, max rel err {number(m.max_rel_err)}, "
                     f"cosine {m.cosine:.6f}")

@@ -68,6 +68,11 @@ class ConvertResult:
     report_paths: tuple[str, ...] = ()
 
     @property
+    def all_warnings(self) -> tuple[str, ...]:
+        """Every warning of the run once (the report's include the sample data's)."""
+        return tuple(dict.fromkeys(self.warnings + (self.report.warnings if self.report else ())))
+
+    @property
     def exit_code(self) -> int:
         """0 passed (or written unchecked), 3 passed but onnxruntime's default options cannot load the
         written model (the workaround is in the report), 1 any other failure."""
@@ -78,11 +83,11 @@ class ConvertResult:
     def summary_lines(self) -> list[str]:
         plan = self.plan
         fp32 = plan.fp32_nodes
-        lines = [f"warning: {w}" for w in self.warnings]
-        lines.append(
+        lines = [
+
             f"{self.output_path}: {len(plan.fp16_nodes)} node(s) FP16, {len(fp32)} FP32, "
             f"{self.rewrite.casts_added} Cast(s) added, {self.rewrite.initializers_converted} initializer(s) "
-            f"converted, {self.rewrite.initializers_duplicated} kept in both precisions")
+            f"converted, {self.rewrite.initializers_duplicated} kept in both precisions"]
         if self.report is not None:  # static/auto: the report's summary says the rest
             from .report import summary_lines
             return (

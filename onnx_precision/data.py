@@ -15,7 +15,6 @@ warning naming the input (the FP32 reference will carry it; FP16 is not blamed f
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import sys
 import zipfile
@@ -26,8 +25,6 @@ import numpy as np
 import onnx
 
 from .errors import DataError
-
-log = logging.getLogger(__name__)
 
 DEFAULT_RANGE = (0.0, 1.0)
 
@@ -92,8 +89,6 @@ def load_samples(model: onnx.ModelProto, spec: SampleSpec) -> Samples:
     warnings: list[str] = []
     for where, feed in located:
         warnings.extend(validate_feed(feed, inputs, where))
-    for w in warnings:
-        log.warning("%s", w)
     return Samples(tuple(feed for _, feed in located), False, source, tuple(warnings))
 
 
@@ -241,8 +236,6 @@ def synthetic_samples(inputs: list[InputInfo], spec: SampleSpec) -> Samples:
         except (MemoryError, ValueError):  # numpy: no memory, or "array is too big" to address
             raise DataError(f"input '{info.name}': no memory for a synthetic {_shape(shape)} {info.dtype} "
                             f"array; give a smaller --input-shape") from None
-    for w in warnings:
-        log.warning("%s", w)
     ranges = ", ".join(f"{n}: [{lo:g}, {hi:g})" for n, (lo, hi) in spec.input_ranges.items())
     source = f"synthetic, seed {spec.seed}, uniform [{DEFAULT_RANGE[0]:g}, {DEFAULT_RANGE[1]:g})" + \
              (f" ({ranges})" if ranges else "") + "; the ranges decide what overflows"

@@ -290,3 +290,54 @@ def test_the_default_load_runs_the_staged_file_in_a_child(tmp_path, capsys, monk
 def default_load_label() -> str:
     from onnx_precision.oracle.default_load import DEFAULT
     return DEFAULT.label
+
+
+# --- item 7: a model that fails on the synthetic shapes ---------------------------------------------
+
+def _batch_of_two(tmp_path) -> str:
+    """Reshape(x[N, 4], [2, 4]): runs for N = 2 only, while the synthetic feed makes N 1."""
+    shape = onnx.numpy_helper.from_array(np.array([2, 4], np.int64), "s")
+    graph = helper.make_graph([N("Reshape", ["x", "s"], ["h"], name="rs"), N("Exp", ["h"], ["y"], name="e")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return _save(tmp_path, model)
+
+
+@pytest.mark.parametrize("command", ["convert static", "convert auto", "analyze", "check"])
+def test_a_model_failing_on_the_synthetic_shapes_names_the_input(tmp_path, capsys, command):
+    path = _batch_of_two(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    line = refused([a.format(m=path, out=out) for a in COMMANDS[command]], capsys, out, (path,))
+    assert "input 'x' (Nx4) got 1 for its symbolic dimensions" in line
+    assert "--input-shape x:Nx4" in line
+    assert main([a.format(m=path, out=out) for a in COMMANDS[command]] + ["--input-shape", "x:2x4", "-q"]) == 0
+
+
+def test_a_model_failing_on_the_users_sample_names_the_file(tmp_path, capsys):
+    path = _batch_of_two(tmp_path)
+    np.savez(tmp_path / "x.npz", x=np.ones((3, 4), np.float32))
+    out = tmp_path / "out"
+    out.mkdir()
+    line = refused(["convert", path, "-o", str(out / "o.onnx"), "--inputs", str(tmp_path / "x.npz")], capsys, out)
+    assert f"{tmp_path / 'x.npz'}: onnxruntime cannot run the model on this sample" in line
+
+
+# --- warnings: on stderr, once each, hidden by -q; never before an error's one line -------------------
+
+def test_warnings_go_to_stderr_once_and_q_hides_them(tmp_path, capsys):
+    path = _save(tmp_path, _model([N("Relu", ["x"], ["h"], name="r"), N("Exp", ["h"], ["y"], name="e")],
+                                  inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+                                  outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])]))
+    out = str(tmp_path / "o.onnx")
+    for argv in (["convert", path, "-o", out, "--keep-fp32", "nothing_like_this"], ["check", path, path],
+                 ["analyze", path]):
+        assert main(argv) == 0
+        captured = capsys.readouterr()
+        assert "warning:" not in captured.out
+        symbolic = [line for line in captured.err.splitlines() if "symbolic dimensions" in line]
+        assert len(symbolic) == 1 and symbolic[0].startswith("onnx-precision: warning: input 'x'")
+        assert main(argv + ["-q"]) == 0
+        assert capsys.readouterr().err == ""

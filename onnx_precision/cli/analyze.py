@@ -37,4 +37,5 @@ def run(args: argparse.Namespace) -> int:
         print(result.table(all_rows=args.all or args.verbose > 0))
         if args.verbose:
             print("\n".join(result.skipped_lines()))
+    common.print_warnings(result.warnings, args)
     return 0

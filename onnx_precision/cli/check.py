@@ -37,4 +37,5 @@ def run(args: argparse.Namespace) -> int:
         custom_op_libraries=common.custom_op_libraries(args))
     for line in result.lines():
         print(line)
+    common.print_warnings(result.samples.warnings, args)
     return 0 if result.passed else 1

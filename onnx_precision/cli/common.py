@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
+from collections.abc import Sequence
 from typing import Callable
 
 import numpy as np
@@ -116,6 +118,13 @@ def add_tolerance_args(parser: argparse.ArgumentParser) -> None:
 
 def tolerance(args: argparse.Namespace) -> Tolerance:
     return Tolerance(atol=args.atol, rtol=args.rtol, min_cosine=args.min_cosine)
+
+
+def print_warnings(warnings: Sequence[str], args: argparse.Namespace) -> None:
+    """Each warning once, on stderr (stdout holds the results), unless -q."""
+    if not args.quiet:
+        for w in dict.fromkeys(warnings):
+            print(f"onnx-precision: warning: {w}", file=sys.stderr)
 
 
 def add_verbosity_args(parser: argparse.ArgumentParser, quiet_help: str = "print only errors") -> None:

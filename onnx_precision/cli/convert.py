@@ -94,4 +94,5 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         for line in result.summary_lines():
             print(line)
+    common.print_warnings(result.all_warnings, args)
     return result.exit_code

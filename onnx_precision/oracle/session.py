@@ -64,7 +64,9 @@ def session_options(threads: int | None = None) -> ort.SessionOptions:
     # while the FP16 branches still read the original: the weights would be held twice (measured
     # on the 2.2 GB MatMul chain: 4.3 GB peak with it, 2.4 GB without, same run time).
     options.add_session_config_entry("session.disable_prepacking", "1")
-    options.log_severity_level = 3
+    # Fatal only: a failing run is raised as an exception, which says the same (see .blame), and a
+    # user mistake must stay one line on stderr.
+    options.log_severity_level = 4
     if threads:
         options.intra_op_num_threads = threads
     return options
@@ -264,7 +266,7 @@ def run_native(ctx: ModelContext, feeds: Sequence[Feed], provider: str = "CPUExe
         log.warning("native oracle on CPUExecutionProvider: onnxruntime computes FP16 nodes in FP32 "
                     "on CPU and hides FP16 overflow; use the emulate oracle to see it")
     options = ort.SessionOptions()
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # errors come back as exceptions
     session = make_session(ctx.model, ctx.base_dir, providers=[provider], options=options,
                            custom_op_libraries=ctx.custom_op_libraries)
     return OracleRun(native_oracle(provider), run_session(session, ctx.model, feeds))
