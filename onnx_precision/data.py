@@ -18,6 +18,7 @@ import contextlib
 import os
 import sys
 import zipfile
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -131,7 +132,10 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
     try:
         with np.load(path, allow_pickle=False) as data:
             return {name: np.asarray(data[name]) for name in data.files}
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError,
+            RuntimeError) as e:
+        # members are read lazily: a damaged archive fails here, on its CRC, header, version,
+        # compression method or encryption flag (zipfile's RuntimeError)
         raise DataError(f"{path}: cannot read as .npz: {_first_line(e)}") from e
 
 

@@ -13,15 +13,19 @@ so it sees a copy whose external tensors are graph inputs of the same type: wher
 
 from __future__ import annotations
 
+import math
 import re
 from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
 
 from .errors import InternalError, ModelLoadError
 from .graph import is_onnx_domain, onnx_opset, subgraphs, walk_nodes
 from .storage import is_external, model_tensors, read_array
+from .storage.external_data import is_packed, stored_bytes
 
 if TYPE_CHECKING:
     from .context import ModelContext
@@ -31,6 +35,8 @@ def validate_model(model: onnx.ModelProto, path: str, base_dir: str) -> None:
     """Raise :class:`ModelLoadError` (one line naming ``path`` and the node or tensor at fault)
     unless ``model`` is a valid ONNX model for this onnx; its external data (already checked to
     lie under ``base_dir``) is not read, but for small tensor attributes."""
+    _check_text(model, path)
+    _check_tensor_sizes(model, path)
     _check_versions(model, path)
     _check_values(model.graph, path, frozenset())
     _check_ops(model, path)
@@ -68,6 +74,54 @@ def checker_message(e: Exception) -> str:
     if node and node.group(1) not in first:
         return f"{first} (node '{node.group(1)}', {node.group(2)})"
     return first
+
+
+def _check_text(message: Message, path: str) -> None:
+    """Every string field holds text: protobuf hands a string that is not UTF-8 (a flipped bit in
+    a name) back as bytes, which nothing downstream expects."""
+    for field, value in message.ListFields():
+        if field.type == FieldDescriptor.TYPE_STRING:
+            values = value if _repeated(field) else [value]
+            if any(isinstance(v, bytes) for v in values):
+                raise ModelLoadError(f"{path}: not a valid ONNX model: a {field.full_name} is not UTF-8 "
+                                     f"text (a corrupted file?)")
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            for item in value if _repeated(field) else [value]:
+                _check_text(item, path)
+
+
+def _check_tensor_sizes(model: onnx.ModelProto, path: str) -> None:
+    """Every tensor in the file holds as many values as its shape says (the checker does not
+    look at tensor attributes, and a reader would fail reshaping them)."""
+    for t in model_tensors(model):
+        if is_external(t) or t.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
+            continue
+        count = math.prod(t.dims)
+        try:
+            if t.HasField("raw_data"):
+                held, needed, unit = len(t.raw_data), stored_bytes(t.data_type, count), "bytes"
+            elif is_packed(t.data_type):
+                continue  # typed storage of packed types is rare: left to onnx
+            else:
+                per_element = 2 if t.data_type in _COMPLEX else 1
+                field = onnx.helper.tensor_dtype_to_field(t.data_type)
+                held, needed, unit = len(getattr(t, field)), count * per_element, "values"
+        except (KeyError, TypeError, ValueError):
+            raise ModelLoadError(f"{path}: tensor '{t.name}' has element type {t.data_type}, which onnx does "
+                                 f"not know (a corrupted file?)") from None
+        if held != needed:
+            raise ModelLoadError(f"{path}: tensor '{t.name}' holds {held} {unit} where its shape "
+                                 f"{list(t.dims)} needs {needed} (a truncated or corrupted file?)")
+
+
+_COMPLEX = (onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128)
+
+
+def _repeated(field: FieldDescriptor) -> bool:
+    # protobuf 5 deprecates ``label`` for ``is_repeated``; older ones have only ``label``
+    if hasattr(field, "is_repeated"):
+        return bool(field.is_repeated)
+    return bool(field.label == FieldDescriptor.LABEL_REPEATED)
 
 
 def _check_versions(model: onnx.ModelProto, path: str) -> None:

@@ -161,7 +161,8 @@ def test_only_the_derived_graph_failing_in_onnxruntime_is_an_internal_error(tmp_
 # --- custom-domain ops ------------------------------------------------------------------------------
 
 def _custom(tmp_path) -> str:
-    model = _model([N("Relu", ["x"], ["h"], name="r"), N("MyPlugin", ["h"], ["p"], name="plugin", domain="com.acme"),
+    model = _model([N("Relu", ["x"], ["h"], name="r"),
+                    N("MyPlugin", ["h"], ["p"], name="plugin", domain="com.acme"),
                     N("Exp", ["p"], ["y"], name="e")], extra_opsets=[helper.make_opsetid("com.acme", 1)])
     return _save(tmp_path, model, "custom.onnx")
 
@@ -189,7 +190,8 @@ def test_a_custom_op_stays_fp32_and_the_model_is_written(tmp_path, capsys, mode)
     assert producers[plugin.input[0]].op_type == "Cast"
     if mode == "static":  # written unmeasured, and said so
         captured = capsys.readouterr()
-        assert "the written model is not verified (give --ort-custom-op-library PATH" in captured.out + captured.err
+        said = captured.out + captured.err
+        assert "the written model is not verified (give --ort-custom-op-library PATH" in said
 
 
 def test_a_missing_custom_op_library_is_one_line(tmp_path, capsys):
@@ -215,7 +217,8 @@ def test_a_custom_op_library_is_registered_on_the_sessions(tmp_path, capsys, com
 
 def test_a_real_custom_op_library_lets_auto_measure(tmp_path):
     extensions = pytest.importorskip("onnxruntime_extensions")
-    model = _model([N("Relu", ["x"], ["h"], name="r"), N("Inverse", ["h"], ["i"], name="inv", domain="ai.onnx.contrib"),
+    model = _model([N("Relu", ["x"], ["h"], name="r"),
+                    N("Inverse", ["h"], ["i"], name="inv", domain="ai.onnx.contrib"),
                     N("Mul", ["i", "i"], ["y"], name="m")],
                    inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])],
                    outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 3])],
@@ -244,7 +247,8 @@ def _fake_child(crash_for: set[str]):
     return default_load, command
 
 
-def test_a_written_model_that_crashes_onnxruntime_at_default_options_is_not_a_pass(tmp_path, capsys, monkeypatch):
+def test_a_written_model_that_crashes_onnxruntime_at_default_options_is_not_a_pass(tmp_path, capsys,
+                                                                                    monkeypatch):
     default_load, command = _fake_child({default_load_label()})
     monkeypatch.setattr(default_load, "_child_command", command)
     path = _save(tmp_path, _model([N("Relu", ["x"], ["h"], name="r"), N("Exp", ["h"], ["y"], name="e")]))
@@ -297,7 +301,8 @@ def default_load_label() -> str:
 def _batch_of_two(tmp_path) -> str:
     """Reshape(x[N, 4], [2, 4]): runs for N = 2 only, while the synthetic feed makes N 1."""
     shape = onnx.numpy_helper.from_array(np.array([2, 4], np.int64), "s")
-    graph = helper.make_graph([N("Reshape", ["x", "s"], ["h"], name="rs"), N("Exp", ["h"], ["y"], name="e")], "g",
+    nodes = [N("Reshape", ["x", "s"], ["h"], name="rs"), N("Exp", ["h"], ["y"], name="e")]
+    graph = helper.make_graph(nodes, "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [shape])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -313,7 +318,8 @@ def test_a_model_failing_on_the_synthetic_shapes_names_the_input(tmp_path, capsy
     line = refused([a.format(m=path, out=out) for a in COMMANDS[command]], capsys, out, (path,))
     assert "input 'x' (Nx4) got 1 for its symbolic dimensions" in line
     assert "--input-shape x:Nx4" in line
-    assert main([a.format(m=path, out=out) for a in COMMANDS[command]] + ["--input-shape", "x:2x4", "-q"]) == 0
+    with_shape = [a.format(m=path, out=out) for a in COMMANDS[command]] + ["--input-shape", "x:2x4", "-q"]
+    assert main(with_shape) == 0
 
 
 def test_a_model_failing_on_the_users_sample_names_the_file(tmp_path, capsys):
@@ -321,7 +327,8 @@ def test_a_model_failing_on_the_users_sample_names_the_file(tmp_path, capsys):
     np.savez(tmp_path / "x.npz", x=np.ones((3, 4), np.float32))
     out = tmp_path / "out"
     out.mkdir()
-    line = refused(["convert", path, "-o", str(out / "o.onnx"), "--inputs", str(tmp_path / "x.npz")], capsys, out)
+    argv = ["convert", path, "-o", str(out / "o.onnx"), "--inputs", str(tmp_path / "x.npz")]
+    line = refused(argv, capsys, out)
     assert f"{tmp_path / 'x.npz'}: onnxruntime cannot run the model on this sample" in line
 
 
@@ -341,3 +348,43 @@ def test_warnings_go_to_stderr_once_and_q_hides_them(tmp_path, capsys):
         assert len(symbolic) == 1 and symbolic[0].startswith("onnx-precision: warning: input 'x'")
         assert main(argv + ["-q"]) == 0
         assert capsys.readouterr().err == ""
+
+
+# --- found by the fuzz test ----------------------------------------------------------------------------
+
+def test_a_name_with_a_newline_still_gives_one_line(tmp_path, capsys):
+    model = _model([N("Relu", ["x"], ["h"], name="r"), N("Add", ["h", "no\npe"], ["y"], name="a")])
+    path = _save(tmp_path, model)
+    line = refused(["convert", path, "-o", str(tmp_path / "o.onnx")], capsys, tmp_path, (path,))
+    assert "reads 'no\\npe'" in line
+
+
+def test_a_string_that_is_not_utf8_is_one_line(tmp_path, capsys):
+    data = _model([N("Relu", ["x"], ["y"], name="relu_node")]).SerializeToString()
+    path = _save(tmp_path, data.replace(b"relu_node", b"relu\xffnode"))
+    line = refused(["convert", path, "-o", str(tmp_path / "o.onnx")], capsys, tmp_path, (path,))
+    assert "onnx.NodeProto.name is not UTF-8 text" in line
+
+
+def test_a_constant_holding_fewer_values_than_its_shape_is_one_line(tmp_path, capsys):
+    value = onnx.numpy_helper.from_array(np.ones((2, 3), np.float32), "c")
+    value.raw_data = value.raw_data[:-4]
+    model = _model([N("Constant", [], ["c"], name="const", value=value),
+                    N("Add", ["x", "c"], ["y"], name="a")])
+    path = _save(tmp_path, model)
+    line = refused(["convert", path, "-o", str(tmp_path / "o.onnx"), "--mode", "all-fp16"], capsys, tmp_path,
+                   (path,))
+    assert "tensor 'c' holds 20 bytes where its shape [2, 3] needs 24" in line
+
+
+def test_a_damaged_npz_member_is_one_line(tmp_path, capsys):
+    path = _save(tmp_path, _model([N("Relu", ["x"], ["y"], name="r")]))
+    np.savez(tmp_path / "d.npz", x=np.ones((2, 3), np.float32))
+    data = bytearray((tmp_path / "d.npz").read_bytes())
+    data[100] ^= 1  # inside the member: the CRC no longer matches
+    (tmp_path / "d.npz").write_bytes(bytes(data))
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = ["convert", path, "-o", str(out / "o.onnx"), "--inputs", str(tmp_path / "d.npz")]
+    line = refused(argv, capsys, out)
+    assert "d.npz: cannot read as .npz" in line

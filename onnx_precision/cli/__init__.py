@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from ..errors import PrecisionError
 from . import analyze, check, convert
+from .common import one_line
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,5 +48,6 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         return int(args.run(args))
     except PrecisionError as e:
-        print(f"onnx-precision: error: {e}", file=sys.stderr)
+        print(f"onnx-precision: error: {one_line(str(e))}", file=sys.stderr)
         return e.exit_code
+

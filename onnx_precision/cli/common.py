@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from collections.abc import Sequence
 from typing import Callable
@@ -120,11 +121,17 @@ def tolerance(args: argparse.Namespace) -> Tolerance:
     return Tolerance(atol=args.atol, rtol=args.rtol, min_cosine=args.min_cosine)
 
 
+def one_line(text: str) -> str:
+    """``text`` with control characters escaped: names from a model may hold newlines, and a
+    message must stay one line on the terminal."""
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m.group())[1:-1], text)
+
+
 def print_warnings(warnings: Sequence[str], args: argparse.Namespace) -> None:
     """Each warning once, on stderr (stdout holds the results), unless -q."""
     if not args.quiet:
         for w in dict.fromkeys(warnings):
-            print(f"onnx-precision: warning: {w}", file=sys.stderr)
+            print(f"onnx-precision: warning: {one_line(w)}", file=sys.stderr)
 
 
 def add_verbosity_args(parser: argparse.ArgumentParser, quiet_help: str = "print only errors") -> None:
