@@ -33,7 +33,7 @@ from . import compare, oracle, rules
 from .compare import Comparison, Tolerance
 from .context import load_model
 from .data import SampleSpec, load_samples
-from .format import number
+from .format import cosine_text, number
 from .oracle import NodeError, TensorStats
 from .plan import Precision, PrecisionPlan, Reason
 from .storage import write_text
@@ -129,7 +129,7 @@ class AnalysisResult:
         tol = self.tolerance
         lines.append(f"all-FP16 ({self.oracle} oracle, atol {tol.atol:g}, rtol {tol.rtol:g}, "
                      f"cosine {tol.min_cosine:g}): {verdict}"
-                     + (": " + ", ".join(_output_summary(m) for m in failing) if failing else ""))
+                     + (": " + ", ".join(_output_summary(m, tol) for m in failing) if failing else ""))
         counts = {v: sum(1 for r in self.rows if r.verdict == v) for v in VERDICT_ORDER}
         lines.append("verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n))
         return lines
@@ -193,10 +193,10 @@ class AnalysisResult:
 
 # --- presentation ---------------------------------------------------------------------------------
 
-def _output_summary(m: compare.OutputMetrics) -> str:
+def _output_summary(m: compare.OutputMetrics, tol: Tolerance) -> str:
     if m.new_nonfinite:
         return f"{m.name} has {m.new_nonfinite} NaN/Inf"
-    return f"{m.name} rel err {number(m.max_rel_err, 3)}, cosine {m.cosine:.4f}"
+    return f"{m.name} rel err {number(m.max_rel_err, 3)}, cosine {cosine_text(m.cosine, tol.min_cosine)}"
 
 
 def _row_cells(r: NodeRow) -> tuple[str, ...]:

@@ -37,6 +37,7 @@ from .context import ModelContext
 from .costs import Clock, PhaseCost, PhaseTotals
 from .data import Samples
 from .errors import InternalError, PrecisionError, SearchError
+from .format import cosine_text
 from .fp16 import FP16_MAX
 from .oracle import EmulationSession, LayerwiseResult, ReferenceResult
 from .oracle.stats import NodeStats
@@ -419,7 +420,7 @@ class _Prober:
             if not comparison.passed:
                 self.order.remove(i)
                 self.order.insert(0, i)
-                self.last_detail = _failure(comparison, i, len(self.feeds))
+                self.last_detail = _failure(comparison, i, len(self.feeds), self.tolerance)
                 return False, self.last_detail
         return True, ""
 
@@ -428,16 +429,16 @@ class _Prober:
         per_sample = [self._compare(plan, i) for i in range(len(self.feeds))]
         failing = [i for i, c in enumerate(per_sample) if not c.passed]
         if failing:
-            self.last_detail = _failure(per_sample[failing[0]], failing[0], len(self.feeds))
+            self.last_detail = _failure(per_sample[failing[0]], failing[0], len(self.feeds), self.tolerance)
         return merge_comparisons(per_sample, ORACLE)
 
 
-def _failure(comparison: Comparison, sample: int, samples: int) -> str:
+def _failure(comparison: Comparison, sample: int, samples: int, tolerance: Tolerance) -> str:
     bad = next(m for m in comparison.outputs if not m.passed)
     what = (
         f"{bad.new_nonfinite} new NaN/Inf"
         if bad.new_nonfinite
-        else f"max abs err {bad.max_abs_err:.3g}, cosine {bad.cosine:.4f}"
+        else f"max abs err {bad.max_abs_err:.3g}, cosine {cosine_text(bad.cosine, tolerance.min_cosine)}"
     )
     where = f"sample {sample}, " if samples > 1 else ""
     return f"{where}output '{bad.name}' {what}"

@@ -17,7 +17,7 @@ from .compare import Comparison, Tolerance, compare_samples
 from .context import load_model
 from .data import Samples, SampleSpec, load_samples
 from .errors import ModelLoadError
-from .format import number
+from .format import cosine_text, number
 from .vocab import OracleName
 
 
@@ -27,6 +27,7 @@ class CheckResult:
     candidate: str
     comparison: Comparison
     samples: Samples
+    tolerance: Tolerance = Tolerance()
 
     @property
     def passed(self) -> bool:
@@ -43,7 +44,7 @@ class CheckResult:
                f"samples: {len(self.samples.feeds)} ({self.samples.source})"]
         for m in self.comparison.outputs:
             line = (f"  {m.name}: max abs err {number(m.max_abs_err)}, max rel err {number(m.max_rel_err)}, "
-                    f"cosine {m.cosine:.6f}")
+                    f"cosine {cosine_text(m.cosine, self.tolerance.min_cosine)}")
             if m.new_nonfinite:
                 line += f", {m.new_nonfinite} new NaN/Inf"
             out.append(line + ("  pass" if m.passed else "  FAIL"))
@@ -79,7 +80,7 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
     comparison = compare_samples(
         refs, oracle_lib.select.only_reference_outputs(cands, refs), tol, cands.oracle
     )
-    return CheckResult(model_path, candidate_path, comparison, samples)
+    return CheckResult(model_path, candidate_path, comparison, samples, tol)
 
 
 def _check_outputs_match(

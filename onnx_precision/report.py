@@ -314,7 +314,7 @@ def to_markdown(report: RunReport) -> str:
         for m in comparison.outputs:
             lines.append(
                 f"| `{m.name}` | {number(m.max_abs_err)} | {number(m.max_rel_err)} | "
-                f"{cosine_text(m.cosine)} | "
+                f"{cosine_text(m.cosine, _min_cosine(report))} | "
                 f"{m.new_nonfinite} | {'pass' if m.passed else 'FAIL'} |"
             )
     if report.phases:
@@ -351,7 +351,7 @@ def summary_lines(report: RunReport, report_paths: Sequence[str] = ()) -> list[s
         "FP32 pins " + _pins_line(report) if report.fp32_nodes else "FP32 pins: none",
     ]
     for key, comparison in _comparisons(report):
-        lines.append(f"{key}: {_comparison_line(comparison)}")
+        lines.append(f"{key}: {_comparison_line(comparison, _min_cosine(report))}")
     cost = (
         f"cost: {report.sessions_built} session(s){_helpers(report)}, {report.probes_run} probe(s), "
         f"{report.seconds:.2f} s"
@@ -372,13 +372,18 @@ def _pins_line(report: RunReport, limit: int = 6) -> str:
     return f"({len(names)}): " + ", ".join(parts) + more
 
 
-def _comparison_line(comparison: Comparison) -> str:
+def _min_cosine(report: RunReport) -> float | None:
+    return report.tolerance.min_cosine if report.tolerance is not None else None
+
+
+def _comparison_line(comparison: Comparison, min_cosine: float | None = None) -> str:
     verdict = "pass" if comparison.passed else "FAIL"
     worst = _worst_output(comparison.outputs)
     if worst is None:
         return verdict
     detail = (
-        f"worst {worst.name}: max abs err {number(worst.max_abs_err)}, cosine {cosine_text(worst.cosine)}"
+        f"worst {worst.name}: max abs err {number(worst.max_abs_err)}, "
+        f"cosine {cosine_text(worst.cosine, min_cosine)}"
     )
     if worst.new_nonfinite:
         detail += f", {worst.new_nonfinite} new NaN/Inf"
