@@ -300,8 +300,8 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
     start = time.perf_counter()
     plan = ctx.resolve(ctx.all_fp16_plan())
     warnings = list(samples.warnings)
-    if not any(t.has_float for t in ctx.typing.values()):
-        warnings.append("the model computes nothing in float32 (already FP16?): there is nothing to analyse")
+    if ctx.nothing_to_convert:
+        warnings.append(f"{ctx.nothing_to_convert}: there is nothing to analyse")
     with oracle.blame(ctx, samples):
         # Two runs per sample only: a switch graph without groups builds faster than it runs slower.
         session = oracle.EmulationSession(ctx, group_size=1)

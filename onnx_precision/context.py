@@ -72,6 +72,15 @@ class ModelContext:
         return typing_rules.model_typing(self.model, self.types)
 
     @cached_property
+    def nothing_to_convert(self) -> str:
+        """Why no node of the model computes in float32, or "" when some do."""
+        if any(t.has_float for t in self.typing.values()):
+            return ""
+        if any(typing_rules.elem_type(t) == onnx.TensorProto.FLOAT16 for t in self.types.values()):
+            return "the model computes nothing in float32 (already FP16?)"
+        return "the model has no float32 tensors (float64, integer and other tensors stay as they are)"
+
+    @cached_property
     def constants(self) -> dict[str, onnx.TensorProto]:
         """Tensor name -> value of every initializer and Constant output, subgraphs included."""
         return typing_rules.constant_values(self.model)

@@ -66,6 +66,7 @@ class ConvertResult:
     auto: AutoResult | None = None  # static/auto modes
     report: RunReport | None = None  # static/auto modes (verified output)
     report_paths: tuple[str, ...] = ()
+    nothing_to_convert: str = ""  # why no node computes in float32 ("" when some do)
 
     @property
     def all_warnings(self) -> tuple[str, ...]:
@@ -83,8 +84,14 @@ class ConvertResult:
     def summary_lines(self) -> list[str]:
         plan = self.plan
         fp32 = plan.fp32_nodes
+        if self.nothing_to_convert:
+            if self.report is None:
+                return [f"{self.output_path}: nothing to convert ({self.nothing_to_convert}); written with "
+                        f"no precision changed"]
+            from .report import summary_lines  # its FP16 line says why
+            return [f"{self.output_path}: nothing to convert; written with no precision changed"] + \
+                summary_lines(self.report, self.report_paths)
         lines = [
-
             f"{self.output_path}: {len(plan.fp16_nodes)} node(s) FP16, {len(fp32)} FP32, "
             f"{self.rewrite.casts_added} Cast(s) added, {self.rewrite.initializers_converted} initializer(s) "
             f"converted, {self.rewrite.initializers_duplicated} kept in both precisions"]
@@ -187,6 +194,8 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     if ctx.renamed:
         logger.debug("named %d unnamed node(s) (node_of_<first output>)", len(ctx.renamed))
     plan, warnings = base_plan(ctx, options)
+    if ctx.nothing_to_convert:
+        warnings.append(f"{ctx.nothing_to_convert}: nothing to convert")
     if not measuring and (options.report_json or options.report_md):
         warnings.append("--report/--report-md apply to --mode static and auto (which verify); "
                         "no report written")
@@ -224,7 +233,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     if auto_result is None:
         outputs.commit()
         return ConvertResult(model_path, output_path, result.plan, result, tuple(warnings),
-                             (output_path,) + texts)
+                             (output_path,) + texts, nothing_to_convert=ctx.nothing_to_convert)
     from . import oracle
 
     write = PhaseCost("write", time.perf_counter() - started)
@@ -246,7 +255,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     paths = _stage_reports(report, options, outputs)
     outputs.commit()
     return ConvertResult(model_path, output_path, result.plan, result, tuple(warnings),
-                         (output_path,) + texts + paths, auto_result, report, paths)
+                         (output_path,) + texts + paths, auto_result, report, paths, ctx.nothing_to_convert)
 
 
 def _report(ctx: ModelContext, output_path: str | None, plan: PrecisionPlan, options: ConvertOptions,
@@ -257,7 +266,14 @@ def _report(ctx: ModelContext, output_path: str | None, plan: PrecisionPlan, opt
 
     return report_lib.for_conversion(ctx, output_path, plan, auto_result.samples, options.tolerance,
                                      options.mode, options.oracle, auto_result, verified, native, phases,
-                                     warnings or (), helpers, default_load)
+                                     warnings or (), helpers, default_load, _before_plan(options))
+
+
+def _before_plan(options: ConvertOptions) -> str:
+    """What the search's "before" measured: all FP16, or the plan the user's options made of it."""
+    flags = [flag for flag, given in (("--plan", options.plan_path), ("--keep-fp32", options.keep_fp32),
+                                      ("--keep-fp32-op", options.keep_fp32_ops)) if given]
+    return f"your plan, from {', '.join(flags)}" if flags else "all FP16"
 
 
 def _stage_reports(report: RunReport, options: ConvertOptions, outputs: storage.Outputs) -> tuple[str, str]:

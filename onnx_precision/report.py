@@ -53,13 +53,15 @@ class RunReport(PhaseTotals):
     tolerance: Tolerance | None = None
     node_flops: Mapping[str, float] = field(default_factory=dict)
     node_stats: Mapping[str, NodeStats] = field(default_factory=dict)
-    before: Comparison | None = None  # all-FP16 plan, emulated
+    before: Comparison | None = None  # the plan the search starts from (before_plan), emulated
     after: Comparison | None = None  # the chosen plan, emulated
     verified: Comparison | None = None  # the written model, emulated
     native: Comparison | None = None  # the written model on a GPU provider (--oracle cuda/tensorrt)
     phases: tuple[PhaseCost, ...] = ()
     headroom: float | None = None
     helper_sessions: int = 0  # small sessions (FP16 kernel probes, fast casts) built during the run
+    nothing_to_convert: str = ""  # why no node computes in float32 ("" when some do)
+    before_plan: str = "all FP16"  # what "before" measured: all FP16, or the user's plan
 
     @property
     def fp32_nodes(self) -> tuple[str, ...]:
@@ -92,11 +94,13 @@ def for_conversion(
     warnings: Sequence[str] = (),
     helper_sessions: int = 0,
     default_load: str = "",
+    before_plan: str = "all FP16",
 ) -> RunReport:
     """The report of one ``convert``: ``auto_result`` (an :class:`onnx_precision.auto.AutoResult`)
     brings the search's comparisons, statistics and costs; ``phases`` add the writing and the
     verification. Without a search, the status is the verification's. ``default_load`` is what
-    went wrong loading the written model with onnxruntime's default options ("" when it loads)."""
+    went wrong loading the written model with onnxruntime's default options ("" when it loads);
+    ``before_plan`` names the plan the "before" comparison measured."""
     status: Status
     if auto_result is not None:
         status, message = auto_result.status, auto_result.message
@@ -136,6 +140,8 @@ def for_conversion(
         phases=(tuple(auto_result.phases) if auto_result is not None else ()) + tuple(phases),
         headroom=auto_result.headroom if auto_result is not None else None,
         helper_sessions=helper_sessions,
+        nothing_to_convert=ctx.nothing_to_convert,
+        before_plan=before_plan,
     )
 
 
@@ -177,12 +183,14 @@ def to_json(report: RunReport) -> dict:
                 "min_cosine": report.tolerance.min_cosine,
             },
             "headroom": report.headroom,
-            "fp16_share": {
+            "fp16_share": None if _share_withheld(report) else {
                 "nodes": report.fp16_node_share(),
                 "flops": report.fp16_flop_share(),
                 "fp16_nodes": len(report.plan.fp16_nodes),
                 "total_nodes": len(report.plan.decisions),
             },
+            "nothing_to_convert": report.nothing_to_convert or None,
+            "before_plan": report.before_plan,
             "pinned": [_pin_json(report, name) for name in report.fp32_nodes],
             "outputs": {key: _comparison_json(c) for key, c in _comparisons(report)},
             "cost": {
@@ -249,8 +257,31 @@ def _samples_note(report: RunReport) -> str:
 # --- Markdown ---------------------------------------------------------------------------------------
 
 
+def _share_withheld(report: RunReport) -> str:
+    """Why the report gives no FP16 share ("" when it does): no model was written, or nothing in
+    it could be FP16."""
+    if report.output is None:
+        return "none, no model written"
+    if report.nothing_to_convert:
+        return f"nothing to convert: {report.nothing_to_convert}"
+    return ""
+
+
+def _share_text(report: RunReport) -> str:
+    withheld = _share_withheld(report)
+    if withheld:
+        return withheld
+    return (f"{len(report.plan.fp16_nodes)}/{len(report.plan.decisions)} nodes "
+            f"({_pct(report.fp16_node_share())}), {_pct(report.fp16_flop_share())} of estimated FLOPs")
+
+
+def _title(report: RunReport, key: str) -> str:
+    if key == "before":
+        return f"Before: {report.before_plan} (emulated)"
+    return _COMPARISON_TITLES[key]
+
+
 _COMPARISON_TITLES = {
-    "before": "Before: all FP16 (emulated)",
     "after": "After: the chosen plan (emulated)",
     "verified": "Verified: the written model (emulated)",
     "native": "Native run of the written model",
@@ -280,8 +311,7 @@ def to_markdown(report: RunReport) -> str:
         lines.append("- headroom: off (only the search pins)")
     lines += [f"- warning: {w}" for w in report.warnings]
     lines += [
-        f"- FP16 share: {len(report.plan.fp16_nodes)}/{len(report.plan.decisions)} nodes "
-        f"({_pct(report.fp16_node_share())}), {_pct(report.fp16_flop_share())} of estimated FLOPs",
+        f"- FP16 share: {_share_text(report)}",
         f"- cost: {report.sessions_built} onnxruntime session(s) of the model{_helpers(report)}, "
         f"{report.probes_run} probe(s), {report.seconds:.2f} s",
         "",
@@ -302,11 +332,11 @@ def to_markdown(report: RunReport) -> str:
                 f"{number(stats.layerwise_error)} |"
             )
     else:
-        lines.append("None: every node runs in FP16.")
+        lines.append("None." if report.nothing_to_convert else "None: every node runs in FP16.")
     for key, comparison in _comparisons(report):
         lines += [
             "",
-            f"## {_COMPARISON_TITLES[key]}: {'pass' if comparison.passed else 'FAIL'} ({comparison.oracle})",
+            f"## {_title(report, key)}: {'pass' if comparison.passed else 'FAIL'} ({comparison.oracle})",
             "",
             "| output | max abs err | max rel err | cosine | new NaN/Inf | |",
             "|---|---|---|---|---|---|",
@@ -346,12 +376,13 @@ def summary_lines(report: RunReport, report_paths: Sequence[str] = ()) -> list[s
         f"{report.model}{target}: {report.status}" + (f" ({report.message})" if report.message else ""),
         f"mode {report.mode}, oracle {report.oracle}, {report.sample_count} sample(s): "
         f"{report.samples_source}",
-        f"FP16: {len(report.plan.fp16_nodes)}/{len(report.plan.decisions)} nodes "
-        f"({_pct(report.fp16_node_share())}), {_pct(report.fp16_flop_share())} of estimated FLOPs",
+        f"FP16: {_share_text(report)}",
         "FP32 pins " + _pins_line(report) if report.fp32_nodes else "FP32 pins: none",
     ]
     for key, comparison in _comparisons(report):
-        lines.append(f"{key}: {_comparison_line(comparison, _min_cosine(report))}")
+        user_plan = key == "before" and report.before_plan != "all FP16"
+        label = f"before ({report.before_plan})" if user_plan else key
+        lines.append(f"{label}: {_comparison_line(comparison, _min_cosine(report))}")
     cost = (
         f"cost: {report.sessions_built} session(s){_helpers(report)}, {report.probes_run} probe(s), "
         f"{report.seconds:.2f} s"

@@ -133,3 +133,61 @@ def test_a_failing_cosine_prints_the_digits_that_show_it_fails(tmp_path, capsys)
     ref, cand, data = _identity_and_shifted(tmp_path, 1e-3)  # cosine 0.9999995: "1.000000" at 6 decimals
     assert main(["check", ref, cand, "--inputs", data, "--min-cosine", "1"]) == 1
     assert "cosine 0.9999995  FAIL" in capsys.readouterr().out
+
+
+# --- items 10-13: nothing to convert, already FP16, no share without a model, the user's "before" -------
+
+def _report(tmp_path, name: str = "o") -> tuple[dict, str]:
+    return (json.loads((tmp_path / f"{name}.report.json").read_text()),
+            (tmp_path / f"{name}.report.md").read_text())
+
+
+@pytest.mark.parametrize("elem", [TensorProto.INT64, TensorProto.DOUBLE])
+@pytest.mark.parametrize("mode", ["all-fp16", "auto"])
+def test_a_model_without_float32_says_nothing_to_convert(tmp_path, capsys, elem, mode):
+    nodes = [N("Add", ["x", "x"], ["h"], name="add"), N("Neg", ["h"], ["y"], name="neg")]
+    path = _save(tmp_path, _model(nodes, [_vi("x", elem)], [_vi("y", elem)]))
+    out = str(tmp_path / "o.onnx")
+    assert main(["convert", path, "-o", out, "--mode", mode]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith(f"{out}: nothing to convert")
+    assert "the model has no float32 tensors" in captured.out and "%)" not in captured.out
+    assert "onnx-precision: warning: the model has no float32 tensors" in captured.err
+    if mode == "auto":
+        report, markdown = _report(tmp_path)
+        assert report["fp16_share"] is None and "no float32 tensors" in report["nothing_to_convert"]
+        assert "- FP16 share: nothing to convert: the model has no float32 tensors" in markdown
+        assert "every node runs in FP16" not in markdown
+
+
+def test_an_fp16_model_warns_it_is_already_fp16(tmp_path, capsys):
+    path = _save(tmp_path, _model([N("Relu", ["x"], ["y"], name="r")], [_vi("x", TensorProto.FLOAT16)],
+                                  [_vi("y", TensorProto.FLOAT16)]))
+    assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--mode", "all-fp16"]) == 0
+    assert "warning: the model computes nothing in float32 (already FP16?): nothing to convert" in \
+        capsys.readouterr().err
+
+
+def test_a_run_that_writes_no_model_gives_no_fp16_share(tmp_path, capsys):
+    # the FP32 model itself is non-finite: no model is written, only the report
+    path = _save(tmp_path, _model([N("Log", ["x"], ["y"], name="log")], [_vi("x")], [_vi("y")]))
+    np.savez(tmp_path / "x.npz", x=-np.ones((2, 4), np.float32))
+    out = str(tmp_path / "o.onnx")
+    assert main(["convert", path, "-o", out, "--inputs", str(tmp_path / "x.npz")]) == 1
+    assert "FP16" not in capsys.readouterr().out
+    report, markdown = _report(tmp_path)
+    assert report["status"] == "fp32-nonfinite" and report["fp16_share"] is None
+    assert "- FP16 share: none, no model written" in markdown and "100.0%" not in markdown
+
+
+def test_the_before_section_of_a_user_plan_is_labelled_so(tmp_path, capsys):
+    path = _relu_exp(tmp_path)
+    out = str(tmp_path / "o.onnx")
+    assert main(["convert", path, "-o", out, "--keep-fp32", "^e$"]) == 0
+    assert "\nbefore (your plan, from --keep-fp32): pass" in capsys.readouterr().out
+    report, markdown = _report(tmp_path)
+    assert report["before_plan"] == "your plan, from --keep-fp32"
+    assert "## Before: your plan, from --keep-fp32 (emulated): pass" in markdown
+    assert "all FP16" not in markdown
+    assert main(["convert", path, "-o", out, "-q"]) == 0
+    assert "## Before: all FP16 (emulated)" in _report(tmp_path)[1]
