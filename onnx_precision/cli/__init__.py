@@ -11,6 +11,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from .. import __version__
 from ..errors import PrecisionError
 from . import analyze, check, convert
 from .common import one_line
@@ -21,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="onnx-precision",
         description="Convert an FP32 ONNX model to a safe FP16 model and prove it.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (convert, analyze, check):
         module.add_parser(sub)
