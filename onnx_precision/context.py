@@ -131,6 +131,8 @@ def load_model(path: str, custom_op_libraries: tuple[str, ...] = ()) -> ModelCon
         raise ModelLoadError(
             f"{path}: not an ONNX model (protobuf does not parse; truncated or another format)"
         ) from e
+    except PermissionError:
+        raise ModelLoadError(f"{path}: permission denied") from None
     except (OSError, ValueError) as e:
         raise ModelLoadError(f"{path}: cannot load: {e}") from e
     if not model.graph.node and not model.graph.output:

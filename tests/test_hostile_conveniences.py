@@ -122,3 +122,14 @@ def test_unreadable_sample_data_says_permission_denied(tmp_path, capsys, monkeyp
     assert main(["convert", path, "-o", str(out / "o.onnx"), "--inputs", str(tmp_path / "d.npz")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"onnx-precision: error: {tmp_path / 'd.npz'}: permission denied"]
+
+
+def test_an_unreadable_model_says_permission_denied(tmp_path, capsys, monkeypatch):
+    path = _embedding(tmp_path)
+
+    def denied(file, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", file)
+
+    monkeypatch.setattr(onnx, "load", denied)
+    assert main(["analyze", path]) == 2
+    assert capsys.readouterr().err.strip() == f"onnx-precision: error: {path}: permission denied"
