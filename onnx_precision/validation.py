@@ -128,9 +128,11 @@ def _check_versions(model: onnx.ModelProto, path: str) -> None:
     if model.ir_version > onnx.IR_VERSION:
         raise ModelLoadError(f"{path}: IR version {model.ir_version} is newer than this onnx supports "
                              f"({onnx.IR_VERSION}); export with an older IR version or upgrade onnx")
-    if not any(is_onnx_domain(o.domain) for o in model.opset_import):
-        raise ModelLoadError(f"{path}: the model imports no ai.onnx opset (its opset_import is empty or "
-                             f"lacks the default domain: a truncated or hand-edited file?)")
+    # Only an empty list is wrong: a model of other domains alone (training ops) imports none of
+    # ai.onnx, and the rewriter adds it when it needs Casts.
+    if not model.opset_import:
+        raise ModelLoadError(f"{path}: the model imports no opset (its opset_import is empty: a truncated "
+                             f"or hand-edited file?)")
     newest = onnx.defs.onnx_opset_version()
     opset = onnx_opset(model)
     if opset > newest:
