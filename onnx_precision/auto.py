@@ -25,39 +25,40 @@ the report says whether that plan happens to pass).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import oracle, rules
-from .compare import Comparison, Tolerance, compare_outputs, merge_comparisons
+from .compare import Comparison, Tolerance
 from .context import ModelContext
 from .costs import Clock, PhaseCost, PhaseTotals
 from .data import Samples
 from .errors import InternalError, PrecisionError, SearchError
-from .format import cosine_text
+from .flops import estimate_flops
 from .fp16 import FP16_MAX
 from .oracle import EmulationSession, LayerwiseResult, ReferenceResult
 from .oracle.stats import NodeStats
 from .plan import PrecisionPlan, Reason
-from .search import PinSearch, SearchOutcome
+from .probing import Prober
+from .search import SearchOutcome
+from .searching import FlopShare, Progress, SearchBudget, is_diffuse, run_search, widen_order
+from .tradeoff import PlanPoint
 from .vocab import MeasuringMode, ReasonSource, Status
 
 log = logging.getLogger(__name__)
 
 DEFAULT_HEADROOM = 2.0
-ORACLE = "emulate"
 # A tensor is "flushed" when this share of its nonzero values rounds to zero in FP16: beyond
 # isolated denormals, enough to change a sum, a norm or a Log.
 FLUSH_SHARE = 0.01
 
-Progress = Callable[[str, int, int], None]  # (phase, probes done, estimated probes left)
 
 PASSED: Status = "passed"
 FAILED: Status = "failed"
 FP32_NONFINITE: Status = "fp32-nonfinite"
+NO_BUDGET = SearchBudget()
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,9 @@ class AutoResult(PhaseTotals):
     reference_outputs: tuple[dict[str, np.ndarray], ...]  # FP32 graph outputs per sample
     headroom: float
     samples: Samples  # what every probe ran on (the verification runs the written model on them)
+    node_flops: Mapping[str, float] = field(default_factory=dict)  # estimated, at the first sample's shapes
+    points: tuple[PlanPoint, ...] = ()  # every plan the search evaluated (the trade-off)
+    notes: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -94,11 +98,11 @@ class AutoResult(PhaseTotals):
 
 def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
                 tolerance: Tolerance, headroom: float = DEFAULT_HEADROOM, mode: MeasuringMode = "auto",
-                progress: Progress | None = None) -> AutoResult:
+                progress: Progress | None = None, budget: SearchBudget = NO_BUDGET) -> AutoResult:
     """Pick the plan for ``ctx``'s model starting from ``base_plan`` (see the module docstring).
 
     ``headroom`` 0 turns headroom pins off; otherwise it must be at least 1 (1: pin only what
-    overflows on the samples).
+    overflows on the samples). ``budget`` bounds the search (see :class:`SearchBudget`).
     """
     if headroom != 0 and not headroom >= 1.0:
         raise PrecisionError(f"--headroom {headroom:g}: must be 0 (off) or at least 1 "
@@ -110,23 +114,25 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
         reference = oracle.reference_stats(session, samples)
         phase.count(session, probes=1)
     graph = _Graph.of(ctx)
-    run = _Run(mode, headroom, clock, session, reference, _node_stats(graph, reference.stats), samples)
+    shapes = {k: np.shape(v) for k, v in samples.feeds[0].items()} if samples.feeds else {}
+    flops = estimate_flops(ctx.model, shapes)
+    run = _Run(mode, headroom, clock, session, reference, _node_stats(graph, reference.stats), samples, flops)
 
     nonfinite = _fp32_nonfinite_message(reference)
-    if nonfinite:
+    if nonfinite and not tolerance.allow_fp32_nonfinite:
         return run.finish(user, FP32_NONFINITE, nonfinite)
 
     base = user
     for node, reason in headroom_pins(graph, user, reference.stats, headroom).items():
         base = base.with_fp32([node], reason)
     flagged = _flagged(ctx, graph, user, reference, static=mode == "static")
-    prober = _Prober(session, samples.feeds, reference.outputs, tolerance)
+    prober = Prober(session, samples.feeds, reference.outputs, tolerance)
     with clock.phase("before") as phase:
         before = prober.comparison(user)
         phase.count(session, probes=1)
     if mode == "static":
         return _static(run, prober, base, flagged, before)
-    return _search(run, prober, graph, samples, user, base, flagged, before, progress)
+    return _search(run, prober, ctx, graph, user, base, flagged, before, progress, budget)
 
 
 @dataclass
@@ -140,16 +146,19 @@ class _Run:
     reference: ReferenceResult
     stats: Mapping[str, NodeStats]
     samples: Samples
+    flops: Mapping[str, float]
 
     def finish(self, plan: PrecisionPlan, status: Status, message: str, before: Comparison | None = None,
                after: Comparison | None = None, outcome: SearchOutcome | None = None,
-               layer: LayerwiseResult | None = None) -> AutoResult:
+               layer: LayerwiseResult | None = None, points: tuple[PlanPoint, ...] = (),
+               notes: tuple[str, ...] = ()) -> AutoResult:
         node_stats = self.stats if layer is None else _with_layerwise(self.stats, layer)
         return AutoResult(plan, status, message, self.mode, before, after, node_stats, self.clock.phases(),
-                          outcome, tuple(self.reference.outputs), self.headroom, self.samples)
+                          outcome, tuple(self.reference.outputs), self.headroom, self.samples, self.flops,
+                          points, notes)
 
 
-def _static(run: _Run, prober: _Prober, base: PrecisionPlan, flagged: Mapping[str, list[Reason]],
+def _static(run: _Run, prober: Prober, base: PrecisionPlan, flagged: Mapping[str, list[Reason]],
             before: Comparison) -> AutoResult:
     plan = _with_reasons(base, flagged, flagged)
     with run.clock.phase("static") as phase:
@@ -161,9 +170,9 @@ def _static(run: _Run, prober: _Prober, base: PrecisionPlan, flagged: Mapping[st
     return run.finish(plan, FAILED, message, before, after)
 
 
-def _search(run: _Run, prober: _Prober, graph: _Graph, samples: Samples, user: PrecisionPlan,
-            base: PrecisionPlan,
-            flagged: Mapping[str, list[Reason]], before: Comparison, progress: Progress | None) -> AutoResult:
+def _search(run: _Run, prober: Prober, ctx: ModelContext, graph: _Graph, user: PrecisionPlan,
+            base: PrecisionPlan, flagged: Mapping[str, list[Reason]], before: Comparison,
+            progress: Progress | None, budget: SearchBudget) -> AutoResult:
     session, clock = run.session, run.clock
     with clock.phase("start") as phase:
         if base.fp32_nodes == user.fp32_nodes:
@@ -179,8 +188,9 @@ def _search(run: _Run, prober: _Prober, graph: _Graph, samples: Samples, user: P
                 after = prober.comparison(plan)
                 phase.count(session, probes=1)
         return run.finish(plan, PASSED, "", before, after)
+    start_errors = dict(prober.last_errors)
     with clock.phase("layerwise") as phase:
-        layer = oracle.layerwise(session, base, samples)
+        layer = oracle.layerwise(session, base, run.samples)
         phase.count(session, probes=1)
     searchable = [n for n in graph.order if n in session.switchable and base.is_fp16(n)]
     flagged_nodes = set(flagged) | set(layer.first_divergence)
@@ -188,36 +198,22 @@ def _search(run: _Run, prober: _Prober, graph: _Graph, samples: Samples, user: P
     # Largest layerwise error first; nodes the layerwise run does not see (subgraphs) last.
     searchable_set = set(searchable)
     ranked = [n for n in layer.ranked() if n in searchable_set]
-    widen = [n for n in ranked + searchable if n not in flagged_nodes]
-
-    with clock.phase("search") as phase:
-        search = PinSearch(candidates, widen, start_failed=detail)
-        while (pinned := search.select()) is not None:
-            passed, detail = prober.passes(base.with_fp32(pinned, _SEARCH_PROBE))
-            log.debug("probe %d (%s): %d pinned -> %s%s", search.probes_run, search.phase, len(pinned),
-                      "pass" if passed else "fail", f" ({detail})" if detail else "")
-            search.step(passed, detail)
-            if progress is not None:
-                progress("search", search.probes_run, search.remaining)
-        outcome = search.outcome()
-        phase.count(session, probes=outcome.probes_run - 1)  # the start probe is counted above
-
-    if not outcome.passed:
-        message = ("even with every float node in FP32 the emulated outputs are out of tolerance "
-                   f"({prober.last_detail}); check the tolerance (--atol/--rtol/--min-cosine) "
-                   "and the samples")
-        return run.finish(base, FAILED, message, before, None, outcome, layer)
-    plan = base
-    for verdict in outcome.verdicts:
-        plan = plan.with_fp32([verdict.node], Reason(
-            "search", f"un-pinning it fails: {verdict.detail} (probe {verdict.probe})"))
-    plan = _with_reasons(plan, plan.fp32_nodes, flagged)
+    others = [n for n in dict.fromkeys(ranked + searchable) if n not in flagged_nodes]
+    prober.last_errors = start_errors
+    diffuse = is_diffuse(flagged, layer, before)
+    found = run_search(prober, session, clock, base, candidates, widen_order(others, ctx.node_ops),
+                       (False, detail), FlopShare(run.flops, graph.order), budget, diffuse, progress)
+    if found.plan is None:
+        return run.finish(base, FAILED, found.message, before, None, found.outcome, layer, found.points,
+                          found.notes)
+    plan = _with_reasons(found.plan, found.plan.fp32_nodes, flagged)
     with clock.phase("after") as phase:
         after = prober.comparison(plan)
         phase.count(session, probes=1)
     if not after.passed:  # the search keeps only sets that passed: this would be an oracle bug
         raise InternalError("the searched plan passed during the search but fails on re-evaluation")
-    return run.finish(plan, PASSED, "", before, after, outcome, layer)
+    return run.finish(plan, PASSED, found.message, before, after, found.outcome, layer, found.points,
+                      found.notes)
 
 
 def _with_reasons(plan: PrecisionPlan, nodes, flagged: Mapping[str, list[Reason]]) -> PrecisionPlan:
@@ -226,9 +222,6 @@ def _with_reasons(plan: PrecisionPlan, nodes, flagged: Mapping[str, list[Reason]
         for reason in flagged.get(node, ()):
             plan = plan.with_fp32([node], reason)
     return plan
-
-
-_SEARCH_PROBE = Reason("search", "probe")
 
 
 # --- the model as a graph of names ------------------------------------------------------------------
@@ -383,65 +376,6 @@ def _fp32_nonfinite_message(reference: ReferenceResult) -> str:
             reference.first_nonfinite,
         )
     return ""
-
-
-def _graph_outputs(session: EmulationSession, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {name: values[name] for name in session.outputs}
-
-
-# --- probing ---------------------------------------------------------------------------------------
-
-
-class _Prober:
-    """Does a plan pass every sample? Stops at the first failing sample and tries it first next
-    time: the sample that broke the last probe is the likeliest to break the next."""
-
-    def __init__(
-        self,
-        session: EmulationSession,
-        feeds: Sequence[Mapping[str, np.ndarray]],
-        refs: Sequence[Mapping[str, np.ndarray]],
-        tolerance: Tolerance,
-    ) -> None:
-        self.session = session
-        self.feeds = feeds
-        self.refs = refs
-        self.tolerance = tolerance
-        self.order = list(range(len(feeds)))
-        self.last_detail = ""
-
-    def _compare(self, plan: PrecisionPlan, i: int) -> Comparison:
-        out = _graph_outputs(self.session, self.session.run(plan, self.feeds[i]))
-        return compare_outputs(self.refs[i], out, self.tolerance, ORACLE)
-
-    def passes(self, plan: PrecisionPlan) -> tuple[bool, str]:
-        for i in list(self.order):
-            comparison = self._compare(plan, i)
-            if not comparison.passed:
-                self.order.remove(i)
-                self.order.insert(0, i)
-                self.last_detail = _failure(comparison, i, len(self.feeds), self.tolerance)
-                return False, self.last_detail
-        return True, ""
-
-    def comparison(self, plan: PrecisionPlan) -> Comparison:
-        """The full comparison over every sample (for the report)."""
-        per_sample = [self._compare(plan, i) for i in range(len(self.feeds))]
-        failing = [i for i, c in enumerate(per_sample) if not c.passed]
-        if failing:
-            self.last_detail = _failure(per_sample[failing[0]], failing[0], len(self.feeds), self.tolerance)
-        return merge_comparisons(per_sample, ORACLE)
-
-
-def _failure(comparison: Comparison, sample: int, samples: int, tolerance: Tolerance) -> str:
-    bad = next(m for m in comparison.outputs if not m.passed)
-    what = (
-        f"{bad.new_nonfinite} new NaN/Inf"
-        if bad.new_nonfinite
-        else f"max abs err {bad.max_abs_err:.3g}, cosine {cosine_text(bad.cosine, tolerance.min_cosine)}"
-    )
-    where = f"sample {sample}, " if samples > 1 else ""
-    return f"{where}output '{bad.name}' {what}"
 
 
 def pinned_by(plan: PrecisionPlan, source: ReasonSource) -> tuple[str, ...]:

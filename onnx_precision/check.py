@@ -9,16 +9,23 @@ that provider instead (onnxruntime-gpu needed). The result always says which ora
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
 
 from .compare import Comparison, Tolerance, compare_samples
-from .context import load_model
+from .context import ModelContext, load_model
 from .data import Samples, SampleSpec, load_samples
-from .errors import ModelLoadError
-from .format import cosine_text, number
+from .errors import ModelLoadError, PrecisionError
 from .vocab import OracleName
+
+
+class FP32NonFinite(PrecisionError):
+    """The FP32 model's outputs are NaN/Inf on the samples: FP16 is not to blame (exit 1, as convert)."""
+
+    exit_code = 1
 
 
 @dataclass(frozen=True)
@@ -27,7 +34,6 @@ class CheckResult:
     candidate: str
     comparison: Comparison
     samples: Samples
-    tolerance: Tolerance = Tolerance()
 
     @property
     def passed(self) -> bool:
@@ -42,12 +48,8 @@ class CheckResult:
         out = [f"check {self.candidate} against {self.model}",
                f"oracle: {_oracle_text(self.oracle)}",
                f"samples: {len(self.samples.feeds)} ({self.samples.source})"]
-        for m in self.comparison.outputs:
-            line = (f"  {m.name}: max abs err {number(m.max_abs_err)}, max rel err {number(m.max_rel_err)}, "
-                    f"cosine {cosine_text(m.cosine, self.tolerance.min_cosine)}")
-            if m.new_nonfinite:
-                line += f", {m.new_nonfinite} new NaN/Inf"
-            out.append(line + ("  pass" if m.passed else "  FAIL"))
+        out += [f"  {m.name}: {m.summary()}  {'pass' if m.passed else 'FAIL'}"
+                for m in self.comparison.outputs]
         out.append("PASS: within tolerance" if self.passed else "FAIL: out of tolerance or non-finite")
         return out
 
@@ -69,6 +71,8 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
 
     with oracle_lib.blame(reference, samples):
         refs = oracle_lib.run_fp32(reference, samples.feeds).outputs
+    if not tol.allow_fp32_nonfinite:
+        _refuse_fp32_nonfinite(reference, samples, refs)
     try:
         cands = oracle_lib.run_candidate(candidate, samples.feeds, oracle)
     except Exception as e:
@@ -80,7 +84,24 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
     comparison = compare_samples(
         refs, oracle_lib.select.only_reference_outputs(cands, refs), tol, cands.oracle
     )
-    return CheckResult(model_path, candidate_path, comparison, samples, tol)
+    return CheckResult(model_path, candidate_path, comparison, samples)
+
+
+def _refuse_fp32_nonfinite(reference: ModelContext, samples: Samples,
+                           refs: Sequence[Mapping[str, np.ndarray]]) -> None:
+    """Raise FP32NonFinite naming the first node that turns non-finite, as convert refuses."""
+    from . import oracle as oracle_lib
+
+    bad = next(((i, name) for i, out in enumerate(refs) for name, value in out.items()
+                if np.issubdtype(value.dtype, np.floating) and not np.isfinite(value).all()), None)
+    if bad is None:
+        return
+    node = oracle_lib.reference_stats(oracle_lib.EmulationSession(reference), samples).first_nonfinite
+    where = f" on sample {bad[0]}" if len(refs) > 1 else ""
+    at = f" (node '{node}' turns non-finite from finite inputs)" if node else ""
+    raise FP32NonFinite(f"the FP32 model itself produces NaN/Inf in output '{bad[1]}'{where}{at}; that is "
+                        f"not an FP16 problem: fix the model or the data, or pass --allow-fp32-nonfinite to "
+                        f"compare only where FP32 is finite")
 
 
 def _check_outputs_match(
@@ -109,4 +130,6 @@ def _is_initializer(model: onnx.ModelProto, name: str) -> bool:
 def _oracle_text(oracle: str) -> str:
     if oracle == "emulate":
         return "emulate (FP16 rounding emulated on CPU; onnxruntime CPU alone would hide FP16 overflow)"
+    if oracle == "reference":
+        return "reference (onnx.reference: FP16 arithmetic inside every op, a pessimistic bound)"
     return f"{oracle} (the candidate run natively by onnxruntime's {oracle} provider)"

@@ -1,51 +1,35 @@
-"""Comparing outputs against the FP32 reference: metrics and a pass/fail under a tolerance.
+"""Comparing outputs against the FP32 reference: error statistics and a verdict per output.
 
-An output passes when all three hold on every sample:
+:func:`compare_array` computes every statistic of one output in one vectorised pass (max, mean and
+quantiles of ``|err|``, relative RMS error over the output and over its slices, cosine, elements
+outside ``atol + rtol·|ref|``, new NaN/Inf) and asks :func:`onnx_precision.verdict.judge` whether
+it passes; :mod:`onnx_precision.verdict` says why the default check is what it is.
 
-* ``max |cand - ref| <= atol + rtol * max |ref|``: the error is judged against the output's
-  magnitude, not element by element. FP16 stores about 11 significant bits, so every value carries
-  a relative rounding error up to 2**-11 (4.9e-4) of *its own* size, and errors that flow through
-  sums land on elements near zero: an element-wise relative test fails on outputs that are fine
-  (a LayerNorm output crossing zero), while a scale-relative one does not. ``rtol=1e-2`` leaves
-  room for roundings accumulating through a network: a 12-layer BERT-style encoder that is fine
-  in FP16 measures 3-4e-3 (scripts/bench_oracle.py's transformer without outliers, all nodes
-  FP16), one whose activations overflow measures > 1. ``atol=1e-3`` covers outputs whose
-  magnitude is itself near zero.
-* cosine similarity to the FP32 output ``>= min_cosine`` (0.999): a systematic distortion (a
-  collapsed normalisation, saturated softmax) lowers it even when the largest error is small
-  (the fine FP16 encoder above: 0.999997; the overflowing one: 0.11).
-* no NaN/Inf where FP32 is finite (``new_nonfinite == 0``): overflow is never within tolerance.
-  Where FP32 itself is non-finite the FP32 model is at fault, not FP16; those elements are left
-  out of every metric.
-
-Non-float outputs (indices, masks) must match exactly. Over several samples each metric is the
-worst case, and an output passes only if it passes on every sample.
+Where FP32 itself is non-finite the FP32 model is at fault, not FP16: those elements are left out
+of every statistic and counted in ``fp32_nonfinite``. Non-float outputs (indices, masks) must match
+exactly. Over several samples each statistic is the worst case (counts are summed) and an output
+passes only if it passes on every sample.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import numpy as np
 
-from .format import json_float
-
-# Outputs are float32: a cosine that should be 1 lands an ulp or two below it (0.99999994), so a
-# minimum cosine is met within a few float32 ulps (--min-cosine 1 can pass).
-COSINE_SLACK = 4 * float(np.finfo(np.float32).epsneg)
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    atol: float = 1e-3
-    rtol: float = 1e-2
-    min_cosine: float = 0.999
+from . import task_checks
+from .format import json_float, number
+from .task_checks import TaskResult
+from .verdict import SLICE_MIN_ELEMENTS, Tolerance, judge
 
 
 @dataclass(frozen=True)
 class OutputMetrics:
-    """One output's comparison. ``max_rel_err`` is ``max_abs_err / max |ref|`` (scale-relative)."""
+    """One output's comparison with FP32. Errors are ``|cand - ref|`` over the elements where both
+    are finite; ``max_rel_err`` is ``max_abs_err / max|ref|`` (scale-relative), ``rel_rms_err``
+    ``‖cand - ref‖ / ‖ref‖``; slices are defined in :mod:`onnx_precision.verdict`."""
 
     name: str
     max_abs_err: float
@@ -53,11 +37,70 @@ class OutputMetrics:
     cosine: float
     new_nonfinite: int  # NaN/Inf in the candidate where the reference is finite
     passed: bool
+    rel_rms_err: float = 0.0
+    worst_slice_rel_rms: float = 0.0
+    worst_slice_at: tuple[int, ...] = ()  # index of the worst slice's first element
+    worst_slice_size: int = 0  # its elements
+    slices: int = 0
+    mean_abs_err: float = 0.0
+    p50_abs_err: float = 0.0
+    p99_abs_err: float = 0.0
+    p999_abs_err: float = 0.0
+    quantile: float = 0.99  # the quantile of |err| in quantile_abs_err (the tolerance's error_quantile)
+    quantile_abs_err: float = 0.0
+    ref_max_abs: float = 0.0
+    outside_bound: int = 0  # elements outside atol + rtol·|ref| of the output's tolerance, NaN/Inf included
+    elements: int = 0  # elements where FP32 is finite (the new NaN/Inf among them)
+    fp32_nonfinite: int = 0  # elements left out because FP32 itself is NaN/Inf there
+    failures: tuple[str, ...] = ()  # why it fails; () when it passes
+    tasks: tuple[TaskResult, ...] = ()
+
+    @property
+    def outside_fraction(self) -> float:
+        return self.outside_bound / self.elements if self.elements else 0.0
+
+    def summary(self) -> str:
+        """One line: the main statistics, then the task checks and, when it fails, why."""
+        text = (f"max abs err {number(self.max_abs_err)}, max rel err {number(self.max_rel_err)}, "
+                f"rel RMS err {number(self.rel_rms_err)} (worst slice {number(self.worst_slice_rel_rms)}), "
+                f"p99 {number(self.p99_abs_err)}, p99.9 {number(self.p999_abs_err)}, "
+                f"cosine {self.cosine:.6f}, {self.outside_bound}/{self.elements} outside bound")
+        if self.new_nonfinite:
+            text += f", {self.new_nonfinite} new NaN/Inf"
+        text += "".join(f", {t.summary()}" for t in self.tasks)
+        return text + ("" if self.passed else f" [{'; '.join(self.failures)}]")
 
     def to_json(self) -> dict:
-        return {"name": self.name, "max_abs_err": json_float(self.max_abs_err),
-                "max_rel_err": json_float(self.max_rel_err), "cosine": json_float(self.cosine),
-                "new_nonfinite": self.new_nonfinite, "passed": self.passed}
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "tasks":
+                value = [t.to_json() for t in value]
+            elif isinstance(value, tuple):
+                value = list(value)
+            elif isinstance(value, float):
+                value = json_float(value)
+            out[f.name] = value
+        out["outside_fraction"] = json_float(self.outside_fraction)
+        return out
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> OutputMetrics:
+        values: dict[str, Any] = {}
+        for f in fields(OutputMetrics):
+            if f.name not in data:
+                continue
+            value = data[f.name]
+            if f.name == "tasks":
+                value = tuple(TaskResult.from_json(t) for t in value)
+            elif f.name == "failures":
+                value = tuple(str(v) for v in value)
+            elif f.name == "worst_slice_at":
+                value = tuple(int(v) for v in value)
+            elif f.type in ("float", float):
+                value = float(value)  # "inf"/"nan" strings too
+            values[f.name] = value
+        return OutputMetrics(**values)
 
 
 @dataclass(frozen=True)
@@ -77,6 +120,11 @@ class Comparison:
         return {"oracle": self.oracle, "passed": self.passed, "samples": self.samples,
                 "outputs": [m.to_json() for m in self.outputs]}
 
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> Comparison:
+        return Comparison(tuple(OutputMetrics.from_json(m) for m in data["outputs"]), bool(data["passed"]),
+                          str(data["oracle"]), int(data.get("samples", 1)))
+
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
     """Cosine similarity in float64; two all-zero vectors are identical (1.0), one is not (0.0)."""
@@ -93,57 +141,185 @@ def _is_float(a: np.ndarray) -> bool:
 
 
 def compare_array(name: str, ref: np.ndarray, cand: np.ndarray, tol: Tolerance) -> OutputMetrics:
+    """Every statistic of one output and its verdict under ``tol`` (its per-output settings).
+
+    One pass of vectorised numpy over the output viewed as rows of its last axis: elementwise work
+    in float32 (the difference of two float32 values near each other is exact), every sum
+    accumulated in float64, the quantiles partitioned in place."""
+    tol = tol.for_output(name)
     ref, cand = np.asarray(ref), np.asarray(cand)
     if ref.shape != cand.shape:
-        return OutputMetrics(name, float("inf"), float("inf"), 0.0, 0, False)
+        return _failed(name, f"shape {list(cand.shape)} is not FP32's {list(ref.shape)}")
     if not (_is_float(ref) and _is_float(cand)):
         return _compare_exact(name, ref, cand)
-    finite = np.isfinite(ref)
-    all_finite = bool(finite.all())
-    r = ref if all_finite else ref[finite]
-    c = cand if all_finite else cand[finite]
-    new_nonfinite = int(np.count_nonzero(~np.isfinite(c)))
-    if new_nonfinite:
-        # Keep the magnitudes meaningful: the non-finite elements are already counted.
-        ok = np.isfinite(c)
-        r_ok, c_ok = r[ok], c[ok]
-    else:
-        r_ok, c_ok = r, c
-    err = np.abs(c_ok.astype(np.float64) - r_ok.astype(np.float64))
+    width = _row_width(ref.shape)
+    dtype = np.result_type(ref.dtype, cand.dtype, np.float32)
+    r = ref.astype(dtype).reshape(-1, width)  # copies: edited in place below
+    c = cand.astype(dtype).reshape(-1, width)
+    ref_ok = np.isfinite(r)
+    cand_ok = np.isfinite(c)
+    fp32_nonfinite = int(r.size - np.count_nonzero(ref_ok))
+    new_nonfinite = int(np.count_nonzero(ref_ok & ~cand_ok))
+    compared = None
+    if fp32_nonfinite or new_nonfinite:
+        # Left-out elements become 0 in both, so sums over the output and its slices skip them.
+        compared = ref_ok & cand_ok
+        r[~compared] = 0.0
+        c[~compared] = 0.0
+    err = c - r
+    row_err = np.einsum("ij,ij->i", err, err, dtype=np.float64)
+    row_ref = np.einsum("ij,ij->i", r, r, dtype=np.float64)
+    sum_cand = float(np.einsum("ij,ij->", c, c, dtype=np.float64))
+    row_elements = np.full(len(r), width) if compared is None else np.count_nonzero(compared, axis=1)
+    slice_rel, slice_at, slice_size, slices = _worst_slice(row_err, row_ref, row_elements, ref.shape)
+    sum_err, sum_ref = float(row_err.sum()), float(row_ref.sum())
+    np.abs(err, out=err)
+    bound = np.abs(r, out=r)
+    elements = int(r.size) - fp32_nonfinite
+    compared_count = elements - new_nonfinite
     max_abs = float(err.max()) if err.size else 0.0
-    scale = float(np.abs(r).max()) if r.size else 0.0
-    max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
-    cos = cosine(r_ok, c_ok) if not new_nonfinite else 0.0
-    passed = (new_nonfinite == 0 and max_abs <= tol.atol + tol.rtol * scale
-              and cos >= tol.min_cosine - COSINE_SLACK)
-    return OutputMetrics(name, max_abs, max_rel, cos, new_nonfinite, bool(passed))
+    scale = float(bound.max()) if bound.size else 0.0
+    mean_abs = float(err.sum(dtype=np.float64)) / compared_count if compared_count else 0.0
+    bound *= tol.rtol
+    bound += tol.atol
+    outside = int(np.count_nonzero(err > bound)) + new_nonfinite
+    q = tol.error_quantile
+    errors = err.ravel() if compared is None else err[compared]
+    p50, p99, p999, pq = (np.quantile(errors, [0.5, 0.99, 0.999, q], overwrite_input=True) if errors.size
+                          else np.zeros(4))
+    metrics = OutputMetrics(
+        name,
+        max_abs,
+        _ratio(max_abs, scale),
+        _cosine_of_sums(sum_ref, sum_cand, sum_err) if not new_nonfinite else 0.0,
+        new_nonfinite,
+        False,
+        rel_rms_err=_ratio(np.sqrt(sum_err), np.sqrt(sum_ref)),
+        worst_slice_rel_rms=slice_rel,
+        worst_slice_at=slice_at,
+        worst_slice_size=slice_size,
+        slices=slices,
+        mean_abs_err=mean_abs,
+        p50_abs_err=float(p50),
+        p99_abs_err=float(p99),
+        p999_abs_err=float(p999),
+        quantile=q,
+        quantile_abs_err=float(pq),
+        ref_max_abs=scale,
+        outside_bound=outside,
+        elements=elements,
+        fp32_nonfinite=fp32_nonfinite,
+        tasks=_tasks(ref, cand, tol),
+    )
+    failures = judge(metrics, tol)
+    return replace(metrics, passed=not failures, failures=failures)
+
+
+def _row_width(shape: tuple[int, ...]) -> int:
+    """The length of a row: the last axis longer than 1 (1 for a scalar or all-1 shape)."""
+    return ([d for d in shape if d > 1] or [1])[-1]
+
+
+def _cosine_of_sums(sum_ref: float, sum_cand: float, sum_err: float) -> float:
+    """Cosine from ‖r‖², ‖c‖² and ‖c - r‖² (r·c = (‖r‖² + ‖c‖² - ‖c - r‖²) / 2, exact enough in
+    float64 when c is close to r, where the cosine matters); all-zero pairs as :func:`cosine`."""
+    if sum_ref == 0.0 or sum_cand == 0.0:
+        return 1.0 if sum_ref == sum_cand else 0.0
+    dot = (sum_ref + sum_cand - sum_err) / 2.0
+    return float(min(1.0, max(-1.0, dot / np.sqrt(sum_ref * sum_cand))))
+
+
+def _ratio(num: float, den: float) -> float:
+    if den > 0:
+        return float(num / den)
+    return 0.0 if num == 0 else float("inf")
+
+
+def _worst_slice(
+    row_err: np.ndarray, row_ref: np.ndarray, row_elements: np.ndarray, shape: tuple[int, ...]
+) -> tuple[float, tuple[int, ...], int, int]:
+    """The slice with the largest relative RMS error, from each row's sums of squared error and
+    reference and its elements compared: (error, index of its first element, its elements, the
+    number of slices). Slices are consecutive whole rows, at least SLICE_MIN_ELEMENTS elements
+    each (the last rows spread over the others); each slice's reference mean square is floored at
+    the whole output's."""
+    rows = len(row_err)
+    if rows == 0:
+        return 0.0, (), 0, 0
+    width = _row_width(shape)
+    count = max(1, rows // max(1, -(-SLICE_MIN_ELEMENTS // width)))
+    starts = (np.arange(count) * rows) // count
+    err = np.add.reduceat(row_err, starts)
+    ref = np.add.reduceat(row_ref, starts)
+    elements = np.add.reduceat(row_elements, starts)
+    total = int(elements.sum())
+    floor = np.maximum(ref, (float(row_ref.sum()) / total if total else 0.0) * elements)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(floor > 0, np.sqrt(err / floor), np.where(err > 0, np.inf, 0.0))
+    worst = int(np.argmax(rel))
+    first = tuple(int(i) for i in np.unravel_index(int(starts[worst]) * width, shape)) if shape else ()
+    size = int((np.append(starts, rows)[worst + 1] - starts[worst]) * width)
+    return float(rel[worst]), first, size, count
+
+
+def _tasks(ref: np.ndarray, cand: np.ndarray, tol: Tolerance) -> tuple[TaskResult, ...]:
+    out = []
+    if tol.top_k:
+        out.append(task_checks.top_k(ref, cand, tol.top_k, tol.min_top_k_agreement))
+    if tol.threshold is not None:
+        out.append(task_checks.threshold(ref, cand, tol.threshold, tol.min_iou))
+    return tuple(out)
+
+
+def _failed(name: str, why: str) -> OutputMetrics:
+    inf = float("inf")
+    return OutputMetrics(
+        name, inf, inf, 0.0, 0, False, rel_rms_err=inf, worst_slice_rel_rms=inf, failures=(why,)
+    )
 
 
 def _compare_exact(name: str, ref: np.ndarray, cand: np.ndarray) -> OutputMetrics:
-    equal = bool(np.array_equal(ref, cand))
-    if equal:
-        return OutputMetrics(name, 0.0, 0.0, 1.0, 0, True)
+    if np.array_equal(ref, cand):
+        return OutputMetrics(name, 0.0, 0.0, 1.0, 0, True, elements=int(ref.size))
     try:
         diff = float(np.abs(ref.astype(np.float64) - cand.astype(np.float64)).max())
     except (TypeError, ValueError):
         diff = float("inf")
-    return OutputMetrics(name, diff, float("inf"), 0.0, 0, False)
+    differ = int(np.count_nonzero(ref != cand))
+    return OutputMetrics(
+        name,
+        diff,
+        float("inf"),
+        0.0,
+        0,
+        False,
+        rel_rms_err=float("inf"),
+        worst_slice_rel_rms=float("inf"),
+        outside_bound=differ,
+        elements=int(ref.size),
+        failures=(f"{differ} of {ref.size} elements differ (non-float outputs must match exactly)",),
+    )
 
 
-def compare_outputs(reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray],
-                    tol: Tolerance, oracle: str) -> Comparison:
+def compare_outputs(
+    reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray], tol: Tolerance, oracle: str
+) -> Comparison:
     """Compare one sample's outputs (every output of ``reference``; a missing one fails)."""
     metrics = []
     for name, ref in reference.items():
         if name not in candidate:
-            metrics.append(OutputMetrics(name, float("inf"), float("inf"), 0.0, 0, False))
+            metrics.append(_failed(name, "missing from the candidate's outputs"))
             continue
         metrics.append(compare_array(name, ref, candidate[name], tol))
     return Comparison(tuple(metrics), all(m.passed for m in metrics), oracle, 1)
 
 
-def compare_samples(refs: Sequence[Mapping[str, np.ndarray]], cands: Sequence[Mapping[str, np.ndarray]],
-                    tol: Tolerance, oracle: str) -> Comparison:
+def compare_samples(
+    refs: Sequence[Mapping[str, np.ndarray]],
+    cands: Sequence[Mapping[str, np.ndarray]],
+    tol: Tolerance,
+    oracle: str,
+) -> Comparison:
     """Worst case over samples; passes only if every sample passes."""
     if len(refs) != len(cands):
         raise ValueError(f"compare_samples: {len(refs)} reference samples but {len(cands)} candidates")
@@ -155,14 +331,42 @@ def merge_comparisons(per_sample: Sequence[Comparison], oracle: str) -> Comparis
     """The worst case of several single-sample comparisons of the same outputs."""
     if not per_sample:
         return Comparison((), True, oracle, 0)
-    merged = []
-    for i, first in enumerate(per_sample[0].outputs):
-        group = [c.outputs[i] for c in per_sample]
-        merged.append(OutputMetrics(
-            first.name,
-            max(m.max_abs_err for m in group),
-            max(m.max_rel_err for m in group),
-            min(m.cosine for m in group),
-            sum(m.new_nonfinite for m in group),
-            all(m.passed for m in group)))
+    merged = [_merge_output([c.outputs[i] for c in per_sample]) for i in range(len(per_sample[0].outputs))]
     return Comparison(tuple(merged), all(c.passed for c in per_sample), oracle, len(per_sample))
+
+
+def _merge_output(group: Sequence[OutputMetrics]) -> OutputMetrics:
+    if len(group) == 1:
+        return group[0]
+    worst_slice = max(group, key=lambda m: _sortable(m.worst_slice_rel_rms))
+    failures = [f"sample {i}: {why}" for i, m in enumerate(group) for why in m.failures]
+    tasks = tuple(task_checks.merge([m.tasks[j] for m in group]) for j in range(len(group[0].tasks)))
+    return OutputMetrics(
+        group[0].name,
+        max(m.max_abs_err for m in group),
+        max(m.max_rel_err for m in group),
+        min(m.cosine for m in group),
+        sum(m.new_nonfinite for m in group),
+        all(m.passed for m in group),
+        rel_rms_err=max(m.rel_rms_err for m in group),
+        worst_slice_rel_rms=worst_slice.worst_slice_rel_rms,
+        worst_slice_at=worst_slice.worst_slice_at,
+        worst_slice_size=worst_slice.worst_slice_size,
+        slices=sum(m.slices for m in group),
+        mean_abs_err=max(m.mean_abs_err for m in group),
+        p50_abs_err=max(m.p50_abs_err for m in group),
+        p99_abs_err=max(m.p99_abs_err for m in group),
+        p999_abs_err=max(m.p999_abs_err for m in group),
+        quantile=group[0].quantile,
+        quantile_abs_err=max(m.quantile_abs_err for m in group),
+        ref_max_abs=max(m.ref_max_abs for m in group),
+        outside_bound=sum(m.outside_bound for m in group),
+        elements=sum(m.elements for m in group),
+        fp32_nonfinite=sum(m.fp32_nonfinite for m in group),
+        failures=tuple(failures),
+        tasks=tasks,
+    )
+
+
+def _sortable(x: float) -> float:
+    return float("inf") if np.isnan(x) else x

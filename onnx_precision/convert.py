@@ -51,6 +51,8 @@ class ConvertOptions:
     report_md: str | None = None
     oracle: OracleName = "emulate"
     custom_op_libraries: tuple[str, ...] = ()  # registered on every onnxruntime session of the model
+    max_probes: int | None = None  # search budgets (auto mode): on exhaustion the cheapest passing
+    time_budget: float | None = None  # plan probed so far is kept, marked as such
 
 
 @dataclass(frozen=True)
@@ -132,9 +134,10 @@ def choose_plan(
     from . import auto, data, oracle  # the oracle stack is only needed by the measuring modes
 
     samples = data.load_samples(ctx.model, options.samples)
+    budget = auto.SearchBudget(options.max_probes, options.time_budget)
     with oracle.blame(ctx, samples):
         result = auto.choose_plan(ctx, plan, samples, options.tolerance, options.headroom, options.mode,
-                                  progress)
+                                  progress, budget)
     return ctx.resolve(result.plan), result
 
 
@@ -156,8 +159,15 @@ def _input_paths(model_path: str, options: ConvertOptions) -> tuple[str, ...]:
 
 
 def _output_paths(output_path: str, options: ConvertOptions) -> list[str]:
+    svg = _tradeoff_path(options)
     return [p for p in (output_path, options.plan_out, options.trt_flags_path, options.report_json,
-                        options.report_md) if p]
+                        options.report_md, svg) if p]
+
+
+def _tradeoff_path(options: ConvertOptions) -> str | None:
+    from .report import tradeoff_path
+
+    return tradeoff_path(options.report_md) if options.report_md and options.mode == "auto" else None
 
 
 def convert(model_path: str, output_path: str, options: ConvertOptions = ConvertOptions(),
@@ -213,7 +223,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
                         f"--ort-custom-op-library PATH to measure)")
     if auto_result is not None and not auto_result.writable:
         report = _report(ctx, None, auto_result.plan, options, auto_result, warnings=warnings,
-                         helpers=helper_sessions.built() - helpers_before)
+                         helpers=helper_sessions.built() - helpers_before, svg=_tradeoff_path(options))
         _stage_reports(report, options, outputs)
         outputs.commit()
         raise SearchError(f"{auto_result.message} (no model written; report: {options.report_json})")
@@ -251,7 +261,8 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
         logger.error("the plan passed the emulated search but the written model %s fails the emulated check "
                      "(a bug: please report it with %s)", output_path, options.report_json)
     report = _report(ctx, output_path, result.plan, options, auto_result, verified, native, (write,) + phases,
-                     warnings, helper_sessions.built() - helpers_before, default_load)
+                     warnings, helper_sessions.built() - helpers_before, _tradeoff_path(options),
+                     default_load)
     paths = _stage_reports(report, options, outputs)
     outputs.commit()
     return ConvertResult(model_path, output_path, result.plan, result, tuple(warnings),
@@ -261,12 +272,12 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
 def _report(ctx: ModelContext, output_path: str | None, plan: PrecisionPlan, options: ConvertOptions,
             auto_result: AutoResult, verified: Comparison | None = None, native: Comparison | None = None,
             phases: tuple[PhaseCost, ...] = (), warnings: list[str] | None = None, helpers: int = 0,
-            default_load: str = "") -> RunReport:
+            svg: str | None = None, default_load: str = "") -> RunReport:
     from . import report as report_lib
 
     return report_lib.for_conversion(ctx, output_path, plan, auto_result.samples, options.tolerance,
                                      options.mode, options.oracle, auto_result, verified, native, phases,
-                                     warnings or (), helpers, default_load, _before_plan(options))
+                                     warnings or (), helpers, svg, default_load, _before_plan(options))
 
 
 def _before_plan(options: ConvertOptions) -> str:
@@ -276,11 +287,14 @@ def _before_plan(options: ConvertOptions) -> str:
     return f"your plan, from {', '.join(flags)}" if flags else "all FP16"
 
 
-def _stage_reports(report: RunReport, options: ConvertOptions, outputs: storage.Outputs) -> tuple[str, str]:
+def _stage_reports(report: RunReport, options: ConvertOptions, outputs: storage.Outputs) -> tuple[str, ...]:
     from . import report as report_lib
 
     if options.report_json is None or options.report_md is None:
         raise InternalError("static/auto modes always have report paths (report.default_paths)")
     outputs.stage_text(options.report_json, report_lib.dumps(report))
     outputs.stage_text(options.report_md, report_lib.to_markdown(report))
+    if report.tradeoff_svg:
+        outputs.stage_text(report.tradeoff_svg, report_lib.tradeoff_svg(report))
+        return options.report_json, options.report_md, report.tradeoff_svg
     return options.report_json, options.report_md

@@ -9,6 +9,7 @@ written to JSON by one run and read back by another (``--plan``).
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -131,7 +132,7 @@ class PrecisionPlan:
         return json.dumps(self.to_json(), indent=2, sort_keys=False) + "\n"
 
     @staticmethod
-    def from_json(obj: Mapping, source: str = "plan") -> PrecisionPlan:
+    def from_json(obj: object, source: str = "plan") -> PrecisionPlan:
         """A plan from its JSON, checked strictly: a wrong type anywhere is a :class:`PlanError`
         naming ``source`` (a string "false" is not false)."""
         if not isinstance(obj, Mapping) or not isinstance(obj.get("nodes"), Mapping):
@@ -160,14 +161,34 @@ class PrecisionPlan:
 
     @staticmethod
     def load(path: str) -> PrecisionPlan:
-        try:
-            with open(path, encoding="utf-8") as f:
-                obj = json.load(f)
-        except OSError as e:
-            raise PlanError(f"{path}: cannot read plan: {e.strerror}") from e
-        except json.JSONDecodeError as e:
-            raise PlanError(f"{path}: not valid JSON: {e.msg} at line {e.lineno}") from e
-        return PrecisionPlan.from_json(obj, source=path)
+        """A plan file, or ``REPORT.json@K``: point ``K`` of a conversion report's trade-off."""
+        base, _, point = path.rpartition("@")
+        if base and point.isdigit() and not os.path.exists(path):
+            return _point_plan(_read_json(base), int(point), path)
+        return PrecisionPlan.from_json(_read_json(path), source=path)
+
+
+def _read_json(path: str) -> object:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as e:
+        raise PlanError(f"{path}: cannot read plan: {e.strerror}") from e
+    except json.JSONDecodeError as e:
+        raise PlanError(f"{path}: not valid JSON: {e.msg} at line {e.lineno}") from e
+
+
+def _point_plan(report: object, point: int, source: str) -> PrecisionPlan:
+    """The plan of trade-off point ``point`` of a report: its FP32 nodes, the rest left to the run."""
+    points = report.get("tradeoff", {}).get("points") if isinstance(report, Mapping) else None
+    if not isinstance(points, list):
+        raise PlanError(f"{source}: not a conversion report with a trade-off (no 'tradeoff' points)")
+    found = [p for p in points if isinstance(p, Mapping) and p.get("point") == point]
+    if not found or not isinstance(found[0].get("pinned"), list):
+        known = ", ".join(str(p.get("point")) for p in points if isinstance(p, Mapping))
+        raise PlanError(f"{source}: the report has no trade-off point {point} (points: {known})")
+    reason = Reason("user", f"--plan {source}")
+    return PrecisionPlan({str(n): NodeDecision(Precision.FP32, (reason,)) for n in found[0]["pinned"]})
 
 
 def _reason_problem(obj: object) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -28,7 +29,8 @@ from .format import cosine_text, json_safe, number
 from .oracle.stats import NodeStats
 from .plan import PrecisionPlan
 from .storage import write_text
-from .vocab import Status
+from .tradeoff import ERROR_STATISTIC, PlanPoint, front_svg, front_table, pareto_front
+from .vocab import Mode, OracleName, Status
 
 if TYPE_CHECKING:
     from .auto import AutoResult
@@ -40,8 +42,8 @@ REPORT_FORMAT = "onnx-precision-report/1"
 class RunReport(PhaseTotals):
     model: str
     output: str | None
-    mode: str
-    oracle: str
+    mode: Mode
+    oracle: OracleName  # the native oracle run on the written model, besides the emulation
     status: Status
     message: str
     plan: PrecisionPlan
@@ -62,6 +64,9 @@ class RunReport(PhaseTotals):
     helper_sessions: int = 0  # small sessions (FP16 kernel probes, fast casts) built during the run
     nothing_to_convert: str = ""  # why no node computes in float32 ("" when some do)
     before_plan: str = "all FP16"  # what "before" measured: all FP16, or the user's plan
+    points: tuple[PlanPoint, ...] = ()  # every plan the search evaluated
+    notes: tuple[str, ...] = ()
+    tradeoff_svg: str | None = None  # the trade-off picture beside the Markdown report, if written
 
     @property
     def fp32_nodes(self) -> tuple[str, ...]:
@@ -85,14 +90,15 @@ def for_conversion(
     plan: PrecisionPlan,
     samples: Samples | None,
     tolerance: Tolerance,
-    mode: str,
-    oracle: str = "emulate",
+    mode: Mode,
+    oracle: OracleName = "emulate",
     auto_result: AutoResult | None = None,
     verified: Comparison | None = None,
     native: Comparison | None = None,
     phases: Sequence[PhaseCost] = (),
     warnings: Sequence[str] = (),
     helper_sessions: int = 0,
+    tradeoff_svg: str | None = None,
     default_load: str = "",
     before_plan: str = "all FP16",
 ) -> RunReport:
@@ -117,6 +123,7 @@ def for_conversion(
         status, message = "not-checked", ""
     feeds = samples.feeds if samples is not None else ()
     shapes = {k: np.shape(v) for k, v in feeds[0].items()} if feeds else {}
+    flops = auto_result.node_flops if auto_result is not None and auto_result.node_flops else None
     return RunReport(
         model=ctx.path,
         output=output_path,
@@ -131,7 +138,7 @@ def for_conversion(
         sample_count=len(feeds),
         warnings=tuple(warnings) + (tuple(samples.warnings) if samples else ()),
         tolerance=tolerance,
-        node_flops=estimate_flops(ctx.model, shapes),
+        node_flops=flops if flops is not None else estimate_flops(ctx.model, shapes),
         node_stats=auto_result.node_stats if auto_result is not None else {},
         before=auto_result.before if auto_result is not None else None,
         after=auto_result.after if auto_result is not None else None,
@@ -140,6 +147,9 @@ def for_conversion(
         phases=(tuple(auto_result.phases) if auto_result is not None else ()) + tuple(phases),
         headroom=auto_result.headroom if auto_result is not None else None,
         helper_sessions=helper_sessions,
+        points=auto_result.points if auto_result is not None else (),
+        notes=auto_result.notes if auto_result is not None else (),
+        tradeoff_svg=tradeoff_svg if auto_result is not None and len(auto_result.points) > 1 else None,
         nothing_to_convert=ctx.nothing_to_convert,
         before_plan=before_plan,
     )
@@ -153,6 +163,17 @@ def default_paths(output_path: str, report_json: str | None, report_md: str | No
     """``--report``/``--report-md``, defaulting to siblings of the output: OUT.report.json/.md."""
     stem = output_path[:-5] if output_path.endswith(".onnx") else output_path
     return report_json or stem + ".report.json", report_md or stem + ".report.md"
+
+
+def tradeoff_path(report_md: str) -> str:
+    """Where the trade-off picture goes: beside the Markdown report, ``<report>.tradeoff.svg``."""
+    stem = report_md[:-3] if report_md.endswith(".md") else report_md
+    return stem + ".tradeoff.svg"
+
+
+def tradeoff_svg(report: RunReport) -> str:
+    """The trade-off picture of a report (its points and their Pareto front)."""
+    return front_svg(report.points)
 
 
 # --- JSON -------------------------------------------------------------------------------------------
@@ -175,15 +196,9 @@ def to_json(report: RunReport) -> dict:
                 "note": _samples_note(report),
             },
             "warnings": list(report.warnings),
-            "tolerance": None
-            if report.tolerance is None
-            else {
-                "atol": report.tolerance.atol,
-                "rtol": report.tolerance.rtol,
-                "min_cosine": report.tolerance.min_cosine,
-            },
+            "tolerance": None if report.tolerance is None else report.tolerance.to_json(),
             "headroom": report.headroom,
-            "fp16_share": None if _share_withheld(report) else {
+            "fp16_share": None if report.output is None or report.nothing_to_convert else {
                 "nodes": report.fp16_node_share(),
                 "flops": report.fp16_flop_share(),
                 "fp16_nodes": len(report.plan.fp16_nodes),
@@ -192,6 +207,13 @@ def to_json(report: RunReport) -> dict:
             "nothing_to_convert": report.nothing_to_convert or None,
             "before_plan": report.before_plan,
             "pinned": [_pin_json(report, name) for name in report.fp32_nodes],
+            "notes": list(report.notes),
+            "tradeoff": {
+                "statistic": ERROR_STATISTIC,
+                "points": [p.to_json() for p in report.points],
+                "front": [p.index for p in pareto_front(report.points)],
+                "picture": report.tradeoff_svg,
+            },
             "outputs": {key: _comparison_json(c) for key, c in _comparisons(report)},
             "cost": {
                 "sessions_built": report.sessions_built,
@@ -257,34 +279,20 @@ def _samples_note(report: RunReport) -> str:
 # --- Markdown ---------------------------------------------------------------------------------------
 
 
-def _share_withheld(report: RunReport) -> str:
-    """Why the report gives no FP16 share ("" when it does): no model was written, or nothing in
-    it could be FP16."""
+def _share_text(report: RunReport) -> str:
+    """The FP16 share, or why there is none: no model was written, or nothing in it could be FP16."""
     if report.output is None:
         return "none, no model written"
     if report.nothing_to_convert:
         return f"nothing to convert: {report.nothing_to_convert}"
-    return ""
-
-
-def _share_text(report: RunReport) -> str:
-    withheld = _share_withheld(report)
-    if withheld:
-        return withheld
     return (f"{len(report.plan.fp16_nodes)}/{len(report.plan.decisions)} nodes "
             f"({_pct(report.fp16_node_share())}), {_pct(report.fp16_flop_share())} of estimated FLOPs")
-
-
-def _title(report: RunReport, key: str) -> str:
-    if key == "before":
-        return f"Before: {report.before_plan} (emulated)"
-    return _COMPARISON_TITLES[key]
 
 
 _COMPARISON_TITLES = {
     "after": "After: the chosen plan (emulated)",
     "verified": "Verified: the written model (emulated)",
-    "native": "Native run of the written model",
+    "native": "The written model under --oracle",
 }
 
 
@@ -300,8 +308,7 @@ def to_markdown(report: RunReport) -> str:
     if report.samples_synthetic:
         lines.append(f"- note: {_samples_note(report)}")
     if report.tolerance is not None:
-        t = report.tolerance
-        lines.append(f"- tolerance: atol {t.atol:g}, rtol {t.rtol:g}, cosine >= {t.min_cosine:g}")
+        lines.append(f"- tolerance: {report.tolerance.describe()}")
     if report.headroom:
         lines.append(
             f"- headroom: {report.headroom:g} (nodes whose FP32 activations exceed "
@@ -336,7 +343,8 @@ def to_markdown(report: RunReport) -> str:
     for key, comparison in _comparisons(report):
         lines += [
             "",
-            f"## {_title(report, key)}: {'pass' if comparison.passed else 'FAIL'} ({comparison.oracle})",
+            f"## {_COMPARISON_TITLES.get(key) or f'Before: {report.before_plan} (emulated)'}: "
+            f"{'pass' if comparison.passed else 'FAIL'} ({comparison.oracle})",
             "",
             "| output | max abs err | max rel err | cosine | new NaN/Inf | |",
             "|---|---|---|---|---|---|",
@@ -344,9 +352,19 @@ def to_markdown(report: RunReport) -> str:
         for m in comparison.outputs:
             lines.append(
                 f"| `{m.name}` | {number(m.max_abs_err)} | {number(m.max_rel_err)} | "
-                f"{cosine_text(m.cosine, _min_cosine(report))} | "
+                f"{cosine_text(m.cosine)} | "
                 f"{m.new_nonfinite} | {'pass' if m.passed else 'FAIL'} |"
             )
+    if report.notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in report.notes]
+    if len(report.points) > 1:
+        lines += ["", "## Trade-off: FP16 share of compute against error", "",
+                  f"{len(report.points)} plans evaluated; the Pareto front (error: {ERROR_STATISTIC}, worst "
+                  f"output and sample). Replay a point with `--plan REPORT.json@POINT --mode all-fp16`.",
+                  ""]
+        lines += front_table(report.points)
+        if report.tradeoff_svg:
+            lines += ["", f"![trade-off]({os.path.basename(report.tradeoff_svg)})"]
     if report.phases:
         lines += ["", "## Cost", "", "| phase | seconds | sessions | probes |", "|---|---|---|---|"]
         lines += [f"| {p.name} | {p.seconds:.3f} | {p.sessions} | {p.probes} |" for p in report.phases]
@@ -382,7 +400,8 @@ def summary_lines(report: RunReport, report_paths: Sequence[str] = ()) -> list[s
     for key, comparison in _comparisons(report):
         user_plan = key == "before" and report.before_plan != "all FP16"
         label = f"before ({report.before_plan})" if user_plan else key
-        lines.append(f"{label}: {_comparison_line(comparison, _min_cosine(report))}")
+        lines.append(f"{label}: {_comparison_line(comparison)}")
+    lines += [f"note: {n}" for n in report.notes]
     cost = (
         f"cost: {report.sessions_built} session(s){_helpers(report)}, {report.probes_run} probe(s), "
         f"{report.seconds:.2f} s"
@@ -403,18 +422,13 @@ def _pins_line(report: RunReport, limit: int = 6) -> str:
     return f"({len(names)}): " + ", ".join(parts) + more
 
 
-def _min_cosine(report: RunReport) -> float | None:
-    return report.tolerance.min_cosine if report.tolerance is not None else None
-
-
-def _comparison_line(comparison: Comparison, min_cosine: float | None = None) -> str:
+def _comparison_line(comparison: Comparison) -> str:
     verdict = "pass" if comparison.passed else "FAIL"
     worst = _worst_output(comparison.outputs)
     if worst is None:
         return verdict
     detail = (
-        f"worst {worst.name}: max abs err {number(worst.max_abs_err)}, "
-        f"cosine {cosine_text(worst.cosine, min_cosine)}"
+        f"worst {worst.name}: max abs err {number(worst.max_abs_err)}, cosine {cosine_text(worst.cosine)}"
     )
     if worst.new_nonfinite:
         detail += f", {worst.new_nonfinite} new NaN/Inf"

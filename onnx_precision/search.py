@@ -25,13 +25,20 @@ Results are cached by set, and a set that is a subset of one known to fail is ta
 without a probe: pinning fewer nodes to FP32 never makes FP16 more accurate. That assumption only
 ever skips probes that would shrink further, so the final set still comes from a real passing
 probe.
+
+With a ``cost`` per node (estimated FLOPs), the shrink tries to keep the cheap pins and drop the
+expensive ones first, so among 1-minimal sets it finds one that keeps more compute in FP16. With a
+``max_probes`` budget (or :meth:`PinSearch.stop`), the search ends early with the cheapest passing
+set probed so far, marked ``exhausted`` (it is then not proven 1-minimal).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from .errors import InternalError
 
 PinnedSet = frozenset  # of node names
 
@@ -60,10 +67,11 @@ class Verdict:
 
 @dataclass(frozen=True)
 class SearchOutcome:
-    passed: bool  # False: even pinning every searchable node fails
+    passed: bool  # False: even pinning every searchable node fails (or no probe passed in budget)
     pinned: tuple[str, ...]  # in the caller's node order
-    verdicts: tuple[Verdict, ...]  # one per pinned node
+    verdicts: tuple[Verdict, ...]  # one per pinned node (probe -1: not tested before the budget ran out)
     probes: tuple[Probe, ...]
+    exhausted: str = ""  # why the search stopped early ("" when it finished)
 
     @property
     def probes_run(self) -> int:
@@ -77,9 +85,14 @@ class PinSearch:
     """Find a 1-minimal set of nodes to pin, given candidates and an order to widen in."""
 
     def __init__(self, candidates: Iterable[str], widen_order: Iterable[str] = (),
-                 start_failed: str | None = None) -> None:
+                 start_failed: str | None = None, cost: Mapping[str, float] | None = None,
+                 max_probes: int | None = None) -> None:
         """``start_failed``: the caller already probed the empty set and it failed (the detail);
-        it is recorded as the first probe instead of being proposed again."""
+        it is recorded as the first probe instead of being proposed again. ``cost``: what keeping
+        each node in FP32 costs (its FLOPs); ``max_probes``: a budget, the start probe included."""
+        self._cost = dict(cost or {})
+        self._max_probes = max_probes
+        self._exhausted = ""
         self._candidates = _unique(candidates)
         chosen = set(self._candidates)
         self._widen_order = [n for n in _unique(widen_order) if n not in chosen]
@@ -109,13 +122,26 @@ class PinSearch:
     def step(self, passed: bool, detail: str = "") -> None:
         """Record the result of probing :meth:`select`'s set."""
         if self._pending is None:
-            raise RuntimeError("PinSearch.step() called after the search finished")
+            raise InternalError("PinSearch.step() called after the search finished")
         probe = Probe(len(self._probes), self._phase, self._pending, bool(passed), detail)
         self._probes.append(probe)
         self._known[probe.pinned] = probe
         if not probe.passed:
             self._failed_sets.append(probe.pinned)
         self._advance(self._send(probe.passed))
+        budget = self._max_probes
+        if self._pending is not None and budget is not None and len(self._probes) >= budget:
+            self.stop(f"the probe budget ({budget}) ran out")
+
+    def stop(self, why: str) -> None:
+        """End the search now (a time budget, say): the outcome is the cheapest passing set probed."""
+        if self._pending is not None:
+            self._pending = None
+            self._exhausted = why
+
+    def cost_of(self, pinned: Iterable[str]) -> float:
+        """What keeping ``pinned`` in FP32 costs (their total cost; one per node without a cost)."""
+        return sum(self._cost.get(n, 1.0) for n in pinned)
 
     @property
     def phase(self) -> str:
@@ -136,12 +162,16 @@ class PinSearch:
 
     def outcome(self) -> SearchOutcome:
         if self._pending is not None:
-            raise RuntimeError("PinSearch.outcome() called before the search finished")
-        if self._result is None:
-            return SearchOutcome(False, (), (), tuple(self._probes))
-        pinned = tuple(sorted(self._result, key=self._rank.__getitem__))
+            raise InternalError("PinSearch.outcome() called before the search finished")
+        result = self._result
+        if self._exhausted:
+            passing = [(self.cost_of(p.pinned), len(p.pinned), p.index) for p in self._probes if p.passed]
+            result = list(self._probes[min(passing)[2]].pinned) if passing else None
+        if result is None:
+            return SearchOutcome(False, (), (), tuple(self._probes), self._exhausted)
+        pinned = tuple(sorted(result, key=self._rank.__getitem__))
         verdicts = tuple(self._verdict(n, frozenset(pinned)) for n in pinned)
-        return SearchOutcome(True, pinned, verdicts, tuple(self._probes))
+        return SearchOutcome(True, pinned, verdicts, tuple(self._probes), self._exhausted)
 
     # --- driving the generator ------------------------------------------------------------------
 
@@ -176,7 +206,9 @@ class PinSearch:
         for probe in self._probes:  # a failing superset of `without` that still lacks `node`
             if not probe.passed and without <= probe.pinned and node not in probe.pinned:
                 return Verdict(node, probe.index, probe.detail)
-        raise AssertionError(f"no failing probe shows that '{node}' is needed")  # ddmin guarantees one
+        if self._exhausted:
+            return Verdict(node, -1, "not tested: the search stopped before trying without it")
+        raise InternalError(f"no failing probe shows that '{node}' is needed")  # ddmin guarantees one
 
     # --- the search itself ----------------------------------------------------------------------
 
@@ -197,6 +229,8 @@ class PinSearch:
                 return
             pinned = widened
         self._phase = SHRINK
+        if self._cost:  # cheap pins first: ddmin tries keeping the leading chunks before the rest
+            pinned = sorted(pinned, key=lambda n: self._cost.get(n, 1.0))
         self._result = yield from self._ddmin(pinned)
 
     def _widen(self, base: list[str]) -> Generator[PinnedSet, bool, list[str] | None]:

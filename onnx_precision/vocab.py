@@ -18,7 +18,7 @@ MeasuringMode = Literal["static", "auto"]  # the modes that run the oracle
 Status = Literal["passed", "failed", "fp32-nonfinite", "not-checked", "ort-load-failed"]
 
 # The oracles a user can ask for by name; results also carry "native:<provider>" labels.
-OracleName = Literal["emulate", "cuda", "tensorrt"]
+OracleName = Literal["emulate", "cuda", "tensorrt", "reference"]
 
 # Why a node has its precision (see plan.Reason).
 ReasonSource = Literal["default", "user", "type", "initializer", "rule", "range", "search", "headroom"]

@@ -11,7 +11,7 @@ prints, as the best of ``--repeat`` runs (the least disturbed by other processes
   * one reference run fetching every intermediate and reducing it to TensorStats,
   * the time to build each session, sessions built, probes run, and peak RSS.
 Target (issue 4): a probe costs at most 2x one plain FP32 run. ``--group-size`` overrides
-emulation.GROUP_SIZE (1: one If per node, no groups) to compare group sizes.
+oracle.switch.GROUP_SIZE (1: one If per node, no groups) to compare group sizes.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ import onnxruntime as ort
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from models import transformer  # noqa: E402
-from onnx_precision import emulation  # noqa: E402
-from onnx_precision.model_io import name_nodes, walk_nodes  # noqa: E402
+from onnx_precision.context import ModelContext  # noqa: E402
+from onnx_precision.graph import name_nodes, walk_nodes  # noqa: E402
 from onnx_precision.oracle import EmulationSession, reference_stats  # noqa: E402
+from onnx_precision.oracle.switch import GROUP_SIZE  # noqa: E402
 from onnx_precision.plan import Precision, Reason, uniform_plan  # noqa: E402
 
 
@@ -71,10 +72,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1,
                         help="onnxruntime intra-op threads for every session "
                              "(default 1: steadier on a shared machine; 0: all cores)")
-    parser.add_argument("--group-size", type=int, default=emulation.GROUP_SIZE,
+    parser.add_argument("--group-size", type=int, default=GROUP_SIZE,
                         help="consecutive nodes per switch group (default %(default)s; 1: none)")
     args = parser.parse_args()
-    emulation.GROUP_SIZE = args.group_size
 
     ex = transformer(layers=args.layers, d_model=args.d_model, seq=args.seq, ff=4 * args.d_model)
     model = ex.model
@@ -98,7 +98,8 @@ def main() -> None:
     sessions = []
     for capture in (True, False):
         t0 = time.perf_counter()
-        emu = EmulationSession(model, capture_intermediates=capture, threads=args.threads)
+        emu = EmulationSession(ModelContext.of(model), capture_intermediates=capture, threads=args.threads,
+                               group_size=args.group_size)
         tag = "capturing session" if capture else "outputs-only session"
         builds.append((f"build {tag} ({len(emu.switch_model.switches)} switches, "
                        f"{len(emu.switch_model.model.graph.node)} nodes)", time.perf_counter() - t0))

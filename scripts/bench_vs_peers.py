@@ -39,10 +39,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import models  # noqa: E402
-from onnx_precision import auto, model_io  # noqa: E402
+from onnx_precision import auto  # noqa: E402
 from onnx_precision.check import check  # noqa: E402
 from onnx_precision.compare import Tolerance  # noqa: E402
+from onnx_precision.context import ModelContext, load_model  # noqa: E402
 from onnx_precision.data import SampleSpec  # noqa: E402
+from onnx_precision.graph import walk_nodes  # noqa: E402
 from onnx_precision.oracle import run_emulated, run_fp32  # noqa: E402
 from onnx_precision.plan import Precision, Reason, uniform_plan  # noqa: E402
 from onnx_precision.rewriter import rewrite  # noqa: E402
@@ -123,7 +125,7 @@ def write_example(name: str, directory: str) -> tuple[str, str, tuple[dict, ...]
 
 
 def node_names(model: onnx.ModelProto) -> list[str]:
-    return [r.name for r in model_io.walk_nodes(model.graph)]
+    return [r.name for r in walk_nodes(model.graph)]
 
 
 def fp32_nodes_of(original: onnx.ModelProto, converted: onnx.ModelProto) -> list[str]:
@@ -187,7 +189,7 @@ def run_session_per_probe(name: str, model_path: str, data: str, result: auto.Au
     from onnx_precision.compare import compare_samples
     from onnx_precision.data import load_samples
 
-    loaded = model_io.load_model(model_path)
+    loaded = load_model(model_path)
     samples = load_samples(loaded.model, SampleSpec(inputs=data))
     base = uniform_plan(node_names(loaded.model), Precision.FP16, Reason("default", "auto"))
     probes = result.search.probes if result.search else ()
@@ -195,11 +197,11 @@ def run_session_per_probe(name: str, model_path: str, data: str, result: auto.Au
     agree = True
     with counter.counting():
         started = time.perf_counter()
-        refs = run_fp32(loaded.model, samples.feeds, loaded.base_dir).outputs
+        refs = run_fp32(loaded, samples.feeds).outputs
         for probe in probes:
             plan = _probe_plan(base, result, probe.pinned)
-            written = rewrite(loaded.model, plan, loaded.base_dir).model
-            cands = run_emulated(written, samples.feeds, loaded.base_dir).outputs
+            written = rewrite(loaded, plan).model
+            cands = run_emulated(ModelContext.of(written, loaded.base_dir), samples.feeds).outputs
             agree &= compare_samples(refs, cands, TOL, "emulate").passed == probe.passed
         seconds = time.perf_counter() - started
     speedup = seconds / search_seconds if search_seconds > 0 else float("nan")
@@ -258,8 +260,8 @@ def probe_cost(model_path: str, feeds, plan) -> tuple[float, float, float]:
     from onnx_precision.compare import compare_outputs
     from onnx_precision.oracle import EmulationSession, session_options
 
-    loaded = model_io.load_model(model_path)
-    emulation = EmulationSession(loaded.model, loaded.base_dir)
+    loaded = load_model(model_path)
+    emulation = EmulationSession(loaded)
     refs = [emulation.run(None, feed) for feed in feeds]
     optimized = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
     plain = ort.InferenceSession(model_path, session_options(), providers=["CPUExecutionProvider"])

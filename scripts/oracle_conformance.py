@@ -22,7 +22,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
 import conformance_harness as harness  # noqa: E402
-from onnx_precision.model_io import walk_nodes  # noqa: E402
+from onnx_precision.context import ModelContext  # noqa: E402
+from onnx_precision.graph import walk_nodes  # noqa: E402
 from onnx_precision.oracle import EmulationSession, run_emulated, run_fp32  # noqa: E402
 from onnx_precision.plan import Precision, Reason, uniform_plan  # noqa: E402
 
@@ -35,13 +36,14 @@ def same(a, b) -> bool:
 
 
 def check(case) -> str | None:
-    session = EmulationSession(case.model, capture_intermediates=False)
-    ref = run_fp32(case.model, [case.feeds]).outputs[0]
+    ctx = ModelContext.of(case.model)
+    session = EmulationSession(ctx, capture_intermediates=False)
+    ref = run_fp32(ctx, [case.feeds]).outputs[0]
     off = session.run(None, case.feeds)
     if not all(same(off[k], ref[k]) for k in ref):
         return "all switches off differs from the FP32 model"
     plan = uniform_plan([r.name for r in walk_nodes(case.model.graph)], Precision.FP16, Reason("default", ""))
-    want = run_emulated(harness.all_fp16(case.model), [case.feeds]).outputs[0]
+    want = run_emulated(ModelContext.of(harness.all_fp16(case.model)), [case.feeds]).outputs[0]
     got = session.run(plan, case.feeds)
     if not all(same(got[k], want[k]) for k in want):
         return "all-FP16 plan differs from the emulated written model"

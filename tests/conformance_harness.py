@@ -22,7 +22,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from onnx_precision import model_io, rewriter, typing_rules
+from onnx_precision import graph, rewriter, typing_rules
+from onnx_precision.context import ModelContext
 from onnx_precision.plan import Precision, PrecisionPlan, Reason, uniform_plan
 
 RANDOM_OPS = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli",
@@ -57,7 +58,7 @@ def node_cases() -> dict[str, Case]:
         model = onnx.ModelProto()
         model.CopyFrom(c.model)
         model.ir_version = min(model.ir_version, MAX_IR)
-        model_io.name_nodes(model)
+        graph.name_nodes(model)
         init_names = {t.name for t in model.graph.initializer}
         names = [v.name for v in model.graph.input if v.name not in init_names]
         # onnxruntime takes arrays, not numpy scalars (the suite gives 0-d inputs as scalars)
@@ -72,7 +73,7 @@ def _has_float(model: onnx.ModelProto) -> bool:
 
 
 def _ops(model: onnx.ModelProto) -> set:
-    return {r.node.op_type for r in model_io.walk_nodes(model.graph)}
+    return {r.node.op_type for r in graph.walk_nodes(model.graph)}
 
 
 def run_model(model: onnx.ModelProto, feeds: dict) -> list:
@@ -170,14 +171,14 @@ def passes_checker(model: onnx.ModelProto) -> bool:
 
 def all_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
     """Our conversion: every node FP16 where possible, graph I/O kept FP32."""
-    names = [r.name for r in model_io.walk_nodes(model.graph)]
+    names = [r.name for r in graph.walk_nodes(model.graph)]
     plan = uniform_plan(names, Precision.FP16, Reason("default", "all-fp16"))
-    return rewriter.rewrite(model, plan, ".").model
+    return rewriter.rewrite(ModelContext.of(model), plan).model
 
 
 def mixed_plan(model: onnx.ModelProto, seed: int) -> PrecisionPlan:
     """About half the nodes pinned FP32 (a seeded choice, the same for the same graph)."""
-    names = [r.name for r in model_io.walk_nodes(model.graph)]
+    names = [r.name for r in graph.walk_nodes(model.graph)]
     rng = np.random.default_rng([seed] + [ord(c) for c in model.graph.name])
     pinned = [n for n, pick in zip(names, rng.random(len(names)) < 0.5) if pick]
     plan = uniform_plan(names, Precision.FP16, Reason("default", "all-fp16"))
@@ -187,7 +188,7 @@ def mixed_plan(model: onnx.ModelProto, seed: int) -> PrecisionPlan:
 def mixed_plan_converter(seed: int) -> Callable[[onnx.ModelProto], onnx.ModelProto]:
     """A conversion with :func:`mixed_plan`."""
     def convert(model: onnx.ModelProto) -> onnx.ModelProto:
-        return rewriter.rewrite(model, mixed_plan(model, seed), ".").model
+        return rewriter.rewrite(ModelContext.of(model), mixed_plan(model, seed)).model
     return convert
 
 
@@ -241,7 +242,7 @@ def light_models() -> list[str]:
 def light_case(path: str) -> Case:
     model = onnx.load(path)
     model.ir_version = min(model.ir_version, MAX_IR)
-    model_io.name_nodes(model)
+    graph.name_nodes(model)
     rng = np.random.default_rng(0)
     init_names = {t.name for t in model.graph.initializer}
     feeds = {}

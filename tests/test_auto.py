@@ -9,10 +9,12 @@ import onnx
 import pytest
 
 import models
-from onnx_precision import auto, model_io
+from onnx_precision import auto
 from onnx_precision.compare import Tolerance, compare_samples
+from onnx_precision.context import ModelContext, load_model
 from onnx_precision.data import Samples
 from onnx_precision.errors import PrecisionError, SearchError
+from onnx_precision.graph import walk_nodes
 from onnx_precision.oracle import EmulationSession, run_emulated
 from onnx_precision.plan import Precision, Reason, uniform_plan
 from onnx_precision.rewriter import rewrite
@@ -33,19 +35,19 @@ EXPECTED = {
 }
 
 
-def load(name: str, tmp_path) -> tuple[model_io.LoadedModel, Samples]:
+def load(name: str, tmp_path) -> tuple[ModelContext, Samples]:
     example = models.build(name)
     path = os.path.join(str(tmp_path), f"{name}.onnx")
     onnx.save(example.model, path)
-    return model_io.load_model(path), Samples(example.feeds, False, name)
+    return load_model(path), Samples(example.feeds, False, name)
 
 
-def all_fp16(loaded: model_io.LoadedModel, fp16_io: bool = False):
-    names = [r.name for r in model_io.walk_nodes(loaded.model.graph)]
+def all_fp16(loaded: ModelContext, fp16_io: bool = False):
+    names = [r.name for r in walk_nodes(loaded.model.graph)]
     return uniform_plan(names, Precision.FP16, Reason("default", "test"), fp16_io)
 
 
-def choose(name: str, tmp_path, **kwargs) -> tuple[auto.AutoResult, model_io.LoadedModel, Samples]:
+def choose(name: str, tmp_path, **kwargs) -> tuple[auto.AutoResult, ModelContext, Samples]:
     loaded, samples = load(name, tmp_path)
     result = auto.choose_plan(loaded, all_fp16(loaded), samples, Tolerance(), **kwargs)
     return result, loaded, samples
@@ -53,10 +55,10 @@ def choose(name: str, tmp_path, **kwargs) -> tuple[auto.AutoResult, model_io.Loa
 
 def written_passes(loaded, plan, samples) -> bool:
     """Write ``plan`` with the rewriter and emulate the written model (what convert verifies)."""
-    written = rewrite(loaded.model, plan, loaded.base_dir).model
+    written = rewrite(loaded, plan).model
     refs = [{o.name: out[o.name] for o in loaded.model.graph.output}
-            for out in run_emulated(loaded.model, samples.feeds).outputs]
-    cands = run_emulated(written, samples.feeds).outputs
+            for out in run_emulated(loaded, samples.feeds).outputs]
+    cands = run_emulated(ModelContext.of(written), samples.feeds).outputs
     return compare_samples(refs, cands, Tolerance(), "emulate").passed
 
 
@@ -77,7 +79,7 @@ def test_two_independent_culprits_found_by_search_are_one_minimal(tmp_path):
     result, loaded, samples = choose("two_culprits", tmp_path, headroom=0)
     assert set(result.plan.fp32_nodes) == {"a_sumsq", "a_norm", "b_exp", "b_sum_exp", "b_normalize"}
     assert all(r.source == "search" for n in result.plan.fp32_nodes for r in result.plan.decisions[n].reasons[:1])
-    session = EmulationSession(loaded.model, loaded.base_dir, capture_intermediates=False)
+    session = EmulationSession(loaded, capture_intermediates=False)
     refs = [session.run(None, f) for f in samples.feeds]
     for node in result.plan.fp32_nodes:
         unpinned = result.plan.with_fp16([node])
@@ -166,7 +168,7 @@ def test_search_fails_when_even_all_fp32_is_out_of_tolerance(tmp_path):
     loaded, samples = load("benign_mlp", tmp_path)
     # FP16 graph inputs round the feed itself: no FP32 node can undo that under a zero tolerance.
     result = auto.choose_plan(loaded, all_fp16(loaded, fp16_io=True), samples,
-                              Tolerance(atol=0.0, rtol=0.0, min_cosine=1.0))
+                              Tolerance(error_stat="max", atol=0.0, rtol=0.0, min_cosine=1.0))
     assert result.status == auto.FAILED
     assert "even with every float node in FP32" in result.message
     assert result.search is not None and not result.search.passed
@@ -192,14 +194,14 @@ def test_progress_is_reported_during_the_search(tmp_path):
     loaded, samples = load("layernorm_eps", tmp_path)
     calls = []
     auto.choose_plan(loaded, all_fp16(loaded), samples, Tolerance(),
-                     progress=lambda phase, done, left: calls.append((phase, done, left)))
+                     progress=lambda phase, done, left, best: calls.append((phase, done, left)))
     assert calls and calls[0][0] == "search"
     assert [c[1] for c in calls] == sorted(c[1] for c in calls) and calls[-1][2] == 0
 
 
 def test_reference_outputs_are_the_fp32_outputs(tmp_path):
     result, loaded, samples = choose("benign_mlp", tmp_path)
-    fp32 = run_emulated(loaded.model, samples.feeds).outputs
+    fp32 = run_emulated(loaded, samples.feeds).outputs
     assert np.array_equal(result.reference_outputs[0]["y"], fp32[0]["y"])
 
 
@@ -260,10 +262,10 @@ def test_report_counts_every_session_built_model_and_helper_alike(tmp_path, monk
 
     import onnxruntime as ort
 
-    from onnx_precision import typing_rules
     from onnx_precision.cli import main
+    from onnx_precision.typing_rules import kernels
 
-    monkeypatch.setattr(typing_rules, "_PROBES", {})  # a fresh cache: the kernel probes run again
+    monkeypatch.setattr(kernels, "_PROBES", {})  # a fresh cache: the kernel probes run again
     built = []
     original = ort.InferenceSession
 
@@ -349,14 +351,15 @@ def test_written_model_failing_verification_is_loud(tmp_path, capsys, monkeypatc
     import onnx_precision.convert as convert_lib
     from onnx_precision.cli import main
 
-    def write_all_fp16(loaded, plan, auto_result=None):  # a rewriter bug: ignores the pins
-        return rewrite(loaded.model, plan.with_fp16(plan.fp32_nodes), loaded.base_dir)
+    def write_all_fp16(ctx, plan):  # a rewriter bug: ignores the pins
+        return rewrite(ctx, plan.with_fp16(plan.fp32_nodes))
 
-    monkeypatch.setattr(convert_lib, "convert_model", write_all_fp16)
+    monkeypatch.setattr(convert_lib, "rewrite", write_all_fp16)
     model, data = shipped("l2_normalize")
     assert main(["convert", model, "-o", str(tmp_path / "l2.onnx"), "--inputs", data]) == 1
     captured = capsys.readouterr()
-    assert "BUG: the plan passed the emulated search but the written model" in captured.err
+    assert "the plan passed the emulated search but the written model" in captured.err
+    assert "(a bug: please report it with" in captured.err
     assert "verified: FAIL" in captured.out
     import json
     report = json.load(open(str(tmp_path / "l2.report.json")))
@@ -394,8 +397,8 @@ def test_convert_native_oracle_runs_the_written_model_as_a_third_session(tmp_pat
     real_native = oracle_lib.run_native
     providers = []
     monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
-    monkeypatch.setattr(oracle_lib, "run_native", lambda model, feeds, provider, base_dir=None: (
-        providers.append(provider), real_native(model, feeds, "CPUExecutionProvider", base_dir))[1])
+    monkeypatch.setattr(oracle_lib.select, "run_native", lambda ctx, feeds, provider: (
+        providers.append(provider), real_native(ctx, feeds, "CPUExecutionProvider"))[1])
     model, data = shipped("l2_normalize")
     assert main(["convert", model, "-o", str(tmp_path / "l2.onnx"), "--inputs", data, "--oracle", "cuda"]) == 0
     assert providers == ["CUDAExecutionProvider"] and len(count_sessions) == 3
@@ -415,13 +418,13 @@ def test_convert_fails_when_the_native_run_fails(tmp_path, monkeypatch, capsys):
 
     real_native = oracle_lib.run_native
 
-    def broken_gpu(model, feeds, provider, base_dir=None):
-        run = real_native(model, feeds, "CPUExecutionProvider", base_dir)
+    def broken_gpu(ctx, feeds, provider):
+        run = real_native(ctx, feeds, "CPUExecutionProvider")
         return oracle_lib.OracleRun(oracle_lib.native_oracle(provider),
                                     tuple({k: np.zeros_like(v) for k, v in out.items()} for out in run.outputs))
 
     monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
-    monkeypatch.setattr(oracle_lib, "run_native", broken_gpu)
+    monkeypatch.setattr(oracle_lib.select, "run_native", broken_gpu)
     model, data = shipped("l2_normalize")
     assert main(["convert", model, "-o", str(tmp_path / "l2.onnx"), "--inputs", data, "--oracle", "cuda"]) == 1
     report = json.load(open(str(tmp_path / "l2.report.json")))
@@ -436,11 +439,11 @@ def test_report_flags_in_all_fp16_mode_warn(tmp_path, capsys):
     model, data = shipped("benign_mlp")
     out = str(tmp_path / "b.onnx")
     assert main(["convert", model, "-o", out, "--mode", "all-fp16", "--report", str(tmp_path / "r.json")]) == 0
-    assert "warning: --report/--report-md apply to --mode static and auto" in capsys.readouterr().out
+    assert "warning: --report/--report-md apply to --mode static and auto" in capsys.readouterr().err
     assert os.listdir(tmp_path) == ["b.onnx"]
     assert main(["convert", model, "-o", out, "--mode", "all-fp16", "--oracle", "cuda"]) == 0
     assert "warning: --oracle cuda applies to --mode static and auto (which verify); not run" in \
-        capsys.readouterr().out
+        capsys.readouterr().err
 
 
 def test_range_pins_also_carry_their_rule_reasons(tmp_path):
@@ -463,7 +466,7 @@ def test_absorbed_fp32_infinity_is_not_an_error(tmp_path):
     """)
     path = str(tmp_path / "masked.onnx")
     onnx.save(model, path)
-    loaded = model_io.load_model(path)
+    loaded = load_model(path)
     mask = np.ones((2, 8), np.float32)
     mask[:, 5:] = 0
     feeds = ({"scores": np.linspace(-2, 2, 16, dtype=np.float32).reshape(2, 8), "mask": mask},)

@@ -7,10 +7,11 @@ import os
 import onnx
 import pytest
 
-from onnx_precision import model_io
 from onnx_precision.check import check
 from onnx_precision.cli import main
+from onnx_precision.context import load_model
 from onnx_precision.data import SampleSpec
+from onnx_precision.graph import walk_nodes
 from onnx_precision.plan import Precision, Reason, uniform_plan
 from onnx_precision.rewriter import rewrite
 from tests.conftest import parse
@@ -27,11 +28,11 @@ def example(name: str) -> tuple[str, str]:
 
 
 def write_plan(model_path: str, out: str, fp32: tuple[str, ...] = (), fp16_io: bool = False) -> str:
-    loaded = model_io.load_model(model_path)
-    names = [r.name for r in model_io.walk_nodes(loaded.model.graph)]
+    loaded = load_model(model_path)
+    names = [r.name for r in walk_nodes(loaded.model.graph)]
     plan = uniform_plan(names, Precision.FP16, Reason("default", "test"), fp16_io)
     plan = plan.with_fp32(fp32, Reason("user", "test"))
-    onnx.save(rewrite(loaded.model, plan, loaded.base_dir).model, out)
+    onnx.save(rewrite(loaded, plan).model, out)
     return out
 
 

@@ -61,9 +61,10 @@ def test_written_model_is_what_the_oracle_emulates(name):
     from onnx_precision import oracle
     case = h.node_cases()[name]
     plan = h.mixed_plan(case.model, seed=3)
-    planned = oracle.EmulationSession(case.model, capture_intermediates=False).run(plan, case.feeds)
-    written = h.rewriter.rewrite(case.model, plan).model
-    emulated = oracle.run_emulated(written, [case.feeds]).outputs[0]
+    ctx = h.ModelContext.of(case.model)
+    planned = oracle.EmulationSession(ctx, capture_intermediates=False).run(plan, case.feeds)
+    written = h.rewriter.rewrite(ctx, plan).model
+    emulated = oracle.run_emulated(h.ModelContext.of(written), [case.feeds]).outputs[0]
     for output, value in planned.items():
         np.testing.assert_array_equal(emulated[output], value, err_msg=output)
 
@@ -73,10 +74,10 @@ def test_converting_the_output_again_changes_nothing(name):
     """Idempotence on an already-mixed model: the same decisions (the new Casts FP16) give the same bytes."""
     case = h.node_cases()[name]
     plan = h.mixed_plan(case.model, seed=5)
-    once = h.rewriter.rewrite(case.model, plan).model
-    names = [r.name for r in h.model_io.walk_nodes(once.graph)]
+    once = h.rewriter.rewrite(h.ModelContext.of(case.model), plan).model
+    names = [r.name for r in h.graph.walk_nodes(once.graph)]
     again_plan = h.uniform_plan(names, h.Precision.FP16, h.Reason("default", "all-fp16")).with_fp32(plan.fp32_nodes)
-    again = h.rewriter.rewrite(once, again_plan).model
+    again = h.rewriter.rewrite(h.ModelContext.of(once), again_plan).model
     assert again.SerializeToString(deterministic=True) == once.SerializeToString(deterministic=True)
 
 

@@ -125,14 +125,14 @@ def _identity_and_shifted(tmp_path, shift: float) -> tuple[str, str, str]:
 
 def test_min_cosine_1_passes_within_a_few_float32_ulps(tmp_path, capsys):
     ref, cand, data = _identity_and_shifted(tmp_path, 2.0 ** -12)  # cosine 1 - 3e-8: below 1 in float64
-    assert main(["check", ref, cand, "--inputs", data, "--min-cosine", "1"]) == 0
-    assert "cosine 0.99999997  pass" in capsys.readouterr().out  # the digits it has, and a pass
+    assert main(["check", ref, cand, "--inputs", data, "--error-stat", "max", "--min-cosine", "1"]) == 0
+    assert "PASS: within tolerance" in capsys.readouterr().out
 
 
 def test_a_failing_cosine_prints_the_digits_that_show_it_fails(tmp_path, capsys):
     ref, cand, data = _identity_and_shifted(tmp_path, 1e-3)  # cosine 0.9999995: "1.000000" at 6 decimals
-    assert main(["check", ref, cand, "--inputs", data, "--min-cosine", "1"]) == 1
-    assert "cosine 0.9999995  FAIL" in capsys.readouterr().out
+    assert main(["check", ref, cand, "--inputs", data, "--error-stat", "max", "--min-cosine", "1"]) == 1
+    assert "[cosine 0.9999995 < 1]  FAIL" in capsys.readouterr().out
 
 
 # --- items 10-13: nothing to convert, already FP16, no share without a model, the user's "before" -------

@@ -11,14 +11,15 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnx_precision import external_data, saving
+from onnx_precision.context import load_model
 from onnx_precision.errors import ModelLoadError, OutputError
-from onnx_precision.model_io import (
+from onnx_precision.storage import (
     cast_initializer,
-    initializer_array,
-    initializer_range,
-    load_model,
+    external_data,
+    read_array,
     save_model,
+    saving,
+    value_range,
 )
 
 
@@ -105,7 +106,7 @@ def test_cast_initializer_is_lazy_and_exact_fp16(tmp_path):
     assert lazy.name == "w_fp16" and lazy.data_type == TensorProto.FLOAT16
     assert lazy.data_location == TensorProto.EXTERNAL and not lazy.HasField("raw_data")
     expected = fp16(weights()["w"])
-    got = initializer_array(lazy, loaded.base_dir)
+    got = read_array(lazy, loaded.base_dir)
     assert got.dtype == np.float16
     assert got.view(np.uint16).tolist() == expected.view(np.uint16).tolist()  # bit-exact, incl. -0 and inf
     assert got[0, 1] == np.inf and got[0, 2] == -np.inf and got[0, 4] == 0
@@ -208,7 +209,7 @@ def test_initializer_range_handles_zeros_nan_inf_and_signs(dtype):
              (np.inf, -1.0): (np.inf, 1.0), (-7.0,): (7.0, 7.0), (3.0, -2.0**-24, 0.0): (3.0, 2.0**-24)}
     for values, expected in cases.items():
         tensor = numpy_helper.from_array(np.array(values, dtype=dtype), "t")
-        assert initializer_range(tensor, ".") == expected, (dtype, values)
+        assert value_range(tensor, ".") == expected, (dtype, values)
 
 
 def test_initializer_range_reads_in_chunks(tmp_path, monkeypatch):
@@ -216,12 +217,12 @@ def test_initializer_range_reads_in_chunks(tmp_path, monkeypatch):
     loaded = load_model(src)
     monkeypatch.setattr(external_data, "CHUNK_BYTES", 100)  # many chunks, not a multiple of rows
     w = np.abs(weights()["w"])
-    max_abs, min_nonzero = initializer_range(initializers(loaded.model)["w"], loaded.base_dir)
+    max_abs, min_nonzero = value_range(initializers(loaded.model)["w"], loaded.base_dir)
     assert max_abs == float(w.max()) == 1e5
     assert min_nonzero == float(w[w > 0].min()) == np.float32(1e-9)
     # the range of a lazy FP16 copy is the range of the FP16 values
     lazy = cast_initializer(initializers(loaded.model)["w"], loaded.base_dir, TensorProto.FLOAT16, "w16")
-    assert initializer_range(lazy, loaded.base_dir) == (np.inf, float(np.float16(3e-6)))
+    assert value_range(lazy, loaded.base_dir) == (np.inf, float(np.float16(3e-6)))
 
 
 def test_cast_of_a_lazy_cast_applies_both_roundings(tmp_path):
@@ -231,7 +232,7 @@ def test_cast_of_a_lazy_cast_applies_both_roundings(tmp_path):
     half = cast_initializer(w, loaded.base_dir, TensorProto.FLOAT16, "w16")
     back = cast_initializer(half, loaded.base_dir, TensorProto.FLOAT, "w32")
     expected = fp16(weights()["w"]).astype(np.float32)
-    np.testing.assert_array_equal(initializer_array(back, loaded.base_dir), expected)
+    np.testing.assert_array_equal(read_array(back, loaded.base_dir), expected)
     model = onnx.ModelProto()
     model.CopyFrom(loaded.model)
     initializers(model)["w"].CopyFrom(back)
@@ -269,7 +270,7 @@ def test_packed_int4_external_tensor_loads_reads_and_copies(tmp_path):
     assert os.path.getsize(tmp_path / "int4.bin") == 4
     loaded = load_model(src)
     q = initializers(loaded.model)["q"]
-    assert initializer_array(q, loaded.base_dir).astype(np.int8).tolist() == values.tolist()
+    assert read_array(q, loaded.base_dir).astype(np.int8).tolist() == values.tolist()
     out = str(tmp_path / "copy.onnx")
     save_model(loaded.model, out, source_dir=loaded.base_dir)
     assert numpy_helper.to_array(initializers(onnx.load(out))["q"]).astype(np.int8).tolist() == values.tolist()
@@ -335,7 +336,7 @@ def test_output_whose_data_file_is_the_inputs_data_file_is_refused(tmp_path):
 
 
 def test_fast_fp16_conversion_gives_numpy_bits_for_every_kind_of_value():
-    from onnx_precision import fast_cast
+    from onnx_precision.storage import fast_cast
 
     rng = np.random.default_rng(3)
     patterns = rng.integers(0, 2**32, size=1 << 20, dtype=np.uint64).astype(np.uint32)

@@ -11,8 +11,10 @@ import pytest
 import models
 from models import generate as build
 from onnx_precision import oracle
+from onnx_precision.compare import Tolerance, compare_samples
 from onnx_precision.data import SampleSpec, load_samples
-from onnx_precision.model_io import load_model, walk_nodes
+from onnx_precision.context import ModelContext, load_model
+from onnx_precision.graph import walk_nodes
 from onnx_precision.plan import Precision, Reason, uniform_plan
 
 BROKEN_IN_FP16 = ["l2_normalize", "nafnet_boxfilter", "layernorm_eps", "softmax_nomax", "log_underflow",
@@ -55,7 +57,7 @@ def _all_fp16(model: onnx.ModelProto):
 @pytest.mark.parametrize("name", BROKEN_IN_FP16)
 def test_fp32_is_finite_and_emulated_fp16_breaks(name):
     example = models.BUILDERS[name]()
-    session = oracle.EmulationSession(example.model)
+    session = oracle.EmulationSession(ModelContext.of(example.model))
     worst = 0.0
     for feed in example.feeds:
         ref = session.run(None, feed)
@@ -67,9 +69,20 @@ def test_fp32_is_finite_and_emulated_fp16_breaks(name):
     assert worst > 0.1, f"{name}: all-FP16 error {worst} is too small to show the problem"
 
 
+@pytest.mark.parametrize("name", BROKEN_IN_FP16)
+def test_default_verdict_fails_every_example_that_breaks(name):
+    example = models.BUILDERS[name]()
+    session = oracle.EmulationSession(ModelContext.of(example.model), capture_intermediates=False)
+    plan = _all_fp16(example.model)
+    refs = [session.run(None, feed) for feed in example.feeds]
+    cands = [session.run(plan, feed) for feed in example.feeds]
+    assert not compare_samples(refs, cands, Tolerance(), "emulate").passed
+    assert compare_samples(refs, refs, Tolerance(), "emulate").passed
+
+
 def test_benign_mlp_survives_fp16():
     example = models.benign_mlp()
-    session = oracle.EmulationSession(example.model)
+    session = oracle.EmulationSession(ModelContext.of(example.model))
     feed = example.feeds[0]
     ref, emu = session.run(None, feed)["y"], session.run(_all_fp16(example.model), feed)["y"]
     assert np.abs(emu - ref).max() < 1e-3
@@ -77,7 +90,7 @@ def test_benign_mlp_survives_fp16():
 
 def test_fp32_nan_model_is_nan_in_fp32():
     example = models.fp32_nan()
-    y = oracle.EmulationSession(example.model).run(None, example.feeds[0])["y"]
+    y = oracle.EmulationSession(ModelContext.of(example.model)).run(None, example.feeds[0])["y"]
     assert np.isnan(y).any()
 
 
@@ -92,7 +105,7 @@ def test_transformer_is_large_and_only_its_outlier_layers_break():
     assert len(broken.model.graph.node) >= 500
     clean = models.transformer(outlier_layers=())
     for example, bad in ((broken, True), (clean, False)):
-        session = oracle.EmulationSession(example.model, capture_intermediates=False)
+        session = oracle.EmulationSession(ModelContext.of(example.model), capture_intermediates=False)
         feed = example.feeds[0]
         err = np.abs(session.run(_all_fp16(example.model), feed)["y"] - session.run(None, feed)["y"]).max()
         assert (err > 0.5) == bad, err

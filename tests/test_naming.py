@@ -7,7 +7,8 @@ import pytest
 from conftest import parse
 
 from onnx_precision.errors import ModelLoadError
-from onnx_precision.model_io import load_model, name_nodes, walk_nodes
+from onnx_precision.context import load_model
+from onnx_precision.graph import name_nodes, walk_nodes
 
 TEXT = """
 <ir_version: 8, opset_import: ["" : 17]>

@@ -10,10 +10,11 @@ from conftest import parse
 
 from models import BUILDERS
 from onnx_precision.compare import Tolerance, compare_samples
-from onnx_precision.emulation import round_fp16
-from onnx_precision.model_io import name_nodes, walk_nodes
+from onnx_precision.context import ModelContext
+from onnx_precision.graph import name_nodes, walk_nodes
 from onnx_precision.oracle import (EmulationSession, emulate_model, inspect_plan, layerwise, reference_stats,
-                                   run_emulated, run_fp32, run_native, run_reference, tensor_stats)
+                                   round_fp16, run_emulated, run_fp32, run_native, run_reference,
+                                   tensor_stats)
 from onnx_precision.plan import Precision, Reason, uniform_plan
 from onnx_precision.rewriter import rewrite
 
@@ -75,36 +76,38 @@ X50 = {"x": np.full((1, 64), 50.0, np.float32)}  # sum of squares 160000 > 65504
 def test_all_fp32_is_bit_identical_to_the_fp32_model():
     for name in ("l2_normalize", "layernorm_eps", "nafnet_boxfilter", "if_branch", "benign_mlp", "fp32_nan"):
         model, feeds = example(name)
-        session = EmulationSession(model)
+        ctx = ModelContext.of(model)
+        session = EmulationSession(ctx)
         for plan in (None, plan_of(model, Precision.FP32)):
             for feed in feeds:
                 got = session.run(plan, feed)
-                want = run_fp32(model, [feed]).outputs[0]
+                want = run_fp32(ctx, [feed]).outputs[0]
                 for out in want:
                     assert got[out].tobytes() == want[out].tobytes(), (name, out)
     # And against a default onnxruntime session where fusions cannot change the numbers.
     model = named(L2)
-    assert EmulationSession(model).run(None, X50)["y"].tobytes() == plain_fp32(model, X50)["y"].tobytes()
+    emulated = EmulationSession(ModelContext.of(model)).run(None, X50)["y"]
+    assert emulated.tobytes() == plain_fp32(model, X50)["y"].tobytes()
 
 
 def test_l2_normalize_collapses_in_emulation_but_not_natively_on_cpu(caplog):
     """The trap: onnxruntime CPU runs FP16 nodes in FP32. Keep this contrast so the oracle never
     silently falls back to native CPU."""
-    model = named(L2)
-    plan = plan_of(model)
-    fp16_model = rewrite(model, plan).model
+    ctx = ModelContext.of(named(L2))
+    plan = plan_of(ctx.model)
+    fp16_ctx = ModelContext.of(rewrite(ctx, plan).model)
 
-    emulated = EmulationSession(model).run(plan, X50)["y"]
+    emulated = EmulationSession(ctx).run(plan, X50)["y"]
     assert np.all(emulated == 0.0)  # 160000 overflows to inf, x / inf == 0
-    written = run_emulated(fp16_model, [X50])
+    written = run_emulated(fp16_ctx, [X50])
     assert written.oracle == "emulate" and np.all(written.outputs[0]["y"] == 0.0)
 
-    native = run_native(fp16_model, [X50], "CPUExecutionProvider")
+    native = run_native(fp16_ctx, [X50], "CPUExecutionProvider")
     assert native.oracle == "native:CPUExecutionProvider"
     np.testing.assert_allclose(native.outputs[0]["y"].astype(np.float32), 0.125)
     assert "hides FP16 overflow" in caplog.text
 
-    refs = run_fp32(model, [X50]).outputs
+    refs = run_fp32(ctx, [X50]).outputs
     assert not compare_samples(refs, [{"y": emulated}], Tolerance(), "emulate").passed
     assert compare_samples(refs, [{"y": native.outputs[0]["y"].astype(np.float32)}], Tolerance(),
                            native.oracle).passed
@@ -113,7 +116,7 @@ def test_l2_normalize_collapses_in_emulation_but_not_natively_on_cpu(caplog):
 def test_no_optimization_level_folds_the_rounding_away():
     """The oracle runs at ORT_DISABLE_ALL; even the most aggressive level keeps the Cast pairs."""
     model = named(L2)
-    emulated = emulate_model(rewrite(model, plan_of(model)).model)
+    emulated = emulate_model(rewrite(ModelContext.of(model), plan_of(model)).model, ".")
     for level in (ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
         options = ort.SessionOptions()
         options.graph_optimization_level = level
@@ -128,15 +131,15 @@ def test_reference_mode_agrees_with_emulation_where_op_internals_do_not_matter()
     feed = {"a": gen.uniform(-300, 300, (2, 8)).astype(np.float32),
             "b": gen.uniform(0.5, 3, (2, 8)).astype(np.float32)}
     plan = plan_of(model, fp16_io=True)
-    fp16_model = rewrite(model, plan).model
-    reference = run_reference(fp16_model, [feed])
+    ctx = ModelContext.of(model)
+    reference = run_reference(ModelContext.of(rewrite(ctx, plan).model), [feed])
     assert reference.oracle == "reference"
     ref_y = reference.outputs[0]["y"]
     assert ref_y.dtype == np.float16
-    emulated = EmulationSession(model).run(plan, feed)["y"]
+    emulated = EmulationSession(ctx).run(plan, feed)["y"]
     assert emulated.tobytes() == ref_y.astype(np.float32).tobytes()
     # The FP16 result really differs from FP32 here, so the agreement means something.
-    assert not np.array_equal(emulated, run_fp32(model, [feed]).outputs[0]["y"])
+    assert not np.array_equal(emulated, run_fp32(ctx, [feed]).outputs[0]["y"])
 
 
 @pytest.mark.parametrize("name", ["l2_normalize", "layernorm_eps", "two_culprits", "if_branch",
@@ -144,12 +147,13 @@ def test_reference_mode_agrees_with_emulation_where_op_internals_do_not_matter()
 def test_switch_emulation_equals_emulating_the_written_model(name):
     """Running plan P in the switch graph == emulating the model the rewriter writes for P."""
     model, feeds = example(name)
-    session = EmulationSession(model)
+    ctx = ModelContext.of(model)
+    session = EmulationSession(ctx)
     nodes = [r.name for r in walk_nodes(model.graph)]
     all16 = plan_of(model)
     plans = [all16, all16.with_fp32(nodes[::2]), all16.with_fp32(nodes[1::2]), plan_of(model, fp16_io=True)]
     for plan in plans:
-        written = rewrite(model, plan).model
+        written = ModelContext.of(rewrite(ctx, plan).model)
         for feed in feeds:
             want = run_emulated(written, [feed]).outputs[0]
             got = session.run(plan, feed)
@@ -165,12 +169,13 @@ def test_random_plans_on_a_transformer_match_the_written_model_bit_for_bit():
     model = ex.model
     name_nodes(model)
     nodes = [r.name for r in walk_nodes(model.graph)]
-    session = EmulationSession(model, capture_intermediates=False)
+    ctx = ModelContext.of(model)
+    session = EmulationSession(ctx, capture_intermediates=False)
     gen = np.random.default_rng(1)
     all16 = plan_of(model)
     for share in (0.0, 0.2, 0.5, 0.8):
         plan = all16.with_fp32([n for n in nodes if gen.random() < share])
-        want = run_emulated(rewrite(model, plan).model, ex.feeds).outputs[0]["y"]
+        want = run_emulated(ModelContext.of(rewrite(ctx, plan).model), ex.feeds).outputs[0]["y"]
         assert session.run(plan, ex.feeds[0])["y"].tobytes() == want.astype(np.float32).tobytes(), share
     assert session.sessions_built == 1 and session.intermediates == ()
 
@@ -179,15 +184,15 @@ def test_groups_of_nodes_give_the_bits_of_one_if_per_node(monkeypatch):
     """Runs of consecutive nodes share one If per uniform plan (all FP16 / all FP32) and fall back
     to one If per node when mixed: every output and intermediate keeps the bits of per-node Ifs."""
     from models import transformer
-    from onnx_precision import emulation
+    from onnx_precision.oracle import switch
     ex = transformer(layers=1, d_model=16, heads=2, seq=4, ff=32)
     model = ex.model
     name_nodes(model)
     nodes = [r.name for r in walk_nodes(model.graph)]
-    grouped = EmulationSession(model)
-    size = emulation.GROUP_SIZE
-    monkeypatch.setattr(emulation, "GROUP_SIZE", 1)
-    single = EmulationSession(model)
+    grouped = EmulationSession(ModelContext.of(model))
+    size = switch.GROUP_SIZE
+    monkeypatch.setattr(switch, "GROUP_SIZE", 1)
+    single = EmulationSession(ModelContext.of(model))
     groups = grouped.switch_model.groups
     assert single.switch_model.groups == () and len(groups) >= 2
     assert size > 1 and max(len(g.nodes) for g in groups) == size
@@ -213,8 +218,8 @@ def test_groups_of_nodes_give_the_bits_of_one_if_per_node(monkeypatch):
 
 def test_external_data_models_and_weights_rounded_at_run_time(tmp_path, monkeypatch):
     from models import transformer
-    from onnx_precision import emulation
-    from onnx_precision.model_io import load_model
+    from onnx_precision.context import load_model
+    from onnx_precision.oracle import switch
     ex = transformer(layers=1, d_model=16, heads=2, seq=4, ff=32)
     path = str(tmp_path / "t.onnx")
     external = onnx.ModelProto()
@@ -222,11 +227,12 @@ def test_external_data_models_and_weights_rounded_at_run_time(tmp_path, monkeypa
     onnx.save(external, path, save_as_external_data=True, location="t.data", size_threshold=0)
     loaded = load_model(path)
     plan = plan_of(loaded.model)
-    want_fp32 = run_fp32(loaded.model, ex.feeds, loaded.base_dir).outputs[0]["y"]
-    want_fp16 = run_emulated(rewrite(ex.model, plan_of(ex.model)).model, ex.feeds).outputs[0]["y"]
-    for limit in (emulation.PROTO_LIMIT, 0):  # 0: no room for precomputed rounded weights
-        monkeypatch.setattr(emulation, "PROTO_LIMIT", limit)
-        session = EmulationSession(loaded.model, loaded.base_dir, capture_intermediates=False)
+    want_fp32 = run_fp32(loaded, ex.feeds).outputs[0]["y"]
+    written = rewrite(ModelContext.of(ex.model), plan_of(ex.model)).model
+    want_fp16 = run_emulated(ModelContext.of(written), ex.feeds).outputs[0]["y"]
+    for limit in (switch.PROTO_LIMIT, 0):  # 0: no room for precomputed rounded weights
+        monkeypatch.setattr(switch, "PROTO_LIMIT", limit)
+        session = EmulationSession(loaded, capture_intermediates=False)
         rounded_inits = [i.name for i in session.switch_model.model.graph.initializer
                          if i.name.endswith("__rounded")]
         assert bool(rounded_inits) == (limit > 0)
@@ -253,7 +259,8 @@ def mlp_with_large_weights() -> onnx.ModelProto:
 
 
 def saved_external(model: onnx.ModelProto, path: str):
-    from onnx_precision.model_io import load_model, save_model
+    from onnx_precision.context import load_model
+    from onnx_precision.storage import save_model
     save_model(model, path, external_data=True)
     return load_model(path)
 
@@ -262,9 +269,9 @@ MLP_FEED = {"x": np.random.default_rng(4).standard_normal((2, 256)).astype(np.fl
 
 
 def test_emulating_a_written_model_leaves_its_external_fp16_weights_external(tmp_path):
-    from onnx_precision.model_io import external_location
+    from onnx_precision.storage import external_location
     model = mlp_with_large_weights()
-    written = rewrite(model, plan_of(model)).model
+    written = rewrite(ModelContext.of(model), plan_of(model)).model
     loaded = saved_external(written, str(tmp_path / "fp16.onnx"))
     emulated = emulate_model(loaded.model, loaded.base_dir)
     weights = list(emulated.graph.initializer)
@@ -274,24 +281,26 @@ def test_emulating_a_written_model_leaves_its_external_fp16_weights_external(tmp
     fp16_names = {t.name for t in weights}
     casts = [n for n in emulated.graph.node if n.op_type == "Cast" and n.input[0] in fp16_names]
     assert sorted(n.output[0] for n in casts) == ["w1", "w2"]
-    got = run_emulated(loaded.model, [MLP_FEED], loaded.base_dir).outputs[0]["y"]
-    want = run_emulated(written, [MLP_FEED]).outputs[0]["y"]  # inline: FP32 initializers in the proto
+    got = run_emulated(loaded, [MLP_FEED]).outputs[0]["y"]
+    # inline: FP32 initializers in the proto
+    want = run_emulated(ModelContext.of(written), [MLP_FEED]).outputs[0]["y"]
     assert got.tobytes() == want.tobytes()
 
 
 def test_switch_graph_rounds_external_weights_in_the_fp16_branch(tmp_path):
-    from onnx_precision.model_io import external_location
+    from onnx_precision.storage import external_location
     model = mlp_with_large_weights()
     name_nodes(model)
     loaded = saved_external(model, str(tmp_path / "fp32.onnx"))
-    session = EmulationSession(loaded.model, loaded.base_dir, capture_intermediates=False)
+    session = EmulationSession(loaded, capture_intermediates=False)
     weights = [t for t in session.switch_model.model.graph.initializer if t.data_type == onnx.TensorProto.FLOAT]
     assert [t.name for t in weights] == ["w1", "w2"]  # no rounded copy
     assert all(external_location(t) == "fp32.onnx.data" for t in weights)
-    assert session.run(None, MLP_FEED)["y"].tobytes() == run_fp32(model, [MLP_FEED]).outputs[0]["y"].tobytes()
+    ctx = ModelContext.of(model)
+    assert session.run(None, MLP_FEED)["y"].tobytes() == run_fp32(ctx, [MLP_FEED]).outputs[0]["y"].tobytes()
     all16 = plan_of(model)
     for plan in (all16, all16.with_fp32(["mm1"]), all16.with_fp32(["mm2"])):
-        want = run_emulated(rewrite(model, plan).model, [MLP_FEED]).outputs[0]["y"]
+        want = run_emulated(ModelContext.of(rewrite(ctx, plan).model), [MLP_FEED]).outputs[0]["y"]
         assert session.run(plan, MLP_FEED)["y"].tobytes() == want.tobytes(), plan.fp32_nodes
     assert session.run(all16, MLP_FEED)["y"].tobytes() != session.run(None, MLP_FEED)["y"].tobytes()
 
@@ -309,17 +318,18 @@ def test_window_ops_written_in_fp16_are_emulated_in_fp32_then_rounded():
     model computes the window in FP32 and rounds it, as the switch graph does (computed in FP16,
     its first value is -0.0, not 0.0)."""
     model = named(WINDOW)
+    ctx = ModelContext.of(model)
     plan = plan_of(model)
-    written = rewrite(model, plan).model
+    written = rewrite(ctx, plan).model
     assert "output_datatype" in {a.name for n in written.graph.node for a in n.attribute}
     feed = {"n": np.array(10, np.int64)}
-    want = run_emulated(written, [feed]).outputs[0]["y"]
-    assert EmulationSession(model).run(plan, feed)["y"].tobytes() == want.tobytes()
+    want = run_emulated(ModelContext.of(written), [feed]).outputs[0]["y"]
+    assert EmulationSession(ctx).run(plan, feed)["y"].tobytes() == want.tobytes()
 
 
 def test_capturing_a_subset_of_intermediates():
     model = named(L2)
-    session = EmulationSession(model, capture_intermediates=["ss"])
+    session = EmulationSession(ModelContext.of(model), capture_intermediates=["ss"])
     assert session.intermediates == ("ss",)
     assert set(session.run(None, X50, intermediates=True)) == {"y", "ss"}
     assert set(session.run(None, X50)) == {"y"}
@@ -344,13 +354,14 @@ lp (float[4] x, int64 n) => (float[4] y, float[N, 4] scan_out) {
 def test_loop_bodies_read_switches_from_the_outer_scope():
     model = named(LOOP)
     feed = {"x": np.array([1.1, 2.2, 3.3, 400.0], np.float32), "n": np.array(3, np.int64)}
-    session = EmulationSession(model)
-    ref = run_fp32(model, [feed]).outputs[0]
+    ctx = ModelContext.of(model)
+    session = EmulationSession(ctx)
+    ref = run_fp32(ctx, [feed]).outputs[0]
     assert all(session.run(None, feed)[k].tobytes() == ref[k].tobytes() for k in ref)
     nodes = [r.name for r in walk_nodes(model.graph)]
     only_mul = plan_of(model, Precision.FP32).with_fp16(["node_of_m"])
     for plan in (plan_of(model), only_mul, plan_of(model).with_fp32(["node_of_y"])):
-        want = run_emulated(rewrite(model, plan).model, [feed]).outputs[0]
+        want = run_emulated(ModelContext.of(rewrite(ctx, plan).model), [feed]).outputs[0]
         got = session.run(plan, feed)
         for k in want:
             assert got[k].tobytes() == want[k].astype(np.float32).tobytes(), (plan.fp32_nodes, k)
@@ -400,11 +411,12 @@ def test_old_opsets_sequences_and_models_already_holding_fp16(text, feed):
     model = named(text)
     if "zero" in text:
         model.graph.initializer.append(onnx.numpy_helper.from_array(np.array(0, np.int64), "zero"))
-    session = EmulationSession(model)
-    ref = run_fp32(model, [feed]).outputs[0]
+    ctx = ModelContext.of(model)
+    session = EmulationSession(ctx)
+    ref = run_fp32(ctx, [feed]).outputs[0]
     assert all(session.run(None, feed)[k].tobytes() == ref[k].tobytes() for k in ref)
     plan = plan_of(model)
-    want = run_emulated(rewrite(model, plan).model, [feed]).outputs[0]
+    want = run_emulated(ModelContext.of(rewrite(ctx, plan).model), [feed]).outputs[0]
     got = session.run(plan, feed)
     for k in want:
         assert got[k].tobytes() == want[k].astype(np.float32).tobytes(), k
@@ -419,7 +431,9 @@ def test_ir3_initializers_listed_as_inputs_are_constants():
         [onnx.numpy_helper.from_array(w, "w")])
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 8)])
     model.ir_version = 3
-    session = EmulationSession(model, forced_fp32=())  # 70000 would force FP32: keep it switchable
+    ctx = ModelContext.of(model)
+    ctx.forced_fp32 = frozenset()  # 70000 would force FP32: keep it switchable
+    session = EmulationSession(ctx)
     feed = {"x": np.ones(4, np.float32)}
     assert session.run(None, feed)["y"].tobytes() == w.tobytes()
     assert session.run(plan_of(model), feed)["y"].tolist()[3] == np.inf  # the FP16 copy of w overflows
@@ -428,7 +442,7 @@ def test_ir3_initializers_listed_as_inputs_are_constants():
 
 def test_subgraph_nodes_are_switched_through_outer_scope():
     model, feeds = example("if_branch")
-    session = EmulationSession(model)
+    session = EmulationSession(ModelContext.of(model))
     ref = session.run(None, feeds[0])["y"]
     only_then_sumsq = plan_of(model, Precision.FP32).with_fp16(["then_sumsq"])
     assert np.all(session.run(only_then_sumsq, feeds[0])["y"] == 0.25)  # x / inf + bias
@@ -439,14 +453,14 @@ def test_subgraph_nodes_are_switched_through_outer_scope():
 
 def test_constants_fp16_cannot_hold_keep_their_node_fp32():
     model, feeds = example("layernorm_eps")
-    session = EmulationSession(model)
+    session = EmulationSession(ModelContext.of(model))
     assert "ln_add_eps" in session.forced_fp32  # eps 1e-12 flushes to zero in FP16
     assert "ln_add_eps" not in session.switchable
 
 
 def test_reference_stats_ranges_and_first_nonfinite():
     model = named(L2)
-    session = EmulationSession(model)
+    session = EmulationSession(ModelContext.of(model))
     x_small = {"x": np.full((1, 64), 0.5, np.float32)}
     ref = reference_stats(session, [x_small, X50])  # worst case over both samples
     ss = ref.stats["ss"]
@@ -458,7 +472,7 @@ def test_reference_stats_ranges_and_first_nonfinite():
     assert [o["y"][0, 0] for o in ref.outputs] == [0.125, 0.125]
 
     nan_model, feeds = example("fp32_nan")
-    nan_ref = reference_stats(EmulationSession(nan_model), feeds)
+    nan_ref = reference_stats(EmulationSession(ModelContext.of(nan_model)), feeds)
     assert nan_ref.first_nonfinite == "sqrt"
     assert nan_ref.stats["r"].nan_count == int(np.count_nonzero(feeds[0]["x"] < 0)) > 0
 
@@ -476,7 +490,7 @@ def test_tensor_stats_flush_fraction_and_nonfinite_counts():
 
 def test_layerwise_names_the_nodes_where_error_appears():
     model, feeds = example("two_culprits")
-    session = EmulationSession(model)
+    session = EmulationSession(ModelContext.of(model))
     ref, lw = inspect_plan(session, plan_of(model), feeds)
     assert lw.first_divergence == ("a_sumsq", "b_exp")
     assert lw.nodes["a_sumsq"].new_nonfinite == 1
@@ -501,19 +515,20 @@ def test_an_overflow_downstream_of_another_is_still_a_first_divergence():
     ex = transformer()  # 12 layers, outliers in layers 3 and 8
     model = ex.model
     name_nodes(model)
-    lw = layerwise(EmulationSession(model, capture_intermediates=True), plan_of(model), ex.feeds)
+    session = EmulationSession(ModelContext.of(model), capture_intermediates=True)
+    lw = layerwise(session, plan_of(model), ex.feeds)
     assert lw.first_divergence == ("l3_ln2_sq", "l8_ln2_sq")
     assert lw.nodes["l8_ln2_sq"].input_rel_err > 0.01  # its inputs were already off
 
 
 def test_emulate_model_rounds_fp16_inputs_and_casts():
     model = named(L2)
-    written = rewrite(model, plan_of(model, fp16_io=True)).model
+    written = rewrite(ModelContext.of(model), plan_of(model, fp16_io=True)).model
     assert written.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
-    emulated = emulate_model(written)
+    emulated = emulate_model(written, ".")
     assert emulated.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
     assert emulated.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
     x = {"x": np.full((1, 64), 0.1, np.float32)}  # 0.1 is not an FP16 value: it is rounded on entry
-    y = run_emulated(written, [x]).outputs[0]["y"]
+    y = run_emulated(ModelContext.of(written), [x]).outputs[0]["y"]
     assert y.dtype == np.float32
     assert y[0, 0] == round_fp16(np.float32(round_fp16(np.float32(0.1))) / np.float32(0.8))

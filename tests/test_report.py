@@ -7,7 +7,12 @@ import json
 import pytest
 
 from onnx_precision import report as rep
+from onnx_precision.cli.progress import ProgressLine
 from onnx_precision.compare import Comparison, OutputMetrics, Tolerance
+from onnx_precision.context import ModelContext
+from onnx_precision.costs import PhaseCost
+from onnx_precision.flops import estimate_flops
+from onnx_precision.oracle.stats import NodeStats
 from onnx_precision.plan import Precision, Reason, uniform_plan
 from tests.conftest import parse
 
@@ -39,13 +44,13 @@ def make_report(**overrides) -> rep.RunReport:
         plan=plan, node_ops=ops, samples_source="l2.npz", samples_synthetic=False, sample_count=2,
         tolerance=Tolerance(), headroom=2.0,
         node_flops={"square": 64, "axes": 1, "sumsq": 64, "norm": 1, "normalize": 64},
-        node_stats={"sumsq": rep.NodeStats(160000.0, 2500.0, float("inf"))},
+        node_stats={"sumsq": NodeStats(160000.0, 2500.0, float("inf"))},
         before=Comparison(outputs=(metrics("y", float("nan"), 0.0, nonfinite=64, passed=False),),
                           passed=False, oracle="emulate"),
         after=Comparison(outputs=(metrics("y", 1.2e-4, 0.99999),), passed=True, oracle="emulate"),
         verified=Comparison(outputs=(metrics("y", 1.2e-4, 0.99999),), passed=True, oracle="emulate"),
-        phases=(rep.PhaseCost("reference", 0.5, sessions=1, probes=1), rep.PhaseCost("search", 0.25, probes=7),
-                rep.PhaseCost("verify", 0.1, sessions=1, probes=1)),
+        phases=(PhaseCost("reference", 0.5, sessions=1, probes=1), PhaseCost("search", 0.25, probes=7),
+                PhaseCost("verify", 0.1, sessions=1, probes=1)),
     )
     fields.update(overrides)
     return rep.RunReport(**fields)
@@ -120,16 +125,16 @@ def test_estimate_flops_matmul_and_elementwise():
     model.graph.initializer.append(__import__("onnx").numpy_helper.from_array(
         __import__("numpy").ones((32, 16), "float32"), "w"))
     model.graph.node[0].name, model.graph.node[1].name = "mm", "relu"
-    flops = rep.estimate_flops(model, {"x": (4, 32)})
+    flops = estimate_flops(model, {"x": (4, 32)})
     assert flops == {"mm": 2 * 4 * 16 * 32, "relu": 4 * 16}
 
 
 def test_estimate_flops_uses_sample_shape_for_symbolic_dims():
     model = parse(L2)
-    from onnx_precision.model_io import name_nodes
+    from onnx_precision.graph import name_nodes
     name_nodes(model)
-    small = rep.estimate_flops(model, {"x": (1, 64)})
-    large = rep.estimate_flops(model, {"x": (8, 64)})
+    small = estimate_flops(model, {"x": (1, 64)})
+    large = estimate_flops(model, {"x": (8, 64)})
     assert large["node_of_sq"] == 8 * small["node_of_sq"] == 512
     assert large["node_of_ss"] == 512  # a reduction counts the elements it reads, not its 8 outputs
 
@@ -145,13 +150,14 @@ def test_for_conversion_without_search_takes_the_verification_status():
     from onnx_precision.data import Samples
 
     model = parse(L2)
-    from onnx_precision.model_io import name_nodes
+    from onnx_precision.graph import name_nodes
     name_nodes(model)
     plan = uniform_plan([n.name for n in model.graph.node], Precision.FP16, Reason("default", "all-fp16"))
     samples = Samples(({"x": np.ones((3, 64), np.float32)},), True, "synthetic, seed 0")
     failing = Comparison((metrics("y", 1.0, 0.5, passed=False),), False, "emulate")
-    report = rep.for_conversion(model, "l2.onnx", "l2.fp16.onnx", plan, samples, Tolerance(), "all-fp16",
-                                verified=failing, phases=(rep.PhaseCost("verify", 0.1, 1, 1),))
+    ctx = ModelContext.of(model, path="l2.onnx")
+    report = rep.for_conversion(ctx, "l2.fp16.onnx", plan, samples, Tolerance(), "all-fp16",
+                                verified=failing, phases=(PhaseCost("verify", 0.1, 1, 1),))
     assert report.status == "failed" and "out of tolerance" in report.message
     assert report.node_flops["node_of_sq"] == 3 * 64 and report.sample_count == 1
     assert report.samples_synthetic and report.sessions_built == 1
@@ -166,11 +172,11 @@ def test_progress_line_only_on_a_terminal():
 
     quiet, tty = io.StringIO(), Tty()
     for stream in (quiet, tty):
-        progress = rep.ProgressLine(stream)
+        progress = ProgressLine(stream)
         progress("search", 3, 5)
         progress.close()
     assert quiet.getvalue() == ""
-    assert "search: [#######.............] probe 3, about 5 left" in tty.getvalue()
+    assert "search: [#######.............] probe 3 of about 8" in tty.getvalue()
     assert tty.getvalue().endswith("\r")
 
 

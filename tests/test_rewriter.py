@@ -9,7 +9,8 @@ import pytest
 from onnx import TensorProto
 
 from conftest import parse
-from onnx_precision import model_io
+from onnx_precision import graph
+from onnx_precision.context import ModelContext
 from onnx_precision.plan import Precision, Reason, uniform_plan
 from onnx_precision.rewriter import rewrite
 
@@ -18,12 +19,12 @@ FLOAT, FLOAT16 = TensorProto.FLOAT, TensorProto.FLOAT16
 
 def named(text: str) -> onnx.ModelProto:
     model = parse(text)
-    model_io.name_nodes(model)
+    graph.name_nodes(model)
     return model
 
 
 def all_fp16(model: onnx.ModelProto, fp32: tuple[str, ...] = (), fp16_io: bool = False):
-    names = [r.name for r in model_io.walk_nodes(model.graph)]
+    names = [r.name for r in graph.walk_nodes(model.graph)]
     plan = uniform_plan(names, Precision.FP16, Reason("default", "all-fp16"), fp16_io=fp16_io)
     return plan.with_fp32(fp32, Reason("user", "test")) if fp32 else plan
 
@@ -34,7 +35,7 @@ def run(model: onnx.ModelProto, feeds: dict) -> list:
 
 
 def casts(model: onnx.ModelProto) -> list[onnx.NodeProto]:
-    return [r.node for r in model_io.walk_nodes(model.graph) if r.node.op_type == "Cast"]
+    return [r.node for r in graph.walk_nodes(model.graph) if r.node.op_type == "Cast"]
 
 
 def value_types(graph: onnx.GraphProto) -> dict[str, int]:
@@ -60,7 +61,7 @@ g (float[2,3] x) => (float[2,3] y) {
 
 def test_fp32_island_in_fp16_has_exactly_two_casts():
     model = named(CHAIN)
-    result = rewrite(model, all_fp16(model, ("node_of_b", "node_of_c"), fp16_io=True))
+    result = rewrite(ModelContext.of(model), all_fp16(model, ("node_of_b", "node_of_c"), fp16_io=True))
     cast_nodes = casts(result.model)
     assert [(n.input[0], n.attribute[0].i) for n in cast_nodes] == [("a", FLOAT), ("c", FLOAT16)]
     assert [n.name for n in cast_nodes] == ["a_cast_fp32", "c_cast_fp16"]
@@ -76,7 +77,7 @@ def test_fp32_island_in_fp16_has_exactly_two_casts():
 
 def test_graph_io_keep_names_order_and_fp32_type():
     model = named(CHAIN)
-    result = rewrite(model, all_fp16(model))
+    result = rewrite(ModelContext.of(model), all_fp16(model))
     g = result.model.graph
     assert [v.name for v in g.input] == ["x"] and [v.name for v in g.output] == ["y"]
     assert value_types(g)["x"] == FLOAT and value_types(g)["y"] == FLOAT
@@ -87,7 +88,7 @@ def test_graph_io_keep_names_order_and_fp32_type():
 
 def test_fp16_io_makes_graph_io_fp16_without_casts():
     model = named(CHAIN)
-    result = rewrite(model, all_fp16(model, fp16_io=True))
+    result = rewrite(ModelContext.of(model), all_fp16(model, fp16_io=True))
     assert casts(result.model) == []
     assert value_types(result.model.graph)["x"] == FLOAT16 and value_types(result.model.graph)["y"] == FLOAT16
 
@@ -101,7 +102,7 @@ g (float[2,3] x) => (float[2,3] y, float[2,3] z) <float[3] w = {0.1, 0.2, 0.3}> 
 
 def test_shared_initializer_kept_and_duplicated():
     model = named(SHARED)
-    result = rewrite(model, all_fp16(model, ("node_of_z",)))
+    result = rewrite(ModelContext.of(model), all_fp16(model, ("node_of_z",)))
     inits = {t.name: t for t in result.model.graph.initializer}
     assert set(inits) == {"w", "w_fp16"}
     assert inits["w"].data_type == FLOAT and inits["w_fp16"].data_type == FLOAT16
@@ -113,7 +114,7 @@ def test_shared_initializer_kept_and_duplicated():
 
 def test_initializer_converted_in_place_when_all_consumers_fp16():
     model = named(SHARED)
-    result = rewrite(model, all_fp16(model))
+    result = rewrite(ModelContext.of(model), all_fp16(model))
     inits = {t.name: t for t in result.model.graph.initializer}
     assert set(inits) == {"w"} and inits["w"].data_type == FLOAT16
     assert result.initializers_converted == 1
@@ -128,7 +129,7 @@ def test_initializer_fp16_cannot_hold_pins_node_fp32_and_keeps_value(value, othe
 g (float[2] x) => (float[2] y) <float[2] w = {{{value}, {other}}}> {{
   y = Mul(x, w)
 }}""")
-    result = rewrite(model, all_fp16(model))
+    result = rewrite(ModelContext.of(model), all_fp16(model))
     decision = result.plan.decisions["node_of_y"]
     assert decision.precision is Precision.FP32
     assert decision.reasons[-1].source == "initializer" and words in decision.reasons[-1].detail
@@ -147,7 +148,7 @@ def test_tiny_weight_among_normal_ones_converts_and_is_noted():
 g (float[3] x) => (float[3] y) <float[3] w = {1e-9, 0.5, -0.25}> {
   y = Mul(x, w)
 }""")
-    result = rewrite(model, all_fp16(model))
+    result = rewrite(ModelContext.of(model), all_fp16(model))
     decision = result.plan.decisions["node_of_y"]
     assert decision.precision is Precision.FP16
     assert decision.reasons[-1] == Reason(
@@ -163,7 +164,7 @@ def test_resize_scales_stay_fp32():
 g (float[1,1,2,2] x) => (float[1,1,4,6] y) <float[4] scales = {1.0, 1.0, 2.0, 3.0}> {
   y = Resize<mode="linear">(x, , scales)
 }""")
-    result = rewrite(model, all_fp16(model))
+    result = rewrite(ModelContext.of(model), all_fp16(model))
     inits = {t.name: t for t in result.model.graph.initializer}
     assert inits["scales"].data_type == FLOAT
     resize = next(n for n in result.model.graph.node if n.op_type == "Resize")
@@ -180,7 +181,7 @@ g (float[3] x, int64[3] i) => (float[3] y) {
   c = Add(b, f)
   y = Sigmoid(c)
 }""")
-    result = rewrite(model, all_fp16(model))
+    result = rewrite(ModelContext.of(model), all_fp16(model))
     nodes = {n.name: n for n in result.model.graph.node}
     assert nodes["node_of_b"].attribute[0].i == FLOAT16
     assert nodes["node_of_f"].attribute[0].i == FLOAT16
@@ -195,7 +196,7 @@ g (float16[3] x) => (float[3] y) {
   b = Exp(a)
   y = Sigmoid(b)
 }""")
-    result = rewrite(model, all_fp16(model))
+    result = rewrite(ModelContext.of(model), all_fp16(model))
     nodes = {n.name: n for n in result.model.graph.node}
     assert nodes["node_of_b"].input[0] == "x"  # not Cast(Cast(x, FLOAT), FLOAT16)
     assert nodes["node_of_a"].attribute[0].i == FLOAT  # the user's pin stays
@@ -214,7 +215,7 @@ g (float[3] x, bool c) => (float[3] y) {
 
 def test_if_with_outer_scope_tensor_gets_one_cast_before_if():
     model = named(IF_MODEL)
-    result = rewrite(model, all_fp16(model, ("node_of_o1",)))
+    result = rewrite(ModelContext.of(model), all_fp16(model, ("node_of_o1",)))
     main = result.model.graph
     names = [n.name for n in main.node]
     assert names.index("t_cast_fp32") < names.index("node_of_y")  # the Cast the FP32 body node needs
@@ -237,7 +238,7 @@ g (float[2] x, int64 n) => (float[2] s) {
       acc_out = Add(acc, x)
   }>
 }""")
-    result = rewrite(model, all_fp16(model))
+    result = rewrite(ModelContext.of(model), all_fp16(model))
     loop = next(n for n in result.model.graph.node if n.op_type == "Loop")
     body = loop.attribute[0].g
     assert body.input[2].type.tensor_type.elem_type == FLOAT16
@@ -249,9 +250,9 @@ g (float[2] x, int64 n) => (float[2] s) {
 
 def test_unnamed_nodes_get_names_and_keep_them():
     model = parse(CHAIN)
-    renames = model_io.name_nodes(model)
+    renames = graph.name_nodes(model)
     assert [new for _, new in renames] == ["node_of_a", "node_of_b", "node_of_c", "node_of_d", "node_of_y"]
-    result = rewrite(model, all_fp16(model, ("node_of_c",)))
+    result = rewrite(ModelContext.of(model), all_fp16(model, ("node_of_c",)))
     names = [n.name for n in result.model.graph.node]
     assert {"node_of_a", "node_of_b", "node_of_c", "node_of_d", "node_of_y"} <= set(names)
     assert len(names) == len(set(names))
@@ -259,16 +260,16 @@ def test_unnamed_nodes_get_names_and_keep_them():
 
 def test_already_mixed_model_converts_idempotently():
     model = named(SHARED.replace("z = Add(x, w)", "z0 = Add(x, w)\n  z = Exp(z0)"))
-    first = rewrite(model, all_fp16(model, ("node_of_z0",))).model
-    again = rewrite(first, all_fp16(first, ("node_of_z0",))).model
+    first = rewrite(ModelContext.of(model), all_fp16(model, ("node_of_z0",))).model
+    again = rewrite(ModelContext.of(first), all_fp16(first, ("node_of_z0",))).model
     assert again.SerializeToString(deterministic=True) == first.SerializeToString(deterministic=True)
 
 
 def test_output_is_deterministic_and_keeps_ir_and_opsets():
     model = named(IF_MODEL)
     plan = all_fp16(model, ("node_of_o1",))
-    a = rewrite(model, plan).model.SerializeToString(deterministic=True)
-    b = rewrite(model, plan).model.SerializeToString(deterministic=True)
+    a = rewrite(ModelContext.of(model), plan).model.SerializeToString(deterministic=True)
+    b = rewrite(ModelContext.of(model), plan).model.SerializeToString(deterministic=True)
     assert a == b
     out = onnx.load_from_string(a)
     assert out.ir_version == 8 and [(o.domain, o.version) for o in out.opset_import] == [("", 17)]
@@ -282,7 +283,7 @@ g (float[2,2] x, int64[2] shape) => (float[2,2] y, float[2,2] z) {
   f = ConstantOfShape<value=float[1] {1.5}>(shape)
   z = Mul(x, f)
 }""")
-    result = rewrite(model, all_fp16(model))
+    result = rewrite(ModelContext.of(model), all_fp16(model))
     nodes = {n.name: n for n in result.model.graph.node}
     assert nodes["node_of_f"].attribute[0].t.data_type == FLOAT16
     assert result.plan.precision("node_of_f") is Precision.FP16
@@ -298,7 +299,7 @@ g (float[3] x) => (float[3] y) {
   a = Relu(x)
   y = acme.Widget(a)
 }""")
-    result = rewrite(model, all_fp16(model))
+    result = rewrite(ModelContext.of(model), all_fp16(model))
     decision = result.plan.decisions["node_of_y"]
     assert decision.precision is Precision.FP32 and decision.reasons[-1].source == "type"
     assert "no schema for acme::Widget" in decision.reasons[-1].detail
@@ -316,7 +317,7 @@ g (float[3] x, bool c) => (float[3] y, float[3] z, float[3] w) {
               else_branch = b () => (float[3] o2) { o2 = Sin(t) }>
 }""")
     fp32 = ("node_of_y", "node_of_z", "node_of_o1", "node_of_o2")
-    result = rewrite(model, all_fp16(model, fp32))
+    result = rewrite(ModelContext.of(model), all_fp16(model, fp32))
     from_t = [n for n in casts(result.model) if n.input[0] == "t"]
     assert [(n.name, n.output[0]) for n in from_t] == [("t_cast_fp32", "t_fp32")]
     x = np.array([0.5, 1.0, 2.0], np.float32)
@@ -330,7 +331,7 @@ g (int64 n) => (float[8] y) {
   w = HannWindow(n)
   y = Sqrt(w)
 }""")
-    result = rewrite(model, all_fp16(model))
+    result = rewrite(ModelContext.of(model), all_fp16(model))
     window = next(n for n in result.model.graph.node if n.op_type == "HannWindow")
     assert result.plan.precision("node_of_w") is Precision.FP16
     assert [(a.name, a.i) for a in window.attribute] == [("output_datatype", FLOAT16)]

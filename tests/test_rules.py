@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from conftest import parse
 
-from onnx_precision import model_io, rules
+from onnx_precision import rules
+from onnx_precision.context import ModelContext
 
 
 @dataclass(frozen=True)
@@ -20,15 +21,16 @@ class S:
     flush_fraction: float = 0.0
 
 
-def find(text: str, stats: dict | None = None, rule: str | None = None) -> list[rules.Finding]:
+def find(text: str, stats: dict | None = None, rule: str | None = None,
+         rule_set: tuple[rules.Rule, ...] = rules.RULES) -> list[rules.Finding]:
     model = parse(text)
-    model_io.name_nodes(model)
-    found = rules.run_rules(model, stats=stats)
+    found = rules.run_rules(rules.ModelFacts(ModelContext.of(model), stats=stats), rule_set).findings
     return [f for f in found if rule is None or f.rule == rule]
 
 
-def only(text: str, stats: dict | None = None, rule: str | None = None) -> rules.Finding:
-    found = find(text, stats, rule)
+def only(text: str, stats: dict | None = None, rule: str | None = None,
+         rule_set: tuple[rules.Rule, ...] = rules.RULES) -> rules.Finding:
+    found = find(text, stats, rule, rule_set)
     assert len(found) == 1, found
     return found[0]
 
@@ -353,13 +355,10 @@ def test_registry_covers_the_issue_ops_and_accepts_new_rules():
     def tanh_rule(node, facts):
         yield rules.finding(node, "test-tanh", rules.PRECISION, rules.LOW, "test", None)
 
-    try:
-        text = """
-        <ir_version: 8, opset_import: ["" : 17]>
-        g (float[4] x) => (float[4] y) { y = Tanh(x) }"""
-        assert only(text).rule == "test-tanh"
-    finally:
-        rules._REGISTRY["Tanh"].remove(tanh_rule)
+    text = """
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[4] x) => (float[4] y) { y = Tanh(x) }"""
+    assert only(text, rule_set=rules.RULES + (tanh_rule,)).rule == "test-tanh"
 
 
 def test_finding_reason_and_json():

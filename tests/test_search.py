@@ -6,6 +6,7 @@ from typing import Callable, Iterable
 
 import pytest
 
+from onnx_precision.errors import InternalError
 from onnx_precision.search import CANDIDATES, SHRINK, START, WIDEN, PinSearch
 
 NODES = [f"n{i:03d}" for i in range(200)]
@@ -137,7 +138,7 @@ def test_remaining_counts_down_to_zero():
 def test_step_after_done_is_an_error():
     search = PinSearch([], [])
     search.step(True)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(InternalError):
         search.step(True)
 
 

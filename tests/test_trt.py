@@ -8,7 +8,7 @@ import pytest
 from conftest import parse
 
 from onnx_precision.errors import PlanError
-from onnx_precision.model_io import name_nodes
+from onnx_precision.graph import name_nodes
 from onnx_precision.plan import Precision, Reason, uniform_plan
 from onnx_precision.trt import trt_flags, trt_flags_text
 

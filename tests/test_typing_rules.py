@@ -4,14 +4,16 @@ from __future__ import annotations
 
 
 from conftest import parse
-from onnx_precision import model_io
+from onnx_precision import graph
 from onnx_precision import typing_rules as tr
+from onnx_precision.context import ModelContext
+from onnx_precision.typing_rules import kernels
 from onnx_precision.plan import Precision, Reason, uniform_plan
 
 
 def typing_of(text: str, ir_version: int = 8) -> dict[str, tr.NodeTyping]:
     model = parse(text, ir_version)
-    model_io.name_nodes(model)
+    graph.name_nodes(model)
     return tr.model_typing(model)
 
 
@@ -93,7 +95,7 @@ g (float[3] x, bool c) => (float[3] y) {
   y = If(c) <then_branch = t () => (float[3] o1) { o1 = Exp(x) },
               else_branch = e () => (float[3] o2) { o2 = Neg(x) }>
 }""")
-    model_io.name_nodes(model)
+    graph.name_nodes(model)
     t = tr.model_typing(model)
     assert t["node_of_o1"].convertible_inputs == (0,) and t["node_of_y"].convertible_outputs == (0,)
 
@@ -105,10 +107,10 @@ g (float[2] x) => (float[2] y) <float[2] big = {70000, 1}, float[2] ok = {2, 3}>
   b = Mul(a, ok)
   y = acme.Widget(b)
 }""")
-    model_io.name_nodes(model)
-    plan = uniform_plan([r.name for r in model_io.walk_nodes(model.graph)], Precision.FP16,
+    graph.name_nodes(model)
+    plan = uniform_plan([r.name for r in graph.walk_nodes(model.graph)], Precision.FP16,
                         Reason("default", "all-fp16"))
-    resolved = tr.resolve_plan(model, plan, ".")
+    resolved = tr.resolve_plan(ModelContext.of(model), plan)
     assert resolved.fp32_nodes == ("node_of_a", "node_of_y")
     assert resolved.decisions["node_of_a"].reasons[-1].source == "initializer"
     assert "70000" in resolved.decisions["node_of_a"].reasons[-1].detail
@@ -122,9 +124,9 @@ g (seq(float[2]) s, int64 i) => (float[2] y) {
   a = SequenceAt(s, i)
   y = Exp(a)
 }""")
-    model_io.name_nodes(model)
+    graph.name_nodes(model)
     plan = uniform_plan(["node_of_a", "node_of_y"], Precision.FP16, Reason("default", "all-fp16"))
-    resolved = tr.resolve_plan(model, plan, ".")
+    resolved = tr.resolve_plan(ModelContext.of(model), plan)
     assert resolved.precision("node_of_a") is Precision.FP32
     assert "cannot be cast" in resolved.decisions["node_of_a"].reasons[-1].detail
     assert resolved.precision("node_of_y") is Precision.FP16
@@ -146,9 +148,9 @@ g (float[3] x) => (float[3] y, float[3] z) <float[3] mask = {0, -inf, 1}, float[
   y = Add(x, mask)
   z = Add(x, big)
 }""")
-    model_io.name_nodes(model)
+    graph.name_nodes(model)
     plan = uniform_plan(["node_of_y", "node_of_z"], Precision.FP16, Reason("default", "all-fp16"))
-    resolved = tr.resolve_plan(model, plan, ".")
+    resolved = tr.resolve_plan(ModelContext.of(model), plan)
     assert resolved.fp32_nodes == ("node_of_z",)
     assert "70000" in resolved.decisions["node_of_z"].reasons[-1].detail
 
@@ -178,7 +180,7 @@ g (float[2,3] x, int32[3,3] s) => (float[2,3] y, float[3,3] e) {
 def test_node_signatures_are_probed_in_one_session_when_all_load(monkeypatch):
     from onnx_precision import helper_sessions
 
-    monkeypatch.setattr(tr, "_PROBES", {})
+    monkeypatch.setattr(kernels, "_PROBES", {})
     before = helper_sessions.built()
     typing = typing_of(MANY_OPS.replace("    e = EyeLike<dtype=1>(s)\n", "").replace(", float[3,3] e", ""), 10)
     assert helper_sessions.built() - before == 1
@@ -186,7 +188,7 @@ def test_node_signatures_are_probed_in_one_session_when_all_load(monkeypatch):
 
 
 def test_one_node_that_fails_in_fp16_is_still_found_among_many(monkeypatch):
-    monkeypatch.setattr(tr, "_PROBES", {})
+    monkeypatch.setattr(kernels, "_PROBES", {})
     typing = typing_of(MANY_OPS, 10)
     assert "EyeLike in float16: onnxruntime cannot load it" in typing["node_of_e"].fp16_blocker
     assert [n for n, t in typing.items() if t.fp16_blocker] == ["node_of_e"]

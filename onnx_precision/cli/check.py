@@ -18,7 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--oracle",
         choices=ORACLE_NAMES,
         default="emulate",
-        help="emulate FP16 on CPU (default) or run natively on a GPU provider",
+        help="emulate FP16 on CPU (default), run natively on a GPU provider (cuda, tensorrt), or in "
+             "onnx.reference with FP16 arithmetic inside every op (reference: slow, pessimistic)",
     )
     common.add_sample_args(p)
     common.add_tolerance_args(p)

@@ -7,12 +7,13 @@ import math
 import re
 import sys
 from collections.abc import Sequence
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
 from ..compare import Tolerance
 from ..data import SampleSpec
+from ..verdict import ERROR_STATS, SLICE_MIN_ELEMENTS
 
 
 def _entries(text: str) -> list[tuple[str, str]]:
@@ -107,6 +108,7 @@ def _float_between(lo: float, hi: float, expected: str) -> Callable[[str], float
 
 
 _non_negative = _float_between(0.0, math.inf, "a finite number >= 0")
+positive_float = _float_between(1e-9, math.inf, "a finite number > 0")
 _cosine = _float_between(-1.0, 1.0, "a cosine between -1 and 1")
 
 
@@ -145,27 +147,147 @@ def custom_op_libraries(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(args.ort_custom_op_library)
 
 
+def _per_output(parse: Callable[[str], Any]) -> Callable[[str], tuple[str | None, Any]]:
+    """An argparse type for ``[NAME:]VALUE``: VALUE for every output, or for output NAME only (the
+    name is everything before the last ':', so names such as 'logits:0' work)."""
+    def parse_named(text: str) -> tuple[str | None, Any]:
+        name, sep, value = text.rpartition(":")
+        if sep and not name:
+            raise argparse.ArgumentTypeError(f"'{text}': expected [NAME:]VALUE with a non-empty NAME")
+        return (name if sep else None), parse(value)
+    return parse_named
+
+
+def _error_stat(text: str) -> str:
+    if text not in ERROR_STATS:
+        raise argparse.ArgumentTypeError(f"'{text}': expected one of {', '.join(ERROR_STATS)}")
+    return text
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"'{text}': expected an integer >= 1")
+    return value
+
+
+def _finite(text: str) -> float:
+    return _float_between(-math.inf, math.inf, "a finite number")(text)
+
+
+_share = _float_between(0.0, 1.0, "a number between 0 and 1")
+
+# flag -> (Tolerance field, parser of VALUE, metavar, help); each takes [NAME:]VALUE and repeats.
+_TOLERANCE_ARGS: dict[str, tuple[str, Callable[[str], Any], str, str]] = {
+    "--error-stat": (
+        "error_stat",
+        _error_stat,
+        "STAT",
+        (
+            "the check: rms (default: relative RMS error over the output and over every slice of "
+            "whole rows, tells FP16 breakage from rounding noise), max (max|err| <= atol + rtol x "
+            "max|ref| and cosine >= --min-cosine, the criterion before rms), mean, median, quantile "
+            "(that statistic of |err| in place of the max), elemwise (elements outside atol + rtol x "
+            "|ref|, at most --max-outside-fraction of them)"
+        ),
+    ),
+    "--atol": ("atol", _non_negative, "X", "absolute error allowance"),
+    "--rtol": (
+        "rtol",
+        _non_negative,
+        "X",
+        (
+            "relative error allowance (max, mean, median, quantile: relative "
+            "to the FP32 output's max|ref|; elemwise: to each element's |ref|)"
+        ),
+    ),
+    "--min-cosine": ("min_cosine", _cosine, "C", "max, mean, median, quantile: minimum cosine similarity"),
+    "--max-rel-rms": (
+        "max_rel_rms",
+        _non_negative,
+        "X",
+        "rms: maximum relative RMS error of the whole output",
+    ),
+    "--max-slice-rel-rms": (
+        "max_slice_rel_rms",
+        _non_negative,
+        "X",
+        (
+            "rms: maximum relative RMS error of any slice (whole rows of the last axis, "
+            f"at least {SLICE_MIN_ELEMENTS} elements; judged against the larger of the "
+            "slice's and the output's RMS)"
+        ),
+    ),
+    "--error-quantile": ("error_quantile", _share, "Q", "quantile: which quantile of |err| is checked"),
+    "--max-outside-fraction": (
+        "max_outside_fraction",
+        _share,
+        "F",
+        "elemwise: share of the elements allowed outside atol + rtol x |ref|",
+    ),
+    "--top-k": (
+        "top_k",
+        positive_int,
+        "K",
+        "also require FP32's top-1 class (along the last axis) to be in the candidate's top K",
+    ),
+    "--min-top-k-agreement": ("min_top_k_agreement", _share, "F", "share of rows that must pass --top-k"),
+    "--threshold": (
+        "threshold",
+        _finite,
+        "T",
+        "also require the map thresholded at T (x > T) to agree: IoU >= --min-iou",
+    ),
+    "--min-iou": ("min_iou", _share, "F", "minimum IoU for --threshold"),
+}
+
+
 def add_tolerance_args(parser: argparse.ArgumentParser) -> None:
     default = Tolerance()
-    group = parser.add_argument_group("tolerance (an output passes when all three hold)")
-    group.add_argument("--atol", type=_non_negative, default=default.atol,
-                       help=f"absolute error allowance (default {default.atol:g})")
-    group.add_argument(
-        "--rtol",
-        type=_non_negative,
-        default=default.rtol,
-        help=f"error allowance relative to the FP32 output's magnitude (default {default.rtol:g})",
+    group = parser.add_argument_group(
+        "tolerance (every option takes VALUE for all outputs or NAME:VALUE for one output, and repeats; "
+        "an output never passes with new NaN/Inf)"
     )
+    for flag, (field, parse, metavar, text) in _TOLERANCE_ARGS.items():
+        flags = [flag, "--check-error-stat"] if flag == "--error-stat" else [flag]  # Polygraphy's name too
+        group.add_argument(
+            *flags,
+            dest=field,
+            type=_per_output(parse),
+            action="append",
+            default=[],
+            metavar=f"[NAME:]{metavar}",
+            help=f"{text} (default {_shown(getattr(default, field))})",
+        )
     group.add_argument(
-        "--min-cosine",
-        type=_cosine,
-        default=default.min_cosine,
-        help=f"minimum cosine similarity to the FP32 output (default {default.min_cosine:g})",
+        "--allow-fp32-nonfinite",
+        action="store_true",
+        help="compare only where the FP32 outputs are finite, instead of refusing an FP32 model "
+        "whose outputs are NaN/Inf on the samples",
     )
+
+
+def _shown(value: Any) -> str:
+    if value is None or (value == 0 and not isinstance(value, float)):
+        return "off"  # --top-k, --threshold
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def tolerance(args: argparse.Namespace) -> Tolerance:
-    return Tolerance(atol=args.atol, rtol=args.rtol, min_cosine=args.min_cosine)
+    """The Tolerance of the parsed options: unnamed values first, then each output's own."""
+    everyone: dict[str, Any] = {}
+    named: dict[str, dict[str, Any]] = {}
+    for field, *_ in _TOLERANCE_ARGS.values():
+        for name, value in getattr(args, field):
+            (everyone if name is None else named.setdefault(name, {}))[field] = value
+    tol = Tolerance(**everyone, allow_fp32_nonfinite=args.allow_fp32_nonfinite)
+    for name, changes in named.items():
+        tol = tol.with_output(name, **changes)
+    return tol
 
 
 def one_line(text: str) -> str:

@@ -21,9 +21,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="keep nodes whose name matches REGEX in FP32 (repeatable)")
     p.add_argument("--keep-fp32-op", action="append", default=[], metavar="OPTYPE",
                    help="keep every node of this op type in FP32 (repeatable)")
-    p.add_argument(
-        "--plan", metavar="PLAN.json", help="a precision plan to apply (from --save-plan or by hand)"
-    )
+    p.add_argument("--plan", metavar="PLAN.json",
+                   help="a precision plan to apply (from --save-plan or by hand), or REPORT.json@POINT: a "
+                        "point of a report's trade-off")
     p.add_argument("--save-plan", metavar="PLAN.json", help="write the final precision plan")
     p.add_argument(
         "--fp16-io",
@@ -57,8 +57,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--oracle",
         choices=ORACLE_NAMES,
         default="emulate",
-        help="also run the written model natively on this provider (needs onnxruntime-gpu)",
+        help="also check the written model natively on a GPU provider (cuda, tensorrt: needs "
+             "onnxruntime-gpu) or in onnx.reference (reference: FP16 arithmetic inside every op)",
     )
+    p.add_argument("--max-probes", type=common.positive_int, metavar="N",
+                   help="auto: stop the search after N probes and keep the cheapest passing plan found")
+    p.add_argument("--time-budget", type=common.positive_float, metavar="SECONDS",
+                   help="auto: stop the search after this long and keep the cheapest passing plan found")
     common.add_sample_args(p)
     common.add_tolerance_args(p)
     common.add_runtime_args(p)
@@ -83,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
         report_md=args.report_md,
         oracle=args.oracle,
         custom_op_libraries=common.custom_op_libraries(args),
+        max_probes=args.max_probes,
+        time_budget=args.time_budget,
     )
     from .progress import ProgressLine
 

@@ -17,7 +17,7 @@ from ..context import ModelContext, load_model
 from ..costs import PhaseCost
 from ..errors import OracleUnavailable
 from ..vocab import OracleName
-from .session import Feed, OracleRun, run_emulated, run_native
+from .session import Feed, OracleRun, run_emulated, run_native, run_reference
 
 NATIVE_PROVIDERS: Mapping[OracleName, str] = {"cuda": "CUDAExecutionProvider",
                                               "tensorrt": "TensorrtExecutionProvider"}
@@ -31,6 +31,7 @@ def _native(provider: str) -> Callable[[ModelContext, Sequence[Feed]], OracleRun
 
 ORACLES: Mapping[OracleName, Callable[[ModelContext, Sequence[Feed]], OracleRun]] = {
     "emulate": run_emulated,
+    "reference": run_reference,
     **{name: _native(provider) for name, provider in NATIVE_PROVIDERS.items()},
 }
 

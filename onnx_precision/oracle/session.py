@@ -37,7 +37,7 @@ import onnxruntime as ort
 from ..context import ModelContext
 from ..errors import ModelLoadError
 from ..plan import PrecisionPlan
-from ..storage import external_location, inline_small_external
+from ..storage import external_location, inline_small_external, is_external, model_tensors, read_array
 from ..typing_rules import is_tensor
 from .rounding import round_fp16
 from .switch import build_switch_model
@@ -273,9 +273,21 @@ def run_native(ctx: ModelContext, feeds: Sequence[Feed], provider: str = "CPUExe
 
 
 def run_reference(ctx: ModelContext, feeds: Sequence[Feed]) -> OracleRun:
-    """The real model in onnx.reference.ReferenceEvaluator: numpy FP16 arithmetic, op by op."""
+    """The real model in onnx.reference.ReferenceEvaluator: numpy FP16 arithmetic inside every op,
+    the pessimistic bound (GPU kernels accumulate in FP32).
+
+    Known limits: it is slow (numpy, op by op); some ops compute internally in FP32 or FP64 there
+    too (BatchNormalization's statistics, reductions numpy upcasts), so it is not pessimistic
+    everywhere; it needs the weights in memory (fine for models well under the machine's memory)."""
     from onnx.reference import ReferenceEvaluator
     model = ctx.model
+    if any(is_external(t) for t in model_tensors(model)):
+        model = onnx.ModelProto()
+        model.CopyFrom(ctx.model)
+        for tensor in model_tensors(model):
+            if is_external(tensor):
+                tensor.CopyFrom(onnx.numpy_helper.from_array(np.array(read_array(tensor, ctx.base_dir)),
+                                                             tensor.name))
     evaluator = ReferenceEvaluator(model)
     dtypes = _input_dtypes(model)
     names = [o.name for o in model.graph.output]

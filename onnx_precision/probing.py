@@ -1,0 +1,71 @@
+"""Probing plans on the samples: does a plan pass every sample, and how far are its outputs?
+
+One :class:`Prober` serves a whole search: it stops at the first failing sample and tries that
+sample first next time (the sample that broke the last probe is the likeliest to break the next),
+and it remembers the last probe's per-output errors, so every probe can become a trade-off point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from .compare import Comparison, Tolerance, compare_outputs, merge_comparisons
+from .oracle import EmulationSession
+from .plan import PrecisionPlan
+from .tradeoff import output_errors
+
+ORACLE = "emulate"
+
+
+class Prober:
+    """Does a plan pass every sample (emulated on one session)?"""
+
+    def __init__(self, session: EmulationSession, feeds: Sequence[Mapping[str, np.ndarray]],
+                 refs: Sequence[Mapping[str, np.ndarray]], tolerance: Tolerance) -> None:
+        self.session = session
+        self.feeds = feeds
+        self.refs = refs
+        self.tolerance = tolerance
+        self.order = list(range(len(feeds)))
+        self.last_detail = ""
+        self.last_errors: dict[str, float] = {}  # output -> worst error over the last probe's samples
+
+    def _compare(self, plan: PrecisionPlan, i: int) -> Comparison:
+        values = self.session.run(plan, self.feeds[i])
+        out = {name: values[name] for name in self.session.outputs}
+        comparison = compare_outputs(self.refs[i], out, self.tolerance, ORACLE)
+        for name, error in output_errors(comparison).items():
+            self.last_errors[name] = max(self.last_errors.get(name, 0.0), error)
+        return comparison
+
+    def passes(self, plan: PrecisionPlan) -> tuple[bool, str]:
+        self.last_errors = {}
+        for i in list(self.order):
+            comparison = self._compare(plan, i)
+            if not comparison.passed:
+                self.order.remove(i)
+                self.order.insert(0, i)
+                self.last_detail = failure(comparison, i, len(self.feeds))
+                return False, self.last_detail
+        return True, ""
+
+    def comparison(self, plan: PrecisionPlan) -> Comparison:
+        """The full comparison over every sample (for the report)."""
+        self.last_errors = {}
+        per_sample = [self._compare(plan, i) for i in range(len(self.feeds))]
+        failing = [i for i, c in enumerate(per_sample) if not c.passed]
+        if failing:
+            self.last_detail = failure(per_sample[failing[0]], failing[0], len(self.feeds))
+        return merge_comparisons(per_sample, ORACLE)
+
+
+def failure(comparison: Comparison, sample: int, samples: int) -> str:
+    """One phrase naming the first failing output of a comparison, and how it failed."""
+    bad = next(m for m in comparison.outputs if not m.passed)
+    # the verdict's own words name the criterion that failed, with the digits that show it
+    what = (f"{bad.new_nonfinite} new NaN/Inf" if bad.new_nonfinite
+            else "; ".join(bad.failures) or f"max abs err {bad.max_abs_err:.3g}, cosine {bad.cosine:.4f}")
+    where = f"sample {sample}, " if samples > 1 else ""
+    return f"{where}output '{bad.name}' {what}"

@@ -1,0 +1,145 @@
+"""Driving the pin search against the oracle: cost order, budgets, progress, trade-off points.
+
+:class:`~onnx_precision.search.PinSearch` is the pure search state; this module feeds it the
+candidates and the widening order, probes each set it proposes, and records every probe as a
+trade-off point (FP16 share of FLOPs against error). The search maximises FP16 *compute*: pins
+are weighed by their estimated FLOPs, cheap ones (elementwise ops, normalisation statistics) are
+tried before contractions (Conv, MatMul), and the shrink drops expensive pins first.
+
+When the all-FP16 error is *diffuse* (no rule or range flag, nothing turned non-finite, the error
+grows smoothly through the layers) no small set of pins fixes it: the search says so and runs on a
+small probe budget instead of grinding, and the trade-off shows what each pin buys.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from .compare import Comparison
+from .costs import Clock
+from .oracle import EmulationSession, LayerwiseResult
+from .plan import PrecisionPlan, Reason
+from .probing import Prober
+from .search import PinSearch, SearchOutcome
+from .tradeoff import PlanPoint
+
+log = logging.getLogger(__name__)
+
+# (phase, probes done, estimated probes left, best FP16 share of FLOPs so far or None)
+Progress = Callable[[str, int, int, "float | None"], None]
+
+# Probe budget when the all-FP16 error is diffuse noise and the user set none: enough to find a
+# few pins that matter, and to draw the trade-off, without hundreds of probes for a few 1e-3.
+DIFFUSE_PROBES = 24
+# Ops whose FLOPs grow with a contraction depth: pinned last, un-pinned first.
+CONTRACTIONS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "MatMulInteger",
+                          "ConvInteger", "QLinearConv", "QLinearMatMul", "Attention", "MultiHeadAttention"})
+
+_SEARCH_PROBE = Reason("search", "probe")
+
+
+@dataclass(frozen=True)
+class SearchBudget:
+    """Limits on the search; when one runs out, the cheapest passing plan probed so far is kept."""
+
+    max_probes: int | None = None
+    seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """What the search found, for :mod:`onnx_precision.auto` to report."""
+
+    plan: PrecisionPlan | None  # None: nothing passed
+    outcome: SearchOutcome
+    points: tuple[PlanPoint, ...]
+    notes: tuple[str, ...]
+    message: str  # why it failed, or why it stopped early
+
+
+class FlopShare:
+    """FP16 share of the estimated FLOPs of a plan with extra pins."""
+
+    def __init__(self, flops: Mapping[str, float], nodes: Sequence[str]) -> None:
+        self.flops = {n: max(float(flops.get(n, 1.0)), 1.0) for n in nodes}
+        self.total = sum(self.flops.values())
+
+    def __call__(self, plan: PrecisionPlan, pinned: frozenset[str] = frozenset()) -> float:
+        fp16 = sum(f for n, f in self.flops.items() if plan.is_fp16(n) and n not in pinned)
+        return fp16 / self.total if self.total else 0.0
+
+
+def widen_order(ranked: Sequence[str], ops: Mapping[str, str]) -> list[str]:
+    """``ranked`` (largest layerwise error first) with cheap nodes before contractions, each group
+    keeping its error order."""
+    cheap = [n for n in ranked if ops.get(n) not in CONTRACTIONS]
+    return cheap + [n for n in ranked if ops.get(n) in CONTRACTIONS]
+
+
+def is_diffuse(flagged: Mapping[str, object], layer: LayerwiseResult, before: Comparison) -> bool:
+    """Whether the all-FP16 error looks like rounding noise rather than a breakage: no rule or range
+    flag, no output turned non-finite, and no node where the error starts by turning non-finite."""
+    if flagged or any(m.new_nonfinite for m in before.outputs):
+        return False
+    return not any(layer.nodes[n].new_nonfinite for n in layer.first_divergence if n in layer.nodes)
+
+
+def run_search(prober: Prober, session: EmulationSession, clock: Clock, base: PrecisionPlan,
+               candidates: Sequence[str], widen: Sequence[str], start: tuple[bool, str], share: FlopShare,
+               budget: SearchBudget, diffuse: bool, progress: Progress | None) -> SearchResult:
+    """Probe the sets :class:`PinSearch` proposes until it is done or a budget runs out."""
+    notes = []
+    max_probes = budget.max_probes
+    if diffuse:
+        notes.append("the all-FP16 error looks like diffuse rounding noise (no overflow, underflow, NaN "
+                     "or rule finding; the error grows smoothly through the layers): no small set of FP32 "
+                     "pins removes it; a statistical verdict or a looser tolerance fits such outputs")
+        if max_probes is None:
+            max_probes = DIFFUSE_PROBES
+            notes.append(f"searching on a budget of {DIFFUSE_PROBES} probes (--max-probes to change it)")
+        log.info("note: %s", notes[0])
+    deadline = None if budget.seconds is None else time.perf_counter() + budget.seconds
+    base_pins = frozenset(base.fp32_nodes)
+    points = [PlanPoint(0, tuple(sorted(base_pins)), share(base), False, dict(prober.last_errors))]
+    best: float | None = None
+    with clock.phase("search") as phase:
+        search = PinSearch(candidates, widen, start_failed=start[1], cost=share.flops, max_probes=max_probes)
+        while (pinned := search.select()) is not None:
+            passed, detail = prober.passes(base.with_fp32(pinned, _SEARCH_PROBE))
+            log.debug("probe %d (%s): %d pinned -> %s%s", search.probes_run, search.phase, len(pinned),
+                      "pass" if passed else "fail", f" ({detail})" if detail else "")
+            search.step(passed, detail)
+            point = PlanPoint(search.probes_run - 1, tuple(sorted(base_pins | pinned)), share(base, pinned),
+                              passed, dict(prober.last_errors))
+            points.append(point)
+            if passed:
+                best = point.fp16_flop_share if best is None else max(best, point.fp16_flop_share)
+            if progress is not None:
+                progress("search", search.probes_run, search.remaining, best)
+            if deadline is not None and time.perf_counter() > deadline:
+                search.stop(f"the time budget ({budget.seconds:g} s) ran out")
+        outcome = search.outcome()
+        phase.count(session, probes=outcome.probes_run - 1)  # the start probe is counted before
+    if not outcome.passed:
+        if outcome.exhausted:
+            message = f"{outcome.exhausted} before any plan passed; raise --max-probes or --time-budget"
+        else:
+            message = ("even with every float node in FP32 the emulated outputs are out of tolerance "
+                       f"({prober.last_detail}); check the tolerance and the samples")
+        return SearchResult(None, outcome, tuple(points), tuple(notes), message)
+    plan = base
+    for verdict in outcome.verdicts:
+        why = (f"un-pinning it fails: {verdict.detail} (probe {verdict.probe})" if verdict.probe >= 0
+               else verdict.detail)
+        plan = plan.with_fp32([verdict.node], Reason("search", why))
+    message = ""
+    if outcome.exhausted:
+        kept_set = tuple(sorted(base_pins | set(outcome.pinned)))
+        kept = next(p.index for p in points if p.passed and p.pinned == kept_set)
+        message = (f"{outcome.exhausted}: kept the cheapest passing plan probed (point {kept}); it is not "
+                   f"proven minimal")
+        notes.append(message)
+    return SearchResult(plan, outcome, tuple(points), tuple(notes), message)

@@ -1,0 +1,234 @@
+"""When does an FP16 output pass? The tolerance (a frozen value) and the verdict over the metrics.
+
+The default check, ``rms``, tells FP16 *breakage* from FP16 *rounding noise*. An output passes when:
+
+* no NaN/Inf appears where FP32 is finite (overflow is never within tolerance);
+* its relative RMS error ``‖cand − ref‖ / ‖ref‖`` is at most ``max_rel_rms`` (0.05);
+* the relative RMS error of every *slice* is at most ``max_slice_rel_rms`` (0.2). Slices are
+  consecutive whole rows of the output's last axis (size-1 axes ignored), at least 32 elements
+  each: a ``[64, D]`` output has 64 slices when D >= 32, a ``[1, 1, 256, 256]`` map 256 rows of
+  256, a ``[B, H, S, S]`` attention one slice per query row. A slice's error is judged against
+  the larger of its own RMS and the whole output's RMS, so a row that is mostly background is
+  held to the output's scale, not to its own near-zero values;
+* or, whatever the relative errors, every element is within ``atol`` (outputs that are ~0).
+
+Why these numbers (emulated all-FP16 against FP32; ``scripts/verdict_measurements.py`` prints
+them). FP16 rounding noise, which must pass; "max" is the criterion before ``rms``:
+
+==================================================  =============  ===========  ===========  ========
+network (output)                                    rel RMS        worst slice  max |err|    "max"
+==================================================  =============  ===========  ===========  ========
+PP-OCRv4 text detection (trained), 9 maps 256-640   0.0025-0.0093  0.020-0.047  0.036-0.156  FAIL 9/9
+PP-OCRv4 recognition (trained), 9 lines x 6625      0.0047-0.0131  0.011-0.038  0.007-0.026  FAIL 7/9
+PP-OCR direction classifier (trained), batch of 8   0.0008         0.0008       0.0015       pass
+models/deep_cnn (42 convs, sigmoid map)             0.0092         0.023        0.126        FAIL
+12-layer encoder (models.transformer, clean)        0.0021         0.0025       0.0085       pass
+one token's logits near 300 (spacing 0.25)          0.0058         0.091        0.129        FAIL
+==================================================  =============  ===========  ===========  ========
+
+Breakage, which must fail: whole outputs broken (the examples in ``models/``: relative RMS 0.33
+to 1.3, or NaN/Inf), and breakage confined to a small part of a large output
+(``models.breakages``), where the whole-output error stays small but one slice's does not:
+
+==================================================  ========  ============  ========
+breakage                                            rel RMS   worst slice   "max"
+==================================================  ========  ============  ========
+one row of 64 zeroed (its L2 norm overflows)        0.125     1.0           FAIL
+one row of 1024 zeroed                              0.031     1.0           FAIL
+one token's attention saturated (logits near 4000)  0.030     0.45-0.51     FAIL
+one token's attention collapsed (logits near 3e4)   0.066     0.92-0.98     FAIL
+one LayerNorm row of 16 collapsed (x near 1000)     0.26      0.99          FAIL
+one NaN in 1024 elements                            (1 new NaN)             FAIL
+==================================================  ========  ============  ========
+
+So the noise stays under both bounds with margin (whole output <= 0.0131 against 0.05: 3.8x;
+slices <= 0.091 against 0.2: 2.2x) and every breakage is 2.2x or more over one of them (or
+non-finite). 0.05 is about the cosine floor of the "max" check (cosine 0.999 is a relative RMS
+error of 0.045 orthogonal to the output) but also sees an output scaled wrong. The logits near
+300 are rounded by up to 0.125 (FP16's spacing there is 0.25): that is rounding noise, the same
+TensorRT's FP16 gives, and it passes; near 4000 the rounding reaches 1 and the row saturates.
+
+Elements are not judged one by one by default: a network whose logits carry a relative FP16 error
+of a few 1e-3 at magnitudes in the hundreds moves them by 0.4 here and there, and where a sigmoid
+is steep (slope 0.25) that is a probability error of 0.1 at a few pixels (the "max" check fails
+the OCR detector above on 83-118 of 65 536 pixels, 0.1-0.2%, of which 2-5 cross 0.3); errors that
+flow through sums also land on elements near zero. The count of elements outside
+``atol + rtol·|ref|`` (numpy's ``isclose`` with the FP32 value as reference; Polygraphy's
+elementwise check passes an element within *either* bound, which differs by at most 2x) is
+reported and can be the check (``elemwise``).
+
+The other checks, after Polygraphy's ``--check-error-stat``, all require no new NaN/Inf:
+
+* ``max``: ``max|err| <= atol + rtol·max|ref|`` and cosine ``>= min_cosine``: the criterion of
+  versions before the ``rms`` default;
+* ``mean`` / ``median`` / ``quantile``: the same with the mean, median or ``error_quantile``
+  quantile of ``|err|`` in place of the max;
+* ``elemwise``: at most ``max_outside_fraction`` (default 0) of the elements outside
+  ``atol + rtol·|ref|``.
+
+Task-aware checks come on top for outputs whose meaning the user knows: ``top_k`` (the share of
+rows along the last axis whose FP32 top-1 class is among the candidate's top k must be at least
+``min_top_k_agreement``) and ``threshold`` (the IoU of ``{x > threshold}`` must be at least
+``min_iou``). Every setting can differ per output (``per_output``).
+
+Where FP32 itself is non-finite the FP32 model is at fault, not FP16: such an output fails unless
+``allow_fp32_nonfinite``, which compares only where FP32 is finite.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, Any
+
+from .format import cosine_text, number
+
+# Outputs are float32: a cosine that should be 1 lands an ulp or two below it (0.99999994), so a
+# minimum cosine is met within a few float32 ulps (--min-cosine 1 can pass).
+COSINE_SLACK = 4 * 2.0**-24
+
+if TYPE_CHECKING:
+    from .compare import OutputMetrics
+
+ERROR_STATS = ("rms", "max", "mean", "median", "quantile", "elemwise")
+SLICE_MIN_ELEMENTS = 32  # a slice is whole rows of the last axis, at least this many elements
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How outputs are judged (see the module docstring); ``per_output`` overrides by output name."""
+
+    error_stat: str = "rms"
+    atol: float = 1e-3
+    rtol: float = 1e-2
+    min_cosine: float = 0.999
+    max_rel_rms: float = 0.05
+    max_slice_rel_rms: float = 0.2
+    error_quantile: float = 0.99
+    max_outside_fraction: float = 0.0
+    top_k: int = 0  # 0: no top-k check
+    min_top_k_agreement: float = 1.0
+    threshold: float | None = None  # None: no thresholded-map check
+    min_iou: float = 0.99
+    allow_fp32_nonfinite: bool = False
+    per_output: tuple[tuple[str, Tolerance], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.error_stat not in ERROR_STATS:
+            raise ValueError(f"error_stat {self.error_stat!r} is not one of {', '.join(ERROR_STATS)}")
+        if not 0.0 <= self.error_quantile <= 1.0:
+            raise ValueError(f"error_quantile {self.error_quantile} is not in [0, 1]")
+        if self.top_k < 0:
+            raise ValueError(f"top_k {self.top_k} is negative")
+
+    def for_output(self, name: str) -> Tolerance:
+        """The tolerance that judges output ``name`` (``allow_fp32_nonfinite`` is the same for all)."""
+        for output, tol in self.per_output:
+            if output == name:
+                return replace(tol, allow_fp32_nonfinite=self.allow_fp32_nonfinite)
+        return self
+
+    def with_output(self, name: str, **changes: Any) -> Tolerance:
+        """A copy in which output ``name`` is judged with ``changes`` over its current settings."""
+        current = replace(self.for_output(name), per_output=())
+        others = tuple((n, t) for n, t in self.per_output if n != name)
+        return replace(self, per_output=others + ((name, replace(current, **changes)),))
+
+    def unknown_outputs(self, names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+        """Outputs named in ``per_output`` that are not among ``names`` (a typo judges nothing)."""
+        return tuple(n for n, _ in self.per_output if n not in names)
+
+    def describe(self) -> str:
+        """One line for reports and the terminal."""
+        parts = [_settings_text(self)]
+        base = self.to_json()
+        for name, tol in self.per_output:
+            changed = [f"{k}={v}" for k, v in tol.to_json().items() if k != "per_output" and v != base[k]]
+            parts.append(f"{name}: {', '.join(changed) or 'as the others'}")
+        if self.allow_fp32_nonfinite:
+            parts.append("compared only where FP32 is finite")
+        return "; ".join(parts)
+
+    def to_json(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "per_output"}
+        out["per_output"] = {name: {k: v for k, v in tol.to_json().items() if k != "per_output"}
+                             for name, tol in self.per_output}
+        return out
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> Tolerance:
+        known = {f.name for f in fields(Tolerance)} - {"per_output"}
+        base = Tolerance(**{k: v for k, v in data.items() if k in known})
+        per = tuple((name, Tolerance(**{k: v for k, v in values.items() if k in known}))
+                    for name, values in dict(data.get("per_output", {})).items())
+        return replace(base, per_output=per)
+
+
+def _settings_text(tol: Tolerance) -> str:
+    if tol.error_stat == "rms":
+        text = (f"rms: rel RMS err <= {tol.max_rel_rms:g}, every slice <= {tol.max_slice_rel_rms:g} "
+                f"(or all |err| <= atol {tol.atol:g})")
+    elif tol.error_stat == "elemwise":
+        text = (f"elemwise: at most {tol.max_outside_fraction:g} of the elements outside "
+                f"atol {tol.atol:g} + rtol {tol.rtol:g} x |ref|")
+    else:
+        text = (f"{_stat_name(tol)}: {_stat_name(tol)} |err| <= atol {tol.atol:g} + rtol {tol.rtol:g} "
+                f"x max|ref|, cosine >= {tol.min_cosine:g}")
+    if tol.top_k:
+        text += f", top-{tol.top_k} agreement >= {tol.min_top_k_agreement:g}"
+    if tol.threshold is not None:
+        text += f", IoU at {tol.threshold:g} >= {tol.min_iou:g}"
+    return text
+
+
+def _stat_name(tol: Tolerance) -> str:
+    return f"p{_pct(tol.error_quantile)}" if tol.error_stat == "quantile" else tol.error_stat
+
+
+def _pct(q: float) -> str:
+    return f"{100 * q:g}"
+
+
+def judge(m: OutputMetrics, tol: Tolerance) -> tuple[str, ...]:
+    """Why output ``m`` fails under ``tol`` (already chosen for this output): () when it passes."""
+    failures: list[str] = []
+    if m.fp32_nonfinite and not tol.allow_fp32_nonfinite:
+        failures.append(f"the FP32 output itself has {m.fp32_nonfinite} NaN/Inf (--allow-fp32-nonfinite "
+                        f"compares only where it is finite)")
+    if m.new_nonfinite:
+        failures.append(f"{m.new_nonfinite} new NaN/Inf")
+    failures += _stat_failures(m, tol)
+    failures += [t.failure for t in m.tasks if not t.passed]
+    return tuple(failures)
+
+
+def _stat_failures(m: OutputMetrics, tol: Tolerance) -> list[str]:
+    if tol.error_stat == "rms":
+        if m.max_abs_err <= tol.atol:
+            return []
+        out = []
+        if not m.rel_rms_err <= tol.max_rel_rms:
+            out.append(f"rel RMS err {number(m.rel_rms_err)} > {tol.max_rel_rms:g}")
+        if not m.worst_slice_rel_rms <= tol.max_slice_rel_rms:
+            out.append(f"slice at {m.name}{list(m.worst_slice_at)} ({m.worst_slice_size} elements) rel RMS "
+                       f"err {number(m.worst_slice_rel_rms)} > {tol.max_slice_rel_rms:g}")
+        return out
+    if tol.error_stat == "elemwise":
+        allowed = tol.max_outside_fraction * m.elements
+        if m.outside_bound <= allowed:
+            return []
+        return [(f"{m.outside_bound} of {m.elements} elements outside atol {tol.atol:g} + rtol {tol.rtol:g} "
+                 f"x |ref| (allowed: {math.floor(allowed)})")]
+    value = {"max": m.max_abs_err, "mean": m.mean_abs_err, "median": m.p50_abs_err,
+             "quantile": m.quantile_abs_err}[tol.error_stat]
+    bound = tol.atol + tol.rtol * m.ref_max_abs
+    out = []
+    if not value <= bound:
+        out.append(
+            f"{_stat_name(tol)} abs err {number(value)} > {number(bound)} (atol {tol.atol:g} "
+            f"+ rtol {tol.rtol:g} x max|ref| {number(m.ref_max_abs)})"
+        )
+    if not m.cosine >= tol.min_cosine - COSINE_SLACK:
+        out.append(f"cosine {cosine_text(m.cosine, tol.min_cosine)} < {tol.min_cosine:g}")
+    return out

@@ -1,0 +1,32 @@
+"""Oracles by name: one mapping, the CLI's choices, and the onnx.reference oracle end to end."""
+
+from __future__ import annotations
+
+import json
+
+from models import generate
+from onnx_precision.cli import main
+from onnx_precision.oracle import ORACLES
+from onnx_precision.vocab import ORACLE_NAMES
+
+
+def test_every_oracle_name_has_one_runner():
+    assert set(ORACLES) == set(ORACLE_NAMES) == {"emulate", "reference", "cuda", "tensorrt"}
+
+
+def test_convert_and_check_with_the_reference_oracle(tmp_path, capsys):
+    model, data = generate.model_path("l2_normalize"), generate.data_path("l2_normalize")
+    out = str(tmp_path / "o.onnx")
+    assert main(["convert", model, "-o", out, "--inputs", data, "--oracle", "reference", "-q"]) == 0
+    report = json.load(open(tmp_path / "o.report.json"))
+    assert report["outputs"]["native"]["oracle"] == "reference" and report["outputs"]["native"]["passed"]
+    assert main(["check", model, out, "--inputs", data, "--oracle", "reference"]) == 0
+    printed = capsys.readouterr().out
+    assert "oracle: reference (onnx.reference: FP16 arithmetic inside every op" in printed
+
+
+def test_the_reference_oracle_fails_an_all_fp16_model_that_overflows(tmp_path):
+    model, data = generate.model_path("l2_normalize"), generate.data_path("l2_normalize")
+    out = str(tmp_path / "all.onnx")
+    assert main(["convert", model, "-o", out, "--mode", "all-fp16", "-q"]) == 0
+    assert main(["check", model, out, "--inputs", data, "--oracle", "reference", "-q"]) == 1
