@@ -118,7 +118,6 @@ class AnalysisResult:
         if self.synthetic:
             lines.append("note: the data is synthetic; the value ranges decide what overflows, so pass "
                          "representative data with --inputs before trusting a 'safe'")
-        lines.extend(f"warning: {w}" for w in self.warnings)
         if self.fp32_nonfinite is not None:
             r = self.row(self.fp32_nonfinite)
             lines.append(f"the FP32 model itself produces NaN/Inf, first at node '{r.node}' ({r.op_type}): "
@@ -282,13 +281,15 @@ def _sort_key(index: int, row: NodeRow) -> tuple[int, int]:
     return (0 if row.verdict == FP32_NONFINITE else 1 if row.verdict != SAFE else 2, index)
 
 
-def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | None = None) -> AnalysisResult:
-    """Analyse ``model_path`` on the samples ``spec`` describes (synthetic when it names none)."""
+def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | None = None,
+            custom_op_libraries: tuple[str, ...] = ()) -> AnalysisResult:
+    """Analyse ``model_path`` on the samples ``spec`` describes (synthetic when it names none);
+    ``custom_op_libraries`` are registered on every onnxruntime session of the model."""
     spec = spec or SampleSpec()
     tol = tol or Tolerance()
     seconds: dict[str, float] = {}
     start = time.perf_counter()
-    ctx = load_model(model_path)
+    ctx = load_model(model_path, custom_op_libraries)
     tol.require_outputs([o.name for o in ctx.model.graph.output], model_path)
     samples = load_samples(ctx.model, spec)
     seconds["load"] = time.perf_counter() - start
@@ -296,14 +297,15 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
     start = time.perf_counter()
     plan = ctx.resolve(ctx.all_fp16_plan())
     warnings = list(samples.warnings)
-    if not any(t.has_float for t in ctx.typing.values()):
-        warnings.append("the model computes nothing in float32 (already FP16?): there is nothing to analyse")
-    # Two runs per sample only: a switch graph without groups builds faster than it runs slower.
-    session = oracle.EmulationSession(ctx, group_size=1)
-    seconds["session"] = time.perf_counter() - start
+    if ctx.nothing_to_convert:
+        warnings.append(f"{ctx.nothing_to_convert}: there is nothing to analyse")
+    with oracle.blame(ctx, samples):
+        # Two runs per sample only: a switch graph without groups builds faster than it runs slower.
+        session = oracle.EmulationSession(ctx, group_size=1)
+        seconds["session"] = time.perf_counter() - start
 
-    start = time.perf_counter()
-    reference, layerwise = oracle.inspect_plan(session, plan, samples, tol)
+        start = time.perf_counter()
+        reference, layerwise = oracle.inspect_plan(session, plan, samples, tol)
     # The FP32 model's own NaN/Inf is reported apart (fp32-nonfinite): FP16 is judged where FP32 is finite.
     judged = replace(tol, allow_fp32_nonfinite=True)
     outputs = compare.compare_samples(reference.outputs, layerwise.outputs, judged, oracle.EMULATE)

@@ -48,7 +48,6 @@ class CheckResult:
         out = [f"check {self.candidate} against {self.model}",
                f"oracle: {_oracle_text(self.oracle)}",
                f"samples: {len(self.samples.feeds)} ({self.samples.source})"]
-        out += [f"warning: {w}" for w in self.samples.warnings]
         out += [f"  {m.name}: {m.summary()}  {'pass' if m.passed else 'FAIL'}"
                 for m in self.comparison.outputs]
         out.append("PASS: within tolerance" if self.passed else "FAIL: out of tolerance or non-finite")
@@ -56,30 +55,33 @@ class CheckResult:
 
 
 def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
-          tol: Tolerance | None = None, oracle: OracleName = "emulate") -> CheckResult:
-    """Compare ``candidate_path`` with the FP32 ``model_path`` on the samples of ``spec``."""
+          tol: Tolerance | None = None, oracle: OracleName = "emulate",
+          custom_op_libraries: tuple[str, ...] = ()) -> CheckResult:
+    """Compare ``candidate_path`` with the FP32 ``model_path`` on the samples of ``spec``;
+    ``custom_op_libraries`` are registered on every onnxruntime session of either model."""
     from . import oracle as oracle_lib  # heavy: onnxruntime
 
     spec = spec or SampleSpec()
     tol = tol or Tolerance()
     oracle_lib.require_oracle(oracle)
-    reference = load_model(model_path)
-    candidate = load_model(candidate_path)
+    reference = load_model(model_path, custom_op_libraries)
+    candidate = load_model(candidate_path, custom_op_libraries)
     _check_outputs_match(reference.model, candidate.model, model_path, candidate_path)
     tol.require_outputs([o.name for o in reference.model.graph.output], model_path)
     samples = load_samples(reference.model, spec)
 
-    refs = oracle_lib.run_fp32(reference, samples.feeds).outputs
+    with oracle_lib.blame(reference, samples):
+        refs = oracle_lib.run_fp32(reference, samples.feeds).outputs
     if not tol.allow_fp32_nonfinite:
         _refuse_fp32_nonfinite(reference, samples, refs)
     try:
         cands = oracle_lib.run_candidate(candidate, samples.feeds, oracle)
-    except PrecisionError:
-        raise
-    except Exception as e:  # onnxruntime rejects the candidate (shapes, types, ops): the user's input
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    except Exception as e:
+        if not oracle_lib.is_ort_error(e):
+            raise
+        # onnxruntime rejects the candidate (shapes, types, ops): the user's input, made by any tool
         raise ModelLoadError(f"{candidate_path}: onnxruntime cannot run the candidate on the samples: "
-                             f"{first}") from e
+                             f"{oracle_lib.ort_message(e)}") from e
     comparison = compare_samples(
         refs, oracle_lib.select.only_reference_outputs(cands, refs), tol, cands.oracle
     )

@@ -26,6 +26,7 @@ from . import storage, typing_rules
 from .errors import ModelLoadError
 from .graph import GraphCycle, NodeRef, name_nodes, sort_topologically, walk_nodes
 from .plan import Precision, PrecisionPlan, Reason, uniform_plan
+from .validation import validate_model
 
 ALL_FP16 = Reason("default", "all FP16")
 
@@ -38,13 +39,17 @@ class ModelContext:
     path: str
     base_dir: str
     renamed: tuple[tuple[str, str], ...] = ()  # (old name or "", new name) for each node the loader named
+    # Shared libraries of custom-op kernels (--ort-custom-op-library): every onnxruntime session of
+    # the model, or of a graph derived from it, registers them.
+    custom_op_libraries: tuple[str, ...] = ()
 
     @staticmethod
-    def of(model: onnx.ModelProto, base_dir: str = ".", path: str = "") -> ModelContext:
+    def of(model: onnx.ModelProto, base_dir: str = ".", path: str = "",
+           custom_op_libraries: tuple[str, ...] = ()) -> ModelContext:
         """A context for an in-memory model (sorted and named in place, as :func:`load_model` does)."""
         sort_topologically(model.graph)
         renamed = name_nodes(model)
-        return ModelContext(model, path, os.path.abspath(base_dir), tuple(renamed))
+        return ModelContext(model, path, os.path.abspath(base_dir), tuple(renamed), custom_op_libraries)
 
     @cached_property
     def nodes(self) -> tuple[NodeRef, ...]:
@@ -65,6 +70,15 @@ class ModelContext:
     def typing(self) -> dict[str, typing_rules.NodeTyping]:
         """Every node's FP16 typing (:func:`typing_rules.model_typing`)."""
         return typing_rules.model_typing(self.model, self.types)
+
+    @cached_property
+    def nothing_to_convert(self) -> str:
+        """Why no node of the model computes in float32, or "" when some do."""
+        if any(t.has_float for t in self.typing.values()):
+            return ""
+        if any(typing_rules.elem_type(t) == onnx.TensorProto.FLOAT16 for t in self.types.values()):
+            return "the model computes nothing in float32 (already FP16?)"
+        return "the model has no float32 tensors (float64, integer and other tensors stay as they are)"
 
     @cached_property
     def constants(self) -> dict[str, onnx.TensorProto]:
@@ -104,8 +118,9 @@ class ModelContext:
         return plan if plan.resolved else typing_rules.resolve_plan(self, plan)
 
 
-def load_model(path: str) -> ModelContext:
-    """Load ``path`` (external data left on disk), check it parses, and name its nodes."""
+def load_model(path: str, custom_op_libraries: tuple[str, ...] = ()) -> ModelContext:
+    """Load ``path`` (external data left on disk), check it is a valid ONNX model whose external
+    data stays in its directory (:func:`onnx_precision.validation.validate_model`), and name its nodes."""
     if not os.path.exists(path):
         raise ModelLoadError(f"{path}: no such file")
     if not os.path.isfile(path):
@@ -116,6 +131,8 @@ def load_model(path: str) -> ModelContext:
         raise ModelLoadError(
             f"{path}: not an ONNX model (protobuf does not parse; truncated or another format)"
         ) from e
+    except PermissionError:
+        raise ModelLoadError(f"{path}: permission denied") from None
     except (OSError, ValueError) as e:
         raise ModelLoadError(f"{path}: cannot load: {e}") from e
     if not model.graph.node and not model.graph.output:
@@ -128,4 +145,8 @@ def load_model(path: str) -> ModelContext:
     base_dir = os.path.dirname(os.path.realpath(path))
     storage.external_data.refuse_private_keys(model, path)
     storage.check_model_external_data(model, base_dir, path)
-    return ModelContext(model, path, base_dir, tuple(name_nodes(model)))
+    validate_model(model, path, base_dir)
+    for library in custom_op_libraries:
+        if not os.path.isfile(library):
+            raise ModelLoadError(f"--ort-custom-op-library {library}: no such file")
+    return ModelContext(model, path, base_dir, tuple(name_nodes(model)), tuple(custom_op_libraries))

@@ -18,9 +18,10 @@ from .compare import Tolerance
 from .context import ModelContext, load_model
 from .costs import PhaseCost
 from .data import SampleSpec, sample_files
-from .errors import InternalError, SearchError
+from .errors import CustomOpError, InternalError, SearchError
 from .plan import PrecisionPlan, Reason, apply_user_choices
 from .rewriter import RewriteResult, rewrite
+from .validation import check_written
 from .vocab import MODES, Mode, OracleName
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ class ConvertOptions:
     report_json: str | None = None
     report_md: str | None = None
     oracle: OracleName = "emulate"
+    custom_op_libraries: tuple[str, ...] = ()  # registered on every onnxruntime session of the model
     max_probes: int | None = None  # search budgets (auto mode): on exhaustion the cheapest passing
     time_budget: float | None = None  # plan probed so far is kept, marked as such
 
@@ -66,19 +68,35 @@ class ConvertResult:
     auto: AutoResult | None = None  # static/auto modes
     report: RunReport | None = None  # static/auto modes (verified output)
     report_paths: tuple[str, ...] = ()
+    nothing_to_convert: str = ""  # why no node computes in float32 ("" when some do)
+
+    @property
+    def all_warnings(self) -> tuple[str, ...]:
+        """Every warning of the run once (the report's include the sample data's)."""
+        return tuple(dict.fromkeys(self.warnings + (self.report.warnings if self.report else ())))
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.report is None or self.report.status == "passed" else 1
+        """0 passed (or written unchecked), 3 passed but onnxruntime's default options cannot load the
+        written model (the workaround is in the report), 1 any other failure."""
+        if self.report is None:
+            return 0
+        return {"passed": 0, "ort-load-failed": 3}.get(self.report.status, 1)
 
     def summary_lines(self) -> list[str]:
         plan = self.plan
         fp32 = plan.fp32_nodes
-        lines = [f"warning: {w}" for w in self.warnings]
-        lines.append(
+        if self.nothing_to_convert:
+            if self.report is None:
+                return [f"{self.output_path}: nothing to convert ({self.nothing_to_convert}); written with "
+                        f"no precision changed"]
+            from .report import summary_lines  # its FP16 line says why
+            return [f"{self.output_path}: nothing to convert; written with no precision changed"] + \
+                summary_lines(self.report, self.report_paths)
+        lines = [
             f"{self.output_path}: {len(plan.fp16_nodes)} node(s) FP16, {len(fp32)} FP32, "
             f"{self.rewrite.casts_added} Cast(s) added, {self.rewrite.initializers_converted} initializer(s) "
-            f"converted, {self.rewrite.initializers_duplicated} kept in both precisions")
+            f"converted, {self.rewrite.initializers_duplicated} kept in both precisions"]
         if self.report is not None:  # static/auto: the report's summary says the rest
             from .report import summary_lines
             return (
@@ -113,13 +131,25 @@ def choose_plan(
     :func:`onnx_precision.auto.choose_plan` (which returns an AutoResult, also returned)."""
     if options.mode == "all-fp16":
         return ctx.resolve(plan), None
-    from . import auto, data  # the oracle stack is only needed by the measuring modes
+    from . import auto, data, oracle  # the oracle stack is only needed by the measuring modes
 
     samples = data.load_samples(ctx.model, options.samples)
     budget = auto.SearchBudget(options.max_probes, options.time_budget)
-    result = auto.choose_plan(ctx, plan, samples, options.tolerance, options.headroom, options.mode, progress,
-                              budget)
+    with oracle.blame(ctx, samples):
+        result = auto.choose_plan(ctx, plan, samples, options.tolerance, options.headroom, options.mode,
+                                  progress, budget)
     return ctx.resolve(result.plan), result
+
+
+def unmeasured_static_plan(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
+    """``plan`` with the nodes the high and medium severity risk rules flag pinned, resolved: the
+    static plan of a model onnxruntime cannot run (no ranges confirm or dismiss a finding)."""
+    from . import rules
+
+    for finding in rules.run_rules(rules.ModelFacts(ctx)).findings:
+        if finding.active and finding.severity in (rules.HIGH, rules.MEDIUM) and plan.is_fp16(finding.node):
+            plan = plan.with_fp32([finding.node], finding.reason())
+    return ctx.resolve(plan)
 
 
 def _input_paths(model_path: str, options: ConvertOptions) -> tuple[str, ...]:
@@ -170,18 +200,28 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
              outputs: storage.Outputs) -> ConvertResult:
     measuring = options.mode != "all-fp16"
     helpers_before = helper_sessions.built()
-    ctx = load_model(model_path)
+    ctx = load_model(model_path, options.custom_op_libraries)
     if ctx.renamed:
         logger.debug("named %d unnamed node(s) (node_of_<first output>)", len(ctx.renamed))
     plan, warnings = base_plan(ctx, options)
     options.tolerance.require_outputs([o.name for o in ctx.model.graph.output], model_path)
+    if ctx.nothing_to_convert:
+        warnings.append(f"{ctx.nothing_to_convert}: nothing to convert")
     if not measuring and (options.report_json or options.report_md):
         warnings.append("--report/--report-md apply to --mode static and auto (which verify); "
                         "no report written")
     if not measuring and options.oracle != "emulate":
         warnings.append(f"--oracle {options.oracle} applies to --mode static and auto (which verify); "
                         "not run")
-    plan, auto_result = choose_plan(ctx, plan, options, progress)
+    try:
+        plan, auto_result = choose_plan(ctx, plan, options, progress)
+    except CustomOpError as e:
+        if options.mode != "static":
+            raise
+        plan, auto_result = unmeasured_static_plan(ctx, plan), None
+        warnings.append(f"{e.node_text}: onnxruntime has no kernel for it, so the static plan pins what the "
+                        f"risk rules flag, unmeasured, and the written model is not verified (give "
+                        f"--ort-custom-op-library PATH to measure)")
     if auto_result is not None and not auto_result.writable:
         report = _report(ctx, None, auto_result.plan, options, auto_result, warnings=warnings,
                          helpers=helper_sessions.built() - helpers_before, svg=_tradeoff_path(options))
@@ -192,6 +232,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     result = rewrite(ctx, plan)
     staged_model = storage.save_model(result.model, output_path, source_dir=ctx.base_dir,
                                       external_data=True if options.external_data else None, outputs=outputs)
+    check_written(staged_model, ctx)
     if options.plan_out:
         outputs.stage_text(options.plan_out, result.plan.dumps())
     if options.trt_flags_path:
@@ -203,34 +244,48 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     if auto_result is None:
         outputs.commit()
         return ConvertResult(model_path, output_path, result.plan, result, tuple(warnings),
-                             (output_path,) + texts)
+                             (output_path,) + texts, nothing_to_convert=ctx.nothing_to_convert)
     from . import oracle
 
     write = PhaseCost("write", time.perf_counter() - started)
-    verified, native, phases = oracle.verify_output(staged_model, auto_result.samples.feeds,
-                                                    auto_result.reference_outputs, options.tolerance,
-                                                    options.oracle)
+    with oracle.blame(ctx, auto_result.samples):
+        verified, native, phases = oracle.verify_output(staged_model, auto_result.samples.feeds,
+                                                        auto_result.reference_outputs, options.tolerance,
+                                                        options.oracle, ctx.custom_op_libraries)
+    default_load = ""
+    if auto_result.passed and verified.passed and (native is None or native.passed):
+        started = time.perf_counter()
+        default_load = oracle.default_load_problem(staged_model, ctx.custom_op_libraries)
+        phases += (PhaseCost("default load", time.perf_counter() - started),)
     if auto_result.passed and not verified.passed:
         # Written all the same: the model and its report are the bug report (status: failed, exit 1).
         logger.error("the plan passed the emulated search but the written model %s fails the emulated check "
                      "(a bug: please report it with %s)", output_path, options.report_json)
     report = _report(ctx, output_path, result.plan, options, auto_result, verified, native, (write,) + phases,
-                     warnings, helper_sessions.built() - helpers_before, _tradeoff_path(options))
+                     warnings, helper_sessions.built() - helpers_before, _tradeoff_path(options),
+                     default_load)
     paths = _stage_reports(report, options, outputs)
     outputs.commit()
     return ConvertResult(model_path, output_path, result.plan, result, tuple(warnings),
-                         (output_path,) + texts + paths, auto_result, report, paths)
+                         (output_path,) + texts + paths, auto_result, report, paths, ctx.nothing_to_convert)
 
 
 def _report(ctx: ModelContext, output_path: str | None, plan: PrecisionPlan, options: ConvertOptions,
             auto_result: AutoResult, verified: Comparison | None = None, native: Comparison | None = None,
             phases: tuple[PhaseCost, ...] = (), warnings: list[str] | None = None, helpers: int = 0,
-            svg: str | None = None) -> RunReport:
+            svg: str | None = None, default_load: str = "") -> RunReport:
     from . import report as report_lib
 
     return report_lib.for_conversion(ctx, output_path, plan, auto_result.samples, options.tolerance,
                                      options.mode, options.oracle, auto_result, verified, native, phases,
-                                     warnings or (), helpers, svg)
+                                     warnings or (), helpers, svg, default_load, _before_plan(options))
+
+
+def _before_plan(options: ConvertOptions) -> str:
+    """What the search's "before" measured: all FP16, or the plan the user's options made of it."""
+    flags = [flag for flag, given in (("--plan", options.plan_path), ("--keep-fp32", options.keep_fp32),
+                                      ("--keep-fp32-op", options.keep_fp32_ops)) if given]
+    return f"your plan, from {', '.join(flags)}" if flags else "all FP16"
 
 
 def _stage_reports(report: RunReport, options: ConvertOptions, outputs: storage.Outputs) -> tuple[str, ...]:

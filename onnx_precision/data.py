@@ -3,9 +3,11 @@
 Sources (``--inputs``): an ``.npz`` (one feed), a directory of ``.npz`` files (one feed each, in
 file-name order), or a Polygraphy JSON as ``polygraphy run --save-inputs`` writes it (a list of
 feeds, read with Polygraphy's own loader). Without ``--inputs`` one feed is synthesised from the
-model's input metadata with a seeded generator: floats uniform in ``[0, 1)`` unless
-``--input-range`` says otherwise, symbolic dimensions from ``--input-shape`` (1 when not given,
-with a warning). What overflows depends on the ranges, so synthetic data is always labelled.
+model's input metadata with a seeded generator: floats uniform in ``[0, 1)`` and integers in
+``[0, 100)`` (or below the size of the table an integer input indexes) unless ``--input-range``
+says otherwise, symbolic dimensions from ``--input-shape`` (1 when not given, with a warning). What
+overflows depends on the ranges, so synthetic data is always labelled. A file's format is told from
+its content, whatever its name.
 
 Every feed is checked against the model: names, dtypes, ranks and fixed dimensions; a mismatch is
 a one-line :class:`DataError` naming the source and the input. NaN inside sample data is a
@@ -15,10 +17,10 @@ warning naming the input (the FP32 reference will carry it; FP16 is not blamed f
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import sys
 import zipfile
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -26,10 +28,12 @@ import numpy as np
 import onnx
 
 from .errors import DataError
-
-log = logging.getLogger(__name__)
+from .graph import attr, is_onnx_domain
 
 DEFAULT_RANGE = (0.0, 1.0)
+# Integer inputs are mostly ids: [0, 1) would make every id 0. One that indexes a constant table
+# (Gather) stays below the table's size instead.
+DEFAULT_INT_RANGE = (0.0, 100.0)
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,8 @@ class Samples:
     synthetic: bool
     source: str  # a one-line description for reports ("synthetic, seed 0, uniform [0, 1)", "data.npz")
     warnings: tuple[str, ...] = ()
+    # (input, model shape) of each synthetic input whose symbolic dimensions were set to 1
+    guessed_shapes: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,13 +91,11 @@ def load_samples(model: onnx.ModelProto, spec: SampleSpec) -> Samples:
     """The feeds ``spec`` describes, checked against ``model``'s inputs."""
     inputs = model_inputs(model)
     if spec.inputs is None:
-        return synthetic_samples(inputs, spec)
+        return synthetic_samples(inputs, spec, index_bounds(model))
     located, source = _read_feeds(spec.inputs)
     warnings: list[str] = []
     for where, feed in located:
         warnings.extend(validate_feed(feed, inputs, where))
-    for w in warnings:
-        log.warning("%s", w)
     return Samples(tuple(feed for _, feed in located), False, source, tuple(warnings))
 
 
@@ -101,7 +105,7 @@ def sample_files(spec: SampleSpec) -> tuple[str, ...]:
     if path is None:
         return ()
     if os.path.isdir(path):
-        return tuple(os.path.join(path, f) for f in sorted(os.listdir(path)) if f.endswith(".npz"))
+        return _npz_files(path)
     return (path,)
 
 
@@ -112,11 +116,12 @@ def _read_feeds(path: str) -> tuple[list[tuple[str, dict[str, np.ndarray]]], str
     if not os.path.exists(path):
         raise DataError(f"{path}: no such file or directory")
     if os.path.isdir(path):
-        files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".npz"))
+        files = _npz_files(path)
         if not files:
             raise DataError(f"{path}: directory contains no .npz files")
         return [(f, _read_npz(f)) for f in files], f"{path} ({len(files)} .npz files)"
-    if path.endswith(".json"):
+    # The content decides, not the name: a JSON saved as inputs.dat is still a JSON.
+    if _head(path).lstrip()[:1] in (b"[", b"{"):
         feeds = _read_polygraphy_json(path)
         if len(feeds) == 1:
             return [(path, feeds[0])], path
@@ -124,26 +129,42 @@ def _read_feeds(path: str) -> tuple[list[tuple[str, dict[str, np.ndarray]]], str
     return [(path, _read_npz(path))], path
 
 
+def _npz_files(directory: str) -> tuple[str, ...]:
+    try:
+        names = sorted(os.listdir(directory))
+    except PermissionError:
+        raise DataError(f"{directory}: permission denied") from None
+    return tuple(os.path.join(directory, f) for f in names if f.endswith(".npz"))
+
+
+def _head(path: str, size: int = 64) -> bytes:
+    """The first bytes of ``path``; a file that cannot be read is a one-line DataError saying why."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(size)
+    except PermissionError:
+        raise DataError(f"{path}: permission denied") from None
+    except OSError as e:
+        raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
+
+
 def _read_npz(path: str) -> dict[str, np.ndarray]:
     # Checked before np.load: it returns a bare array for an .npy, and takes anything that is
     # not a zip for a pickle and says so, which misleads about a text or ONNX file given by mistake.
-    if _starts_with(path, b"\x93NUMPY"):
+    head = _head(path)
+    if head.startswith(b"\x93NUMPY"):
         raise DataError(f"{path}: not an .npz archive (a single array; save feeds with np.savez)")
-    if not zipfile.is_zipfile(path):
-        raise DataError(f"{path}: cannot read as .npz: not a zip archive (save feeds with np.savez)")
+    if not head.startswith(b"PK") or not zipfile.is_zipfile(path):
+        raise DataError(f"{path}: cannot read as .npz: not a zip archive, nor a Polygraphy JSON (save feeds "
+                        f"with np.savez, or with polygraphy run --save-inputs)")
     try:
         with np.load(path, allow_pickle=False) as data:
             return {name: np.asarray(data[name]) for name in data.files}
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError,
+            RuntimeError) as e:
+        # members are read lazily: a damaged archive fails here, on its CRC, header, version,
+        # compression method or encryption flag (zipfile's RuntimeError)
         raise DataError(f"{path}: cannot read as .npz: {_first_line(e)}") from e
-
-
-def _starts_with(path: str, magic: bytes) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(len(magic)) == magic
-    except OSError:
-        return False
 
 
 def _first_line(e: Exception) -> str:
@@ -153,10 +174,11 @@ def _first_line(e: Exception) -> str:
 
 def _read_polygraphy_json(path: str) -> list[dict[str, np.ndarray]]:
     from polygraphy.json import load_json
+    from polygraphy.logger import G_LOGGER
     try:
         # Polygraphy's logger prints to stdout (its "[I] Loading..." lines, a note that 'colored'
-        # is missing): keep stdout for our own output.
-        with contextlib.redirect_stdout(sys.stderr):
+        # is missing): keep stdout for our own output, and stderr for warnings and errors.
+        with contextlib.redirect_stdout(sys.stderr), G_LOGGER.verbosity(G_LOGGER.CRITICAL):
             data = load_json(path, description="input data")
     except Exception as e:  # Polygraphy raises its own exception types for bad files
         raise DataError(f"{path}: cannot read as Polygraphy JSON: {_first_line(e)}") from e
@@ -216,8 +238,35 @@ def _shape(shape: tuple[int, ...]) -> str:
 
 # --- synthetic feeds -------------------------------------------------------------------------------
 
-def synthetic_samples(inputs: list[InputInfo], spec: SampleSpec) -> Samples:
-    """One seeded feed from the input metadata (see the module docstring for the defaults)."""
+def index_bounds(model: onnx.ModelProto) -> dict[str, int]:
+    """Graph input -> the size of the constant table it indexes (a Gather or GatherElements of an
+    initializer or a Constant along the indexed axis): its ids must stay below it."""
+    sizes = {t.name: list(t.dims) for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and is_onnx_domain(node.domain) and node.output:
+            value = next((a.t for a in node.attribute if a.name == "value"), None)
+            if value is not None:
+                sizes[node.output[0]] = list(value.dims)
+    inputs = {vi.name for vi in model.graph.input}
+    bounds: dict[str, int] = {}
+    for node in model.graph.node:
+        if node.op_type not in ("Gather", "GatherElements") or not is_onnx_domain(node.domain):
+            continue
+        if len(node.input) < 2 or node.input[1] not in inputs or node.input[0] not in sizes:
+            continue
+        dims = sizes[node.input[0]]
+        axis = int(attr(node, "axis", 0))  # type: ignore[call-overload]  # an INT attribute
+        axis += len(dims) if axis < 0 else 0
+        if 0 <= axis < len(dims) and dims[axis] > 0:
+            bounds[node.input[1]] = min(bounds.get(node.input[1], dims[axis]), dims[axis])
+    return bounds
+
+
+def synthetic_samples(inputs: list[InputInfo], spec: SampleSpec, bounds: Mapping[str, int] | None = None,
+                      ) -> Samples:
+    """One seeded feed from the input metadata (see the module docstring for the defaults);
+    ``bounds`` caps integer inputs that index a table (:func:`index_bounds`)."""
+    bounds = bounds or {}
     known = {i.name for i in inputs}
     for flag, names in (("--input-shape", spec.input_shapes), ("--input-range", spec.input_ranges)):
         for name in names:
@@ -227,20 +276,32 @@ def synthetic_samples(inputs: list[InputInfo], spec: SampleSpec) -> Samples:
     rng = np.random.default_rng(spec.seed)
     feed: dict[str, np.ndarray] = {}
     warnings: list[str] = []
+    guessed = []
+    int_ranges: dict[str, tuple[float, float]] = {}
     for info in inputs:
-        shape = _synthetic_shape(info, spec.input_shapes.get(info.name), warnings)
-        lo, hi = spec.input_ranges.get(info.name, DEFAULT_RANGE)
+        given = spec.input_shapes.get(info.name)
+        shape = _synthetic_shape(info, given, warnings)
+        if given is None and info.dims is not None and any(not isinstance(d, int) for d in info.dims):
+            guessed.append((info.name, info.shape_text()))
+        lo, hi = spec.input_ranges.get(info.name) or _default_range(info, bounds)
+        if info.name not in spec.input_ranges and np.issubdtype(info.dtype, np.integer):
+            int_ranges[info.name] = (lo, hi)
         try:
             feed[info.name] = _random(rng, info.dtype, shape, lo, hi)
         except (MemoryError, ValueError):  # numpy: no memory, or "array is too big" to address
             raise DataError(f"input '{info.name}': no memory for a synthetic {_shape(shape)} {info.dtype} "
                             f"array; give a smaller --input-shape") from None
-    for w in warnings:
-        log.warning("%s", w)
-    ranges = ", ".join(f"{n}: [{lo:g}, {hi:g})" for n, (lo, hi) in spec.input_ranges.items())
+    shown = {**spec.input_ranges, **int_ranges}
+    ranges = ", ".join(f"{n}: [{lo:g}, {hi:g})" for n, (lo, hi) in shown.items())
     source = f"synthetic, seed {spec.seed}, uniform [{DEFAULT_RANGE[0]:g}, {DEFAULT_RANGE[1]:g})" + \
              (f" ({ranges})" if ranges else "") + "; the ranges decide what overflows"
-    return Samples((feed,), True, source, tuple(warnings))
+    return Samples((feed,), True, source, tuple(warnings), tuple(guessed))
+
+
+def _default_range(info: InputInfo, bounds: Mapping[str, int]) -> tuple[float, float]:
+    if np.issubdtype(info.dtype, np.integer):
+        return (0.0, float(bounds[info.name])) if info.name in bounds else DEFAULT_INT_RANGE
+    return DEFAULT_RANGE
 
 
 def _synthetic_shape(info: InputInfo, given: tuple[int, ...] | None, warnings: list[str]) -> tuple[int, ...]:
@@ -256,6 +317,11 @@ def _synthetic_shape(info: InputInfo, given: tuple[int, ...] | None, warnings: l
     if info.dims is None:
         raise DataError(f"input '{info.name}' has no shape in the model; "
                         f"give --input-shape {info.name}:DIMxDIM...")
+    if 0 in info.dims:
+        # onnxruntime holds a 0 to its word: only empty tensors fit, and they measure nothing.
+        raise DataError(f"input '{info.name}' has a zero-size dimension in the model ({info.shape_text()}): "
+                        f"onnxruntime accepts only empty tensors for it, so there is nothing to measure; "
+                        f"make that dimension symbolic or its real size, or convert with --mode all-fp16")
     symbolic = [d for d in info.dims if not (isinstance(d, int) and d > 0)]
     if symbolic:
         warnings.append(f"input '{info.name}' has symbolic dimensions ({info.shape_text()}); "

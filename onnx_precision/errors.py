@@ -19,6 +19,17 @@ class ModelLoadError(PrecisionError):
     """The model file is missing, not ONNX, truncated, or its external data is missing."""
 
 
+class CustomOpError(ModelLoadError):
+    """onnxruntime cannot load the model: it has no kernel for a custom-domain op.
+
+    ``node_text`` names the node and its op (``node 'p' (com.acme:Plugin)``), for callers that go on
+    without onnxruntime (``--mode static``) and say so in their own words."""
+
+    def __init__(self, message: str, node_text: str) -> None:
+        super().__init__(message)
+        self.node_text = node_text
+
+
 class PlanError(PrecisionError):
     """A precision plan is malformed or names nodes the model does not have."""
 

@@ -16,9 +16,16 @@ def number(x: float | None, digits: int = 4) -> str:
     return f"{x:.{digits}g}" if math.isfinite(x) else str(x)
 
 
-def cosine_text(x: float) -> str:
-    """Cosines live near 1: six decimals tell 0.999999 from 0.999."""
-    return f"{float(x):.6f}" if math.isfinite(float(x)) else str(float(x))
+def cosine_text(x: float, minimum: float | None = None) -> str:
+    """Cosines live near 1: six decimals tell 0.999999 from 0.999. A cosine below ``minimum`` gets
+    the digits it takes to print below it (0.99999994 against 1, never "1.000000")."""
+    x = float(x)
+    if not math.isfinite(x):
+        return str(x)
+    digits = 6
+    while minimum is not None and x < minimum and float(f"{x:.{digits}f}") >= minimum and digits < 17:
+        digits += 1
+    return f"{x:.{digits}f}"
 
 
 def json_float(x: float) -> float | str:

@@ -49,6 +49,7 @@ class Reason:
 
     @staticmethod
     def from_json(obj: Mapping) -> Reason:
+        """A reason from its JSON (checked by :func:`_reason_problem` first)."""
         evidence = tuple((str(k), str(v)) for k, v in obj.get("evidence", {}).items())  # as written
         source = obj["source"]
         if source not in REASON_SOURCES:
@@ -132,22 +133,31 @@ class PrecisionPlan:
 
     @staticmethod
     def from_json(obj: object, source: str = "plan") -> PrecisionPlan:
+        """A plan from its JSON, checked strictly: a wrong type anywhere is a :class:`PlanError`
+        naming ``source`` (a string "false" is not false)."""
         if not isinstance(obj, Mapping) or not isinstance(obj.get("nodes"), Mapping):
             raise PlanError(f"{source}: not a precision plan (expected an object with 'nodes')")
+        if "format" in obj and obj["format"] != PLAN_FORMAT:
+            raise PlanError(f"{source}: format {obj['format']!r} is not {PLAN_FORMAT!r}, the only plan "
+                            f"format this version reads")
+        fp16_io = obj.get("fp16_io", False)
+        if not isinstance(fp16_io, bool):
+            raise PlanError(f"{source}: 'fp16_io' is {fp16_io!r}; expected true or false (a JSON boolean)")
         decisions = {}
         for name, entry in obj["nodes"].items():
             value = entry.get("precision") if isinstance(entry, Mapping) else entry
-            try:
-                precision = Precision(str(value).lower())
-            except ValueError:
-                raise PlanError(f"{source}: node '{name}' has precision {value!r}; "
-                                "expected fp16 or fp32") from None
+            if not isinstance(value, str) or value.lower() not in (p.value for p in Precision):
+                raise PlanError(f"{source}: node '{name}' has precision {value!r}; expected fp16 or fp32")
             reasons = entry.get("reasons", []) if isinstance(entry, Mapping) else []
-            if not isinstance(reasons, list) or not all(_is_reason(r) for r in reasons):
-                raise PlanError(f"{source}: node '{name}' has malformed 'reasons' (expected a list of "
-                                f"objects with 'source', optional 'detail' and an 'evidence' object)")
-            decisions[name] = NodeDecision(precision, tuple(Reason.from_json(r) for r in reasons))
-        return PrecisionPlan(decisions, bool(obj.get("fp16_io", False)))
+            problem = "not a list" if not isinstance(reasons, list) else next(
+                (p for p in map(_reason_problem, reasons) if p), "")
+            if problem:
+                raise PlanError(f"{source}: node '{name}' has malformed 'reasons': {problem} (expected a "
+                                f"list of objects with a 'source', optional 'detail' text and an 'evidence' "
+                                f"object of texts)")
+            decisions[name] = NodeDecision(Precision(value.lower()),
+                                           tuple(Reason.from_json(r) for r in reasons))
+        return PrecisionPlan(decisions, fp16_io)
 
     @staticmethod
     def load(path: str) -> PrecisionPlan:
@@ -181,8 +191,22 @@ def _point_plan(report: object, point: int, source: str) -> PrecisionPlan:
     return PrecisionPlan({str(n): NodeDecision(Precision.FP32, (reason,)) for n in found[0]["pinned"]})
 
 
-def _is_reason(obj: object) -> bool:
-    return isinstance(obj, Mapping) and "source" in obj and isinstance(obj.get("evidence", {}), Mapping)
+def _reason_problem(obj: object) -> str:
+    """What is wrong with one reason's JSON, or ""."""
+    if not isinstance(obj, Mapping):
+        return f"a reason is {obj!r}, not an object"
+    if not isinstance(obj.get("source"), str):
+        return f"a reason's 'source' is {obj.get('source')!r}, not text"
+    if obj["source"] not in REASON_SOURCES:
+        return f"reason source {obj['source']!r} is not one of {', '.join(REASON_SOURCES)}"
+    if not isinstance(obj.get("detail", ""), str):
+        return f"a reason's 'detail' is {obj['detail']!r}, not text"
+    evidence = obj.get("evidence", {})
+    scalar = (str, int, float)
+    if not isinstance(evidence, Mapping) or not all(
+            isinstance(v, scalar) and not isinstance(v, bool) for v in evidence.values()):
+        return f"a reason's 'evidence' is {evidence!r}, not an object of texts or numbers"
+    return ""
 
 
 def uniform_plan(node_names: Iterable[str], precision: Precision, reason: Reason,

@@ -64,7 +64,8 @@ class Prober:
 def failure(comparison: Comparison, sample: int, samples: int) -> str:
     """One phrase naming the first failing output of a comparison, and how it failed."""
     bad = next(m for m in comparison.outputs if not m.passed)
-    what = f"{bad.new_nonfinite} new NaN/Inf" if bad.new_nonfinite else (
-        bad.failures[0] if bad.failures else f"max abs err {bad.max_abs_err:.3g}")
+    # the verdict's own words name the criterion that failed, with the digits that show it
+    what = (f"{bad.new_nonfinite} new NaN/Inf" if bad.new_nonfinite
+            else "; ".join(bad.failures) or f"max abs err {bad.max_abs_err:.3g}, cosine {bad.cosine:.4f}")
     where = f"sample {sample}, " if samples > 1 else ""
     return f"{where}output '{bad.name}' {what}"

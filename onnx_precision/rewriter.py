@@ -207,6 +207,10 @@ class _Rewriter:
         added = []
         inputs = {v.name for v in graph.input}
         for init in graph.initializer:
+            if init.name in inputs and self.written.get(init.name) == init.data_type:
+                # IR < 4 style: the weight is also a graph input, which keeps its type as every
+                # graph input does (--fp16-io aside); FP16 consumers read a Cast of it
+                continue
             plan = self.decide_constant(init.name, init.data_type)
             if plan is None:
                 continue

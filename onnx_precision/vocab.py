@@ -13,8 +13,9 @@ MODES: tuple[Mode, ...] = get_args(Mode)
 MeasuringMode = Literal["static", "auto"]  # the modes that run the oracle
 
 # How a run ended: passed/failed (the plan, or the written model), fp32-nonfinite (the FP32 model
-# itself is at fault), not-checked (all-fp16 writes without measuring).
-Status = Literal["passed", "failed", "fp32-nonfinite", "not-checked"]
+# itself is at fault), not-checked (all-fp16 writes without measuring), ort-load-failed (the written
+# model passes, but onnxruntime with its default session options crashes or fails loading it).
+Status = Literal["passed", "failed", "fp32-nonfinite", "not-checked", "ort-load-failed"]
 
 # The oracles a user can ask for by name; results also carry "native:<provider>" labels.
 OracleName = Literal["emulate", "cuda", "tensorrt", "reference"]

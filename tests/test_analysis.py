@@ -114,7 +114,6 @@ def test_a_model_without_fp32_compute_is_called_out(tmp_path):
     onnx.save(model, path)
     result = analysis.analyze(path)
     assert any("nothing in float32" in w for w in result.warnings)
-    assert "warning: the model computes nothing in float32" in result.table()
 
 
 def test_dynamic_batch_takes_the_worst_sample():
@@ -275,4 +274,3 @@ def test_nan_in_the_data_is_a_warning_not_a_node_verdict(tmp_path):
     result = analysis.analyze(model_path("l2_normalize"), SampleSpec(inputs=str(data)))
     assert result.fp32_nonfinite is None and result.problems == ()
     assert any("'x'" in w and "NaN" in w for w in result.warnings), result.warnings
-    assert "warning:" in result.table()

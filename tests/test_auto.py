@@ -439,11 +439,11 @@ def test_report_flags_in_all_fp16_mode_warn(tmp_path, capsys):
     model, data = shipped("benign_mlp")
     out = str(tmp_path / "b.onnx")
     assert main(["convert", model, "-o", out, "--mode", "all-fp16", "--report", str(tmp_path / "r.json")]) == 0
-    assert "warning: --report/--report-md apply to --mode static and auto" in capsys.readouterr().out
+    assert "warning: --report/--report-md apply to --mode static and auto" in capsys.readouterr().err
     assert os.listdir(tmp_path) == ["b.onnx"]
     assert main(["convert", model, "-o", out, "--mode", "all-fp16", "--oracle", "cuda"]) == 0
     assert "warning: --oracle cuda applies to --mode static and auto (which verify); not run" in \
-        capsys.readouterr().out
+        capsys.readouterr().err
 
 
 def test_range_pins_also_carry_their_rule_reasons(tmp_path):

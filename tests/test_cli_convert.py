@@ -95,7 +95,7 @@ def test_converting_the_output_again_changes_nothing(model_path, tmp_path):
 def test_keep_fp32_matching_nothing_is_a_warning(model_path, tmp_path, capsys):
     out = str(tmp_path / "out.onnx")
     assert main(["convert", model_path, "-o", out, "--keep-fp32", "nothing_like_this"]) == 0
-    assert "warning: --keep-fp32 'nothing_like_this' matches no node" in capsys.readouterr().out
+    assert "warning: --keep-fp32 'nothing_like_this' matches no node" in capsys.readouterr().err
     assert os.path.exists(out)
 
 

@@ -105,15 +105,14 @@ def test_bad_data_is_a_one_line_error_naming_file_and_input(tmp_path, data, mess
     assert str(e.value) == f"{path}: {message}"
 
 
-def test_nan_in_sample_data_warns_naming_the_input(tmp_path, caplog):
+def test_nan_in_sample_data_warns_naming_the_input(tmp_path):
     x = feed()["x"]
     x[0, 1] = np.nan
     path = str(tmp_path / "nan.npz")
     np.savez(path, **feed(x=x))
     samples = load_samples(MODEL, SampleSpec(inputs=path))
     want = f"{path}: input 'x' contains 1 NaN value(s); the FP32 reference inherits them"
-    assert samples.warnings == (want,)
-    assert want in caplog.text
+    assert samples.warnings == (want,)  # printed once by the command, on stderr
 
 
 def test_empty_directory_missing_path_and_unreadable_files(tmp_path):

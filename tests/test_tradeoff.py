@@ -142,8 +142,10 @@ def test_a_probe_budget_on_the_command_line(tmp_path, capsys):
                  generate.data_path("layernorm_eps"), "--max-probes", "2"])
     printed = capsys.readouterr().out
     assert "the probe budget (2) ran out" in printed
-    assert code in (0, 1)
-    assert ("kept the cheapest passing plan probed" in printed) == (code == 0)
+    # 3: the kept plan passes, but onnxruntime at its default options refuses it (its LayerNormFusion
+    # fuses the FP16 and FP32 halves of the layer norm into one mistyped node; issue 10, item 3)
+    assert code in (0, 1, 3)
+    assert ("kept the cheapest passing plan probed" in printed) == (code != 1)
     assert models.BUILDERS["layernorm_eps"]  # the example is one of the committed ones
 
 

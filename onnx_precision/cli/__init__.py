@@ -11,8 +11,10 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from .. import __version__
 from ..errors import PrecisionError
 from . import analyze, check, convert
+from .common import one_line
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="onnx-precision",
         description="Convert an FP32 ONNX model to a safe FP16 model and prove it.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (convert, analyze, check):
         module.add_parser(sub)
@@ -47,5 +50,6 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         return int(args.run(args))
     except PrecisionError as e:
-        print(f"onnx-precision: error: {e}", file=sys.stderr)
+        print(f"onnx-precision: error: {one_line(str(e))}", file=sys.stderr)
         return e.exit_code
+

@@ -17,6 +17,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--all", action="store_true", help="list every node, not only those at risk")
     common.add_sample_args(p)
     common.add_tolerance_args(p)
+    common.add_runtime_args(p)
     common.add_verbosity_args(p, quiet_help="print only the headline (verdict counts) and errors")
     p.set_defaults(run=run)
 
@@ -26,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from ..data import sample_files
 
     spec = common.sample_spec(args)
-    result = analysis.analyze(args.model, spec, common.tolerance(args))
+    result = analysis.analyze(args.model, spec, common.tolerance(args), common.custom_op_libraries(args))
     if args.json:
         # Before printing: a bad path fails with nothing half-done.
         result.write_json(args.json, sample_files(spec))
@@ -36,4 +37,5 @@ def run(args: argparse.Namespace) -> int:
         print(result.table(all_rows=args.all or args.verbose > 0))
         if args.verbose:
             print("\n".join(result.skipped_lines()))
+    common.print_warnings(result.warnings, args)
     return 0

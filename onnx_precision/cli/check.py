@@ -23,6 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     common.add_sample_args(p)
     common.add_tolerance_args(p)
+    common.add_runtime_args(p)
     common.add_verbosity_args(
         p, quiet_help="log only warnings and errors (the metrics and the verdict are still printed)"
     )
@@ -33,8 +34,9 @@ def run(args: argparse.Namespace) -> int:
     from .. import check as check_lib
 
     result = check_lib.check(
-        args.model, args.candidate, common.sample_spec(args), common.tolerance(args), oracle=args.oracle
-    )
+        args.model, args.candidate, common.sample_spec(args), common.tolerance(args), oracle=args.oracle,
+        custom_op_libraries=common.custom_op_libraries(args))
     for line in result.lines():
         print(line)
+    common.print_warnings(result.samples.warnings, args)
     return 0 if result.passed else 1

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
+import sys
+from collections.abc import Sequence
 from typing import Any, Callable
 
 import numpy as np
@@ -13,15 +16,53 @@ from ..data import SampleSpec
 from ..verdict import ERROR_STATS, SLICE_MIN_ELEMENTS
 
 
-def _shape(text: str) -> tuple[str, tuple[int, ...]]:
-    name, sep, dims = text.rpartition(":")
-    try:
-        shape = tuple(int(d) for d in dims.lower().split("x"))
-    except ValueError:
-        shape = ()
-    if not sep or not name or not shape or any(d <= 0 for d in shape):
-        raise argparse.ArgumentTypeError(f"'{text}': expected NAME:DIMxDIMx..., e.g. x:1x3x224x224")
-    return name, shape
+def _entries(text: str) -> list[tuple[str, str]]:
+    """(name, value) of each ``NAME:VALUE`` in a comma list, as trtexec writes them
+    (``x:1x3x224x224,y:1x10``); commas inside brackets (Polygraphy's ``x:[1,3,224,224]``) and
+    after a value without a name (``x:-1,1``) belong to the value. A name may hold colons (``input:0``,
+    as TensorFlow exporters name inputs): the value starts after the last one."""
+    entries: list[tuple[str, str]] = []
+    for token in _top_level_commas(text):
+        name, sep, value = token.rpartition(":")
+        if sep and name and "[" not in name:
+            entries.append((name, value))
+        elif entries:
+            entries[-1] = (entries[-1][0], f"{entries[-1][1]},{token}")
+        else:
+            entries.append(("", token))
+    return entries
+
+
+def _top_level_commas(text: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        depth += (c == "[") - (c == "]")
+        if c == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return parts + [text[start:]]
+
+
+def _numbers(value: str, separator: str) -> list[str]:
+    """The items of ``[a,b,...]`` (Polygraphy's form) or of ``a<separator>b...`` (ours)."""
+    value = value.strip()
+    if value.startswith("[") and value.endswith("]"):
+        return value[1:-1].split(",")
+    return value.lower().split(separator)
+
+
+def _shapes(text: str) -> list[tuple[str, tuple[int, ...]]]:
+    out = []
+    for name, dims in _entries(text):
+        try:
+            shape = tuple(int(d) for d in _numbers(dims, "x"))
+        except ValueError:
+            shape = ()
+        if not name or not shape or any(d <= 0 for d in shape):
+            raise argparse.ArgumentTypeError(f"'{text}': expected NAME:DIMxDIMx... or NAME:[DIM,DIM,...], "
+                                             f"several separated by commas, e.g. x:1x3x224x224")
+        out.append((name, shape))
+    return out
 
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -37,18 +78,19 @@ def _seed(text: str) -> int:
     return value
 
 
-def _range(text: str) -> tuple[str, tuple[float, float]]:
-    name, sep, bounds = text.rpartition(":")
-    lo_hi = bounds.split(",")
-    try:
-        lo, hi = (float(v) for v in lo_hi)
-    except ValueError:
-        lo = hi = float("nan")
-    # Bounds beyond float32's range would make infinite float inputs (and overflow numpy's uniform).
-    if not sep or not name or not -_FLOAT32_MAX <= lo < hi <= _FLOAT32_MAX:
-        raise argparse.ArgumentTypeError(f"'{text}': expected NAME:LO,HI with LO < HI, both finite float32 "
-                                         f"values, e.g. x:-1,1")
-    return name, (lo, hi)
+def _ranges(text: str) -> list[tuple[str, tuple[float, float]]]:
+    out = []
+    for name, bounds in _entries(text):
+        try:
+            lo, hi = (float(v) for v in _numbers(bounds, ","))
+        except ValueError:
+            lo = hi = float("nan")
+        # Bounds beyond float32's range would make infinite float inputs (and overflow numpy's uniform).
+        if not name or not -_FLOAT32_MAX <= lo < hi <= _FLOAT32_MAX:
+            raise argparse.ArgumentTypeError(f"'{text}': expected NAME:LO,HI or NAME:[LO,HI] with LO < HI, "
+                                             f"both finite float32 values, e.g. x:-1,1")
+        out.append((name, (lo, hi)))
+    return out
 
 
 def _float_between(lo: float, hi: float, expected: str) -> Callable[[str], float]:
@@ -76,15 +118,33 @@ def add_sample_args(parser: argparse.ArgumentParser) -> None:
                        help="an .npz (one feed), a directory of .npz files (one feed each), or a "
                             "Polygraphy JSON from 'polygraphy run --save-inputs'; default: synthetic feeds")
     group.add_argument("--seed", type=_seed, default=0, help="seed for synthetic feeds (default 0)")
-    group.add_argument("--input-shape", type=_shape, action="append", default=[], metavar="NAME:1x3x224x224",
-                       help="shape of a synthetic input with symbolic dimensions (repeatable)")
-    group.add_argument("--input-range", type=_range, action="append", default=[], metavar="NAME:LO,HI",
-                       help="value range of a synthetic input (repeatable)")
+    group.add_argument("--input-shape", type=_shapes, action="append", default=[], metavar="NAME:1x3x224x224",
+                       help="shape of a synthetic input with symbolic dimensions; also NAME:[1,3,224,224] "
+                            "and comma lists (x:1x3,y:1x10); repeatable")
+    group.add_argument("--input-shapes", dest="input_shape", type=_shapes, action="extend", nargs="+",
+                       metavar="NAME:[1,3,224,224]", help="the same, as Polygraphy spells it")
+    group.add_argument("--input-range", type=_ranges, action="append", default=[], metavar="NAME:LO,HI",
+                       help="value range of a synthetic input; also NAME:[LO,HI] and comma lists; "
+                            "repeatable (default [0, 1) for floats, [0, 100) for integers, or below the size "
+                            "of the table an integer input indexes)")
+    group.add_argument("--val-range", dest="input_range", type=_ranges, action="extend", nargs="+",
+                       metavar="NAME:[LO,HI]", help="the same, as Polygraphy spells it")
 
 
 def sample_spec(args: argparse.Namespace) -> SampleSpec:
-    return SampleSpec(inputs=args.inputs, seed=args.seed, input_shapes=dict(args.input_shape),
-                      input_ranges=dict(args.input_range))
+    return SampleSpec(inputs=args.inputs, seed=args.seed,
+                      input_shapes=dict(pair for given in args.input_shape for pair in given),
+                      input_ranges=dict(pair for given in args.input_range for pair in given))
+
+
+def add_runtime_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ort-custom-op-library", action="append", default=[], metavar="PATH",
+                        help="a shared library of onnxruntime kernels for the model's custom ops, registered "
+                             "on every session (repeatable)")
+
+
+def custom_op_libraries(args: argparse.Namespace) -> tuple[str, ...]:
+    return tuple(args.ort_custom_op_library)
 
 
 def _per_output(parse: Callable[[str], Any]) -> Callable[[str], tuple[str | None, Any]]:
@@ -228,6 +288,19 @@ def tolerance(args: argparse.Namespace) -> Tolerance:
     for name, changes in named.items():
         tol = tol.with_output(name, **changes)
     return tol
+
+
+def one_line(text: str) -> str:
+    """``text`` with control characters escaped: names from a model may hold newlines, and a
+    message must stay one line on the terminal."""
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m.group())[1:-1], text)
+
+
+def print_warnings(warnings: Sequence[str], args: argparse.Namespace) -> None:
+    """Each warning once, on stderr (stdout holds the results), unless -q."""
+    if not args.quiet:
+        for w in dict.fromkeys(warnings):
+            print(f"onnx-precision: warning: {one_line(w)}", file=sys.stderr)
 
 
 def add_verbosity_args(parser: argparse.ArgumentParser, quiet_help: str = "print only errors") -> None:

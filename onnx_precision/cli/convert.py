@@ -66,6 +66,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="auto: stop the search after this long and keep the cheapest passing plan found")
     common.add_sample_args(p)
     common.add_tolerance_args(p)
+    common.add_runtime_args(p)
     common.add_verbosity_args(p)
     p.set_defaults(run=run)
 
@@ -86,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         report_json=args.report,
         report_md=args.report_md,
         oracle=args.oracle,
+        custom_op_libraries=common.custom_op_libraries(args),
         max_probes=args.max_probes,
         time_budget=args.time_budget,
     )
@@ -99,4 +101,5 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         for line in result.summary_lines():
             print(line)
+    common.print_warnings(result.all_warnings, args)
     return result.exit_code

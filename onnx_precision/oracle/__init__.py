@@ -6,10 +6,14 @@
 - :mod:`.session`: :class:`EmulationSession` and the plain runs (FP32, emulated, native, reference).
 - :mod:`.stats`: FP32 ranges per tensor and FP16 error per node.
 - :mod:`.select`: oracles by name (:data:`ORACLES`), and verifying a written model.
+- :mod:`.blame`: an onnxruntime failure told apart as the user's model, the user's data, or a bug.
+- :mod:`.default_load`: the written model loaded as a user will, in a child process.
 """
 
 from __future__ import annotations
 
+from .blame import blame, is_ort_error
+from .default_load import default_load_problem
 from .rounding import round_fp16
 from .select import NATIVE_PROVIDERS, ORACLES, require_oracle, run_candidate, verify_output, verify_written
 from .session import (
@@ -21,6 +25,7 @@ from .session import (
                       as_fp32,
                       make_session,
                       native_oracle,
+                      ort_message,
                       run_emulated,
                       run_fp32,
                       run_native,
@@ -42,6 +47,10 @@ from .switch_graph import SwitchGroup, SwitchModel
 from .written import emulate_model
 
 __all__ = [
+    "blame",
+    "is_ort_error",
+    "default_load_problem",
+    "ort_message",
     "round_fp16",
     "NATIVE_PROVIDERS",
     "ORACLES",

@@ -77,11 +77,12 @@ def verify_output(
     reference_outputs: Sequence[Mapping],
     tol: Tolerance,
     oracle: OracleName = "emulate",
+    custom_op_libraries: tuple[str, ...] = (),
 ) -> tuple[Comparison, Comparison | None, tuple[PhaseCost, ...]]:
     """Verify the file ``convert`` wrote, read back from disk: emulated (always) and natively on
     ``oracle``'s provider when one is named. Returns (emulated, native or None, phase costs)."""
     started = time.perf_counter()
-    written = load_model(output_path)
+    written = load_model(output_path, custom_op_libraries)
     verified = verify_written(written, feeds, reference_outputs, tol)
     phases = [PhaseCost("verify", time.perf_counter() - started, sessions=1, probes=1)]
     native = None

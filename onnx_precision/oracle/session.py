@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -34,6 +35,7 @@ import onnx
 import onnxruntime as ort
 
 from ..context import ModelContext
+from ..errors import ModelLoadError
 from ..plan import PrecisionPlan
 from ..storage import external_location, inline_small_external, is_external, model_tensors, read_array
 from ..typing_rules import is_tensor
@@ -62,7 +64,9 @@ def session_options(threads: int | None = None) -> ort.SessionOptions:
     # while the FP16 branches still read the original: the weights would be held twice (measured
     # on the 2.2 GB MatMul chain: 4.3 GB peak with it, 2.4 GB without, same run time).
     options.add_session_config_entry("session.disable_prepacking", "1")
-    options.log_severity_level = 3
+    # Fatal only: a failing run is raised as an exception, which says the same (see .blame), and a
+    # user mistake must stay one line on stderr.
+    options.log_severity_level = 4
     if threads:
         options.intra_op_num_threads = threads
     return options
@@ -70,9 +74,13 @@ def session_options(threads: int | None = None) -> ort.SessionOptions:
 
 def make_session(model: onnx.ModelProto, base_dir: str,
                  providers: Sequence[str] = ("CPUExecutionProvider",),
-                 options: ort.SessionOptions | None = None) -> ort.InferenceSession:
-    """An onnxruntime session of an in-memory model whose external data (if any) is under base_dir."""
+                 options: ort.SessionOptions | None = None,
+                 custom_op_libraries: Sequence[str] = ()) -> ort.InferenceSession:
+    """An onnxruntime session of an in-memory model whose external data (if any) is under base_dir,
+    with the kernels of ``custom_op_libraries`` registered (a model context's, see
+    :attr:`ModelContext.custom_op_libraries`)."""
     options = options or session_options()
+    register_libraries(options, custom_op_libraries)
     options.add_session_config_entry("session.model_external_initializers_file_folder_path",
                                      os.path.abspath(base_dir))
     if any(external_location(t) is not None for t in model.graph.initializer):
@@ -81,6 +89,29 @@ def make_session(model: onnx.ModelProto, base_dir: str,
         inline_small_external(copy, base_dir)
         model = copy
     return ort.InferenceSession(model.SerializeToString(), options, providers=list(providers))
+
+
+def register_libraries(options: ort.SessionOptions, libraries: Sequence[str]) -> None:
+    """Register each custom-op library on ``options``; one onnxruntime refuses is the user's mistake."""
+    for library in libraries:
+        try:
+            options.register_custom_ops_library(os.path.abspath(library))
+        except Exception as e:  # onnxruntime's own exception types: the library cannot be loaded
+            raise ModelLoadError(f"--ort-custom-op-library {library}: onnxruntime cannot load it: "
+                                 f"{ort_message(e)}") from e
+
+
+def ort_message(e: BaseException) -> str:
+    """The first line of an onnxruntime error, without its error-code and source-location prefixes."""
+    return ort_text(str(e)) or type(e).__name__
+
+
+def ort_text(text: str) -> str:
+    """The first line of an onnxruntime message, without its error-code and source-location prefixes."""
+    text = text.strip()
+    line = text.splitlines()[0] if text else ""
+    line = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", line)
+    return re.sub(r"^\S+\.(?:cc|h|cpp):\d+ \S+?\(.*?\) (?=\S)", "", line)
 
 
 @dataclass(frozen=True)
@@ -121,7 +152,8 @@ class EmulationSession:
         self.switch_model: SwitchModel = build_switch_model(
             fp32, self.typing, base_dir, capture_intermediates, None if fp32 is not model else ctx.types,
             fixed=self.forced_fp32, group_size=group_size)
-        self.session = make_session(self.switch_model.model, base_dir, options=session_options(threads))
+        self.session = make_session(self.switch_model.model, base_dir, options=session_options(threads),
+                                    custom_op_libraries=ctx.custom_op_libraries)
         self.sessions_built = 1
         self.probes_run = 0
         self._last: tuple[PrecisionPlan | None, np.ndarray] | None = None
@@ -197,7 +229,7 @@ def _cast_feed(feed: Feed, dtypes: Mapping[str, np.dtype]) -> dict[str, np.ndarr
     return {k: (np.asarray(v, dtype=dtypes[k]) if k in dtypes else v) for k, v in feed.items()}
 
 
-def _run_session(session: ort.InferenceSession, model: onnx.ModelProto, feeds: Sequence[Feed]
+def run_session(session: ort.InferenceSession, model: onnx.ModelProto, feeds: Sequence[Feed]
                  ) -> tuple[dict[str, np.ndarray], ...]:
     dtypes = _input_dtypes(model)
     names = [o.name for o in model.graph.output]
@@ -217,13 +249,15 @@ def run_fp32(ctx: ModelContext, feeds: Sequence[Feed]) -> OracleRun:
     """The FP32 model as the oracle runs it (same session options as the switch graph; FP16
     tensors it already holds emulated, see :func:`as_fp32`)."""
     fp32 = as_fp32(ctx)
-    return OracleRun("fp32", _run_session(make_session(fp32, ctx.base_dir), fp32, feeds))
+    session = make_session(fp32, ctx.base_dir, custom_op_libraries=ctx.custom_op_libraries)
+    return OracleRun("fp32", run_session(session, fp32, feeds))
 
 
 def run_emulated(ctx: ModelContext, feeds: Sequence[Feed]) -> OracleRun:
     """A written FP16/mixed model, emulated on CPU (every FP16 tensor rounded)."""
     emulated = emulate_model(ctx.model, ctx.base_dir)
-    return OracleRun(EMULATE, _run_session(make_session(emulated, ctx.base_dir), emulated, feeds))
+    session = make_session(emulated, ctx.base_dir, custom_op_libraries=ctx.custom_op_libraries)
+    return OracleRun(EMULATE, run_session(session, emulated, feeds))
 
 
 def run_native(ctx: ModelContext, feeds: Sequence[Feed], provider: str = "CPUExecutionProvider") -> OracleRun:
@@ -232,9 +266,10 @@ def run_native(ctx: ModelContext, feeds: Sequence[Feed], provider: str = "CPUExe
         log.warning("native oracle on CPUExecutionProvider: onnxruntime computes FP16 nodes in FP32 "
                     "on CPU and hides FP16 overflow; use the emulate oracle to see it")
     options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = make_session(ctx.model, ctx.base_dir, providers=[provider], options=options)
-    return OracleRun(native_oracle(provider), _run_session(session, ctx.model, feeds))
+    options.log_severity_level = 4  # errors come back as exceptions
+    session = make_session(ctx.model, ctx.base_dir, providers=[provider], options=options,
+                           custom_op_libraries=ctx.custom_op_libraries)
+    return OracleRun(native_oracle(provider), run_session(session, ctx.model, feeds))
 
 
 def run_reference(ctx: ModelContext, feeds: Sequence[Feed]) -> OracleRun:

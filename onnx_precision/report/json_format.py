@@ -40,12 +40,14 @@ def to_json(report: RunReport) -> dict:
             "warnings": list(report.warnings),
             "tolerance": None if report.tolerance is None else report.tolerance.to_json(),
             "headroom": report.headroom,
-            "fp16_share": {
+            "fp16_share": None if report.output is None or report.nothing_to_convert else {
                 "nodes": report.fp16_node_share(),
                 "flops": report.fp16_flop_share(),
                 "fp16_nodes": len(report.plan.fp16_nodes),
                 "total_nodes": len(report.plan.decisions),
             },
+            "nothing_to_convert": report.nothing_to_convert or None,
+            "before_plan": report.before_plan,
             "pinned": [_pin_json(report, name) for name in report.fp32_nodes],
             "plan": report.plan.to_json(),
             "nodes": {
@@ -125,6 +127,8 @@ def from_json(obj: Mapping) -> RunReport:
         points=tuple(PlanPoint.from_json(p) for p in obj["tradeoff"]["points"]),
         notes=tuple(obj["notes"]),
         tradeoff_svg=picture,
+        nothing_to_convert=obj["nothing_to_convert"] or "",
+        before_plan=obj["before_plan"],
     )
 
 

@@ -18,8 +18,18 @@ if TYPE_CHECKING:
 
 from .run_report import RunReport, comparisons, samples_note, statistic
 
+
+def _share_text(report: RunReport) -> str:
+    """The FP16 share, or why there is none: no model was written, or nothing in it could be FP16."""
+    if report.output is None:
+        return "none, no model written"
+    if report.nothing_to_convert:
+        return f"nothing to convert: {report.nothing_to_convert}"
+    return (f"{len(report.plan.fp16_nodes)}/{len(report.plan.decisions)} nodes "
+            f"({_pct(report.fp16_node_share())}), {_pct(report.fp16_flop_share())} of estimated FLOPs")
+
+
 _COMPARISON_TITLES = {
-    "before": "Before: all FP16 (emulated)",
     "after": "After: the chosen plan (emulated)",
     "verified": "Verified: the written model (emulated)",
     "native": "The written model under --oracle",
@@ -48,8 +58,7 @@ def to_markdown(report: RunReport) -> str:
         lines.append("- headroom: off (only the search pins)")
     lines += [f"- warning: {w}" for w in report.warnings]
     lines += [
-        f"- FP16 share: {len(report.plan.fp16_nodes)}/{len(report.plan.decisions)} nodes "
-        f"({_pct(report.fp16_node_share())}), {_pct(report.fp16_flop_share())} of estimated FLOPs",
+        f"- FP16 share: {_share_text(report)}",
         f"- cost: {report.sessions_built} onnxruntime session(s) of the model{_helpers(report)}, "
         f"{report.probes_run} probe(s), {report.seconds:.2f} s",
         "",
@@ -70,11 +79,12 @@ def to_markdown(report: RunReport) -> str:
                 f"{number(stats.layerwise_error)} |"
             )
     else:
-        lines.append("None: every node runs in FP16.")
+        lines.append("None." if report.nothing_to_convert else "None: every node runs in FP16.")
     for key, comparison in comparisons(report):
         lines += [
             "",
-            f"## {_COMPARISON_TITLES[key]}: {'pass' if comparison.passed else 'FAIL'} ({comparison.oracle})",
+            f"## {_COMPARISON_TITLES.get(key) or f'Before: {report.before_plan} (emulated)'}: "
+            f"{'pass' if comparison.passed else 'FAIL'} ({comparison.oracle})",
             "",
             "| output | rel RMS err | worst slice | max abs err | max rel err | p99 | p99.9 | cosine | "
             "outside bound | new NaN/Inf | |",
@@ -128,12 +138,13 @@ def summary_lines(report: RunReport, report_paths: Sequence[str] = ()) -> list[s
         f"{report.model}{target}: {report.status}" + (f" ({report.message})" if report.message else ""),
         f"mode {report.mode}, oracle {report.oracle}, {report.sample_count} sample(s): "
         f"{report.samples_source}",
-        f"FP16: {len(report.plan.fp16_nodes)}/{len(report.plan.decisions)} nodes "
-        f"({_pct(report.fp16_node_share())}), {_pct(report.fp16_flop_share())} of estimated FLOPs",
+        f"FP16: {_share_text(report)}",
         "FP32 pins " + _pins_line(report) if report.fp32_nodes else "FP32 pins: none",
     ]
     for key, comparison in comparisons(report):
-        lines.append(f"{key}: {_comparison_line(comparison)}")
+        user_plan = key == "before" and report.before_plan != "all FP16"
+        label = f"before ({report.before_plan})" if user_plan else key
+        lines.append(f"{label}: {_comparison_line(comparison)}")
     lines += [f"note: {n}" for n in report.notes]
     cost = (
         f"cost: {report.sessions_built} session(s){_helpers(report)}, {report.probes_run} probe(s), "

@@ -42,13 +42,15 @@ class RunReport(PhaseTotals):
     tolerance: Tolerance | None = None
     node_flops: Mapping[str, float] = field(default_factory=dict)
     node_stats: Mapping[str, NodeStats] = field(default_factory=dict)
-    before: Comparison | None = None  # all-FP16 plan, emulated
+    before: Comparison | None = None  # the plan the search starts from (before_plan), emulated
     after: Comparison | None = None  # the chosen plan, emulated
     verified: Comparison | None = None  # the written model, emulated
     native: Comparison | None = None  # the written model on a GPU provider (--oracle cuda/tensorrt)
     phases: tuple[PhaseCost, ...] = ()
     headroom: float | None = None
     helper_sessions: int = 0  # small sessions (FP16 kernel probes, fast casts) built during the run
+    nothing_to_convert: str = ""  # why no node computes in float32 ("" when some do)
+    before_plan: str = "all FP16"  # what "before" measured: all FP16, or the user's plan
     points: tuple[PlanPoint, ...] = ()  # every plan the search evaluated
     notes: tuple[str, ...] = ()
     tradeoff_svg: str | None = None  # the trade-off picture beside the Markdown report, if written
@@ -84,10 +86,14 @@ def for_conversion(
     warnings: Sequence[str] = (),
     helper_sessions: int = 0,
     tradeoff_svg: str | None = None,
+    default_load: str = "",
+    before_plan: str = "all FP16",
 ) -> RunReport:
     """The report of one ``convert``: ``auto_result`` (an :class:`onnx_precision.auto.AutoResult`)
     brings the search's comparisons, statistics and costs; ``phases`` add the writing and the
-    verification. Without a search, the status is the verification's."""
+    verification. Without a search, the status is the verification's. ``default_load`` is what
+    went wrong loading the written model with onnxruntime's default options ("" when it loads);
+    ``before_plan`` names the plan the "before" comparison measured."""
     status: Status
     if auto_result is not None:
         status, message = auto_result.status, auto_result.message
@@ -95,6 +101,8 @@ def for_conversion(
             status, message = "failed", "the written model fails the emulated check (a bug: please report it)"
         elif status == "passed" and native is not None and not native.passed:
             status, message = "failed", f"the written model fails on {native.oracle} (passes emulated)"
+        elif status == "passed" and default_load:
+            status, message = "ort-load-failed", f"the written model passes, but {default_load}"
     elif verified is not None:
         status = "passed" if verified.passed else "failed"
         message = "" if verified.passed else "the written model is out of tolerance under the emulated check"
@@ -129,6 +137,8 @@ def for_conversion(
         points=auto_result.points if auto_result is not None else (),
         notes=auto_result.notes if auto_result is not None else (),
         tradeoff_svg=tradeoff_svg if auto_result is not None and len(auto_result.points) > 1 else None,
+        nothing_to_convert=ctx.nothing_to_convert,
+        before_plan=before_plan,
     )
 
 

@@ -61,7 +61,7 @@ class ExternalRef:
     @property
     def nbytes(self) -> int:
         """Bytes of the tensor's values in its own element type (what a writer stores)."""
-        return _stored_bytes(self.data_type, self.count)
+        return stored_bytes(self.data_type, self.count)
 
 
 def model_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
@@ -112,7 +112,13 @@ def _itemsize(data_type: int) -> int:
     )
 
 
-def _stored_bytes(data_type: int, count: int) -> int:
+def is_packed(data_type: int) -> bool:
+    """Whether elements of ``data_type`` are stored several to a byte (4-bit, 2-bit types)."""
+    return data_type in _PACKED_BITS
+
+
+def stored_bytes(data_type: int, count: int) -> int:
+    """Bytes that ``count`` elements of ``data_type`` take in raw storage."""
     bits = _PACKED_BITS.get(data_type)
     return count * _itemsize(data_type) if bits is None else (count * bits + 7) // 8
 
@@ -141,7 +147,7 @@ def external_ref(
             else (tensor.data_type,)
         )
         count = int(np.prod(tensor.dims, dtype=np.int64))
-        stored_size = _stored_bytes(chain[0], count)
+        stored_size = stored_bytes(chain[0], count)
         length = int(info["length"]) if "length" in info else stored_size
     except (ValueError, TypeError, KeyError) as e:
         raise ModelLoadError(f"{prefix}tensor '{tensor.name}' has unreadable external data entries ({e})"
@@ -421,7 +427,7 @@ def inline_small_external(model: onnx.ModelProto, base_dir: str) -> None:
             if not is_external(init):
                 continue
             if (
-                _stored_bytes(init.data_type, int(np.prod(init.dims, dtype=np.int64)))
+                stored_bytes(init.data_type, int(np.prod(init.dims, dtype=np.int64)))
                 <= INLINE_EXTERNAL_BYTES
             ):
                 values = np.asarray(read_array(init, base_dir))

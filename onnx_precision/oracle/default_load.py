@@ -1,0 +1,98 @@
+"""Does the written model load in onnxruntime as the user will load it, with default options?
+
+The oracle's sessions disable graph optimisations (see :mod:`.session`), so a model can pass
+every check and still crash onnxruntime at its default level: an optimiser (NchwcTransformer on
+some TorchScript transformers) segfaults on it. :func:`default_load_problem` loads the written
+file in a child process, where a crash cannot take the run with it, with default session options
+(the user's custom-op libraries registered); when that fails it tries the usual workarounds, each
+in its own child, and names the first that loads.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .session import ort_text
+
+TIMEOUT_S = 600  # a large model may take minutes to optimise; a hang must not stop the run forever
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One way to load the model: ``label`` is what a user passes to get it."""
+
+    label: str
+    disabled_optimizers: tuple[str, ...] = ()
+    level: str | None = None  # an ort.GraphOptimizationLevel name; None: onnxruntime's default
+
+
+DEFAULT = Attempt("default session options")
+WORKAROUNDS = (
+    Attempt("InferenceSession(..., disabled_optimizers=['NchwcTransformer'])", ("NchwcTransformer",)),
+    Attempt("SessionOptions.graph_optimization_level = ORT_ENABLE_BASIC", level="ORT_ENABLE_BASIC"),
+    Attempt("SessionOptions.graph_optimization_level = ORT_DISABLE_ALL", level="ORT_DISABLE_ALL"),
+)
+
+# Run as ``python -c``: exit 0 when the session is built, 3 with onnxruntime's message on stdout.
+_CHILD = """
+import json, sys
+import onnxruntime as ort
+path, config = sys.argv[1], json.loads(sys.argv[2])
+options = ort.SessionOptions()
+for library in config["libraries"]:
+    options.register_custom_ops_library(library)
+if config["level"]:
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, config["level"])
+kwargs = {"disabled_optimizers": config["disabled"]} if config["disabled"] else {}
+try:
+    ort.InferenceSession(path, options, providers=["CPUExecutionProvider"], **kwargs)
+except Exception as e:
+    print(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+    sys.exit(3)
+"""
+
+
+def _child_command(path: str, attempt: Attempt, libraries: Sequence[str]) -> list[str]:
+    config = {"libraries": list(libraries), "level": attempt.level,
+              "disabled": list(attempt.disabled_optimizers)}
+    return [sys.executable, "-c", _CHILD, path, json.dumps(config)]
+
+
+def _try(path: str, attempt: Attempt, libraries: Sequence[str]) -> str:
+    """"" when ``attempt`` loads the model in a child process, else what happened."""
+    try:
+        done = subprocess.run(_child_command(path, attempt, libraries), capture_output=True, text=True,
+                              timeout=TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return f"onnxruntime did not load it within {TIMEOUT_S} s"
+    if done.returncode == 0:
+        return ""
+    if done.returncode < 0:
+        return f"onnxruntime crashes ({_signal_name(-done.returncode)}) loading it"
+    said = done.stdout.strip() or done.stderr.strip() or f"exit status {done.returncode}"
+    return f"onnxruntime cannot load it: {ort_text(said.splitlines()[-1])}"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def default_load_problem(path: str, libraries: Sequence[str] = ()) -> str:
+    """"" when the model at ``path`` loads with onnxruntime's default session options; otherwise
+    one sentence: what happened there, and the first workaround that loads it (or that none did)."""
+    problem = _try(path, DEFAULT, libraries)
+    if not problem:
+        return ""
+    for attempt in WORKAROUNDS:
+        if not _try(path, attempt, libraries):
+            return f"with default session options {problem}; it loads with {attempt.label}"
+    return f"with default session options {problem}, and with every workaround tried " \
+           f"({'; '.join(a.label for a in WORKAROUNDS)})"
