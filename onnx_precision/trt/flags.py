@@ -14,15 +14,15 @@ Two artefacts serve two generations of TensorRT:
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import onnx
 
-from .errors import PlanError
-from .model_io import walk_nodes
-from .plan import PrecisionPlan
-from .typing_rules import elem_type, tensor_types
+from ..errors import PlanError
+from ..model_io import walk_nodes
+from ..plan import PrecisionPlan
+from ..typing_rules import elem_type, tensor_types
 
 # Constant becomes weights, not a layer; Shape and Size read only metadata, never float values.
 _NOT_FLOAT_LAYERS = frozenset({"Constant", "Shape", "Size"})
