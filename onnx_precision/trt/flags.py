@@ -329,8 +329,9 @@ def _polygraphy_lines(names: Sequence[NodeNames], plan_pinned: frozenset[str], p
     constraints = ["--fp16"]
     if exact:
         constraints += ["--precision-constraints", "obey", "--layer-precisions", *exact]
-    lines = [f"# Polygraphy: the same pins by exact layer name (it has no patterns; names as TensorRT "
-             f"{LAST_WEAKLY_TYPED} gives them):"]
+    header = (f"# Polygraphy: the same pins by exact layer name (it has no patterns; names as TensorRT "
+              f"{LAST_WEAKLY_TYPED} gives them):")
+    lines = [header]
     if unnamed_extra:
         lines.append(f"#   not expressed: the layers <name>_<k> of {', '.join(unnamed_extra)} (the --strongly-typed "
                      f"line below pins them)")
