@@ -174,8 +174,11 @@ def convert(model_path: str, output_path: str, options: ConvertOptions = Convert
     if options.plan_out:
         texts.append((options.plan_out, result.plan.dumps()))
     if options.trt_flags_path:
-        from .trt import trt_flags_text
-        texts.append((options.trt_flags_path, trt_flags_text(loaded.model, result.plan, model_path, output_path)))
+        from .trt.flags import sample_shapes, trt_flags_text
+        shapes = sample_shapes(auto_result.samples.feeds) if auto_result is not None else None
+        texts.append((options.trt_flags_path, trt_flags_text(
+            loaded.model, result.plan, model_path, output_path, renamed=loaded.renamed, input_shapes=shapes,
+            atol=options.tolerance.atol, rtol=options.tolerance.rtol)))
     model_io.save_model(result.model, output_path, source_dir=loaded.base_dir,
                         external_data=True if options.external_data else None, input_paths=inputs)
     for path, text in texts:
