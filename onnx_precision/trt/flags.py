@@ -21,6 +21,7 @@ A problem with the flags never stops a conversion: the text says what it could n
 
 from __future__ import annotations
 
+import bisect
 import os
 import shlex
 from collections import Counter
@@ -33,7 +34,7 @@ import onnx
 from ..model_io import walk_nodes
 from ..plan import PrecisionPlan
 from ..typing_rules import elem_type, tensor_types
-from .naming import INTERNAL_PREFIXES, NodeNames, trt_layer_names
+from .naming import INTERNAL_PREFIXES, LayersCache, NodeNames, trt_layer_names
 from .versions import LAST_WEAKLY_TYPED, OUTPUT_TYPES_INT64_BOOL, RELEASES, TrtVersion, span_text
 
 # Constant becomes weights, not a layer; Shape and Size read only metadata, never float values.
@@ -192,6 +193,7 @@ class _Model:
         self.types = {name: elem_type(tp) for name, tp in tensor_types(model).items()}
         self.nodes = {ref.node.name: ref.node for ref in walk_nodes(model.graph)}
         self.originals = {new: old for old, new in renamed}
+        self.layers: LayersCache = {}
 
     def pinned(self, name: str) -> bool:
         node = self.nodes[name]
@@ -199,20 +201,32 @@ class _Model:
                 and _computes_on_floats(node, self.types))
 
 
-def _pattern_clash(base: str, names: list[NodeNames], pinned: set[str]) -> list[str]:
-    """What the pattern ``<base>_*`` would reach besides the pinned nodes called ``base``: layers
-    of other nodes, and the parser's own internal names."""
-    prefix = base + "_"
-    reached = [f"'{layer}' of node '{n.base}'" for n in names if n.node not in pinned
-               for layer in n.named if layer.startswith(prefix)]
-    reached += [f"the parser's '{p}*' layers" for p in INTERNAL_PREFIXES if p.startswith(prefix)]
-    return reached
+class _Others:
+    """The named layers of the nodes that are not pinned, sorted, to find what a pattern reaches."""
+
+    def __init__(self, names: Sequence[NodeNames], pinned: set[str]) -> None:
+        layers = sorted((layer, n.base) for n in names if n.node not in pinned for layer in n.named)
+        self.layers = [layer for layer, _ in layers]
+        self.bases = [base for _, base in layers]
+
+    def clash(self, base: str) -> list[str]:
+        """What the pattern ``<base>_*`` would reach besides the pinned nodes called ``base``: layers
+        of other nodes, and the parser's own internal names."""
+        prefix = base + "_"
+        reached = []
+        i = bisect.bisect_left(self.layers, prefix)
+        while i < len(self.layers) and self.layers[i].startswith(prefix):
+            reached.append(f"'{self.layers[i]}' of node '{self.bases[i]}'")
+            i += 1
+        reached += [f"the parser's '{p}*' layers" for p in INTERNAL_PREFIXES if p.startswith(prefix)]
+        return reached
 
 
 def _flags(m: _Model, version: TrtVersion) -> tuple[TrtFlags, list[NodeNames]]:
-    names = trt_layer_names(m.model, version, original_names=m.originals)
+    names = trt_layer_names(m.model, version, original_names=m.originals, cache=m.layers)
     pinned_nodes = [n for n in names if m.pinned(n.node)]
     pinned = {n.node for n in pinned_nodes}
+    others = _Others(names, pinned)
     precisions: list[tuple[str, str]] = []
     output_types: list[tuple[str, tuple[str, ...]]] = []
     problems: list[str] = []
@@ -242,7 +256,7 @@ def _flags(m: _Model, version: TrtVersion) -> tuple[TrtFlags, list[NodeNames]]:
                 output_types.append((n.base, out))
         extra = [name for name in n.named if name != n.base]
         if extra and n.base not in patterns:
-            clash = _pattern_clash(n.base, names, pinned)
+            clash = others.clash(n.base)
             if clash:
                 problems.append(f"{what}: its layers {', '.join(extra)} need the pattern '{n.base}_*', which would "
                                 f"also pin {', '.join(clash)}; rename the node, or {STRONGLY_TYPED_HINT}")

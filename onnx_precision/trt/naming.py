@@ -26,7 +26,7 @@ import onnx
 
 from ..model_io import subgraphs
 from .layers import Naming, TrtLayer
-from .ops import node_layers
+from .ops import node_layers, variant_for
 from .versions import TrtVersion
 
 # Basenames the parser registers for itself: a node pattern "<name>_*" must not reach them.
@@ -116,19 +116,27 @@ def model_opset(model: onnx.ModelProto) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
 
 
-def trt_layer_names(model: onnx.ModelProto, version: TrtVersion, *,
-                    original_names: Mapping[str, str] | None = None) -> list[NodeNames]:
+LayersCache = dict[tuple[int, int], tuple[TrtLayer, ...]]
+
+
+def trt_layer_names(model: onnx.ModelProto, version: TrtVersion, *, original_names: Mapping[str, str] | None = None,
+                    cache: LayersCache | None = None) -> list[NodeNames]:
     """The layers of every node of ``model`` (subgraphs included) in onnx-tensorrt's parse order,
     with the names TensorRT ``version`` gives them. ``original_names`` maps a node's name in
-    ``model`` to its name in the file, for a model renamed after loading ('' for an unnamed node)."""
+    ``model`` to its name in the file, for a model renamed after loading ('' for an unnamed node).
+    ``cache`` keeps each node's layers across calls for several releases of the same model."""
     names = _Names()
     opset = model_opset(model)
     originals = original_names or {}
+    cache = {} if cache is None else cache
     result = []
-    for node in _walk(model.graph):
+    for index, node in enumerate(_walk(model.graph)):
         base = trt_node_name(node, originals.get(node.name))
         placed: list[tuple[TrtLayer, str | None]] = []
-        for layer in node_layers(node, version, opset=opset):
+        key = (index, id(variant_for(node.op_type, version)))
+        if key not in cache:
+            cache[key] = node_layers(node, version, opset=opset)
+        for layer in cache[key]:
             name: str | None = None
             if layer.naming is Naming.NODE:
                 name = names.unique(names.layers, base)
