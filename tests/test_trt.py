@@ -65,7 +65,7 @@ def test_multi_output_layer_lists_each_output_type_where_trtexec_takes_int64():
     name_nodes(model)
     plan = uniform_plan(["node_of_v"], Precision.FP32, Reason("user", "test"))
     assert trt_flags(model, plan).layer_output_types == (("node_of_v", ("fp32", "int64")),)
-    assert trt_flags(model, plan, version=V("9.0")).layer_output_types == (("node_of_v", ("fp32", "int64")),)
+    assert trt_flags(model, plan, version=V("9.1")).layer_output_types == (("node_of_v", ("fp32", "int64")),)
 
 
 def test_trtexec_8_6_gets_no_int64_output_type_and_the_file_says_so():
@@ -75,13 +75,13 @@ def test_trtexec_8_6_gets_no_int64_output_type_and_the_file_says_so():
     flags = trt_flags(model, plan, version=V("8.6"))
     assert flags.layer_precisions == (("node_of_v", "fp32"),)
     assert flags.layer_output_types == ()
-    assert flags.problems == (("node 'node_of_v' (TopK): TensorRT 8.6's trtexec rejects int64 and bool in "
-                              "--layerOutputTypes, so its output types are left to TensorRT"),)
+    assert flags.problems == (("node 'node_of_v' (TopK): trtexec before 9.1 rejects int64 and bool in "
+                               "--layerOutputTypes, so its output types are left to TensorRT"),)
     lines = trt_flags_text(model, plan, "m.onnx", "o.onnx").splitlines()
-    assert lines[1] == "# TensorRT 8.6 (weakly typed; these flags are deprecated in 10.12 and removed in 11.0)."
+    assert lines[1] == "# TensorRT 8.6 to 9.0 (weakly typed; these flags are deprecated in 10.12 and removed in 11.0)."
     assert lines[3] == "trtexec --onnx=m.onnx --fp16 --precisionConstraints=obey --layerPrecisions=node_of_v:fp32"
-    assert lines[4].startswith("#   not expressed: node 'node_of_v' (TopK): TensorRT 8.6's trtexec rejects")
-    assert lines[5] == "# TensorRT 9.0 to 10.11 (weakly typed; these flags are deprecated in 10.12 and removed in 11.0)."
+    assert lines[4].startswith("#   not expressed: node 'node_of_v' (TopK): trtexec before 9.1 rejects")
+    assert lines[5] == "# TensorRT 9.1 to 10.11 (weakly typed; these flags are deprecated in 10.12 and removed in 11.0)."
     assert lines[6] == ("trtexec --onnx=m.onnx --fp16 --precisionConstraints=obey --layerPrecisions=node_of_v:fp32 "
                         "--layerOutputTypes=node_of_v:fp32+int64")
 

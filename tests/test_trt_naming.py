@@ -133,3 +133,31 @@ def test_parse_order_is_onnx_tensorrt_toposort():
     assert [n.op_type for n in trt_order(model.graph)] == ["Neg", "Relu"]
     assert [(n.op_type, n.named) for n in trt_layer_names(model, V("10.11"))] == [("Neg", ("dup",)),
                                                                                  ("Relu", ("dup_0",))]
+
+
+def test_trtexec_before_9_1_has_no_patterns_so_extra_layers_are_written_down():
+    model = mixed_model()
+    renamed = name_nodes(model)
+    plan = uniform_plan([n.name for n in model.graph.node], Precision.FP16, Reason("d", "")).with_fp32(["rlse"])
+    groups = flags_by_release(model, plan, renamed=renamed).groups
+    assert [(str(g.releases[0]), str(g.releases[-1]), g.flags.layer_precisions) for g in groups] == [
+        ("8.6", "9.0", (("rlse", "fp32"),)),
+        ("9.1", "10.11", (("rlse", "fp32"), ("rlse_*", "fp32"))),
+    ]
+    assert groups[0].flags.problems == (
+        ("node 'rlse' (ReduceLogSumExp): trtexec before 9.1 matches layer names exactly (no patterns), so its layers "
+        f"rlse_2, rlse_3 cannot be named; {STRONG}"),)
+
+
+def test_bool_io_has_no_trtexec_format_before_9_1():
+    model = model_of([helper.make_node("Not", ["b"], ["nb"], name="not"),
+                      helper.make_node("Where", ["nb", "x", "x"], ["y"], name="where")],
+                     inputs=(("x", [2]),))
+    model.graph.input.append(_vi("b", [2], TensorProto.BOOL))
+    plan = uniform_plan(["not", "where"], Precision.FP16, Reason("d", ""), fp16_io=True)
+    groups = flags_by_release(model, plan).groups
+    assert groups[0].flags.input_formats == () and groups[0].flags.problems == (
+        ("the I/O formats: trtexec before 9.1 has no name for bool or uint8 I/O, so --inputIOFormats/--outputIOFormats "
+        "are left out (the engine keeps FP32 I/O)"),)
+    assert groups[1].flags.weakly_typed_args() == ["--fp16", "--inputIOFormats=fp16:chw,bool:chw",
+                                                   "--outputIOFormats=fp16:chw"]

@@ -7,9 +7,10 @@ Two artefacts serve two generations of TensorRT:
   gives (:mod:`.naming`): a node's first layer is named after it (unnamed nodes
   ``node_of_<first output>``, as the loader names them too), its further layers ``<name>_<k>``
   with a ``k`` no one can predict from the ONNX file alone, so they are pinned with the one pattern
-  ``<name>_*``, and only when that pattern cannot reach a layer of any other node. trtexec matches
-  an exact name first and otherwise the first pattern it finds (in an unordered map), so patterns
-  that overlap would be resolved arbitrarily: an overlapping pattern is never written. Layers that
+  ``<name>_*``, and only when that pattern cannot reach a layer of any other node. trtexec (9.1 and
+  later; 8.6's matches exact names only) takes an exact name first and otherwise the first pattern
+  it finds in an unordered map, so patterns that overlap would be resolved arbitrarily: an
+  overlapping pattern is never written. Layers that
   onnx-tensorrt never names (``(Unnamed Layer* N) [Type]``) cannot be pinned at all; the file says
   so and points to the Cast-pinned model. Flags are computed for every release and releases with
   the same flags share one line (CumSum, LayerNormalization and output types differ by release).
@@ -35,7 +36,14 @@ from ..model_io import walk_nodes
 from ..plan import PrecisionPlan
 from ..typing_rules import elem_type, tensor_types
 from .naming import INTERNAL_PREFIXES, LayersCache, NodeNames, trt_layer_names
-from .versions import LAST_WEAKLY_TYPED, OUTPUT_TYPES_INT64_BOOL, RELEASES, TrtVersion, span_text
+from .versions import (
+    LAST_WEAKLY_TYPED,
+    OUTPUT_TYPES_INT64_BOOL,
+    RELEASES,
+    TRTEXEC_PATTERNS,
+    TrtVersion,
+    span_text,
+)
 
 # Constant becomes weights, not a layer; Shape and Size read only metadata, never float values.
 _NOT_FLOAT_LAYERS = frozenset({"Constant", "Shape", "Size"})
@@ -176,11 +184,16 @@ def _output_type_name(elem: int | None) -> str:
     return _TRT_TYPE_NAMES.get(elem, "fp32")
 
 
-def _io_format(elem: int | None, version: TrtVersion) -> str:
+def _io_format(elem: int | None, version: TrtVersion) -> str | None:
+    """trtexec's I/O format for an input or output under --fp16-io (None: that trtexec has no name
+    for the type)."""
     if elem in _FLOAT_TYPES:
         return "fp16:chw"
-    if elem == onnx.TensorProto.INT64 and version not in OUTPUT_TYPES_INT64_BOOL:
-        return "int32:chw"  # 8.6's parser turns INT64 I/O into INT32
+    if version not in OUTPUT_TYPES_INT64_BOOL:
+        if elem == onnx.TensorProto.INT64:
+            return "int32:chw"  # 8.6's parser turns INT64 I/O into INT32
+        if elem in (onnx.TensorProto.BOOL, onnx.TensorProto.UINT8):
+            return None
     return f"{_TRT_TYPE_NAMES.get(elem or 0, 'fp32')}:chw"
 
 
@@ -250,12 +263,15 @@ def _flags(m: _Model, version: TrtVersion) -> tuple[TrtFlags, list[NodeNames]]:
             only_layer = len(n.layers) == 1
             out = (tuple(_output_type_name(m.types.get(o)) for o in node.output if o) if only_layer else ("fp32",))
             if not int_types_ok and any(t in ("int64", "bool") for t in out):
-                problems.append(f"{what}: TensorRT {version}'s trtexec rejects int64 and bool in --layerOutputTypes, "
-                                f"so its output types are left to TensorRT")
+                problems.append(f"{what}: trtexec before 9.1 rejects int64 and bool in --layerOutputTypes, so its "
+                                f"output types are left to TensorRT")
             else:
                 output_types.append((n.base, out))
         extra = [name for name in n.named if name != n.base]
-        if extra and n.base not in patterns:
+        if extra and version not in TRTEXEC_PATTERNS:
+            problems.append(f"{what}: trtexec before 9.1 matches layer names exactly (no patterns), so its "
+                            f"layers {', '.join(extra)} cannot be named; {STRONGLY_TYPED_HINT}")
+        elif extra and n.base not in patterns:
             clash = others.clash(n.base)
             if clash:
                 problems.append(f"{what}: its layers {', '.join(extra)} need the pattern '{n.base}_*', which would "
@@ -273,8 +289,13 @@ def _flags(m: _Model, version: TrtVersion) -> tuple[TrtFlags, list[NodeNames]]:
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
     if m.plan.fp16_io:
-        inputs = tuple(_io_format(m.types.get(vi.name), version) for vi in _graph_inputs(m.model))
-        outputs = tuple(_io_format(m.types.get(vi.name), version) for vi in m.model.graph.output)
+        ins = [_io_format(m.types.get(vi.name), version) for vi in _graph_inputs(m.model)]
+        outs = [_io_format(m.types.get(vi.name), version) for vi in m.model.graph.output]
+        if None in ins or None in outs:
+            problems.append("the I/O formats: trtexec before 9.1 has no name for bool or uint8 I/O, so "
+                            "--inputIOFormats/--outputIOFormats are left out (the engine keeps FP32 I/O)")
+        else:
+            inputs, outputs = tuple(f for f in ins if f), tuple(f for f in outs if f)
     flags = TrtFlags(tuple(precisions), tuple(output_types), tuple(dict.fromkeys(problems)), inputs, outputs)
     return flags, names
 

@@ -74,8 +74,13 @@ RELEASES: tuple[TrtVersion, ...] = tuple(V(v) for v in (
 LAST_WEAKLY_TYPED = V("10.11")
 # The newest importer source read for the op table (onnx-tensorrt 10.15, the release with RMSNormalization).
 NEWEST = V("10.15")
-# trtexec of TensorRT 8.6 has no int64 type and rejects int64 and bool in --layerOutputTypes; 9.0 added INT64.
-OUTPUT_TYPES_INT64_BOOL = since("9.0")
+# trtexec (TensorRT OSS samples/common, read at v8.6.1, v9.1.0, release/10.0 and 10.11): 8.6.1 knows the
+# types fp32, fp16, int8, fp8 and int32 only, so int64, bool and uint8 in --layerOutputTypes or
+# --input/outputIOFormats are errors, and it matches --layerPrecisions/--layerOutputTypes names exactly
+# (or "*" for every layer); 9.1 adds int64, bool, uint8, bf16 and names with one '*' wildcard
+# (findPlausible/matchStringWithOneWildcard). There is no 9.0 tag to read: 9.0 is taken as 8.6.
+OUTPUT_TYPES_INT64_BOOL = since("9.1")
+TRTEXEC_PATTERNS = since("9.1")
 
 
 def span_text(versions: list[TrtVersion]) -> str:
