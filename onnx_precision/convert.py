@@ -236,10 +236,12 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     if options.plan_out:
         outputs.stage_text(options.plan_out, result.plan.dumps())
     if options.trt_flags_path:
-        from .trt import trt_flags_text
+        from .trt.flags import sample_shapes, trt_flags_text
 
-        outputs.stage_text(options.trt_flags_path,
-                           trt_flags_text(ctx.model, result.plan, model_path, output_path))
+        shapes = sample_shapes(auto_result.samples.feeds) if auto_result is not None else None
+        outputs.stage_text(options.trt_flags_path, trt_flags_text(
+            ctx.model, result.plan, model_path, output_path, renamed=ctx.renamed, input_shapes=shapes,
+            atol=options.tolerance.atol, rtol=options.tolerance.rtol))
     texts = tuple(p for p in (options.plan_out, options.trt_flags_path) if p)
     if auto_result is None:
         outputs.commit()

@@ -184,15 +184,16 @@ def test_output_is_a_directory(model_path, tmp_path, capsys):
     assert files(tmp_path) == before and files(out) == []
 
 
-def test_trt_flags_error_leaves_nothing_written(tmp_path, save, capsys):
+def test_trt_flags_name_trtexec_cannot_parse_is_written_down_not_fatal(tmp_path, save):
     model = parse(MODEL)
     model.graph.node[1].name = "bad,name"
     path = save(model)
     out, flags = str(tmp_path / "o.onnx"), str(tmp_path / "trt.txt")
-    code = main(["convert", path, "-o", out, "--keep-fp32", "bad", "--trt-flags", flags])
-    assert code != 0
-    assert "bad,name" in capsys.readouterr().err
-    assert not os.path.exists(out) and not os.path.exists(flags)
+    assert main(["convert", path, "-o", out, "--keep-fp32", "bad", "--trt-flags", flags]) == 0
+    assert os.path.exists(out)
+    text = open(flags).read()
+    assert "#   not expressed: node 'bad,name' (Exp) cannot be named in trtexec's flags" in text
+    assert f"--onnx={out} --stronglyTyped" in text
 
 
 @pytest.mark.parametrize("flag, value, expected", [

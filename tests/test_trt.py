@@ -1,16 +1,16 @@
-"""TensorRT flags: exact layer names, only float layers, both TensorRT generations."""
+"""TensorRT flags: exact layer names, only float layers, both TensorRT generations, problems written not raised."""
 
 from __future__ import annotations
 
 import shlex
 
-import pytest
 from conftest import parse
 
 from onnx_precision.errors import PlanError
 from onnx_precision.graph import name_nodes
 from onnx_precision.plan import Precision, Reason, uniform_plan
 from onnx_precision.trt import trt_flags, trt_flags_text
+from onnx_precision.trt.versions import V
 
 TEXT = """
 <ir_version: 8, opset_import: ["" : 17]>
@@ -40,6 +40,7 @@ def test_flags_name_only_fp32_float_layers_exactly():
     # Shape (integer output) and Constant (weights, not a layer) are not float layers.
     assert flags.layer_precisions == (("node_of_ss", "fp32"), ("node_of_norm", "fp32"))
     assert flags.layer_output_types == (("node_of_ss", ("fp32",)), ("node_of_norm", ("fp32",)))
+    assert flags.problems == ()
     assert flags.weakly_typed_args() == [
         "--fp16", "--precisionConstraints=obey",
         "--layerPrecisions=node_of_ss:fp32,node_of_norm:fp32",
@@ -52,33 +53,103 @@ def test_all_fp16_plan_gives_plain_fp16_flag():
     assert trt_flags(model, plan).weakly_typed_args() == ["--fp16"]
 
 
-def test_multi_output_layer_lists_each_output_type():
-    model = parse("""
-    <ir_version: 8, opset_import: ["" : 17]>
-    g (float[4] x, int64[1] k) => (float[2] v, int64[2] i) {
-        v, i = TopK(x, k)
-    }
-    """)
+TOPK = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[4] x, int64[1] k) => (float[2] v, int64[2] i) {
+    v, i = TopK(x, k)
+}
+"""
+
+
+def test_multi_output_layer_lists_each_output_type_where_trtexec_takes_int64():
+    model = parse(TOPK)
     name_nodes(model)
     plan = uniform_plan(["node_of_v"], Precision.FP32, Reason("user", "test"))
     assert trt_flags(model, plan).layer_output_types == (("node_of_v", ("fp32", "int64")),)
+    assert trt_flags(model, plan, version=V("9.1")).layer_output_types == (("node_of_v", ("fp32", "int64")),)
 
 
-def test_names_trtexec_cannot_parse_are_an_error():
-    model, plan = model_and_plan([])
+def test_trtexec_8_6_gets_no_int64_output_type_and_the_file_says_so():
+    model = parse(TOPK)
+    name_nodes(model)
+    plan = uniform_plan(["node_of_v"], Precision.FP32, Reason("user", "test"))
+    flags = trt_flags(model, plan, version=V("8.6"))
+    assert flags.layer_precisions == (("node_of_v", "fp32"),)
+    assert flags.layer_output_types == ()
+    assert flags.problems == (("node 'node_of_v' (TopK): trtexec before 9.1 rejects int64 and bool in "
+                               "--layerOutputTypes, so its output types are left to TensorRT"),)
+    lines = trt_flags_text(model, plan, "m.onnx", "o.onnx").splitlines()
+    assert lines[1] == "# TensorRT 8.6 to 9.0 (weakly typed; these flags are deprecated in 10.12 and removed in 11.0)."
+    assert lines[3] == "trtexec --onnx=m.onnx --fp16 --precisionConstraints=obey --layerPrecisions=node_of_v:fp32"
+    assert lines[4].startswith("#   not expressed: node 'node_of_v' (TopK): trtexec before 9.1 rejects")
+    assert lines[5] == "# TensorRT 9.1 to 10.11 (weakly typed; these flags are deprecated in 10.12 and removed in 11.0)."
+    assert lines[6] == ("trtexec --onnx=m.onnx --fp16 --precisionConstraints=obey --layerPrecisions=node_of_v:fp32 "
+                        "--layerOutputTypes=node_of_v:fp32+int64")
+
+
+def test_colon_in_a_name_is_fine_comma_and_quote_are_written_down_not_raised():
+    model, _ = model_and_plan([])
     model.graph.node[4].name = "norm:0"
-    plan = uniform_plan([n.name for n in model.graph.node], Precision.FP16, Reason("d", "")).with_fp32(["norm:0"])
-    with pytest.raises(PlanError, match=r"node 'norm:0' is pinned to FP32 but its name contains ':'"):
-        trt_flags(model, plan)
+    model.graph.node[6].name = "out,y"
+    plan = uniform_plan([n.name for n in model.graph.node], Precision.FP16, Reason("d", "")).with_fp32(
+        ["norm:0", "out,y"])
+    flags = trt_flags(model, plan)
+    # trtexec splits "name:precision" on the last ':'.
+    assert flags.layer_precisions == (("norm:0", "fp32"),)
+    assert flags.problems == (
+        ("node 'out,y' (Div) cannot be named in trtexec's flags: its name contains ',': trtexec splits the list "
+        "on ','; rename it in the model, or build the Cast-pinned model with --stronglyTyped (TensorRT 10.x) "
+        "instead"),)
+    text = trt_flags_text(model, plan, "m.onnx", "o.onnx")
+    assert "#   not expressed: node 'out,y' (Div) cannot be named in trtexec's flags" in text
+    # Polygraphy takes one name per argument: it can name both.
+    convert = next(line for line in text.splitlines() if line.startswith("polygraphy convert m.onnx"))
+    assert shlex.split(convert)[7:9] == ["norm:0:float32", "out,y:float32"]
 
 
 def test_text_has_both_generations_with_comments():
     model, plan = model_and_plan(["node_of_norm"])
-    text = trt_flags_text(model, plan, "in dir/model.onnx", "out.onnx")
+    text = trt_flags_text(model, plan, "in dir/model.onnx", "out.onnx", input_shapes={"x": [(2, 4), (8, 4), (2, 4)]})
     lines = text.splitlines()
-    assert lines[1].startswith("# TensorRT 8.6 to 10.11")
+    assert lines[0] == "# onnx-precision: TensorRT flags for 1 node(s) pinned to FP32."
+    assert lines[1].startswith("# TensorRT 8.6 to 10.11 (weakly typed")
     assert shlex.split(lines[3]) == [
         "trtexec", "--onnx=in dir/model.onnx", "--fp16", "--precisionConstraints=obey",
-        "--layerPrecisions=node_of_norm:fp32", "--layerOutputTypes=node_of_norm:fp32"]
+        "--layerPrecisions=node_of_norm:fp32", "--layerOutputTypes=node_of_norm:fp32",
+        "--minShapes=x:2x4", "--optShapes=x:2x4", "--maxShapes=x:8x4"]
     assert lines[4].startswith("# TensorRT 10.12 and later")
-    assert lines[5] == "trtexec --onnx=out.onnx --stronglyTyped"
+    assert lines[5] == "trtexec --onnx=out.onnx --stronglyTyped --minShapes=x:2x4 --optShapes=x:2x4 --maxShapes=x:8x4"
+    assert lines[6] == "# Polygraphy: the same pins by exact layer name (it has no patterns; names as TensorRT 10.11 " \
+                       "gives them):"
+    assert shlex.split(lines[7]) == [
+        "polygraphy", "convert", "in dir/model.onnx", "--fp16", "--precision-constraints", "obey",
+        "--layer-precisions", "node_of_norm:float32", "--trt-min-shapes", "x:[2,4]", "--trt-opt-shapes", "x:[2,4]",
+        "--trt-max-shapes", "x:[8,4]", "-o", "in dir/model.engine"]
+    assert shlex.split(lines[9]) == [
+        "polygraphy", "run", "in dir/model.onnx", "--trt", "--onnxrt", "--fp16", "--precision-constraints", "obey",
+        "--layer-precisions", "node_of_norm:float32", "--trt-min-shapes", "x:[2,4]", "--trt-opt-shapes", "x:[2,4]",
+        "--trt-max-shapes", "x:[8,4]", "--input-shapes", "x:[2,4]", "--atol", "0.001", "--rtol", "0.01"]
+    assert lines[10] == ("polygraphy convert out.onnx --strongly-typed --trt-min-shapes 'x:[2,4]' "
+                         "--trt-opt-shapes 'x:[2,4]' --trt-max-shapes 'x:[8,4]' -o out.engine")
+    assert len(lines) == 11
+
+
+def test_dynamic_input_without_sample_shapes_is_written_down():
+    model, plan = model_and_plan(["node_of_norm"])
+    text = trt_flags_text(model, plan, "m.onnx", "o.onnx")
+    assert ("#   not expressed: input 'x' has dynamic dimensions and no sample shapes were given: add "
+            "--minShapes/--optShapes/--maxShapes for it") in text.splitlines()
+
+
+def test_fp16_io_gives_io_formats_per_input_and_output():
+    model = parse(TOPK)
+    name_nodes(model)
+    plan = uniform_plan(["node_of_v"], Precision.FP16, Reason("default", "all-fp16"), fp16_io=True)
+    assert trt_flags(model, plan).weakly_typed_args() == [
+        "--fp16", "--inputIOFormats=fp16:chw,int64:chw", "--outputIOFormats=fp16:chw,int64:chw"]
+    # 8.6's parser turns INT64 I/O into INT32.
+    assert trt_flags(model, plan, version=V("8.6")).weakly_typed_args() == [
+        "--fp16", "--inputIOFormats=fp16:chw,int32:chw", "--outputIOFormats=fp16:chw,int32:chw"]
+    text = trt_flags_text(model, plan, "m.onnx", "o.onnx")
+    assert ("polygraphy convert m.onnx --fp16 --tensor-datatypes x:float16 v:float16 -o m.engine"
+            in text.splitlines())

@@ -1,0 +1,429 @@
+"""TensorRT command lines for a precision plan: trtexec and Polygraphy.
+
+Two artefacts serve two generations of TensorRT:
+
+* 8.6 - 10.11 (weakly typed): ``--fp16 --precisionConstraints=obey`` with ``--layerPrecisions`` and
+  ``--layerOutputTypes`` naming every layer of every FP32 node. Names are the ones onnx-tensorrt
+  gives (:mod:`.naming`): a node's first layer is named after it (unnamed nodes
+  ``node_of_<first output>``, as the loader names them too), its further layers ``<name>_<k>``
+  with a ``k`` no one can predict from the ONNX file alone, so they are pinned with the one pattern
+  ``<name>_*``, and only when that pattern cannot reach a layer of any other node. trtexec (9.1 and
+  later; 8.6's matches exact names only) takes an exact name first and otherwise the first pattern
+  it finds in an unordered map, so patterns that overlap would be resolved arbitrarily: an
+  overlapping pattern is never written. Layers that
+  onnx-tensorrt never names (``(Unnamed Layer* N) [Type]``) cannot be pinned at all; the file says
+  so and points to the Cast-pinned model. Flags are computed for every release and releases with
+  the same flags share one line (CumSum, LayerNormalization and output types differ by release).
+* 10.12+ deprecates and 11.0 removes those flags: the Cast-pinned model is the artefact, built with
+  ``--stronglyTyped`` (always on in 11), so the types written in the model are the types that run.
+
+A problem with the flags never stops a conversion: the text says what it could not express.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import shlex
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from ..graph import walk_nodes
+from ..plan import PrecisionPlan
+from ..typing_rules import elem_type, tensor_types
+from .naming import INTERNAL_PREFIXES, LayersCache, NodeNames, trt_layer_names
+from .versions import (
+    LAST_WEAKLY_TYPED,
+    OUTPUT_TYPES_INT64_BOOL,
+    RELEASES,
+    TRTEXEC_PATTERNS,
+    TrtVersion,
+    span_text,
+)
+
+# Constant becomes weights, not a layer; Shape and Size read only metadata, never float values.
+_NOT_FLOAT_LAYERS = frozenset({"Constant", "Shape", "Size"})
+
+_TRT_TYPE_NAMES: dict[int, str] = {
+    onnx.TensorProto.FLOAT: "fp32",
+    onnx.TensorProto.FLOAT16: "fp16",
+    onnx.TensorProto.BFLOAT16: "bf16",
+    onnx.TensorProto.INT32: "int32",
+    onnx.TensorProto.INT64: "int64",
+    onnx.TensorProto.INT8: "int8",
+    onnx.TensorProto.UINT8: "uint8",
+    onnx.TensorProto.BOOL: "bool",
+}
+
+_FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
+
+# Characters trtexec's parsing of "name:value,name:value" lists cannot carry in a name (':' is fine:
+# splitNameAndValue splits on the last one).
+_UNPARSEABLE = {",": "trtexec splits the list on ','", "'": "trtexec reads ' as a quote around the name",
+                "*": "trtexec reads * as a wildcard"}
+
+STRONGLY_TYPED_HINT = "build the Cast-pinned model with --stronglyTyped (TensorRT 10.x) instead"
+
+
+@dataclass(frozen=True)
+class TrtFlags:
+    """The weakly typed flags for one TensorRT release: (layer name or pattern, precision),
+    (layer name or pattern, output types), I/O formats when the plan has FP16 I/O, and ``problems``:
+    what they cannot express, one sentence each."""
+
+    layer_precisions: tuple[tuple[str, str], ...]
+    layer_output_types: tuple[tuple[str, tuple[str, ...]], ...]
+    problems: tuple[str, ...] = ()
+    input_formats: tuple[str, ...] = ()
+    output_formats: tuple[str, ...] = ()
+
+    def weakly_typed_args(self) -> list[str]:
+        args = ["--fp16"]
+        if self.layer_precisions:
+            args += ["--precisionConstraints=obey",
+                     "--layerPrecisions=" + ",".join(f"{n}:{p}" for n, p in self.layer_precisions)]
+            if self.layer_output_types:
+                args.append("--layerOutputTypes=" + ",".join(f"{n}:{'+'.join(t)}"
+                                                            for n, t in self.layer_output_types))
+        if self.input_formats:
+            args.append("--inputIOFormats=" + ",".join(self.input_formats))
+        if self.output_formats:
+            args.append("--outputIOFormats=" + ",".join(self.output_formats))
+        return args
+
+
+@dataclass(frozen=True)
+class ShapeProfile:
+    """One optimization profile for the dynamic inputs: (input, (min, opt, max) shapes)."""
+
+    inputs: tuple[tuple[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]], ...]
+    problems: tuple[str, ...] = ()
+
+    def trtexec_args(self) -> list[str]:
+        if not self.inputs:
+            return []
+        return [f"--{which}Shapes=" + ",".join(f"{name}:{_dims(shapes[i])}" for name, shapes in self.inputs)
+                for i, which in enumerate(("min", "opt", "max"))]
+
+    def polygraphy_args(self, *, run: bool = False) -> list[str]:
+        args: list[str] = []
+        for i, which in enumerate(("min", "opt", "max")):
+            if self.inputs:
+                args += [f"--trt-{which}-shapes"] + [f"{name}:{list(s[i])}".replace(" ", "")
+                                                     for name, s in self.inputs]
+        if run and self.inputs:
+            args += ["--input-shapes"] + [f"{name}:{list(s[1])}".replace(" ", "") for name, s in self.inputs]
+        return args
+
+
+def _dims(shape: tuple[int, ...]) -> str:
+    return "x".join(str(d) for d in shape)
+
+
+def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    inits = {i.name for i in model.graph.initializer}
+    return [vi for vi in model.graph.input if vi.name not in inits]
+
+
+def _is_dynamic(vi: onnx.ValueInfoProto) -> bool:
+    tt = vi.type.tensor_type
+    return not tt.HasField("shape") or any(not d.HasField("dim_value") for d in tt.shape.dim)
+
+
+def shape_profile(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[Sequence[int]]] | None,
+                  ) -> ShapeProfile:
+    """min/opt/max shapes for the model's dynamic inputs from the shapes of the samples: min and max
+    per dimension, opt the most common sample shape (the largest of equally common ones)."""
+    inputs, problems = [], []
+    for vi in _graph_inputs(model):
+        if not _is_dynamic(vi):
+            continue
+        shapes = [tuple(int(d) for d in s) for s in (input_shapes or {}).get(vi.name, ())]
+        bad = _unparseable(vi.name)
+        if bad:
+            problems.append(f"input '{vi.name}' cannot be named in trtexec's shape flags ({bad})")
+        elif not shapes:
+            problems.append(f"input '{vi.name}' has dynamic dimensions and no sample shapes were given: "
+                            f"add --minShapes/--optShapes/--maxShapes for it")
+        elif len({len(s) for s in shapes}) > 1:
+            ranks = sorted({len(s) for s in shapes})
+            problems.append(f"input '{vi.name}': the samples have different ranks {ranks}")
+        else:
+            counts = Counter(shapes)
+            opt = max(counts, key=lambda s: (counts[s], int(np.prod(s, dtype=np.int64)), s))
+            lo = tuple(min(dims) for dims in zip(*shapes))
+            hi = tuple(max(dims) for dims in zip(*shapes))
+            inputs.append((vi.name, (lo, opt, hi)))
+    return ShapeProfile(tuple(inputs), tuple(problems))
+
+
+def sample_shapes(feeds: Iterable[Mapping[str, np.ndarray]]) -> dict[str, list[tuple[int, ...]]]:
+    """The shape of every input in every feed, for :func:`shape_profile`."""
+    shapes: dict[str, list[tuple[int, ...]]] = {}
+    for feed in feeds:
+        for name, value in feed.items():
+            shapes.setdefault(name, []).append(tuple(int(d) for d in np.shape(value)))
+    return shapes
+
+
+def _unparseable(name: str) -> str:
+    return next((f"its name contains {c!r}: {why}" for c, why in _UNPARSEABLE.items() if c in name), "")
+
+
+def _computes_on_floats(node: onnx.NodeProto, types: Mapping[str, int | None]) -> bool:
+    return any(types.get(t) in _FLOAT_TYPES for t in list(node.input) + list(node.output) if t)
+
+
+def _output_type_name(elem: int | None) -> str:
+    # A float output of an FP32-pinned layer is FP32 by definition of the pin; other outputs keep
+    # their own type so the constraint list stays complete.
+    if elem is None or elem in _FLOAT_TYPES:
+        return "fp32"
+    return _TRT_TYPE_NAMES.get(elem, "fp32")
+
+
+def _io_format(elem: int | None, version: TrtVersion) -> str | None:
+    """trtexec's I/O format for an input or output under --fp16-io (None: that trtexec has no name
+    for the type)."""
+    if elem in _FLOAT_TYPES:
+        return "fp16:chw"
+    if version not in OUTPUT_TYPES_INT64_BOOL:
+        if elem == onnx.TensorProto.INT64:
+            return "int32:chw"  # 8.6's parser turns INT64 I/O into INT32
+        if elem in (onnx.TensorProto.BOOL, onnx.TensorProto.UINT8):
+            return None
+    return f"{_TRT_TYPE_NAMES.get(elem or 0, 'fp32')}:chw"
+
+
+class _Model:
+    """What every release's flags are computed from: node types and the plan's FP32 float nodes."""
+
+    def __init__(self, model: onnx.ModelProto, plan: PrecisionPlan, renamed: Sequence[tuple[str,
+                                                                                            str]]) -> None:
+        self.model = model
+        self.plan = plan
+        self.types = {name: elem_type(tp) for name, tp in tensor_types(model).items()}
+        self.nodes = {ref.node.name: ref.node for ref in walk_nodes(model.graph)}
+        self.originals = {new: old for old, new in renamed}
+        self.layers: LayersCache = {}
+
+    def pinned(self, name: str) -> bool:
+        node = self.nodes[name]
+        return (name in self.plan.decisions and not self.plan.is_fp16(name)
+                and node.op_type not in _NOT_FLOAT_LAYERS and _computes_on_floats(node, self.types))
+
+
+class _Others:
+    """The named layers of the nodes that are not pinned, sorted, to find what a pattern reaches."""
+
+    def __init__(self, names: Sequence[NodeNames], pinned: set[str]) -> None:
+        layers = sorted((layer, n.base) for n in names if n.node not in pinned for layer in n.named)
+        self.layers = [layer for layer, _ in layers]
+        self.bases = [base for _, base in layers]
+
+    def clash(self, base: str) -> list[str]:
+        """What the pattern ``<base>_*`` would reach besides the pinned nodes called ``base``: layers
+        of other nodes, and the parser's own internal names."""
+        prefix = base + "_"
+        reached = []
+        i = bisect.bisect_left(self.layers, prefix)
+        while i < len(self.layers) and self.layers[i].startswith(prefix):
+            reached.append(f"'{self.layers[i]}' of node '{self.bases[i]}'")
+            i += 1
+        reached += [f"the parser's '{p}*' layers" for p in INTERNAL_PREFIXES if p.startswith(prefix)]
+        return reached
+
+
+def _flags(m: _Model, version: TrtVersion) -> tuple[TrtFlags, list[NodeNames]]:
+    names = trt_layer_names(m.model, version, original_names=m.originals, cache=m.layers)
+    pinned_nodes = [n for n in names if m.pinned(n.node)]
+    pinned = {n.node for n in pinned_nodes}
+    others = _Others(names, pinned)
+    precisions: list[tuple[str, str]] = []
+    output_types: list[tuple[str, tuple[str, ...]]] = []
+    problems: list[str] = []
+    patterns: set[str] = set()
+    int_types_ok = version in OUTPUT_TYPES_INT64_BOOL
+    for n in pinned_nodes:
+        node = m.nodes[n.node]
+        what = f"node '{n.base}' ({n.op_type})"
+        bad = _unparseable(n.base)
+        if bad:
+            problems.append(f"{what} cannot be named in trtexec's flags: {bad}; rename it in the model, or "
+                            f"{STRONGLY_TYPED_HINT}")
+            continue
+        if not n.named:
+            if n.unreachable:
+                problems.append(f"{what}: onnx-tensorrt names none of its layers after it, so no flag can "
+                                f"pin "
+                                f"it; {STRONGLY_TYPED_HINT}")
+            continue
+        if n.base in n.named:
+            precisions.append((n.base, "fp32"))
+            only_layer = len(n.layers) == 1
+            out = (tuple(_output_type_name(m.types.get(o)) for o in node.output if o) if only_layer
+                   else ("fp32",))
+            if not int_types_ok and any(t in ("int64", "bool") for t in out):
+                problems.append(f"{what}: trtexec before 9.1 rejects int64 and bool in --layerOutputTypes, "
+                                f"so its "
+                                f"output types are left to TensorRT")
+            else:
+                output_types.append((n.base, out))
+        extra = [name for name in n.named if name != n.base]
+        if extra and version not in TRTEXEC_PATTERNS:
+            problems.append(f"{what}: trtexec before 9.1 matches layer names exactly (no patterns), so its "
+                            f"layers {', '.join(extra)} cannot be named; {STRONGLY_TYPED_HINT}")
+        elif extra and n.base not in patterns:
+            clash = others.clash(n.base)
+            if clash:
+                problems.append(f"{what}: its layers {', '.join(extra)} need the pattern '{n.base}_*', "
+                                f"which would "
+                                f"also pin {', '.join(clash)}; rename the node, or {STRONGLY_TYPED_HINT}")
+            else:
+                patterns.add(n.base)
+                precisions.append((f"{n.base}_*", "fp32"))
+                if all(layer.float_output for layer, name in n.layers if name in extra):
+                    output_types.append((f"{n.base}_*", ("fp32",)))
+        if n.unreachable:
+            kinds = ", ".join(layer.kind for layer in n.unreachable)
+            problems.append(f"{what}: onnx-tensorrt gives its {kinds} layer(s) no name (TensorRT calls them "
+                            f"'(Unnamed Layer* N) [...]'), so no flag can keep them out of FP16; "
+                            f"{STRONGLY_TYPED_HINT}")
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    if m.plan.fp16_io:
+        ins = [_io_format(m.types.get(vi.name), version) for vi in _graph_inputs(m.model)]
+        outs = [_io_format(m.types.get(vi.name), version) for vi in m.model.graph.output]
+        if None in ins or None in outs:
+            problems.append("the I/O formats: trtexec before 9.1 has no name for bool or uint8 I/O, so "
+                            "--inputIOFormats/--outputIOFormats are left out (the engine keeps FP32 I/O)")
+        else:
+            inputs, outputs = tuple(f for f in ins if f), tuple(f for f in outs if f)
+    flags = TrtFlags(tuple(precisions), tuple(output_types), tuple(dict.fromkeys(problems)), inputs, outputs)
+    return flags, names
+
+
+def trt_flags(model: onnx.ModelProto, plan: PrecisionPlan, *, version: TrtVersion = LAST_WEAKLY_TYPED,
+              renamed: Sequence[tuple[str, str]] = ()) -> TrtFlags:
+    """Flags pinning the layers of the plan's FP32 nodes that TensorRT ``version`` builds from
+    them, for the original model. ``renamed`` is the loader's (old, new) node renames
+    (:attr:`..context.ModelContext.renamed`): onnx-tensorrt names layers after the names in the
+    file, duplicates included.
+
+    Integer-only nodes (shape arithmetic) and Constant nodes are left out: they are not float
+    layers, and naming them would only make trtexec warn about unknown layers.
+    """
+    return _flags(_Model(model, plan, renamed), version)[0]
+
+
+@dataclass(frozen=True)
+class ReleaseFlags:
+    releases: tuple[TrtVersion, ...]
+    flags: TrtFlags
+
+
+@dataclass(frozen=True)
+class FlagsByRelease:
+    """The weakly typed flags of every release from 8.6 to 10.11, consecutive releases with the same
+    flags grouped; the layer names of the last one and the pinned nodes (for Polygraphy)."""
+
+    groups: tuple[ReleaseFlags, ...]
+    names: tuple[NodeNames, ...]
+    pinned: frozenset[str]
+
+
+def flags_by_release(model: onnx.ModelProto, plan: PrecisionPlan, *,
+                     renamed: Sequence[tuple[str, str]] = ()) -> FlagsByRelease:
+    m = _Model(model, plan, renamed)
+    groups: list[ReleaseFlags] = []
+    names: list[NodeNames] = []
+    for version in RELEASES:
+        flags, names = _flags(m, version)
+        if groups and groups[-1].flags == flags:
+            groups[-1] = ReleaseFlags(groups[-1].releases + (version,), flags)
+        else:
+            groups.append(ReleaseFlags((version,), flags))
+    return FlagsByRelease(tuple(groups), tuple(names), frozenset(n.node for n in names if m.pinned(n.node)))
+
+
+def _quote(args: Iterable[str]) -> str:
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def _engine_path(model_path: str) -> str:
+    return os.path.splitext(model_path)[0] + ".engine"
+
+
+def _polygraphy_lines(names: Sequence[NodeNames], plan_pinned: frozenset[str], profile: ShapeProfile,
+                      original_path: str, converted_path: str, fp16_io: bool, io_names: list[str],
+                      atol: float, rtol: float) -> list[str]:
+    exact, unnamed_extra = [], []
+    for n in names:
+        if n.node not in plan_pinned:
+            continue
+        if n.base in n.named:
+            exact.append(f"{n.base}:float32")
+        if any(name != n.base for name in n.named):
+            unnamed_extra.append(n.base)
+    constraints = ["--fp16"]
+    if exact:
+        constraints += ["--precision-constraints", "obey", "--layer-precisions", *exact]
+    header = (f"# Polygraphy: the same pins by exact layer name (it has no patterns; names as TensorRT "
+              f"{LAST_WEAKLY_TYPED} gives them):")
+    lines = [header]
+    if unnamed_extra:
+        lines.append(f"#   not expressed: the layers <name>_<k> of {', '.join(unnamed_extra)} (the "
+                     f"--strongly-typed "
+                     f"line below pins them)")
+    io = ["--tensor-datatypes", *(f"{name}:float16" for name in io_names)] if fp16_io and io_names else []
+    lines.append(_quote(["polygraphy", "convert", original_path, *constraints, *io,
+                         *profile.polygraphy_args(),
+                         "-o", _engine_path(original_path)]))
+    lines.append("# Compare that engine's outputs with onnxruntime in FP32:")
+    lines.append(_quote(["polygraphy", "run", original_path, "--trt", "--onnxrt", *constraints,
+                         *profile.polygraphy_args(run=True), "--atol", f"{atol:g}", "--rtol", f"{rtol:g}"]))
+    lines.append(_quote(["polygraphy", "convert", converted_path, "--strongly-typed",
+                         *profile.polygraphy_args(),
+                         "-o", _engine_path(converted_path)]))
+    return lines
+
+
+def trt_flags_text(model: onnx.ModelProto, plan: PrecisionPlan, original_path: str, converted_path: str, *,
+                   renamed: Sequence[tuple[str, str]] = (),
+                   input_shapes: Mapping[str, Sequence[Sequence[int]]] | None = None,
+                   atol: float = 1e-3, rtol: float = 1e-2) -> str:
+    """The --trt-flags file: trtexec lines per TensorRT generation (and per release where the flags
+    differ), each with a comment saying which releases it is for, then the Polygraphy equivalents.
+    ``input_shapes`` holds the sample shapes of each input (:func:`sample_shapes`), from which the
+    dynamic inputs get their min/opt/max shapes; ``atol``/``rtol`` go to the comparison line."""
+    by_release = flags_by_release(model, plan, renamed=renamed)
+    profile = shape_profile(model, input_shapes)
+    shapes = profile.trtexec_args()
+    lines = [f"# onnx-precision: TensorRT flags for {len(by_release.pinned)} node(s) pinned to FP32."]
+    for i, group in enumerate(by_release.groups):
+        span = span_text(list(group.releases))
+        lines.append(f"# TensorRT {span} (weakly typed; these flags are deprecated in 10.12 and removed in "
+                     f"11.0).")
+        if i == 0:
+            lines.append("# Layers are named as onnx-tensorrt names them (the node's name, then "
+                         "<name>_<k>), so the "
+                         "flags apply to the original FP32 model:")
+        lines.append(_quote(["trtexec", f"--onnx={original_path}", *group.flags.weakly_typed_args(),
+                             *shapes]))
+        lines += [f"#   not expressed: {p}" for p in group.flags.problems]
+    lines.append("# TensorRT 10.12 and later, and 11.x (strong typing always on): build the Cast-pinned "
+                 "model as "
+                 "written:")
+    lines.append(_quote(["trtexec", f"--onnx={converted_path}", "--stronglyTyped", *shapes]))
+    lines += [f"#   not expressed: {p}" for p in profile.problems]
+    io_names = [vi.name for vi in _graph_inputs(model) + list(model.graph.output)
+                if vi.type.tensor_type.elem_type in _FLOAT_TYPES]
+    lines += _polygraphy_lines(by_release.names, by_release.pinned, profile, original_path, converted_path,
+                               plan.fp16_io, io_names, atol,
+                               rtol)
+    return "\n".join(lines) + "\n"
+
