@@ -26,6 +26,7 @@ from . import storage, typing_rules
 from .errors import ModelLoadError
 from .graph import GraphCycle, NodeRef, name_nodes, sort_topologically, walk_nodes
 from .plan import Precision, PrecisionPlan, Reason, uniform_plan
+from .trt.versions import TrtVersion
 from .validation import validate_model
 
 ALL_FP16 = Reason("default", "all FP16")
@@ -42,6 +43,9 @@ class ModelContext:
     # Shared libraries of custom-op kernels (--ort-custom-op-library): every onnxruntime session of
     # the model, or of a graph derived from it, registers them.
     custom_op_libraries: tuple[str, ...] = ()
+    # The TensorRT release whose layers the emulation follows (--target tensorrt), or None: every op
+    # computes in FP32 and rounds its outputs (--target generic).
+    trt: TrtVersion | None = None
 
     @staticmethod
     def of(model: onnx.ModelProto, base_dir: str = ".", path: str = "",
@@ -118,7 +122,8 @@ class ModelContext:
         return plan if plan.resolved else typing_rules.resolve_plan(self, plan)
 
 
-def load_model(path: str, custom_op_libraries: tuple[str, ...] = ()) -> ModelContext:
+def load_model(path: str, custom_op_libraries: tuple[str, ...] = (), trt: TrtVersion | None = None,
+               ) -> ModelContext:
     """Load ``path`` (external data left on disk), check it is a valid ONNX model whose external
     data stays in its directory (:func:`onnx_precision.validation.validate_model`), and name its nodes."""
     if not os.path.exists(path):
@@ -149,4 +154,4 @@ def load_model(path: str, custom_op_libraries: tuple[str, ...] = ()) -> ModelCon
     for library in custom_op_libraries:
         if not os.path.isfile(library):
             raise ModelLoadError(f"--ort-custom-op-library {library}: no such file")
-    return ModelContext(model, path, base_dir, tuple(name_nodes(model)), tuple(custom_op_libraries))
+    return ModelContext(model, path, base_dir, tuple(name_nodes(model)), tuple(custom_op_libraries), trt)

@@ -151,7 +151,7 @@ class EmulationSession:
         self.forced_fp32 = ctx.forced_fp32
         self.switch_model: SwitchModel = build_switch_model(
             fp32, self.typing, base_dir, capture_intermediates, None if fp32 is not model else ctx.types,
-            fixed=self.forced_fp32, group_size=group_size)
+            fixed=self.forced_fp32, group_size=group_size, trt=ctx.trt)
         self.session = make_session(self.switch_model.model, base_dir, options=session_options(threads),
                                     custom_op_libraries=ctx.custom_op_libraries)
         self.sessions_built = 1
@@ -255,7 +255,7 @@ def run_fp32(ctx: ModelContext, feeds: Sequence[Feed]) -> OracleRun:
 
 def run_emulated(ctx: ModelContext, feeds: Sequence[Feed]) -> OracleRun:
     """A written FP16/mixed model, emulated on CPU (every FP16 tensor rounded)."""
-    emulated = emulate_model(ctx.model, ctx.base_dir)
+    emulated = emulate_model(ctx.model, ctx.base_dir, ctx.trt)
     session = make_session(emulated, ctx.base_dir, custom_op_libraries=ctx.custom_op_libraries)
     return OracleRun(EMULATE, run_session(session, emulated, feeds))
 

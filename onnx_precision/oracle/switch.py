@@ -40,7 +40,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..graph import graphs, is_onnx_domain, onnx_opset, reads, subgraphs
 from ..storage import external_location, inline_small_external, read_array
+from ..trt.versions import TrtVersion
 from ..typing_rules import is_tensor, tensor_types
+from .layers import TargetLayers
 from .rounding import FLOAT, Names, elem_types, round_fp16, round_nodes
 from .switch_graph import SwitchGroup, SwitchModel, captured
 
@@ -72,7 +74,7 @@ GROUP_SIZE = 16
 class _SwitchBuilder:
     def __init__(self, model: onnx.ModelProto, typing: Mapping, type_protos: Mapping[str, onnx.TypeProto],
                  base_dir: str, fixed: Iterable[str] = (), group_size: int | None = None,
-                 keep: Iterable[str] = ()) -> None:
+                 keep: Iterable[str] = (), trt: TrtVersion | None = None) -> None:
         self.model = model
         self.typing = dict(typing)  # copies of nodes in group branches are added under their names
         self.fixed = frozenset(fixed)
@@ -83,6 +85,7 @@ class _SwitchBuilder:
         self.types = elem_types(model, type_protos)
         self.base_dir = base_dir
         self.names = Names(model)
+        self.layers = TargetLayers(model, trt, base_dir, self.type_protos, self.names.fresh)
         self.switches: dict[str, str] = {}
         self.switched: set[str] = set()  # tensors produced by a node with a switch
         self.external = {init.name for graph in graphs(model.graph) for init in graph.initializer
@@ -328,16 +331,18 @@ class _SwitchBuilder:
                 else:
                     local[src] = self.rounded(src, scopes, out) or src
             fp16.input[i] = local[src]
-        nodes.append(fp16)
         convertible = self._outputs(node)
         rounded.update(node.output[i] for i in convertible)
         if node.op_type in _VALUE_PRESERVING and is_onnx_domain(node.domain):
+            nodes.append(fp16)
             return
+        rounds: list[onnx.NodeProto] = []
         for i in convertible:
             name = fp16.output[i]
             exact = self.names.fresh(name + "_exact")
             fp16.output[i] = exact
-            nodes.extend(round_nodes(exact, name, self.names))
+            rounds.extend(round_nodes(exact, name, self.names))
+        nodes.extend(self.layers.spell(fp16) + rounds)
 
     def _value_info(self, name: str, like: str) -> onnx.ValueInfoProto:
         """A branch output typed like ``like`` (sequences and optionals included, shape left out)."""
@@ -385,7 +390,7 @@ class _SwitchBuilder:
 def build_switch_model(model: onnx.ModelProto, typing: Mapping, base_dir: str,
                        capture_intermediates: bool | Iterable[str] = True,
                        types: Mapping[str, onnx.TypeProto] | None = None, fixed: Iterable[str] = (),
-                       group_size: int | None = None) -> SwitchModel:
+                       group_size: int | None = None, trt: TrtVersion | None = None) -> SwitchModel:
     """The switch graph of ``model`` (nodes must be named; ``typing`` is model_typing(model)).
 
     ``capture_intermediates``: True exposes every float tensor produced in the main graph as an
@@ -403,7 +408,7 @@ def build_switch_model(model: onnx.ModelProto, typing: Mapping, base_dir: str,
     inline_small_external(out, base_dir)
     outputs = tuple(o.name for o in model.graph.output)
     intermediates = captured(model, elem_types(model, type_protos), outputs, capture_intermediates)
-    builder = _SwitchBuilder(out, typing, type_protos, base_dir, fixed, group_size, intermediates)
+    builder = _SwitchBuilder(out, typing, type_protos, base_dir, fixed, group_size, intermediates, trt)
     builder.rewrite(out.graph, [])
     group_switches = tuple(n for g in builder.groups for n in (g.mixed, g.on))
     switch_names = tuple(builder.switches.values()) + group_switches

@@ -16,22 +16,27 @@ from onnx import helper, numpy_helper
 
 from ..graph import is_onnx_domain, subgraphs
 from ..storage import external_location, inline_small_external, read_array
+from ..trt.versions import TrtVersion
+from ..typing_rules import tensor_types
+from .layers import TargetLayers
 from .rounding import FLOAT, FLOAT16, Names, elem_types, round_nodes
 
 
-def emulate_model(model: onnx.ModelProto, base_dir: str) -> onnx.ModelProto:
+def emulate_model(model: onnx.ModelProto, base_dir: str, trt: TrtVersion | None = None) -> onnx.ModelProto:
     """The FP32 graph of an FP16/mixed ``model`` that rounds every FP16 tensor.
 
     FP16 graph inputs become FP32 inputs rounded on entry; FP16 initializers and constants become
     FP32 (exactly); every node output that was FP16 is rounded where it is produced; a Cast to
-    FLOAT16 becomes a round trip. Graph outputs that were FP16 are FP32 holding FP16 values.
+    FLOAT16 becomes a round trip. Graph outputs that were FP16 are FP32 holding FP16 values. With a
+    TensorRT version, an FP16 node that TensorRT builds from several layers is emulated as them.
     """
     types = elem_types(model)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     inline_small_external(out, base_dir)
     names = Names(out)
-    _emulate_graph(out.graph, types, names, base_dir, is_main=True)
+    layers = TargetLayers(out, trt, base_dir, tensor_types(model) if trt is not None else {}, names.fresh)
+    _emulate_graph(out.graph, types, names, base_dir, layers, is_main=True)
     return out
 
 
@@ -69,7 +74,7 @@ def _float_initializers(graph: onnx.GraphProto, names: Names, base_dir: str) -> 
 
 
 def _emulate_graph(graph: onnx.GraphProto, types: Mapping[str, int], names: Names, base_dir: str,
-                   is_main: bool) -> None:
+                   layers: TargetLayers, is_main: bool) -> None:
     for vi in list(graph.output) + list(graph.value_info):
         _to_float(vi)
     new_nodes: list[onnx.NodeProto] = _float_initializers(graph, names, base_dir)
@@ -85,12 +90,12 @@ def _emulate_graph(graph: onnx.GraphProto, types: Mapping[str, int], names: Name
                 renamed_inputs[vi.name] = dst
     for node in graph.node:
         for _, sub in subgraphs(node):
-            _emulate_graph(sub, types, names, base_dir, is_main=False)
+            _emulate_graph(sub, types, names, base_dir, layers, is_main=False)
         for i, name in enumerate(node.input):
             if name in renamed_inputs:
                 node.input[i] = renamed_inputs[name]
         _retype_attributes(node, base_dir)
-        new_nodes.append(node)
+        rounds: list[onnx.NodeProto] = []
         for i, o in enumerate(node.output):
             if not o or types.get(o) != FLOAT16:
                 continue
@@ -99,11 +104,13 @@ def _emulate_graph(graph: onnx.GraphProto, types: Mapping[str, int], names: Name
                 half = names.fresh(o + "__fp16")
                 node.output[i] = half
                 back = helper.make_node("Cast", [half], [o], to=FLOAT, name=names.fresh(o + "__cast"))
-                new_nodes.append(back)
+                rounds.append(back)
             else:
                 exact = names.fresh(o + "__exact")
                 node.output[i] = exact
-                new_nodes.extend(round_nodes(exact, o, names))
+                rounds.extend(round_nodes(exact, o, names))
+        fp16 = any(types.get(o) == FLOAT16 for o in node.output if o)
+        new_nodes.extend((layers.spell(node) if fp16 and node.op_type != "Cast" else [node]) + rounds)
     # A graph output that is itself an FP16 graph input passes through unrounded: rounding it would
     # need a node writing that name, which SSA forbids, and the value is exactly what was fed.
     del graph.node[:]
