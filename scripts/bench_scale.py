@@ -25,9 +25,11 @@ issue reports a crash that depends on the working directory.
 Peak RSS is the child's own ``VmHWM`` (Linux): the child reports it at exit, and the parent also
 polls ``/proc/<pid>/status`` every 0.1 s, so a command killed for ``--timeout`` or for memory
 still has a peak (a lower bound then). ``ru_maxrss`` is not used (see scripts/bench_convert.py:
-it inherits the parent's RSS across exec). The machine is shared: a child is killed when the
-system's MemAvailable drops under ``--min-available-gb``, and the ``llama`` models are skipped
-unless ``--min-free-gb`` is available before they start.
+it inherits the parent's RSS across exec). The machine is shared: a child is killed when its RSS
+passes ``--max-rss-gb`` or the system's MemAvailable drops under ``--min-available-gb``, and the
+``llama`` models are skipped unless ``--min-free-gb`` is available before they start. The model
+and its data file are read once before each command, so every command finds them in the page
+cache (the first read of 4.75 GB from disk would otherwise be charged to whichever runs first).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ import scale_models
 
 COMMANDS = ("plain", "all-fp16", "auto", "analyze", "check")
 BIG = ("llama", "llama-1k")
+TRACEBACK = 99  # the child's exit status when the command raised (the CLI itself would print a traceback)
 
 # The child: runs one command, then writes its own VmHWM (and what else it knows) to a JSON file.
 CHILD = r"""
@@ -97,7 +100,7 @@ else:
     except BaseException:
         import traceback
         traceback.print_exc()
-        rc = 99
+        rc = 99  # TRACEBACK
     finish(rc)
 """
 
@@ -143,7 +146,7 @@ def proc_status(pid: int, key: str) -> int:
 
 
 def run_child(command: str, kind: str, argv: list[str], cwd: str, log_prefix: str, timeout: float,
-              min_available: int) -> Run:
+              min_available: int, max_rss: int) -> Run:
     """Run one command in a fresh interpreter; time it, watch its memory, kill it past the limits."""
     result_path = log_prefix + ".result.json"
     if os.path.exists(result_path):
@@ -159,6 +162,8 @@ def run_child(command: str, kind: str, argv: list[str], cwd: str, log_prefix: st
                 status = "timeout"
             elif mem_available() < min_available:
                 status = "killed (memory)"
+            elif proc_status(child.pid, "VmRSS") > max_rss:
+                status = f"killed (RSS>{max_rss / 2**30:.0f}GB)"
             if status:
                 os.killpg(child.pid, signal.SIGKILL)
                 child.wait()
@@ -172,13 +177,22 @@ def run_child(command: str, kind: str, argv: list[str], cwd: str, log_prefix: st
     peak = max(peak, 1024 * report.get("peak_kib", 0))
     rc = report.get("rc", child.returncode)
     if not status:
-        status = "ok" if rc == 0 else f"exit {rc}"
+        status = "ok" if rc == 0 else "traceback" if rc == TRACEBACK else f"exit {rc}"
     error = ""
     if status != "ok":
         with open(log_prefix + ".stderr") as f:
             lines = [line.strip() for line in f if line.strip()]
         error = lines[-1][:300] if lines else ""
     return Run(command, status, seconds, peak, report.get("phases", {}), error=error)
+
+
+def warm_cache(model: str) -> None:
+    """Read the model and its data file once, so that every command finds them in the page cache."""
+    for path in (model, model + ".data"):
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                while f.read(1 << 26):
+                    pass
 
 
 def model_facts(model: str) -> tuple[int, int]:
@@ -248,8 +262,9 @@ def bench_model(name: str, args, commands: list[str]) -> ModelRuns:
             note = "of " + os.path.basename(candidate) + ".onnx"
             kind, argv = "cli", ["check", model, candidate + ".onnx", "--inputs", sample]
         print(f"  {name} {command} ...", end=" ", flush=True)
+        warm_cache(model)
         run = run_child(command, kind, argv, cwd, os.path.join(out_dir, command), args.timeout,
-                        int(args.min_available_gb * 2**30))
+                        int(args.min_available_gb * 2**30), int(args.max_rss_gb * 2**30))
         run.note = note
         if command == "auto":
             run.phases = report_phases(outputs["auto"] + ".report.json")
@@ -265,7 +280,7 @@ def fmt_phases(phases: dict) -> str:
 
 def print_table(results: list[ModelRuns]) -> None:
     print()
-    print(f"{'model':<12} {'nodes':>6} {'file MB':>8}  {'command':<9} {'status':<16} {'time s':>7} {'x plain':>7} "
+    print(f"{'model':<12} {'nodes':>6} {'file MB':>8}  {'command':<9} {'status':<18} {'time s':>7} {'x plain':>7} "
           f"{'peak GB':>7} {'x plain':>7}  phases (s)")
     for m in results:
         if m.skipped:
@@ -276,9 +291,9 @@ def print_table(results: list[ModelRuns]) -> None:
             head = f"{m.name:<12} {m.nodes:>6} {m.file_bytes / 1e6:>8.1f}" if i == 0 else " " * 28
             t_ratio = f"{r.seconds / plain.seconds:.1f}x" if plain and r.seconds else "-"
             m_ratio = f"{r.peak_bytes / plain.peak_bytes:.1f}x" if plain and r.peak_bytes else "-"
-            status = r.status if len(r.status) <= 16 else r.status[:16]
+            status = r.status[:18]
             extra = fmt_phases(r.phases) + (f" [{r.note}]" if r.note else "")
-            print(f"{head}  {r.command:<9} {status:<16} {r.seconds:>7.1f} {t_ratio:>7} "
+            print(f"{head}  {r.command:<9} {status:<18} {r.seconds:>7.1f} {t_ratio:>7} "
                   f"{r.peak_bytes / 2**30:>7.2f} {m_ratio:>7}  {extra}")
         for r in m.runs:
             if r.error:
@@ -298,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="run the llama models only with this much memory available (default 14)")
     parser.add_argument("--min-available-gb", type=float, default=1.5,
                         help="kill a command when the system has less than this available (default 1.5)")
+    parser.add_argument("--max-rss-gb", type=float, default=16.0,
+                        help="kill a command whose RSS passes this (default 16: the machine is shared)")
     parser.add_argument("--json", help="also write the results as JSON")
     args = parser.parse_args(argv)
     commands = [c for c in args.commands.split(",") if c]

@@ -17,11 +17,14 @@ output) from a working directory that is neither the model's nor the output's.
   a session build, finishes first). ``--save FILE`` keeps the raw pstats.
 - ``--switch-build``: the onnxruntime session of the model against that of its switch graph
   (groups of 16 or none, every intermediate exposed or none), each built in a fresh process:
-  build seconds, the RSS the session holds, one all-FP32 run with and without intermediates.
+  build seconds, the RSS the session holds, the first all-FP32 run (onnxruntime initialises If
+  subgraphs then), a second one fetching the graph outputs only, then one fetching every
+  intermediate as well (``run+int``).
 - ``--memory``: no profiler; instead the key steps (load, typing, switch-graph build, session
   builds, reference/layerwise runs, rewrite, save, verify) are wrapped, and for each call it prints
   the seconds, the RSS at entry and exit and the peak RSS reached inside (sampled every 20 ms),
-  so the step that sets the peak and what it holds is visible.
+  so the step that sets the peak and what it holds is visible. A command whose RSS passes
+  ``--max-rss-gb`` is stopped there, with the steps under way marked "killed here".
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ import scale_models
 
 CHILD = r"""
 import cProfile, json, os, pstats, signal, sys, threading, time
-mode, top, timeout, save, argv = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5:]
+mode, top, timeout, save, max_rss = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+argv = sys.argv[6:]
 
 def rss(key="VmRSS"):
     with open("/proc/self/status") as f:
@@ -76,9 +80,20 @@ from onnx_precision.cli import main
 steps = []
 if mode == "memory":
     peak = [0]
+    started = time.perf_counter()
+    open_steps = []  # (depth, label, start, rss before) of the calls under way
+
     def sampler():
         while True:
-            peak[0] = max(peak[0], rss())
+            now = rss()
+            peak[0] = max(peak[0], now)
+            if now > max_rss:  # the machine is shared: stop here and show the steps under way
+                done = list(steps) + [(d, label + " (killed here)", time.perf_counter() - t, b, now, now)
+                                      for d, label, t, b in reversed(open_steps)]
+                print(json.dumps({"status": f"killed at RSS {now / 2**30:.1f} GB (--max-rss-gb)",
+                                  "seconds": time.perf_counter() - started, "phases": phases,
+                                  "peak": rss("VmHWM"), "steps": done}), flush=True)
+                os._exit(3)
             time.sleep(0.02)
     threading.Thread(target=sampler, daemon=True).start()
     depth = [0]
@@ -88,11 +103,13 @@ if mode == "memory":
             start, before = time.perf_counter(), rss()
             outer = peak[0]
             peak[0] = before
+            open_steps.append((depth[0], label, start, before))
             depth[0] += 1
             try:
                 return fn(*a, **k)
             finally:
                 depth[0] -= 1
+                open_steps.pop()
                 inner = max(peak[0], rss())
                 steps.append((depth[0], label, time.perf_counter() - start, before, rss(), inner))
                 peak[0] = max(outer, inner)
@@ -137,6 +154,10 @@ try:
     status = f"exit {rc}"
 except Timeout:
     status = f"stopped by --timeout after {time.perf_counter() - start:.0f} s"
+except Exception as e:  # a crash is a result too: the steps and the profile up to it are printed
+    import traceback
+    traceback.print_exc()
+    status = f"traceback: {type(e).__name__}: {str(e)[:200]}"
 if profiler:
     profiler.disable()
 signal.setitimer(signal.ITIMER_REAL, 0)
@@ -172,6 +193,9 @@ if group == 0:  # the model itself, with the oracle's session options
     out.update(build=time.perf_counter() - start, held=rss() - before, nodes=len(loaded.model.graph.node))
     names = [o.name for o in loaded.model.graph.output]
     start = time.perf_counter()
+    session.run(names, feed)  # the first run allocates: timed apart
+    out["first_run"] = time.perf_counter() - start
+    start = time.perf_counter()
     session.run(names, feed)
     out["run"] = time.perf_counter() - start
 else:
@@ -191,6 +215,9 @@ else:
     out.update(build=time.perf_counter() - start, held=rss() - before)
     full = dict(feed)
     full[sm.switch_input] = sm.switch_vector([])
+    start = time.perf_counter()
+    session.run(list(sm.outputs), full)  # the first run initialises every subgraph: timed apart
+    out["first_run"] = time.perf_counter() - start
     for label, names in (("run", list(sm.outputs)), ("run_all", list(sm.outputs + sm.intermediates))):
         start = time.perf_counter()
         session.run(names, full)
@@ -244,8 +271,8 @@ def profile_one(name: str, args) -> None:
     mode = "memory" if args.memory else "profile"
     with tempfile.NamedTemporaryFile("w", suffix=".out", delete=False) as log:
         child = subprocess.run([sys.executable, "-c", CHILD, mode, str(args.top), str(args.timeout),
-                                args.save or "-", *argv], stdout=log, stderr=subprocess.PIPE, text=True,
-                               cwd=cwd, check=False)
+                                args.save or "-", str(args.max_rss_gb * 2**30), *argv], stdout=log,
+                               stderr=subprocess.PIPE, text=True, cwd=cwd, check=False)
     with open(log.name) as f:
         text = f.read()
     os.unlink(log.name)
@@ -300,7 +327,7 @@ def switch_variants(name: str, args) -> None:
     print(f"== {name}: onnxruntime session of the model and of its switch graph (oracle options: "
           f"ORT_DISABLE_ALL, no prepacking; 'held' = RSS the session keeps)")
     print(f"{'variant':<30} {'graph s':>7} {'nodes':>7} {'Ifs':>6} {'subgr':>6} {'outputs':>7} {'MB':>7} "
-          f"{'build s':>7} {'held GB':>7} {'run s':>7} {'run+int s':>9}")
+          f"{'build s':>7} {'held GB':>7} {'1st run':>7} {'run s':>7} {'run+int s':>9}")
     variants = [("model itself", 0, "none"), ("switch, groups 16, capture", 16, "all"),
                 ("switch, groups 16, no capture", 16, "none"), ("switch, no groups, capture", 1, "all"),
                 ("switch, no groups, no capture", 1, "none")]
@@ -313,7 +340,7 @@ def switch_variants(name: str, args) -> None:
         r = json.loads(child.stdout.strip().splitlines()[-1])
         print(f"{label:<30} {r.get('switch_graph', 0):>7.2f} {r['nodes']:>7} {r.get('ifs', 0):>6} "
               f"{r.get('subgraphs', 0):>6} {r.get('outputs', 0):>7} {r.get('mb', 0):>7.1f} {r['build']:>7.2f} "
-              f"{gb(r['held']):>7} {r['run']:>7.3f} {r.get('run_all', 0):>9.3f}")
+              f"{gb(r['held']):>7} {r['first_run']:>7.3f} {r['run']:>7.3f} {r.get('run_all', 0):>9.3f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -326,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="stop the command after this many seconds and print the profile so far")
     parser.add_argument("--memory", action="store_true", help="RSS per step instead of cProfile")
+    parser.add_argument("--max-rss-gb", type=float, default=14.0,
+                        help="--memory: stop the command when its RSS passes this and print the steps under "
+                             "way (default 14: the machine is shared)")
     parser.add_argument("--save", help="write the raw pstats here (one model only)")
     parser.add_argument("--switch-build", action="store_true",
                         help="compare session builds: the model against its switch graph (groups or not, "
