@@ -37,6 +37,7 @@ from .format import number
 from .oracle import NodeError, TensorStats
 from .plan import Precision, PrecisionPlan, Reason
 from .storage import write_text
+from .trt.versions import TrtVersion
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,7 @@ class AnalysisResult:
     probes_run: int = 0
     seconds: Mapping[str, float] = field(default_factory=dict, compare=False)
     skipped: tuple[rules.Skipped, ...] = ()  # (node, rule) pairs where a rule looked and found nothing
+    target: str = "generic"  # what the emulation followed ("generic" or "tensorrt X.Y")
 
     def row(self, node: str) -> NodeRow:
         for r in self.rows:
@@ -114,7 +116,8 @@ class AnalysisResult:
 
     def headline(self) -> list[str]:
         plural = "s" if self.sample_count != 1 else ""
-        lines = [f"model: {self.model}", f"samples: {self.samples_source}; {self.sample_count} feed{plural}"]
+        lines = [f"model: {self.model}", f"samples: {self.samples_source}; {self.sample_count} feed{plural}",
+                 f"target: {self.target}"]
         if self.synthetic:
             lines.append("note: the data is synthetic; the value ranges decide what overflows, so pass "
                          "representative data with --inputs before trusting a 'safe'")
@@ -168,6 +171,7 @@ class AnalysisResult:
             "format": FORMAT,
             "model": self.model,
             "oracle": self.oracle,
+            "target": self.target,
             "samples": {"source": self.samples_source, "synthetic": self.synthetic,
                         "count": self.sample_count, "warnings": list(self.warnings)},
             "tolerance": self.tolerance.to_json(),
@@ -282,14 +286,14 @@ def _sort_key(index: int, row: NodeRow) -> tuple[int, int]:
 
 
 def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | None = None,
-            custom_op_libraries: tuple[str, ...] = ()) -> AnalysisResult:
+            custom_op_libraries: tuple[str, ...] = (), trt: TrtVersion | None = None) -> AnalysisResult:
     """Analyse ``model_path`` on the samples ``spec`` describes (synthetic when it names none);
     ``custom_op_libraries`` are registered on every onnxruntime session of the model."""
     spec = spec or SampleSpec()
     tol = tol or Tolerance()
     seconds: dict[str, float] = {}
     start = time.perf_counter()
-    ctx = load_model(model_path, custom_op_libraries)
+    ctx = load_model(model_path, custom_op_libraries, trt)
     tol.require_outputs([o.name for o in ctx.model.graph.output], model_path)
     samples = load_samples(ctx.model, spec)
     seconds["load"] = time.perf_counter() - start
@@ -319,7 +323,8 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
     log.debug("analyze %s: %s", model_path, ", ".join(f"{k} {v:.2f}s" for k, v in seconds.items()))
     return AnalysisResult(model_path, samples.source, samples.synthetic, len(samples.feeds), tol, rows,
                           outputs, reference.first_nonfinite, tuple(warnings), oracle.EMULATE,
-                          session.sessions_built, session.probes_run, seconds, rule_run.skipped)
+                          session.sessions_built, session.probes_run, seconds, rule_run.skipped,
+                          ctx.target_name)
 
 
 def build_rows(facts: rules.ModelFacts, findings: Sequence[rules.Finding], plan: PrecisionPlan,

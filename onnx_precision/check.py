@@ -19,6 +19,7 @@ from .compare import Comparison, Tolerance, compare_samples
 from .context import ModelContext, load_model
 from .data import Samples, SampleSpec, load_samples
 from .errors import ModelLoadError, PrecisionError
+from .trt.versions import TrtVersion
 from .vocab import OracleName
 
 
@@ -34,6 +35,7 @@ class CheckResult:
     candidate: str
     comparison: Comparison
     samples: Samples
+    target: str = "generic"  # what the emulation followed ("generic" or "tensorrt X.Y")
 
     @property
     def passed(self) -> bool:
@@ -46,7 +48,7 @@ class CheckResult:
     def lines(self) -> list[str]:
         """Per-output metrics and the verdict, for the terminal."""
         out = [f"check {self.candidate} against {self.model}",
-               f"oracle: {_oracle_text(self.oracle)}",
+               f"oracle: {_oracle_text(self.oracle)}; target: {self.target}",
                f"samples: {len(self.samples.feeds)} ({self.samples.source})"]
         out += [f"  {m.name}: {m.summary()}  {'pass' if m.passed else 'FAIL'}"
                 for m in self.comparison.outputs]
@@ -56,7 +58,7 @@ class CheckResult:
 
 def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
           tol: Tolerance | None = None, oracle: OracleName = "emulate",
-          custom_op_libraries: tuple[str, ...] = ()) -> CheckResult:
+          custom_op_libraries: tuple[str, ...] = (), trt: TrtVersion | None = None) -> CheckResult:
     """Compare ``candidate_path`` with the FP32 ``model_path`` on the samples of ``spec``;
     ``custom_op_libraries`` are registered on every onnxruntime session of either model."""
     from . import oracle as oracle_lib  # heavy: onnxruntime
@@ -65,7 +67,7 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
     tol = tol or Tolerance()
     oracle_lib.require_oracle(oracle)
     reference = load_model(model_path, custom_op_libraries)
-    candidate = load_model(candidate_path, custom_op_libraries)
+    candidate = load_model(candidate_path, custom_op_libraries, trt)
     _check_outputs_match(reference.model, candidate.model, model_path, candidate_path)
     tol.require_outputs([o.name for o in reference.model.graph.output], model_path)
     samples = load_samples(reference.model, spec)
@@ -85,7 +87,7 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
     comparison = compare_samples(
         refs, oracle_lib.select.only_reference_outputs(cands, refs), tol, cands.oracle
     )
-    return CheckResult(model_path, candidate_path, comparison, samples)
+    return CheckResult(model_path, candidate_path, comparison, samples, candidate.target_name)
 
 
 def _refuse_fp32_nonfinite(reference: ModelContext, samples: Samples,

@@ -55,6 +55,11 @@ class ModelContext:
         renamed = name_nodes(model)
         return ModelContext(model, path, os.path.abspath(base_dir), tuple(renamed), custom_op_libraries)
 
+    @property
+    def target_name(self) -> str:
+        """What the emulation follows, as results record it: "generic" or "tensorrt X.Y"."""
+        return "generic" if self.trt is None else f"tensorrt {self.trt}"
+
     @cached_property
     def nodes(self) -> tuple[NodeRef, ...]:
         """Every node, subgraphs included, owners before their bodies."""

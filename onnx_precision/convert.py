@@ -21,6 +21,7 @@ from .data import SampleSpec, sample_files
 from .errors import CustomOpError, InternalError, SearchError
 from .plan import PrecisionPlan, Reason, apply_user_choices
 from .rewriter import RewriteResult, rewrite
+from .trt.versions import TrtVersion
 from .validation import check_written
 from .vocab import MODES, Mode, OracleName
 
@@ -51,6 +52,7 @@ class ConvertOptions:
     report_md: str | None = None
     oracle: OracleName = "emulate"
     custom_op_libraries: tuple[str, ...] = ()  # registered on every onnxruntime session of the model
+    trt: TrtVersion | None = None  # --target tensorrt: the release whose layers the emulation follows
     max_probes: int | None = None  # search budgets (auto mode): on exhaustion the cheapest passing
     time_budget: float | None = None  # plan probed so far is kept, marked as such
 
@@ -138,7 +140,9 @@ def choose_plan(
     with oracle.blame(ctx, samples):
         result = auto.choose_plan(ctx, plan, samples, options.tolerance, options.headroom, options.mode,
                                   progress, budget)
-    return ctx.resolve(result.plan), result
+    from .oracle.layers import target_reasons
+
+    return ctx.resolve(target_reasons(ctx, result.plan)), result
 
 
 def unmeasured_static_plan(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
@@ -200,7 +204,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
              outputs: storage.Outputs) -> ConvertResult:
     measuring = options.mode != "all-fp16"
     helpers_before = helper_sessions.built()
-    ctx = load_model(model_path, options.custom_op_libraries)
+    ctx = load_model(model_path, options.custom_op_libraries, options.trt)
     if ctx.renamed:
         logger.debug("named %d unnamed node(s) (node_of_<first output>)", len(ctx.renamed))
     plan, warnings = base_plan(ctx, options)
@@ -253,7 +257,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     with oracle.blame(ctx, auto_result.samples):
         verified, native, phases = oracle.verify_output(staged_model, auto_result.samples.feeds,
                                                         auto_result.reference_outputs, options.tolerance,
-                                                        options.oracle, ctx.custom_op_libraries)
+                                                        options.oracle, ctx.custom_op_libraries, ctx.trt)
     default_load = ""
     if auto_result.passed and verified.passed and (native is None or native.passed):
         started = time.perf_counter()

@@ -21,6 +21,7 @@ Status = Literal["passed", "failed", "fp32-nonfinite", "not-checked", "ort-load-
 OracleName = Literal["emulate", "cuda", "tensorrt", "reference"]
 
 # Why a node has its precision (see plan.Reason).
-ReasonSource = Literal["default", "user", "type", "initializer", "rule", "range", "search", "headroom"]
+ReasonSource = Literal["default", "user", "type", "initializer", "rule", "range", "search", "headroom",
+                       "target"]
 REASON_SOURCES: tuple[ReasonSource, ...] = get_args(ReasonSource)
 ORACLE_NAMES: tuple[OracleName, ...] = get_args(OracleName)  # oracle.select.ORACLES has one runner each

@@ -27,7 +27,8 @@ def run(args: argparse.Namespace) -> int:
     from ..data import sample_files
 
     spec = common.sample_spec(args)
-    result = analysis.analyze(args.model, spec, common.tolerance(args), common.custom_op_libraries(args))
+    result = analysis.analyze(args.model, spec, common.tolerance(args), common.custom_op_libraries(args),
+                              common.target(args))
     if args.json:
         # Before printing: a bad path fails with nothing half-done.
         result.write_json(args.json, sample_files(spec))

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..compare import Tolerance
 from ..data import SampleSpec
+from ..trt.versions import NEWEST, TrtVersion
 from ..verdict import ERROR_STATS, SLICE_MIN_ELEMENTS
 
 
@@ -141,10 +142,30 @@ def add_runtime_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ort-custom-op-library", action="append", default=[], metavar="PATH",
                         help="a shared library of onnxruntime kernels for the model's custom ops, registered "
                              "on every session (repeatable)")
+    parser.add_argument("--target", choices=("generic", "tensorrt"), default="generic",
+                        help="what FP16 runs on: generic (default: every op computes in FP32 and "
+                             "stores FP16, as GPU kernels that accumulate in FP32 do) or tensorrt (ops its "
+                             "ONNX parser builds from several layers, e.g. ReduceL2, LogSoftmax, CumSum, are "
+                             "emulated layer by layer, each layer storing FP16)")
+    parser.add_argument("--trt-version", type=_trt_version, default=NEWEST, metavar="X.Y",
+                        help=f"with --target tensorrt: the release whose parser is followed "
+                             f"(default {NEWEST})")
 
 
 def custom_op_libraries(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(args.ort_custom_op_library)
+
+
+def _trt_version(text: str) -> TrtVersion:
+    try:
+        return TrtVersion.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def target(args: argparse.Namespace) -> TrtVersion | None:
+    """The TensorRT release the emulation follows, or None for the generic target."""
+    return args.trt_version if args.target == "tensorrt" else None
 
 
 def _per_output(parse: Callable[[str], Any]) -> Callable[[str], tuple[str | None, Any]]:

@@ -14,7 +14,9 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import onnx
 
+from ..context import ModelContext
 from ..graph import graphs, is_onnx_domain, onnx_opset
+from ..plan import PrecisionPlan, Reason
 from ..storage import read_array
 from ..trt.ops import decompose
 from ..trt.spell import DecompositionError
@@ -60,3 +62,36 @@ class TargetLayers:
             log.debug("%s: emulated as one op (%s)", node.name, e)
             return [node]
         return [node] if spelled is None else list(spelled.nodes)
+
+    def layer_kinds(self, node: onnx.NodeProto) -> list[str]:
+        """The computing layers TensorRT builds for ``node`` (one entry: it is not split)."""
+        if self.trt is None or not is_onnx_domain(node.domain):
+            return [node.op_type]
+        try:
+            spelled = decompose(node, opset=self.opset, fp16=True, version=self.trt, constants=self.constants)
+        except DecompositionError:
+            return [node.op_type]
+        if spelled is None:
+            return [node.op_type]
+        return [layer.kind for layer, _ in spelled.layers if layer.computes]
+
+
+def target_reasons(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
+    """``plan`` with a ``target`` reason on each measured FP32 pin whose op the target builds from
+    several layers: the pin may be there because of those layers (a generic run may not need it)."""
+    if ctx.trt is None:
+        return plan
+    layers = TargetLayers(ctx.model, ctx.trt, ctx.base_dir, ctx.types, lambda base: base)
+    measured = ("search", "range", "rule", "headroom")
+    for ref in ctx.nodes:
+        decision = plan.decisions.get(ref.name)
+        if decision is None or plan.is_fp16(ref.name):
+            continue
+        if not any(r.source in measured for r in decision.reasons):
+            continue
+        kinds = layers.layer_kinds(ref.node)
+        if len(kinds) > 1:
+            plan = plan.with_fp32([ref.name], Reason(
+                "target", f"TensorRT {ctx.trt} builds this {ref.node.op_type} from {len(kinds)} layers "
+                          f"({', '.join(kinds)}), each storing FP16; the emulation followed them"))
+    return plan

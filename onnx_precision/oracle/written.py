@@ -95,6 +95,7 @@ def _emulate_graph(graph: onnx.GraphProto, types: Mapping[str, int], names: Name
             if name in renamed_inputs:
                 node.input[i] = renamed_inputs[name]
         _retype_attributes(node, base_dir)
+        fp16 = any(types.get(o) == FLOAT16 for o in node.output if o)
         rounds: list[onnx.NodeProto] = []
         for i, o in enumerate(node.output):
             if not o or types.get(o) != FLOAT16:
@@ -109,7 +110,6 @@ def _emulate_graph(graph: onnx.GraphProto, types: Mapping[str, int], names: Name
                 exact = names.fresh(o + "__exact")
                 node.output[i] = exact
                 rounds.extend(round_nodes(exact, o, names))
-        fp16 = any(types.get(o) == FLOAT16 for o in node.output if o)
         new_nodes.extend((layers.spell(node) if fp16 and node.op_type != "Cast" else [node]) + rounds)
     # A graph output that is itself an FP16 graph input passes through unrounded: rounding it would
     # need a node writing that name, which SSA forbids, and the value is exactly what was fed.

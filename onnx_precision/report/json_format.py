@@ -29,6 +29,7 @@ def to_json(report: RunReport) -> dict:
             "output": report.output,
             "mode": report.mode,
             "oracle": report.oracle,
+            "target": report.target,
             "status": report.status,
             "message": report.message,
             "samples": {
@@ -129,6 +130,7 @@ def from_json(obj: Mapping) -> RunReport:
         tradeoff_svg=picture,
         nothing_to_convert=obj["nothing_to_convert"] or "",
         before_plan=obj["before_plan"],
+        target=obj["target"],
     )
 
 

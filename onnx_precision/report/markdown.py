@@ -41,7 +41,7 @@ def to_markdown(report: RunReport) -> str:
         f"# onnx-precision report: {report.model}",
         "",
         f"- output: `{report.output}`" if report.output else "- output: (none written)",
-        f"- mode: {report.mode}; oracle: {report.oracle}",
+        f"- mode: {report.mode}; oracle: {report.oracle}; target: {report.target}",
         f"- status: **{report.status}**" + (f": {report.message}" if report.message else ""),
         f"- samples: {report.sample_count} ({report.samples_source})",
     ]
@@ -136,8 +136,8 @@ def summary_lines(report: RunReport, report_paths: Sequence[str] = ()) -> list[s
     target = f" -> {report.output}" if report.output else ""
     lines = [
         f"{report.model}{target}: {report.status}" + (f" ({report.message})" if report.message else ""),
-        f"mode {report.mode}, oracle {report.oracle}, {report.sample_count} sample(s): "
-        f"{report.samples_source}",
+        f"mode {report.mode}, oracle {report.oracle}, target {report.target}, "
+        f"{report.sample_count} sample(s): {report.samples_source}",
         f"FP16: {_share_text(report)}",
         "FP32 pins " + _pins_line(report) if report.fp32_nodes else "FP32 pins: none",
     ]

@@ -50,6 +50,7 @@ class RunReport(PhaseTotals):
     headroom: float | None = None
     helper_sessions: int = 0  # small sessions (FP16 kernel probes, fast casts) built during the run
     nothing_to_convert: str = ""  # why no node computes in float32 ("" when some do)
+    target: str = "generic"  # what the emulation followed: "generic" or "tensorrt X.Y"
     before_plan: str = "all FP16"  # what "before" measured: all FP16, or the user's plan
     points: tuple[PlanPoint, ...] = ()  # every plan the search evaluated
     notes: tuple[str, ...] = ()
@@ -138,6 +139,7 @@ def for_conversion(
         notes=auto_result.notes if auto_result is not None else (),
         tradeoff_svg=tradeoff_svg if auto_result is not None and len(auto_result.points) > 1 else None,
         nothing_to_convert=ctx.nothing_to_convert,
+        target=ctx.target_name,
         before_plan=before_plan,
     )
 

@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 
 from ..fp16 import FP16_EXACT_INT, FP16_MAX, FP16_MIN_NORMAL, FP16_MIN_SUBNORMAL
+from ..trt.facts import log_softmax_underflows
 from .facts import (
     HIGH,
     LOW,
@@ -91,8 +92,11 @@ def reduction(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     stats = facts.range_of(node.output[0])
     if stats is not None:
         evidence["internal_sum_estimate"] = float(internal(stats))
-    yield finding(node, "reduction-accumulator", OVERFLOW, LOW,
-                  f"internal sum over {length} elements can exceed 65504 where kernels accumulate in FP16",
+    # TensorRT builds ReduceL2/ReduceLogSumExp from layers that store the sum in FP16 (trt.ops)
+    stored = facts.ctx.trt is not None and node.op_type in ("ReduceL2", "ReduceLogSumExp")
+    where = f"TensorRT {facts.ctx.trt} stores it in FP16" if stored else "kernels accumulate in FP16"
+    yield finding(node, "reduction-accumulator", OVERFLOW, HIGH if stored else LOW,
+                  f"internal sum over {length} elements can exceed 65504 where {where}",
                   confirmed, **evidence)
 
 
@@ -200,6 +204,12 @@ def softmax(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
         confirmed = confirm(facts, [node.output[0]], overflows)
         yield finding(node, "softmax", OVERFLOW, LOW, "log-probabilities below -65504 overflow",
                       confirmed, **range_evidence(facts, "output", node.output[0]))
+        if facts.ctx.trt is not None:  # TensorRT: SoftMax then LOG, the probabilities stored in FP16
+            flushed = confirm(facts, [node.output[0]], lambda s: log_softmax_underflows(s.max_abs))
+            yield finding(node, "log-softmax-layers", UNDERFLOW, HIGH if flushed else MEDIUM,
+                          f"TensorRT {facts.ctx.trt} computes Softmax then Log: probabilities below 6e-8 "
+                          "are stored as 0 in FP16 and their log is -inf", flushed,
+                          **range_evidence(facts, "output", node.output[0]))
         return
     downstream = {c.op_type for c in facts.downstream_ops(node.output[0], 2)}
     fragile = sorted(downstream & {"Log", "Div", "Reciprocal"})
