@@ -107,7 +107,7 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
     if headroom != 0 and not headroom >= 1.0:
         raise PrecisionError(f"--headroom {headroom:g}: must be 0 (off) or at least 1 "
                              f"(1 = pin only what overflows on the samples)")
-    clock = Clock()
+    clock = Clock(progress)
     with clock.phase("reference") as phase:
         user = ctx.resolve(base_plan)
         session = EmulationSession(ctx)

@@ -204,6 +204,8 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
              outputs: storage.Outputs) -> ConvertResult:
     measuring = options.mode != "all-fp16"
     helpers_before = helper_sessions.built()
+    if progress is not None:
+        progress("load", 0, 0, None)
     ctx = load_model(model_path, options.custom_op_libraries, options.trt)
     if ctx.renamed:
         logger.debug("named %d unnamed node(s) (node_of_<first output>)", len(ctx.renamed))
@@ -233,6 +235,8 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
         outputs.commit()
         raise SearchError(f"{auto_result.message} (no model written; report: {options.report_json})")
     started = time.perf_counter()
+    if progress is not None:
+        progress("write", 0, 0, None)
     result = rewrite(ctx, plan)
     staged_model = storage.save_model(result.model, output_path, source_dir=ctx.base_dir,
                                       external_data=True if options.external_data else None, outputs=outputs)
@@ -254,6 +258,8 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     from . import oracle
 
     write = PhaseCost("write", time.perf_counter() - started)
+    if progress is not None:
+        progress("verify", 0, 0, None)
     with oracle.blame(ctx, auto_result.samples):
         verified, native, phases = oracle.verify_output(staged_model, auto_result.samples.feeds,
                                                         auto_result.reference_outputs, options.tolerance,

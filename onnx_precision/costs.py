@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
@@ -58,12 +58,15 @@ class PhaseCounts:
 class Clock:
     """Seconds, sessions built and probes per phase, for the report."""
 
-    def __init__(self) -> None:
+    def __init__(self, announce: Callable[[str, int, int, float | None], None] | None = None) -> None:
         self._phases: list[PhaseCost] = []
         self._sessions_seen = 0
+        self._announce = announce  # told of each phase as it starts (progress)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[PhaseCounts]:
+        if self._announce is not None:
+            self._announce(name, 0, 0, None)
         counts = PhaseCounts()
         started = time.perf_counter()
         try:

@@ -195,8 +195,10 @@ def test_progress_is_reported_during_the_search(tmp_path):
     calls = []
     auto.choose_plan(loaded, all_fp16(loaded), samples, Tolerance(),
                      progress=lambda phase, done, left, best: calls.append((phase, done, left)))
-    assert calls and calls[0][0] == "search"
-    assert [c[1] for c in calls] == sorted(c[1] for c in calls) and calls[-1][2] == 0
+    phases = [c[0] for c in calls if c[1] == c[2] == 0]  # each phase is announced as it starts
+    assert phases[:2] == ["reference", "before"] and "search" in phases and phases[-1] == "after"
+    probes = [c for c in calls if c[0] == "search" and (c[1] or c[2])]
+    assert probes and [c[1] for c in probes] == sorted(c[1] for c in probes) and probes[-1][2] == 0
 
 
 def test_reference_outputs_are_the_fp32_outputs(tmp_path):

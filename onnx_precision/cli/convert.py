@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from .progress import ProgressLine
 
-    progress = ProgressLine(enabled=False if args.quiet else None)
+    progress = ProgressLine(enabled=False if args.quiet else None, lines=args.verbose > 0)
     try:
         result = convert_lib.convert(args.model, args.output, options, progress)
     finally:
