@@ -1,16 +1,6 @@
-"""Static FP16 risk rules: one small function per op family, registered by op type.
-
-A rule looks at one node (its op, attributes, constant inputs, inferred shapes) and returns
-:class:`Finding` values: the node, the rule, the kind of failure it predicts (overflow, underflow,
-precision), a severity and the evidence. When the FP32 reference has recorded value ranges (per
-tensor ``TensorStats``: ``max_abs``, ``min_nonzero_abs``, ``flush_fraction``), each rule also
-says whether the ranges *confirm* the risk or *dismiss* it (a Pow whose base never exceeds 10 is
-not a risk); without ranges ``confirmed`` is None. Facts that do not depend on data (a constant of
--1e9) are confirmed either way.
-
-This module holds what rules share: :class:`Finding`, :class:`Skipped`, :class:`ModelFacts` and
-the helpers that confirm a risk from the recorded ranges.
-"""
+"""What every risk rule shares: :class:`Finding`, :class:`Skipped`, :class:`ModelFacts` (the
+model's constants, shapes, consumers and recorded ranges), and the helpers that confirm a risk
+from the recorded ranges (see :mod:`onnx_precision.rules` for the rules themselves)."""
 
 from __future__ import annotations
 

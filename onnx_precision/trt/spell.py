@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ..graph import fresh_name
 from .layers import TrtLayer
 
 FLOAT = TensorProto.FLOAT
@@ -67,15 +68,7 @@ def default_fresh(node: onnx.NodeProto) -> Callable[[str], str]:
     """Fresh names that avoid the node's own tensors, for spelling a node outside any model (tests,
     reference graphs). Inside a model, pass a ``fresh`` that avoids every name of the model."""
     taken = set(node.input) | set(node.output) | {node.name}
-
-    def fresh(base: str) -> str:
-        name, k = base, 0
-        while name in taken:
-            k += 1
-            name = f"{base}_{k}"
-        taken.add(name)
-        return name
-    return fresh
+    return lambda base: fresh_name(base, taken)
 
 
 class Speller:
