@@ -45,6 +45,19 @@ class CheckResult:
     def oracle(self) -> str:
         return self.comparison.oracle
 
+    def detail_lines(self, tol: Tolerance) -> list[str]:
+        """More for ``check -v``: the tolerance, and per output where its worst slice is, its
+        elements outside the element bound, and every reason it fails."""
+        out = [f"tolerance: {tol.describe()}"]
+        for m in self.comparison.outputs:
+            where = f" at index {list(m.worst_slice_at)}" if m.worst_slice_at else ""
+            out.append(f"  {m.name}: {m.elements} elements compared ({m.fp32_nonfinite} left out: FP32 "
+                       f"non-finite), {m.slices} slice(s), the worst{where} ({m.worst_slice_size} elements); "
+                       f"{m.outside_bound} outside atol + rtol x |ref|")
+            out += [f"    fails: {why}" for why in m.failures]
+            out += [f"    task: {t.summary()}" for t in m.tasks]
+        return out
+
     def lines(self) -> list[str]:
         """Per-output metrics and the verdict, for the terminal."""
         out = [f"check {self.candidate} against {self.model}",

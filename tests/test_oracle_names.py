@@ -30,3 +30,14 @@ def test_the_reference_oracle_fails_an_all_fp16_model_that_overflows(tmp_path):
     out = str(tmp_path / "all.onnx")
     assert main(["convert", model, "-o", out, "--mode", "all-fp16", "-q"]) == 0
     assert main(["check", model, out, "--inputs", data, "--oracle", "reference", "-q"]) == 1
+
+
+def test_check_verbose_adds_the_tolerance_and_where_each_output_fails(tmp_path, capsys):
+    model, data = generate.model_path("l2_normalize"), generate.data_path("l2_normalize")
+    out = str(tmp_path / "all.onnx")
+    assert main(["convert", model, "-o", out, "--mode", "all-fp16", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["check", model, out, "--inputs", data, "-v"]) == 1
+    printed = capsys.readouterr().out
+    assert "tolerance: rms: rel RMS err <= 0.05" in printed
+    assert "  y: 64 elements compared (0 left out: FP32 non-finite)" in printed and "    fails: " in printed

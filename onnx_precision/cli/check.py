@@ -38,5 +38,7 @@ def run(args: argparse.Namespace) -> int:
         custom_op_libraries=common.custom_op_libraries(args), trt=common.target(args))
     for line in result.lines():
         print(line)
+    if args.verbose:
+        print("\n".join(result.detail_lines(common.tolerance(args))))
     common.print_warnings(result.samples.warnings, args)
     return 0 if result.passed else 1
