@@ -96,9 +96,11 @@ class _SwitchBuilder:
         # An initializer also listed as a graph input (IR < 4 models) is still a constant here:
         # sample feeds never override it (data.model_inputs leaves it out).
         self.init_graph: dict[str, onnx.GraphProto] = {}
+        self.inits: dict[str, onnx.TensorProto] = {}  # by name: a scan per weight was quadratic
         for graph in graphs(model.graph):
             for init in graph.initializer:
                 self.init_graph[init.name] = graph
+                self.inits[init.name] = init
 
     def is_float(self, name: str) -> bool:
         return bool(name) and self.types.get(name) == FLOAT
@@ -120,7 +122,7 @@ class _SwitchBuilder:
                 return scope[tensor]
         owner = self.init_graph.get(tensor)
         if owner is not None and tensor not in self.external:
-            init = next(i for i in owner.initializer if i.name == tensor)
+            init = self.inits[tensor]
             if init.data_type == FLOAT and 4 * int(np.prod(init.dims, dtype=np.int64)) <= self.copy_budget:
                 result = self._rounded_initializer(init, owner)
                 scopes[0 if owner is self.model.graph else -1][tensor] = result

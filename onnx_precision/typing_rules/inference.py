@@ -24,7 +24,7 @@ def tensor_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     that inference rejects falls back to what it declares.
     """
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+        inferred = onnx.shape_inference.infer_shapes(_weightless(model), check_type=False, strict_mode=False)
     except Exception as e:  # inference raising is a property of the input model, not our bug
         logger.debug("shape inference failed (%s); using declared types only", e)
         inferred = model
@@ -33,7 +33,7 @@ def tensor_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
         for graph in graphs(source.graph):
             for vi in list(graph.value_info) + list(graph.input) + list(graph.output):
                 if vi.name and vi.type.WhichOneof("value") is not None and elem_type(vi.type) is not None:
-                    types[vi.name] = vi.type
+                    types[vi.name] = _copy(vi.type) if source is inferred else vi.type
             for init in graph.initializer:
                 types[init.name] = _tensor_type(init)
             for node in graph.node:
@@ -43,6 +43,46 @@ def tensor_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
                         types.setdefault(node.output[0], t)
     _complete_types(model, types)
     return types
+
+
+# Initializers up to this many elements keep their values for inference (Reshape targets, axes).
+SMALL_CONSTANT = 4096
+
+
+def _weightless(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` for shape inference without its large weights' values (only their dims): inference
+    of a model holding its weights copies them (+1.2 GB on GPT-2), and reads none of their values."""
+    shell = onnx.ModelProto(ir_version=model.ir_version)
+    shell.opset_import.extend(model.opset_import)
+    shell.functions.extend(model.functions)
+    graph = shell.graph
+    graph.name = model.graph.name
+    graph.node.extend(model.graph.node)
+    graph.input.extend(model.graph.input)
+    graph.output.extend(model.graph.output)
+    graph.value_info.extend(model.graph.value_info)
+    graph.sparse_initializer.extend(model.graph.sparse_initializer)
+    for init in model.graph.initializer:
+        if init.data_location != onnx.TensorProto.EXTERNAL and _elements(init) <= SMALL_CONSTANT:
+            graph.initializer.append(init)
+        else:
+            dims_only = onnx.TensorProto(name=init.name, dims=init.dims, data_type=init.data_type)
+            graph.initializer.append(dims_only)
+    return shell
+
+
+def _elements(tensor: onnx.TensorProto) -> int:
+    count = 1
+    for d in tensor.dims:
+        count *= d
+    return count
+
+
+def _copy(tp: onnx.TypeProto) -> onnx.TypeProto:
+    """A type that keeps nothing of the model it came from alive."""
+    out = onnx.TypeProto()
+    out.CopyFrom(tp)
+    return out
 
 
 def _constant_type(node: onnx.NodeProto) -> onnx.TypeProto | None:
