@@ -16,6 +16,7 @@ from onnx import helper, numpy_helper
 
 from ..graph import is_onnx_domain, subgraphs
 from ..storage import external_location, inline_small_external, read_array
+from ..storage.external_data import INLINE_EXTERNAL_BYTES
 from ..trt.versions import TrtVersion
 from ..typing_rules import tensor_types
 from .layers import TargetLayers
@@ -50,20 +51,27 @@ def _float_tensor(t: onnx.TensorProto, base_dir: str) -> onnx.TensorProto:
     return numpy_helper.from_array(values, t.name)
 
 
+def _elements(tensor: onnx.TensorProto) -> int:
+    return int(np.prod(tensor.dims, dtype=np.int64)) if tensor.dims else 1
+
+
 def _float_initializers(graph: onnx.GraphProto, names: Names, base_dir: str) -> list[onnx.NodeProto]:
     """Make ``graph``'s FP16 initializers FP32 (exact), in place; returns the Casts to run first.
 
-    An external one keeps its FP16 data where it is, renamed, and a ``Cast(to=FLOAT)`` produces
-    the original name: an FP32 copy in the proto would double the weights and, for a model over
-    1 GB of FP16, pass protobuf's 2 GB. One that is also a graph input (IR < 4) cannot become a
-    node output, so it is converted in the proto.
+    An external one, or an inline one over INLINE_EXTERNAL_BYTES, keeps its FP16 data, renamed,
+    and a ``Cast(to=FLOAT)`` produces the original name: an FP32 copy in the proto would double the
+    weights (and the memory a verification takes), and for a model over 1 GB of FP16 pass
+    protobuf's 2 GB. Small ones are converted in place (onnxruntime's shape inference reads shape
+    constants). One that is also a graph input (IR < 4) cannot become a node output, so it is
+    converted in the proto.
     """
     inputs = {vi.name for vi in graph.input}
     casts = []
     for init in graph.initializer:
         if init.data_type != FLOAT16:
             continue
-        if external_location(init) is None or init.name in inputs:
+        small = external_location(init) is None and 2 * _elements(init) <= INLINE_EXTERNAL_BYTES
+        if small or init.name in inputs:
             init.CopyFrom(_float_tensor(init, base_dir))
             continue
         name = init.name
