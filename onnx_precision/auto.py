@@ -39,7 +39,7 @@ from .errors import InternalError, PrecisionError, SearchError
 from .flops import estimate_flops
 from .fp16 import FP16_MAX
 from .oracle import EmulationSession, LayerwiseResult, ReferenceResult
-from .oracle.stats import NodeStats
+from .oracle.stats import NodeStats, first_nonfinite_output
 from .plan import PrecisionPlan, Reason
 from .probing import Prober
 from .search import SearchOutcome
@@ -355,21 +355,17 @@ def _fp32_nonfinite_message(reference: ReferenceResult) -> str:
     comparison leaves elements that are non-finite in FP32 out anyway. The message names the first
     node that turns non-finite from finite inputs, where the oracle found one.
     """
-    for i, out in enumerate(reference.outputs):
-        for name, value in out.items():
-            if np.issubdtype(value.dtype, np.floating) and not np.isfinite(value).all():
-                where = f" on sample {i}" if len(reference.outputs) > 1 else ""
-                node = reference.first_nonfinite
-                if node is None:
-                    return (
-                        f"the FP32 model itself produces NaN/Inf in output '{name}'{where}; that is not "
-                        f"an FP16 problem (fix the model or the data)"
-                    )
-                return (
-                    f"the FP32 model itself produces NaN/Inf: node '{node}' gives a non-finite output "
-                    f"from finite inputs and output '{name}' is non-finite{where}; that is not an FP16 "
-                    f"problem (fix the model or the data)"
-                )
+    bad = first_nonfinite_output(reference.outputs)
+    if bad is not None:
+        sample, name = bad
+        where = f" on sample {sample}" if len(reference.outputs) > 1 else ""
+        node = reference.first_nonfinite
+        if node is None:
+            return (f"the FP32 model itself produces NaN/Inf in output '{name}'{where}; that is not "
+                    f"an FP16 problem (fix the model or the data)")
+        return (f"the FP32 model itself produces NaN/Inf: node '{node}' gives a non-finite output "
+                f"from finite inputs and output '{name}' is non-finite{where}; that is not an FP16 "
+                f"problem (fix the model or the data)")
     if reference.first_nonfinite is not None:
         log.info(
             "note: node '%s' is non-finite in FP32 on the samples, but the outputs are finite",

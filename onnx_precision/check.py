@@ -108,8 +108,7 @@ def _refuse_fp32_nonfinite(reference: ModelContext, samples: Samples,
     """Raise FP32NonFinite naming the first node that turns non-finite, as convert refuses."""
     from . import oracle as oracle_lib
 
-    bad = next(((i, name) for i, out in enumerate(refs) for name, value in out.items()
-                if np.issubdtype(value.dtype, np.floating) and not np.isfinite(value).all()), None)
+    bad = oracle_lib.stats.first_nonfinite_output(refs)
     if bad is None:
         return
     node = oracle_lib.reference_stats(oracle_lib.EmulationSession(reference), samples).first_nonfinite

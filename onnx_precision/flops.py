@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 
 from .graph import walk_nodes
-from .storage import external_location
+from .typing_rules.inference import weightless
 
 
 def estimate_flops(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> dict[str, float]:
@@ -50,20 +50,8 @@ def _flops_per_output(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]
 
 def _inferred_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]],
                      ) -> dict[str, tuple[int, ...]]:
-    shell = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import,
-                            functions=model.functions)
+    shell = weightless(model)
     graph = shell.graph
-    graph.node.extend(model.graph.node)
-    graph.input.extend(model.graph.input)
-    graph.output.extend(model.graph.output)
-    graph.value_info.extend(model.graph.value_info)
-    for init in model.graph.initializer:
-        # Shape computations need small constants (Reshape targets); big weights only their dims.
-        if _is_small(init):
-            graph.initializer.append(init)
-        else:
-            shape_only = onnx.TensorProto(name=init.name, dims=init.dims, data_type=init.data_type)
-            graph.initializer.append(shape_only)
     for value in graph.input:
         shape = input_shapes.get(value.name)
         if shape is None or not value.type.HasField("tensor_type"):
@@ -88,7 +76,3 @@ def _inferred_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence
     for init in model.graph.initializer:
         shapes.setdefault(init.name, tuple(init.dims))
     return shapes
-
-
-def _is_small(tensor: onnx.TensorProto) -> bool:
-    return external_location(tensor) is None and int(np.prod(tensor.dims)) <= 4096

@@ -11,16 +11,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
-import numpy as np
 import onnx
 
 from ..context import ModelContext
-from ..graph import graphs, is_onnx_domain, onnx_opset
+from ..graph import is_onnx_domain, onnx_opset
 from ..plan import PrecisionPlan, Reason
-from ..storage import read_array
 from ..trt.ops import decompose
 from ..trt.spell import DecompositionError
 from ..trt.versions import TrtVersion
+from ..typing_rules.constants import small_constant_arrays
 
 log = logging.getLogger(__name__)
 
@@ -36,17 +35,7 @@ class TargetLayers:
         self.opset = onnx_opset(model, 13)
         self.types = types
         self.fresh = fresh
-        self.constants: dict[str, np.ndarray] = {}
-        if trt is not None:
-            for graph in graphs(model.graph):
-                for init in graph.initializer:
-                    if int(np.prod(init.dims, dtype=np.int64)) <= SMALL_CONSTANT:
-                        self.constants[init.name] = np.asarray(read_array(init, base_dir))
-                for node in graph.node:
-                    if node.op_type == "Constant" and node.output and node.attribute:
-                        attribute = node.attribute[0]
-                        if attribute.type == onnx.AttributeProto.TENSOR:
-                            self.constants[node.output[0]] = onnx.numpy_helper.to_array(attribute.t)
+        self.constants = small_constant_arrays(model, base_dir, SMALL_CONSTANT) if trt is not None else {}
 
     def spell(self, node: onnx.NodeProto) -> list[onnx.NodeProto]:
         """The nodes that compute FP16 ``node`` (inputs already rounded; outputs rounded by the caller)."""

@@ -290,3 +290,12 @@ def _merge_errors(acc: dict[str, NodeError], nodes: Sequence[onnx.NodeProto], re
                             max(old.max_rel_err, err.max_rel_err), max(old.new_nonfinite, err.new_nonfinite),
                             max(old.input_rel_err, err.input_rel_err), old.diverges or err.diverges)
         acc[node.name] = err
+
+
+def first_nonfinite_output(outputs: Sequence[Mapping[str, np.ndarray]]) -> tuple[int, str] | None:
+    """(sample, output name) of the first float output holding NaN/Inf, or None."""
+    for i, out in enumerate(outputs):
+        for name, value in out.items():
+            if np.issubdtype(value.dtype, np.floating) and not np.isfinite(value).all():
+                return i, name
+    return None

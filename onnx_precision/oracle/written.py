@@ -15,7 +15,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..graph import is_onnx_domain, subgraphs
-from ..storage import external_location, inline_small_external, read_array
+from ..storage import element_count, external_location, inline_small_external, read_array
 from ..storage.external_data import INLINE_EXTERNAL_BYTES
 from ..trt.versions import TrtVersion
 from ..typing_rules import tensor_types
@@ -51,10 +51,6 @@ def _float_tensor(t: onnx.TensorProto, base_dir: str) -> onnx.TensorProto:
     return numpy_helper.from_array(values, t.name)
 
 
-def _elements(tensor: onnx.TensorProto) -> int:
-    return int(np.prod(tensor.dims, dtype=np.int64)) if tensor.dims else 1
-
-
 def _float_initializers(graph: onnx.GraphProto, names: Names, base_dir: str) -> list[onnx.NodeProto]:
     """Make ``graph``'s FP16 initializers FP32 (exact), in place; returns the Casts to run first.
 
@@ -70,7 +66,7 @@ def _float_initializers(graph: onnx.GraphProto, names: Names, base_dir: str) -> 
     for init in graph.initializer:
         if init.data_type != FLOAT16:
             continue
-        small = external_location(init) is None and 2 * _elements(init) <= INLINE_EXTERNAL_BYTES
+        small = external_location(init) is None and 2 * element_count(init) <= INLINE_EXTERNAL_BYTES
         if small or init.name in inputs:
             init.CopyFrom(_float_tensor(init, base_dir))
             continue

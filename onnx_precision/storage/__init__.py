@@ -9,25 +9,27 @@
 from __future__ import annotations
 
 from .external_data import (
-                            cast_initializer,
-                            check_model_external_data,
-                            external_location,
-                            inline_small_external,
-                            is_external,
-                            model_tensors,
-                            read_array,
-                            value_range,
+    cast_initializer,
+    check_model_external_data,
+    element_count,
+    external_location,
+    inline_small_external,
+    is_external,
+    model_tensors,
+    read_array,
+    value_range,
 )
 from .saving import (
-                            Outputs,
-                            atomic_write,
-                            check_output_path,
-                            data_location,
-                            save_model,
-                            write_files,
-                            write_text,
+    Outputs,
+    atomic_write,
+    check_output_path,
+    data_location,
+    save_model,
+    write_files,
+    write_text,
 )
 
-__all__ = ["cast_initializer", "check_model_external_data", "external_location", "inline_small_external",
+__all__ = ["element_count", "cast_initializer", "check_model_external_data", "external_location",
+           "inline_small_external",
            "is_external", "model_tensors", "read_array", "value_range", "atomic_write", "check_output_path",
            "data_location", "save_model", "write_files", "write_text", "Outputs"]

@@ -85,6 +85,11 @@ def _graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
                     yield from _graph_tensors(sub)
 
 
+def element_count(tensor: onnx.TensorProto) -> int:
+    """How many values ``tensor`` holds, from its dims (1 for a scalar)."""
+    return int(np.prod(tensor.dims, dtype=np.int64))
+
+
 def is_external(tensor: onnx.TensorProto) -> bool:
     return tensor.data_location == onnx.TensorProto.EXTERNAL
 
@@ -146,7 +151,7 @@ def external_ref(
             if CAST_CHAIN_KEY in info
             else (tensor.data_type,)
         )
-        count = int(np.prod(tensor.dims, dtype=np.int64))
+        count = element_count(tensor)
         stored_size = stored_bytes(chain[0], count)
         length = int(info["length"]) if "length" in info else stored_size
     except (ValueError, TypeError, KeyError) as e:
@@ -427,7 +432,7 @@ def inline_small_external(model: onnx.ModelProto, base_dir: str) -> None:
             if not is_external(init):
                 continue
             if (
-                stored_bytes(init.data_type, int(np.prod(init.dims, dtype=np.int64)))
+                stored_bytes(init.data_type, element_count(init))
                 <= INLINE_EXTERNAL_BYTES
             ):
                 values = np.asarray(read_array(init, base_dir))

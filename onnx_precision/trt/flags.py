@@ -202,8 +202,8 @@ def _io_format(elem: int | None, version: TrtVersion) -> str | None:
 class _Model:
     """What every release's flags are computed from: node types and the plan's FP32 float nodes."""
 
-    def __init__(self, model: onnx.ModelProto, plan: PrecisionPlan, renamed: Sequence[tuple[str,
-                                                                                            str]]) -> None:
+    def __init__(self, model: onnx.ModelProto, plan: PrecisionPlan,
+                 renamed: Sequence[tuple[str, str]]) -> None:
         self.model = model
         self.plan = plan
         self.types = {name: elem_type(tp) for name, tp in tensor_types(model).items()}

@@ -27,7 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import InternalError
 from .layers import Naming, TrtLayer, mover, named, unnamed
-from .spell import Decomposition, Speller, attribute, default_fresh, round_graph
+from .spell import Decomposition, Speller, default_fresh, round_graph
 from .versions import NEWEST, TrtVersion, VersionRange, between, since
 
 FLOAT = TensorProto.FLOAT
@@ -166,8 +166,8 @@ def spell_cumsum_loop(s: Speller) -> None:
     s.layers.append((TrtLayer("ElementWise SUM (loop body: the running sum)", Naming.UNNAMED,
                               recurrent=True), total))
     s.nodes.append(helper.make_node(
-        "Scan", [zeros, x], [s.fresh(f"{s.base}__final_sum"),
-                             s.node.output[0]], name=s.fresh(f"{s.base}__trt_loop"),
+        "Scan", [zeros, x], [s.fresh(f"{s.base}__final_sum"), s.node.output[0]],
+        name=s.fresh(f"{s.base}__trt_loop"),
         body=body, num_scan_inputs=1, scan_input_axes=[axis], scan_input_directions=[reverse],
         scan_output_axes=[axis], scan_output_directions=[reverse]))
     s.move(mover("LoopOutput"))
@@ -215,8 +215,8 @@ def spell_rms_normalization(s: Speller) -> None:
     s.move(TMP_WEIGHT)
     s.move(mover("Cast", Naming.HELPER, helper="ONNXTRT_castHelper"))  # epsilon to stash_type
     eps = s.float_attr("epsilon", 1e-5)
-    rms = s.layer(named("Unary SQRT"), "Sqrt", [s.layer(named("ElementWise SUM"), "Add", [mean,
-                                                                                          s.scalar(eps)])])
+    mean_eps = s.layer(named("ElementWise SUM"), "Add", [mean, s.scalar(eps)])
+    rms = s.layer(named("Unary SQRT"), "Sqrt", [mean_eps])
     normalized = s.layer(named("ElementWise DIV"), "Div", [x, rms])
     s.layer(named("ElementWise PROD"), "Mul", [normalized, scale], final=True)
 
@@ -442,19 +442,5 @@ def decompose(node: onnx.NodeProto, *, opset: int, fp16: bool, version: TrtVersi
 def split_op_types(version: TrtVersion) -> frozenset[str]:
     """Op types that may become several computing layers at ``version`` (whether a node does can depend
     on its attributes: a Gemm without bias and alpha 1 is one layer)."""
-    return frozenset(op for op,
-                     e in TABLE.items() if (v := e.variant(version)) is not None and v.spell is not None)
-
-
-def constant_values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    """Values of the main graph's initializers and Constant outputs that are small (up to 64 entries):
-    the build-time constants importers read (axes, CumSum's axis)."""
-    values: dict[str, np.ndarray] = {}
-    for init in model.graph.initializer:
-        if np.prod(init.dims, dtype=np.int64) <= 64 and init.data_location != TensorProto.EXTERNAL:
-            values[init.name] = numpy_helper.to_array(init)
-    for node in model.graph.node:
-        value = attribute(node, "value") if node.op_type == "Constant" else None
-        if isinstance(value, TensorProto) and np.prod(value.dims, dtype=np.int64) <= 64:
-            values[node.output[0]] = numpy_helper.to_array(value)
-    return values
+    return frozenset(op for op, e in TABLE.items()
+                     if (v := e.variant(version)) is not None and v.spell is not None)

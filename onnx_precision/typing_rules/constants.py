@@ -7,7 +7,7 @@ import onnx
 
 from ..fp16 import FP16_MAX, FP16_MIN_NORMAL
 from ..graph import graphs, is_onnx_domain
-from ..storage import read_array, value_range
+from ..storage import element_count, read_array, value_range
 from .types import FLOAT
 
 
@@ -84,3 +84,10 @@ def constant_values(model: onnx.ModelProto) -> dict[str, onnx.TensorProto]:
                 if value is not None:
                     out[node.output[0]] = value
     return out
+
+
+def small_constant_arrays(model: onnx.ModelProto, base_dir: str, limit: int) -> dict[str, np.ndarray]:
+    """The values of every constant (initializer or Constant output, subgraphs included) of at most
+    ``limit`` elements: the ones read at build time (axes, shapes, epsilons)."""
+    return {name: np.asarray(read_array(t, base_dir)) for name, t in constant_values(model).items()
+            if element_count(t) <= limit}

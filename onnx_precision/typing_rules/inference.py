@@ -7,6 +7,7 @@ import logging
 import onnx
 
 from ..graph import graphs, is_onnx_domain, walk_nodes
+from ..storage import element_count
 from .schemas import find_schema, groups, opset_map
 from .types import FLOAT, elem_type, shapeless
 
@@ -24,7 +25,7 @@ def tensor_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     that inference rejects falls back to what it declares.
     """
     try:
-        inferred = onnx.shape_inference.infer_shapes(_weightless(model), check_type=False, strict_mode=False)
+        inferred = onnx.shape_inference.infer_shapes(weightless(model), check_type=False, strict_mode=False)
     except Exception as e:  # inference raising is a property of the input model, not our bug
         logger.debug("shape inference failed (%s); using declared types only", e)
         inferred = model
@@ -49,9 +50,10 @@ def tensor_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
 SMALL_CONSTANT = 4096
 
 
-def _weightless(model: onnx.ModelProto) -> onnx.ModelProto:
+def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` for shape inference without its large weights' values (only their dims): inference
-    of a model holding its weights copies them (+1.2 GB on GPT-2), and reads none of their values."""
+    of a model holding its weights copies them (+1.2 GB on GPT-2), and reads none of their values.
+    Small constants keep their values: shape computations need them (Reshape targets, axes)."""
     shell = onnx.ModelProto(ir_version=model.ir_version)
     shell.opset_import.extend(model.opset_import)
     shell.functions.extend(model.functions)
@@ -63,19 +65,12 @@ def _weightless(model: onnx.ModelProto) -> onnx.ModelProto:
     graph.value_info.extend(model.graph.value_info)
     graph.sparse_initializer.extend(model.graph.sparse_initializer)
     for init in model.graph.initializer:
-        if init.data_location != onnx.TensorProto.EXTERNAL and _elements(init) <= SMALL_CONSTANT:
+        if init.data_location != onnx.TensorProto.EXTERNAL and element_count(init) <= SMALL_CONSTANT:
             graph.initializer.append(init)
         else:
             dims_only = onnx.TensorProto(name=init.name, dims=init.dims, data_type=init.data_type)
             graph.initializer.append(dims_only)
     return shell
-
-
-def _elements(tensor: onnx.TensorProto) -> int:
-    count = 1
-    for d in tensor.dims:
-        count *= d
-    return count
 
 
 def _copy(tp: onnx.TypeProto) -> onnx.TypeProto:
