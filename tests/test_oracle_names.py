@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+
+import pytest
 
 from models import generate
 from onnx_precision.cli import main
@@ -41,3 +44,15 @@ def test_check_verbose_adds_the_tolerance_and_where_each_output_fails(tmp_path, 
     printed = capsys.readouterr().out
     assert "tolerance: rms: rel RMS err <= 0.05" in printed
     assert "  y: 64 elements compared (0 left out: FP32 non-finite)" in printed and "    fails: " in printed
+
+
+@pytest.mark.parametrize("argv", [["convert", "m.onnx", "-o", "o.onnx", "--max-probes", "0"],
+                                  ["check", "a.onnx", "b.onnx", "--target", "tensorrt",
+                                   "--trt-version", "abc"],
+                                  ["frob"]])
+def test_a_usage_mistake_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ": error: " in err[0] and err[0].endswith("(see --help)")
+    assert os.listdir(tmp_path) == []

@@ -10,6 +10,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from .. import __version__
 from ..errors import PrecisionError
@@ -17,8 +18,15 @@ from . import analyze, check, convert
 from .common import one_line
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage mistake is one line, like every other user error: the full usage is for --help."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="onnx-precision",
         description="Convert an FP32 ONNX model to a safe FP16 model and prove it.",
     )
