@@ -42,6 +42,7 @@ from ..typing_rules import is_tensor
 from .rounding import round_fp16
 from .switch import build_switch_model
 from .switch_graph import SwitchModel
+from .weights import by_reference, weighted_session
 from .written import emulate_model
 
 log = logging.getLogger(__name__)
@@ -83,12 +84,13 @@ def make_session(model: onnx.ModelProto, base_dir: str,
     register_libraries(options, custom_op_libraries)
     options.add_session_config_entry("session.model_external_initializers_file_folder_path",
                                      os.path.abspath(base_dir))
-    if any(external_location(t) is not None for t in model.graph.initializer):
-        copy = onnx.ModelProto()
-        copy.CopyFrom(model)  # cheap: external weights are not in the proto
-        inline_small_external(copy, base_dir)
-        model = copy
-    return ort.InferenceSession(model.SerializeToString(), options, providers=list(providers))
+    light, values = by_reference(model, base_dir)
+    if any(external_location(t) is not None for t in model_tensors(light)):
+        if light is model:
+            light = onnx.ModelProto()
+            light.CopyFrom(model)  # cheap: external weights are not in the proto
+        inline_small_external(light, base_dir)
+    return weighted_session(light.SerializeToString(), options, list(providers), values)
 
 
 def register_libraries(options: ort.SessionOptions, libraries: Sequence[str]) -> None:
