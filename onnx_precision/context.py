@@ -7,10 +7,11 @@ inference), the node typing (one set of onnxruntime kernel probes), what keeps e
 FP16 (:attr:`ModelContext.blockers`, which reads each float constant's range once), so resolving
 a plan is cheap and never reads a weight again.
 
-Loading never pulls external data into memory (``load_external_data=False``); external tensors
-are read on demand, relative to :attr:`ModelContext.base_dir` (the model's own directory, whatever
-the working directory). The model must not be changed while a context holds it: the rewriter
-writes into a copy.
+Loading never pulls external data into memory (``load_external_data=False``), nor the large inline
+weights of a big single-file model (:func:`storage.load_light`: they are read from the model file
+as if it were their data file); external tensors are read on demand, relative to
+:attr:`ModelContext.base_dir` (the model's own directory, whatever the working directory). The
+model must not be changed while a context holds it: the rewriter writes into a copy.
 """
 
 from __future__ import annotations
@@ -136,7 +137,8 @@ def load_model(path: str, custom_op_libraries: tuple[str, ...] = (), trt: TrtVer
     if not os.path.isfile(path):
         raise ModelLoadError(f"{path}: not a file")
     try:
-        model = onnx.load(path, load_external_data=False)
+        light = storage.load_light(path)
+        model, moved = light if light is not None else (onnx.load(path, load_external_data=False), [])
     except DecodeError as e:
         raise ModelLoadError(
             f"{path}: not an ONNX model (protobuf does not parse; truncated or another format)"
@@ -154,6 +156,7 @@ def load_model(path: str, custom_op_libraries: tuple[str, ...] = (), trt: TrtVer
     # A symlinked model reads its data beside the file it points to, as onnxruntime does.
     base_dir = os.path.dirname(os.path.realpath(path))
     storage.external_data.refuse_private_keys(model, path)
+    storage.point_into_model_file(model, moved, os.path.basename(os.path.realpath(path)))
     storage.check_model_external_data(model, base_dir, path)
     validate_model(model, path, base_dir)
     for library in custom_op_libraries:

@@ -3,6 +3,7 @@
 - :mod:`.external_data`: tensors whose data lives outside the proto (checking, chunked reads,
   value ranges, lazy casts).
 - :mod:`.saving`: atomic, streamed writes of a model and its data file, and of text outputs.
+- :mod:`.light_load`: a big single-file model loaded without its weights (read from the file).
 - :mod:`.fast_cast`: float32 -> float16 through onnxruntime where numpy is slow.
 """
 
@@ -19,6 +20,7 @@ from .external_data import (
     read_array,
     value_range,
 )
+from .light_load import load_light, point_into_model_file
 from .saving import (
     Outputs,
     atomic_write,
@@ -32,4 +34,5 @@ from .saving import (
 __all__ = ["element_count", "cast_initializer", "check_model_external_data", "external_location",
            "inline_small_external",
            "is_external", "model_tensors", "read_array", "value_range", "atomic_write", "check_output_path",
-           "data_location", "save_model", "write_files", "write_text", "Outputs"]
+           "data_location", "save_model", "write_files", "write_text", "Outputs", "load_light",
+           "point_into_model_file"]

@@ -30,7 +30,9 @@ from . import fast_cast
 # including) the tensor's own data_type, so a cast of a cast stays exact.
 CAST_CHAIN_KEY = "onnx_precision.cast_chain"
 BASE_DIR_KEY = "onnx_precision.base_dir"
-_PRIVATE_KEYS = (CAST_CHAIN_KEY, BASE_DIR_KEY)
+# Marks a tensor whose "data file" is the model file itself (see light_load): a writer keeps it inline.
+IN_MODEL_FILE_KEY = "onnx_precision.in_model_file"
+_PRIVATE_KEYS = (CAST_CHAIN_KEY, BASE_DIR_KEY, IN_MODEL_FILE_KEY)
 
 # Bytes read from a data file at a time: bounds memory whatever the tensor's size.
 CHUNK_BYTES = 16 * 1024 * 1024
@@ -49,6 +51,7 @@ class ExternalRef:
     chain: tuple[int, ...]  # element types: chain[0] is stored in the file, data_type follows the last
     data_type: int  # the tensor's element type (what readers get)
     count: int  # number of elements
+    in_model_file: bool = False  # inline in the model file as read (see light_load)
 
     @property
     def stored_type(self) -> int:
@@ -175,6 +178,7 @@ def external_ref(
         chain,
         tensor.data_type,
         count,
+        IN_MODEL_FILE_KEY in info,
     )
 
 
@@ -397,6 +401,8 @@ def lazy_cast(tensor: onnx.TensorProto, base_dir: str, to: int, name: str) -> on
     }
     if chain != (to,):
         entries[CAST_CHAIN_KEY] = ",".join(str(t) for t in chain)
+    if ref.in_model_file:
+        entries[IN_MODEL_FILE_KEY] = "1"
     for key, value in entries.items():
         entry = out.external_data.add()
         entry.key, entry.value = key, value

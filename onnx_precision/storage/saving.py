@@ -200,19 +200,22 @@ class _Sizes:
     external: int  # bytes external tensors will take when written
     source: int  # bytes external tensors take in their source files
     external_tensors: int
+    in_model_file: int  # bytes of tensors inline in the input file, read from there (see light_load)
 
 
 def _sizes(model: onnx.ModelProto, source_dir: str | None) -> _Sizes:
-    inline = external = source = count = 0
+    inline = external = source = count = in_model_file = 0
     for tensor in ext.model_tensors(model):
         ref = _resolved_ref(tensor, source_dir)
         if ref is None:
             inline += _inline_nbytes(tensor)
+        elif ref.in_model_file:
+            in_model_file += ref.nbytes
         else:
             external += ref.nbytes
             source += ref.length
             count += 1
-    return _Sizes(inline, external, source, count)
+    return _Sizes(inline, external, source, count, in_model_file)
 
 
 def _wants_external(model: onnx.ModelProto, sizes: _Sizes, external_data: bool | None, path: str) -> bool:
@@ -222,7 +225,7 @@ def _wants_external(model: onnx.ModelProto, sizes: _Sizes, external_data: bool |
         too_big = True
     else:
         # ByteSize is safe here: what is in memory is under the limit.
-        too_big = model.ByteSize() + sizes.external >= PROTO_LIMIT
+        too_big = model.ByteSize() + sizes.external + sizes.in_model_file >= PROTO_LIMIT
     if too_big and external_data is False:
         log.info("%s: the model is over 2 GB; writing its weights to '%s'", path, data_location(path))
     if external_data is None:
@@ -275,7 +278,7 @@ def _read_whole(ref: ext.ExternalRef) -> bytes:
 
 def _set_inline(tensor: onnx.TensorProto, raw: bytes) -> None:
     del tensor.external_data[:]
-    tensor.data_location = onnx.TensorProto.DEFAULT
+    tensor.ClearField("data_location")  # as a tensor read inline has it: not set, not set to DEFAULT
     tensor.raw_data = raw
 
 
@@ -357,7 +360,7 @@ def save_model(
     target = outputs.target(path)
     sizes = _sizes(model, source_dir)
     if not _wants_external(model, sizes, external_data, path):
-        if sizes.external_tensors == 0:
+        if sizes.external_tensors == 0 and sizes.in_model_file == 0:
             return outputs.stage(path, _write_bytes(_serialize(model, path)))
         inline = onnx.ModelProto()
         inline.CopyFrom(model)
