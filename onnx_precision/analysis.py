@@ -1,6 +1,6 @@
 """``analyze``: which nodes break in FP16, why, and how badly, on sample data.
 
-One emulation session of the model (:class:`~onnx_precision.oracle.EmulationSession`) gives the
+Two baked emulation sessions of the model (:class:`~onnx_precision.oracle.Emulator`) give the
 FP32 ranges of every tensor and, for the all-FP16 plan (as resolved: nodes that cannot be FP16
 stay FP32), each node's emulated FP16 error and the first-divergence nodes. The static rules
 (:mod:`onnx_precision.rules`) run with those ranges, which confirm or dismiss each finding. Per
@@ -304,8 +304,10 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
     if ctx.nothing_to_convert:
         warnings.append(f"{ctx.nothing_to_convert}: there is nothing to analyse")
     with oracle.blame(ctx, samples):
-        # Two runs per sample only: a switch graph without groups builds faster than it runs slower.
-        session = oracle.EmulationSession(ctx, group_size=1)
+        # Two plans only (FP32 and all FP16): a baked session each, no switch graph.
+        session = oracle.Emulator(ctx)
+        session.session(None, capture=True)
+        session.session(plan, capture=True)
         seconds["session"] = time.perf_counter() - start
 
         start = time.perf_counter()

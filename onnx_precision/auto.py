@@ -1,8 +1,10 @@
 """Choosing a precision plan automatically: ``--mode auto`` (search) and ``--mode static``.
 
-Everything runs on ONE :class:`~onnx_precision.oracle.EmulationSession`: the FP32 reference, the
-layerwise comparison and every probe of the search are runs of the same onnxruntime session with
-different rounding switches, so a search costs session *runs*, never session *builds*.
+Plans are emulated by one :class:`~onnx_precision.oracle.Emulator`: the FP32 reference, the caller's
+plan and the plan with headroom pins each run on a baked session of that plan (as fast to build as
+the model); only when that plan fails does it build the switch graph, and then the layerwise
+comparison and every probe of the search are runs of that one session with different rounding
+switches, so a search costs session *runs*, never session *builds*.
 
 ``auto``:
   1. FP32 reference on every sample. If the FP32 model is itself non-finite, stop: that is not
@@ -38,7 +40,7 @@ from .data import Samples
 from .errors import InternalError, PrecisionError, SearchError
 from .flops import estimate_flops
 from .fp16 import FP16_MAX
-from .oracle import EmulationSession, LayerwiseResult, ReferenceResult
+from .oracle import Emulator, LayerwiseResult, ReferenceResult
 from .oracle.stats import NodeStats, first_nonfinite_output
 from .plan import PrecisionPlan, Reason
 from .probing import Prober
@@ -110,13 +112,14 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
     clock = Clock(progress)
     with clock.phase("reference") as phase:
         user = ctx.resolve(base_plan)
-        session = EmulationSession(ctx)
-        reference = oracle.reference_stats(session, samples)
-        phase.count(session, probes=1)
+        emulator = Emulator(ctx)
+        reference = oracle.reference_stats(emulator, samples)
+        phase.count(emulator, probes=1)
     graph = _Graph.of(ctx)
     shapes = {k: np.shape(v) for k, v in samples.feeds[0].items()} if samples.feeds else {}
     flops = estimate_flops(ctx.model, shapes)
-    run = _Run(mode, headroom, clock, session, reference, _node_stats(graph, reference.stats), samples, flops)
+    stats = _node_stats(graph, reference.stats)
+    run = _Run(mode, headroom, clock, emulator, reference, stats, samples, flops)
 
     nonfinite = _fp32_nonfinite_message(reference)
     if nonfinite and not tolerance.allow_fp32_nonfinite:
@@ -126,10 +129,10 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
     for node, reason in headroom_pins(graph, user, reference.stats, headroom).items():
         base = base.with_fp32([node], reason)
     flagged = _flagged(ctx, graph, user, reference, static=mode == "static")
-    prober = Prober(session, samples.feeds, reference.outputs, tolerance)
+    prober = Prober(emulator, samples.feeds, reference.outputs, tolerance)
     with clock.phase("before") as phase:
         before = prober.comparison(user)
-        phase.count(session, probes=1)
+        phase.count(emulator, probes=1)
     if mode == "static":
         return _static(run, prober, base, flagged, before)
     return _search(run, prober, ctx, graph, user, base, flagged, before, progress, budget)
@@ -142,7 +145,7 @@ class _Run:
     mode: MeasuringMode
     headroom: float
     clock: Clock
-    session: EmulationSession
+    emulator: Emulator
     reference: ReferenceResult
     stats: Mapping[str, NodeStats]
     samples: Samples
@@ -163,7 +166,7 @@ def _static(run: _Run, prober: Prober, base: PrecisionPlan, flagged: Mapping[str
     plan = _with_reasons(base, flagged, flagged)
     with run.clock.phase("static") as phase:
         after = prober.comparison(plan)
-        phase.count(run.session, probes=1)
+        phase.count(run.emulator, probes=1)
     if after.passed:
         return run.finish(plan, PASSED, "", before, after)
     message = "the static plan is out of tolerance; --mode auto searches for one that passes"
@@ -173,25 +176,27 @@ def _static(run: _Run, prober: Prober, base: PrecisionPlan, flagged: Mapping[str
 def _search(run: _Run, prober: Prober, ctx: ModelContext, graph: _Graph, user: PrecisionPlan,
             base: PrecisionPlan, flagged: Mapping[str, list[Reason]], before: Comparison,
             progress: Progress | None, budget: SearchBudget) -> AutoResult:
-    session, clock = run.session, run.clock
+    emulator, clock = run.emulator, run.clock
     with clock.phase("start") as phase:
         if base.fp32_nodes == user.fp32_nodes:
             passed, detail = before.passed, prober.last_detail
         else:
             passed, detail = prober.passes(base)
-        phase.count(session, probes=int(base.fp32_nodes != user.fp32_nodes))
+        phase.count(emulator, probes=int(base.fp32_nodes != user.fp32_nodes))
     if passed:
         plan = _with_reasons(base, base.fp32_nodes, flagged)
         after = before
         if plan.fp32_nodes != user.fp32_nodes:
             with clock.phase("after") as phase:
                 after = prober.comparison(plan)
-                phase.count(session, probes=1)
+                phase.count(emulator, probes=1)
         return run.finish(plan, PASSED, "", before, after)
     start_errors = dict(prober.last_errors)
     with clock.phase("layerwise") as phase:
+        session = emulator.searching()  # many plans follow: one switch-graph session runs them all
         layer = oracle.layerwise(session, base, run.samples)
-        phase.count(session, probes=1)
+        phase.count(emulator, probes=1)
+    prober.session = session
     searchable = [n for n in graph.order if n in session.switchable and base.is_fp16(n)]
     flagged_nodes = set(flagged) | set(layer.first_divergence)
     candidates = [n for n in searchable if n in flagged_nodes]
@@ -201,7 +206,7 @@ def _search(run: _Run, prober: Prober, ctx: ModelContext, graph: _Graph, user: P
     others = [n for n in dict.fromkeys(ranked + searchable) if n not in flagged_nodes]
     prober.last_errors = start_errors
     diffuse = is_diffuse(flagged, layer, before)
-    found = run_search(prober, session, clock, base, candidates, widen_order(others, ctx.node_ops),
+    found = run_search(prober, emulator, clock, base, candidates, widen_order(others, ctx.node_ops),
                        (False, detail), FlopShare(run.flops, graph.order), budget, diffuse, progress)
     if found.plan is None:
         return run.finish(base, FAILED, found.message, before, None, found.outcome, layer, found.points,
@@ -209,7 +214,7 @@ def _search(run: _Run, prober: Prober, ctx: ModelContext, graph: _Graph, user: P
     plan = _with_reasons(found.plan, found.plan.fp32_nodes, flagged)
     with clock.phase("after") as phase:
         after = prober.comparison(plan)
-        phase.count(session, probes=1)
+        phase.count(emulator, probes=1)
     if not after.passed:  # the search keeps only sets that passed: this would be an oracle bug
         raise InternalError("the searched plan passed during the search but fails on re-evaluation")
     return run.finish(plan, PASSED, found.message, before, after, found.outcome, layer, found.points,

@@ -111,7 +111,7 @@ def _refuse_fp32_nonfinite(reference: ModelContext, samples: Samples,
     bad = oracle_lib.stats.first_nonfinite_output(refs)
     if bad is None:
         return
-    node = oracle_lib.reference_stats(oracle_lib.EmulationSession(reference), samples).first_nonfinite
+    node = oracle_lib.reference_stats(oracle_lib.Emulator(reference), samples).first_nonfinite
     where = f" on sample {bad[0]}" if len(refs) > 1 else ""
     at = f" (node '{node}' turns non-finite from finite inputs)" if node else ""
     raise FP32NonFinite(f"the FP32 model itself produces NaN/Inf in output '{bad[1]}'{where}{at}; that is "

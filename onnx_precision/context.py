@@ -17,6 +17,7 @@ model must not be changed while a context holds it: the rewriter writes into a c
 from __future__ import annotations
 
 import os
+import weakref
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -94,6 +95,12 @@ class ModelContext:
     def constants(self) -> dict[str, onnx.TensorProto]:
         """Tensor name -> value of every initializer and Constant output, subgraphs included."""
         return typing_rules.constant_values(self.model)
+
+    @cached_property
+    def mapped_weights(self) -> weakref.WeakValueDictionary:
+        """Memory maps of external weights, shared by the onnxruntime sessions alive at once (a map
+        goes with the last session that holds it: the context outlives them all)."""
+        return weakref.WeakValueDictionary()
 
     @cached_property
     def _ranges(self) -> dict[str, tuple[float, float]]:

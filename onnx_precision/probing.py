@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from .compare import Comparison, Tolerance, compare_outputs, merge_comparisons
-from .oracle import EmulationSession
+from .oracle.stats import Runner
 from .plan import PrecisionPlan
 from .tradeoff import output_errors
 
@@ -20,9 +20,9 @@ ORACLE = "emulate"
 
 
 class Prober:
-    """Does a plan pass every sample (emulated on one session)?"""
+    """Does a plan pass every sample (emulated)?"""
 
-    def __init__(self, session: EmulationSession, feeds: Sequence[Mapping[str, np.ndarray]],
+    def __init__(self, session: Runner, feeds: Sequence[Mapping[str, np.ndarray]],
                  refs: Sequence[Mapping[str, np.ndarray]], tolerance: Tolerance) -> None:
         self.session = session
         self.feeds = feeds

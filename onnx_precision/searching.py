@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .compare import Comparison
-from .costs import Clock
-from .oracle import EmulationSession, LayerwiseResult
+from .costs import Clock, Counted
+from .oracle import LayerwiseResult
 from .plan import PrecisionPlan, Reason
 from .probing import Prober
 from .search import PinSearch, SearchOutcome
@@ -87,7 +87,7 @@ def is_diffuse(flagged: Mapping[str, object], layer: LayerwiseResult, before: Co
     return not any(layer.nodes[n].new_nonfinite for n in layer.first_divergence if n in layer.nodes)
 
 
-def run_search(prober: Prober, session: EmulationSession, clock: Clock, base: PrecisionPlan,
+def run_search(prober: Prober, session: Counted, clock: Clock, base: PrecisionPlan,
                candidates: Sequence[str], widen: Sequence[str], start: tuple[bool, str], share: FlopShare,
                budget: SearchBudget, diffuse: bool, progress: Progress | None) -> SearchResult:
     """Probe the sets :class:`PinSearch` proposes until it is done or a budget runs out."""

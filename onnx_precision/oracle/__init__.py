@@ -4,6 +4,7 @@
 - :mod:`.switch`, :mod:`.switch_graph`: the switch graph, one session for every plan.
 - :mod:`.written`: the emulation of a written FP16/mixed model.
 - :mod:`.session`: :class:`EmulationSession` and the plain runs (FP32, emulated, native, reference).
+- :mod:`.plans`: :class:`Emulator`, a baked session per plan until a search needs the switch graph.
 - :mod:`.stats`: FP32 ranges per tensor and FP16 error per node.
 - :mod:`.select`: oracles by name (:data:`ORACLES`), and verifying a written model.
 - :mod:`.blame`: an onnxruntime failure told apart as the user's model, the user's data, or a bug.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from .blame import blame, is_ort_error
 from .default_load import default_load_problem
+from .plans import Emulator
 from .rounding import round_fp16
 from .select import NATIVE_PROVIDERS, ORACLES, require_oracle, run_candidate, verify_output, verify_written
 from .session import (
@@ -61,6 +63,7 @@ __all__ = [
     "EMULATE",
     "REFERENCE",
     "EmulationSession",
+    "Emulator",
     "Feed",
     "OracleRun",
     "as_fp32",

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +39,7 @@ from ..errors import ModelLoadError
 from ..plan import PrecisionPlan
 from ..storage import external_location, inline_small_external, is_external, model_tensors, read_array
 from ..typing_rules import is_tensor
+from .baked import build_baked_model
 from .rounding import round_fp16
 from .switch import build_switch_model
 from .switch_graph import SwitchModel
@@ -76,7 +77,8 @@ def session_options(threads: int | None = None) -> ort.SessionOptions:
 def make_session(model: onnx.ModelProto, base_dir: str,
                  providers: Sequence[str] = ("CPUExecutionProvider",),
                  options: ort.SessionOptions | None = None,
-                 custom_op_libraries: Sequence[str] = ()) -> ort.InferenceSession:
+                 custom_op_libraries: Sequence[str] = (), shared: MutableMapping | None = None,
+                 ) -> ort.InferenceSession:
     """An onnxruntime session of an in-memory model whose external data (if any) is under base_dir,
     with the kernels of ``custom_op_libraries`` registered (a model context's, see
     :attr:`ModelContext.custom_op_libraries`)."""
@@ -84,7 +86,7 @@ def make_session(model: onnx.ModelProto, base_dir: str,
     register_libraries(options, custom_op_libraries)
     options.add_session_config_entry("session.model_external_initializers_file_folder_path",
                                      os.path.abspath(base_dir))
-    light, values = by_reference(model, base_dir)
+    light, values = by_reference(model, base_dir, shared)
     if any(external_location(t) is not None for t in model_tensors(light)):
         if light is model:
             light = onnx.ModelProto()
@@ -140,22 +142,29 @@ class EmulationSession:
     (:attr:`ModelContext.forced_fp32`) get no switch: one that would never be turned on only
     costs an If. ``threads`` caps onnxruntime's intra-op threads. ``group_size`` is
     :func:`.switch.build_switch_model`'s: groups make each probe cheaper and the session slower
-    to build, so a caller with only a couple of runs (``analyze``) passes 1.
+    to build, so a caller with only a couple of runs (``analyze``) passes 1. ``baked`` (the FP16
+    nodes of one plan) builds :func:`.baked.build_baked_model` instead: no switch, no If, every run
+    is that plan whatever ``run`` is given (see :class:`.plans.Emulator`).
     """
 
     def __init__(self, ctx: ModelContext, capture_intermediates: bool | Iterable[str] = True,
-                 threads: int | None = None, group_size: int | None = None) -> None:
+                 threads: int | None = None, group_size: int | None = None,
+                 baked: frozenset[str] | None = None) -> None:
         self.ctx = ctx
         self.model = model = ctx.model
         base_dir = ctx.base_dir
         self.typing = ctx.typing
         fp32 = as_fp32(ctx)
         self.forced_fp32 = ctx.forced_fp32
-        self.switch_model: SwitchModel = build_switch_model(
-            fp32, self.typing, base_dir, capture_intermediates, None if fp32 is not model else ctx.types,
-            fixed=self.forced_fp32, group_size=group_size, trt=ctx.trt)
+        types = None if fp32 is not model else ctx.types
+        self.switch_model: SwitchModel = (
+            build_switch_model(fp32, self.typing, base_dir, capture_intermediates, types,
+                               fixed=self.forced_fp32, group_size=group_size, trt=ctx.trt)
+            if baked is None else
+            build_baked_model(fp32, self.typing, base_dir, baked, capture_intermediates, types,
+                              fixed=self.forced_fp32, trt=ctx.trt))
         self.session = make_session(self.switch_model.model, base_dir, options=session_options(threads),
-                                    custom_op_libraries=ctx.custom_op_libraries)
+                                    custom_op_libraries=ctx.custom_op_libraries, shared=ctx.mapped_weights)
         self.sessions_built = 1
         self.probes_run = 0
         self._last: tuple[PrecisionPlan | None, np.ndarray] | None = None
@@ -251,14 +260,16 @@ def run_fp32(ctx: ModelContext, feeds: Sequence[Feed]) -> OracleRun:
     """The FP32 model as the oracle runs it (same session options as the switch graph; FP16
     tensors it already holds emulated, see :func:`as_fp32`)."""
     fp32 = as_fp32(ctx)
-    session = make_session(fp32, ctx.base_dir, custom_op_libraries=ctx.custom_op_libraries)
+    session = make_session(fp32, ctx.base_dir, custom_op_libraries=ctx.custom_op_libraries,
+                           shared=ctx.mapped_weights)
     return OracleRun("fp32", run_session(session, fp32, feeds))
 
 
 def run_emulated(ctx: ModelContext, feeds: Sequence[Feed]) -> OracleRun:
     """A written FP16/mixed model, emulated on CPU (every FP16 tensor rounded)."""
     emulated = emulate_model(ctx.model, ctx.base_dir, ctx.trt)
-    session = make_session(emulated, ctx.base_dir, custom_op_libraries=ctx.custom_op_libraries)
+    session = make_session(emulated, ctx.base_dir, custom_op_libraries=ctx.custom_op_libraries,
+                           shared=ctx.mapped_weights)
     return OracleRun(EMULATE, run_session(session, emulated, feeds))
 
 

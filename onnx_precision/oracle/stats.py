@@ -28,7 +28,10 @@ from ..errors import InternalError
 from ..format import json_float
 from ..fp16 import FP16_FLUSH, FP16_MAX
 from ..plan import PrecisionPlan
+from .plans import Emulator
 from .session import EmulationSession, Feed
+
+Runner = EmulationSession | Emulator  # anything that runs plans by emulation
 
 
 @dataclass(frozen=True)
@@ -183,7 +186,7 @@ def _first_nonfinite(nodes: Sequence[onnx.NodeProto], values: Mapping[str, np.nd
     return None
 
 
-def _captured(session: EmulationSession, plan: PrecisionPlan | None, feed: Feed,
+def _captured(session: Runner, plan: PrecisionPlan | None, feed: Feed,
               ) -> dict[str, np.ndarray]:
     """Every tensor the session exposes (graph outputs of any type, float intermediates), plus the
     float graph inputs as fed."""
@@ -206,12 +209,12 @@ def _merge_stats(acc: dict[str, TensorStats], values: Mapping[str, np.ndarray]) 
         acc[name] = acc[name].worst(s) if name in acc else s
 
 
-def reference_stats(session: EmulationSession, samples) -> ReferenceResult:
+def reference_stats(session: Runner, samples) -> ReferenceResult:
     """FP32 ranges of every captured tensor over ``samples`` (a Samples or a sequence of feeds)."""
     return _inspect(session, None, _feeds(samples), Tolerance())[0]
 
 
-def layerwise(session: EmulationSession, plan: PrecisionPlan, samples,
+def layerwise(session: Runner, plan: PrecisionPlan, samples,
               reference: ReferenceResult | None = None, tol: Tolerance | None = None) -> LayerwiseResult:
     """Per-node error of ``plan`` against FP32 over ``samples``.
 
@@ -222,7 +225,7 @@ def layerwise(session: EmulationSession, plan: PrecisionPlan, samples,
     return inspect_plan(session, plan, samples, tol)[1]
 
 
-def inspect_plan(session: EmulationSession, plan: PrecisionPlan, samples, tol: Tolerance | None = None
+def inspect_plan(session: Runner, plan: PrecisionPlan, samples, tol: Tolerance | None = None
                  ) -> tuple[ReferenceResult, LayerwiseResult]:
     """Reference statistics and the layerwise comparison of ``plan`` from two runs per sample."""
     ref, lw = _inspect(session, plan, _feeds(samples), tol or Tolerance())
@@ -235,7 +238,7 @@ def _feeds(samples) -> Sequence[Feed]:
     return samples.feeds if hasattr(samples, "feeds") else tuple(samples)
 
 
-def _inspect(session: EmulationSession, plan: PrecisionPlan | None, feeds: Sequence[Feed],
+def _inspect(session: Runner, plan: PrecisionPlan | None, feeds: Sequence[Feed],
              tol: Tolerance) -> tuple[ReferenceResult, LayerwiseResult | None]:
     nodes = list(session.model.graph.node)
     stats: dict[str, TensorStats] = {}

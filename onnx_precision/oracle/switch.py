@@ -31,20 +31,20 @@ accumulate in FP32.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Optional
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
-from ..graph import graphs, is_onnx_domain, onnx_opset, reads, subgraphs
+from ..graph import graphs, is_onnx_domain, reads, subgraphs
 from ..storage import external_location, inline_small_external, read_array
 from ..trt.versions import TrtVersion
 from ..typing_rules import is_tensor, tensor_types
 from .layers import TargetLayers
 from .rounding import FLOAT, Names, elem_types, round_fp16, round_nodes
-from .switch_graph import SwitchGroup, SwitchModel, captured
+from .switch_graph import SwitchGroup, SwitchModel, captured, split_switches
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ _VALUE_PRESERVING = frozenset({
     "Relu", "Neg", "Abs", "Max", "Min", "ReduceMax", "ReduceMin", "MaxPool", "Where", "Clip",
 })
 
-# Up to this many consecutive switched nodes share one group (see _SwitchBuilder._group). Each
+# Up to this many consecutive switched nodes share one group (see SwitchBuilder._group). Each
 # If costs onnxruntime a fixed few microseconds per run, up to ~6 us once a graph holds hundreds
 # of them (cache misses over their branch states), many times a small node's own compute; a group
 # runs a plan that is uniform over it with two Ifs instead of one per node, and a mixed one with
@@ -71,7 +71,7 @@ _VALUE_PRESERVING = frozenset({
 GROUP_SIZE = 16
 
 
-class _SwitchBuilder:
+class SwitchBuilder:
     def __init__(self, model: onnx.ModelProto, typing: Mapping, type_protos: Mapping[str, onnx.TypeProto],
                  base_dir: str, fixed: Iterable[str] = (), group_size: int | None = None,
                  keep: Iterable[str] = (), trt: TrtVersion | None = None) -> None:
@@ -105,11 +105,15 @@ class _SwitchBuilder:
     def is_float(self, name: str) -> bool:
         return bool(name) and self.types.get(name) == FLOAT
 
-    def switch(self, node: onnx.NodeProto) -> str | None:
+    def switchable(self, node: onnx.NodeProto) -> bool:
+        """Whether the node's precision changes anything (then it has a switch, or is baked)."""
         t = self.typing.get(node.name)
         if node.name in self.fixed or t is None or t.fp16_blocker is not None:
-            return None
-        if not (self._inputs(node) or self._outputs(node)):
+            return False
+        return bool(self._inputs(node) or self._outputs(node))
+
+    def switch(self, node: onnx.NodeProto) -> str | None:
+        if not self.switchable(node):
             return None
         name = self.names.fresh(f"__fp16_switch__{node.name}")
         self.switches[node.name] = name
@@ -326,7 +330,7 @@ class _SwitchBuilder:
             src = node.input[i]
             if src not in local:
                 if src in rounded:
-                    local[src] = renamed[src]
+                    local[src] = renamed.get(src, src)
                 elif src in renamed or src in self.switched or src in self.external:
                     local[src] = self.names.fresh(f"{src}__rounded_for__{node.name}")
                     nodes.extend(round_nodes(renamed.get(src, src), local[src], self.names))
@@ -403,6 +407,19 @@ def build_switch_model(model: onnx.ModelProto, typing: Mapping, base_dir: str,
     ``fixed``: nodes that stay FP32 whatever the plan (no switch). ``group_size`` (default
     GROUP_SIZE; 1: no groups) bounds the runs of consecutive nodes grouped (SwitchGroup).
     """
+    def builder(out: onnx.ModelProto, type_protos: Mapping[str, onnx.TypeProto], keep: tuple[str, ...],
+                ) -> SwitchBuilder:
+        return SwitchBuilder(out, typing, type_protos, base_dir, fixed, group_size, keep, trt)
+
+    return assemble(model, base_dir, capture_intermediates, types, builder)
+
+
+def assemble(model: onnx.ModelProto, base_dir: str, capture_intermediates: bool | Iterable[str],
+             types: Mapping[str, onnx.TypeProto] | None,
+             make_builder: Callable[[onnx.ModelProto, Mapping[str, onnx.TypeProto], tuple[str, ...]],
+                                    SwitchBuilder]) -> SwitchModel:
+    """A copy of ``model`` rewritten by the builder ``make_builder(copy, types, captured)`` makes,
+    its switches gathered into one input and the captured tensors exposed."""
     type_protos = tensor_types(model) if types is None else types
     out = onnx.ModelProto()
     out.CopyFrom(model)
@@ -410,35 +427,15 @@ def build_switch_model(model: onnx.ModelProto, typing: Mapping, base_dir: str,
     inline_small_external(out, base_dir)
     outputs = tuple(o.name for o in model.graph.output)
     intermediates = captured(model, elem_types(model, type_protos), outputs, capture_intermediates)
-    builder = _SwitchBuilder(out, typing, type_protos, base_dir, fixed, group_size, intermediates, trt)
+    builder = make_builder(out, type_protos, intermediates)
     builder.rewrite(out.graph, [])
     group_switches = tuple(n for g in builder.groups for n in (g.mixed, g.on))
     switch_names = tuple(builder.switches.values()) + group_switches
-    switch_input = _split_switches(out, switch_names, builder.names) if switch_names else ""
+    switch_input = split_switches(out, switch_names, builder.names) if switch_names else ""
     for o in intermediates:
         out.graph.output.append(helper.make_tensor_value_info(o, FLOAT, None))
     return SwitchModel(out, dict(builder.switches), outputs, intermediates, producers, tuple(builder.groups),
                        switch_input, switch_names)
-
-
-def _split_switches(model: onnx.ModelProto, switches: tuple[str, ...], names: Names) -> str:
-    """Make ``switches`` the elements of ONE boolean graph input, split first thing in the graph;
-    returns its name. onnxruntime's cost per graph input grows with their number (measured: 588
-    unused boolean inputs add 4-8 ms to each run of the 2 ms transformer), while one Split into
-    588 one-element tensors costs microseconds; If takes any one-element tensor as condition."""
-    name = names.fresh("__fp16_switches")
-    model.graph.input.append(helper.make_tensor_value_info(name, TensorProto.BOOL, [len(switches)]))
-    if onnx_opset(model) >= 13:  # the sizes are an input from opset 13 on, an attribute before
-        sizes = names.fresh("__fp16_switch_sizes")
-        model.graph.initializer.append(numpy_helper.from_array(np.ones(len(switches), np.int64), sizes))
-        if model.ir_version < 4:
-            model.graph.input.append(helper.make_tensor_value_info(sizes, TensorProto.INT64, [len(switches)]))
-        split = helper.make_node("Split", [name, sizes], list(switches), axis=0)
-    else:
-        split = helper.make_node("Split", [name], list(switches), axis=0, split=[1] * len(switches))
-    split.name = names.fresh(name + "__split")
-    model.graph.node.insert(0, split)
-    return name
 
 
 def _consumers(graph: onnx.GraphProto) -> dict[str, set[int]]:

@@ -18,7 +18,7 @@ an inline one borrows any existing file of the folder (:func:`_anchor`). A folde
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 
 import numpy as np
 import onnx
@@ -26,7 +26,7 @@ import onnxruntime as ort
 from google.protobuf.message import Message
 
 from ..storage import element_count, external_location, is_external, read_array
-from ..storage.external_data import INLINE_EXTERNAL_BYTES, is_packed, stored_bytes
+from ..storage.external_data import INLINE_EXTERNAL_BYTES, SHAPE_TYPES, external_ref, is_packed, stored_bytes
 
 # Smaller initializers stay in the proto: onnxruntime's shape inference inside If branches needs
 # the values of shape-like constants (see storage.inline_small_external), and a stub saves nothing.
@@ -35,7 +35,8 @@ _NOT_NUMERIC = frozenset({onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED})
 
 
 def _by_reference_size(tensor: onnx.TensorProto) -> bool:
-    if tensor.data_type in _NOT_NUMERIC or is_packed(tensor.data_type) or tensor.segment.ByteSize():
+    if (tensor.data_type in _NOT_NUMERIC or tensor.data_type in SHAPE_TYPES or is_packed(tensor.data_type)
+            or tensor.segment.ByteSize()):
         return False
     return stored_bytes(tensor.data_type, element_count(tensor)) > BY_REFERENCE_BYTES
 
@@ -74,15 +75,30 @@ def _copy_fields(source, target, skip: str) -> None:
             setattr(target, field.name, value)
 
 
-def by_reference(model: onnx.ModelProto, base_dir: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+def _array(tensor: onnx.TensorProto, base_dir: str, shared: MutableMapping | None) -> np.ndarray:
+    """The tensor's values; an external one is mapped once per ``shared`` (two maps of the same
+    bytes would count twice in the process's resident memory)."""
+    ref = external_ref(tensor, base_dir)
+    if shared is None or ref is None or ref.is_lazy:
+        return np.ascontiguousarray(read_array(tensor, base_dir))
+    key = (ref.file, ref.offset, ref.data_type, tuple(tensor.dims))
+    values = shared.get(key)
+    if values is None:
+        values = shared[key] = np.ascontiguousarray(read_array(tensor, base_dir))
+    return values
+
+
+def by_reference(model: onnx.ModelProto, base_dir: str, shared: MutableMapping | None = None,
+                 ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """``model`` with its large main-graph initializers as stubs, and their values by name
-    (``model`` itself and no values when nothing qualifies or no anchor exists)."""
+    (``model`` itself and no values when nothing qualifies or no anchor exists). ``shared`` keeps
+    the maps of external data files for the next call (one per model context)."""
     large = [t for t in model.graph.initializer if _by_reference_size(t)]
     inline = [t for t in large if not is_external(t)]
     anchor = _anchor(model, base_dir) if inline else ""
     if not large or anchor is None:
         return model, {}
-    values = {t.name: np.ascontiguousarray(read_array(t, base_dir)) for t in large}
+    values = {t.name: _array(t, base_dir, shared) for t in large}
     light = onnx.ModelProto()
     _copy_fields(model, light, "graph")
     _copy_fields(model.graph, light.graph, "initializer")

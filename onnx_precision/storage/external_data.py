@@ -425,6 +425,10 @@ def cast_initializer(tensor: onnx.TensorProto, base_dir: str, to: int, name: str
     return numpy_helper.from_array(cast_values(numpy_helper.to_array(tensor), to), name)
 
 
+# Integer tensors may be shapes, axes or split sizes whose values onnxruntime's shape inference
+# reads (Reshape, Split, Slice, ...); it cannot read them from a file, so they stay in the proto.
+SHAPE_TYPES = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
+
 # External tensors up to this size are read into an in-memory model given to onnxruntime: its
 # shape inference inside If branches needs the values of shape-like constants and cannot read them
 # from an external file; weights stay external.

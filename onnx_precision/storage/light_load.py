@@ -22,11 +22,12 @@ import os
 
 import onnx
 
-from .external_data import IN_MODEL_FILE_KEY, INLINE_EXTERNAL_BYTES
+from .external_data import IN_MODEL_FILE_KEY, INLINE_EXTERNAL_BYTES, SHAPE_TYPES
 
 LIGHT_LOAD_BYTES = 32 << 20
 
-_GRAPH, _INITIALIZER, _RAW_DATA = 7, 5, 9  # ModelProto.graph, GraphProto.initializer, TensorProto.raw_data
+# ModelProto.graph, GraphProto.initializer, TensorProto.data_type and .raw_data
+_GRAPH, _INITIALIZER, _DATA_TYPE, _RAW_DATA = 7, 5, 2, 9
 _VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
 
 Moved = list[tuple[int, int, int]]  # (index in graph.initializer, offset in the file, length)
@@ -90,12 +91,18 @@ def _length_delimited(number: int, payload: bytes) -> bytes:
 
 
 def _light_tensor(buf, start: int, end: int) -> tuple[bytes, int, int] | None:
-    """The tensor without its raw_data, and where raw_data lies; None when it is small or absent."""
-    raw = [(value, stop) for number, wire, _, value, stop in _fields(buf, start, end)
-           if number == _RAW_DATA and wire == _LEN]
+    """The tensor without its raw_data, and where raw_data lies; None when it is small, absent or
+    of a type onnxruntime's shape inference may need the values of (SHAPE_TYPES)."""
+    raw = []
+    data_type = 0
+    for number, wire, _, value, stop in _fields(buf, start, end):
+        if number == _RAW_DATA and wire == _LEN:
+            raw.append((value, stop))
+        elif number == _DATA_TYPE and wire == _VARINT:
+            data_type = _varint(buf, value)[0]
     if len(raw) > 1:
         raise _Unexpected
-    if not raw or raw[0][1] - raw[0][0] <= INLINE_EXTERNAL_BYTES:
+    if not raw or raw[0][1] - raw[0][0] <= INLINE_EXTERNAL_BYTES or data_type in SHAPE_TYPES:
         return None
     kept = b"".join(buf[begin:stop] for number, _, begin, _, stop in _fields(buf, start, end)
                     if number != _RAW_DATA)

@@ -1,0 +1,103 @@
+"""Baked emulation graphs: one plan's Casts in place, no If, the same values as the switch graph."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnx_precision.context import ModelContext, load_model
+from onnx_precision.data import SampleSpec, load_samples
+from onnx_precision.oracle import EmulationSession, Emulator
+from onnx_precision.trt.versions import TrtVersion
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = ("if_branch", "layernorm_eps", "nafnet_boxfilter", "two_culprits", "deep_cnn")
+
+
+def _plans(ctx: ModelContext, count: int):
+    """All FP16, then ``count`` random mixes (fixed seed)."""
+    plan = ctx.resolve(ctx.all_fp16_plan())
+    yield plan
+    rng = np.random.default_rng(0)
+    nodes = list(ctx.node_ops)
+    for _ in range(count):
+        pinned = [n for n in nodes if rng.random() < 0.4]
+        yield ctx.resolve(plan.with_fp32(pinned, plan.decisions[nodes[0]].reasons[0]))
+
+
+@pytest.mark.parametrize("target", ["generic", "tensorrt"])
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_a_baked_plan_is_bit_identical_to_the_switch_graph_running_it(name, target):
+    ctx = load_model(os.path.join(ROOT, "models", f"{name}.onnx"),
+                     trt=None if target == "generic" else TrtVersion.parse("10.8"))
+    samples = load_samples(ctx.model, SampleSpec(os.path.join(ROOT, "models", f"{name}.npz")))
+    switched = EmulationSession(ctx, capture_intermediates=False)
+    for plan in _plans(ctx, 3):
+        baked = EmulationSession(ctx, capture_intermediates=False,
+                                 baked=frozenset(n for n in ctx.node_ops if plan.is_fp16(n)))
+        assert not any(n.op_type == "If" for n in baked.switch_model.model.graph.node
+                       if n.name not in ctx.node_ops)  # no If of its own (the model's own Ifs stay)
+        for feed in samples.feeds:
+            want, got = switched.run(plan, feed), baked.run(plan, feed)
+            for out in switched.outputs:
+                np.testing.assert_array_equal(got[out], want[out])
+
+
+def _external_chain(directory: str) -> str:
+    """x -> MatMul(w0) -> MatMul(w1) -> y, the 256 KiB weights in a data file."""
+    rng = np.random.default_rng(3)
+    inits = []
+    for i in range(2):
+        w = numpy_helper.from_array((rng.standard_normal((256, 256)) / 16).astype(np.float32), f"w{i}")
+        onnx.external_data_helper.set_external_data(w, "w.bin", offset=i * 256 * 256 * 4)
+        with open(os.path.join(directory, "w.bin"), "ab") as f:
+            f.write(w.raw_data)
+        w.ClearField("raw_data")
+        inits.append(w)
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["h"], name="mm0"),
+             helper.make_node("MatMul", ["h", "w1"], ["y"], name="mm1")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 256])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = os.path.join(directory, "m.onnx")
+    onnx.save(model, path)
+    return path
+
+
+def test_a_node_reading_an_external_weight_rounds_it_inside_an_if_when_it_runs(tmp_path):
+    ctx = load_model(_external_chain(str(tmp_path)))
+    plan = ctx.resolve(ctx.all_fp16_plan())
+    fp16 = frozenset(ctx.node_ops)
+    baked = EmulationSession(ctx, capture_intermediates=False, baked=fp16)
+    graph = baked.switch_model.model.graph
+    # Plain Casts of the weights would run first and hold every rounded weight at once.
+    assert [n.op_type for n in graph.node if n.name in fp16] == ["If", "If"]
+    assert not any(n.op_type == "Cast" and n.input[0] in ("w0", "w1") for n in graph.node)
+    x = np.random.default_rng(4).standard_normal((1, 256)).astype(np.float32)
+    switched = EmulationSession(ctx, capture_intermediates=False)
+    np.testing.assert_array_equal(baked.run(plan, {"x": x})["y"], switched.run(plan, {"x": x})["y"])
+
+
+def test_the_emulator_builds_a_session_per_plan_until_a_search_needs_the_switch_graph():
+    ctx = load_model(os.path.join(ROOT, "models", "two_culprits.onnx"))
+    feed = load_samples(ctx.model, SampleSpec(os.path.join(ROOT, "models", "two_culprits.npz"))).feeds[0]
+    plan = ctx.resolve(ctx.all_fp16_plan())
+    emulator = Emulator(ctx)
+    emulator.run(None, feed, intermediates=True)
+    emulator.run(plan, feed)
+    emulator.run(plan, feed)  # the same plan: no new session
+    assert emulator.sessions_built == 2 and emulator.probes_run == 3
+    fp32 = emulator.session(None, capture=True)
+    assert emulator.session(None) is fp32  # a capturing session serves a run without capture
+    emulator.run(plan.with_fp32(["a_norm"], plan.decisions["a_norm"].reasons[0]), feed)
+    assert emulator.sessions_built == 3  # two are kept: the least recently used (all FP16) went
+    assert emulator.session(None, capture=True) is fp32 and emulator.sessions_built == 3
+    emulator.run(plan, feed)
+    assert emulator.sessions_built == 4
+    searching = emulator.searching()
+    assert searching.switch_model.switch_input and emulator.sessions_built == 5
+    assert emulator.session(plan) is searching and emulator.searching() is searching
