@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import onnx
 
@@ -23,13 +24,23 @@ from .types import FLOAT, FLOAT16, elem_type, rank_only, with_elem_type
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class _Probe:
+    """A node's FP16 probe at ranks (model and cache key), made once per model_typing."""
+
+    model: onnx.ModelProto
+    key: bytes
+
+
 def node_typing(node: onnx.NodeProto, opsets: Mapping[str, int],
-                types: Mapping[str, onnx.TypeProto], model: onnx.ModelProto | None = None) -> NodeTyping:
-    """The FP16 typing of ``node`` given the model's opsets and value types."""
-    typing = schema_typing(node, opsets, types)
+                types: Mapping[str, onnx.TypeProto], model: onnx.ModelProto | None = None,
+                typing: NodeTyping | None = None, probe: _Probe | None = None) -> NodeTyping:
+    """The FP16 typing of ``node`` given the model's opsets and value types (``typing``: its
+    schema typing, ``probe``: its rank probe, when the caller has them already)."""
+    typing = schema_typing(node, opsets, types) if typing is None else typing
     if typing.fp16_blocker is not None:
         return typing
-    blocker = ort_blocker(node, typing, types, model)
+    blocker = ort_blocker(node, typing, types, model, probe)
     if blocker is not None:
         return NodeTyping(
             typing.convertible_inputs, typing.convertible_outputs, blocker, typing.flexible_inputs
@@ -57,6 +68,7 @@ def ort_blocker(
     typing: NodeTyping,
     types: Mapping[str, onnx.TypeProto],
     model: onnx.ModelProto | None = None,
+    probe: _Probe | None = None,
 ) -> str | None:
     """Why onnxruntime (CPU) cannot load or run ``node`` with its float16 typing, or None."""
     domain = "" if node.domain == "ai.onnx" else node.domain
@@ -68,7 +80,7 @@ def ort_blocker(
         typing.convertible_inputs or typing.convertible_outputs or typing.flexible_inputs
     ):
         return None
-    return _probe(node, typing, types, model)
+    return _probe(node, typing, types, model, probe)
 
 
 def _text(value: object) -> str:
@@ -136,18 +148,28 @@ def _load_problems(m: onnx.ModelProto) -> tuple[str | None, str | None]:
     return checker, session
 
 
+def _rank_probe(node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, onnx.TypeProto],
+                model: onnx.ModelProto) -> _Probe | None:
+    fp16 = _probe_model(node, typing, types, model, True)
+    return None if fp16 is None else _Probe(fp16, fp16.SerializeToString(deterministic=True))
+
+
 def _probe(
-    node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, onnx.TypeProto], model: onnx.ModelProto
+    node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, onnx.TypeProto], model: onnx.ModelProto,
+    rank_probe: _Probe | None = None,
 ) -> str | None:
     """The float16 probe of ``node``: a problem that the same node in float32 does not have."""
     if has_subgraphs(node):
         return None  # control flow: the body nodes are probed one by one
     problem = None
     for exact_shapes in (False, True):
-        fp16 = _probe_model(node, typing, types, model, True, exact_shapes)
-        if fp16 is None:
-            return None
-        key = fp16.SerializeToString(deterministic=True)
+        if not exact_shapes and rank_probe is not None:
+            fp16, key = rank_probe.model, rank_probe.key
+        else:
+            made = _probe_model(node, typing, types, model, True, exact_shapes)
+            if made is None:
+                return None
+            fp16, key = made, made.SerializeToString(deterministic=True)
         if key not in _PROBES:
             half = _load_problems(fp16)
             full: tuple[str | None, str | None] = (None, None)
@@ -171,40 +193,47 @@ def model_typing(
     """:class:`NodeTyping` of every node, subgraphs included, keyed by node name."""
     types = tensor_types(model) if types is None else types
     opsets = opset_map(model)
-    _probe_together(model, types, opsets)
-    return {ref.name: node_typing(ref.node, opsets, types, model) for ref in walk_nodes(model.graph)}
+    refs = list(walk_nodes(model.graph))
+    typings = {ref.name: schema_typing(ref.node, opsets, types) for ref in refs}
+    probes = _probe_together(model, types, refs, typings)
+    return {ref.name: node_typing(ref.node, opsets, types, model, typings[ref.name], probes.get(ref.name))
+            for ref in refs}
 
 
 def _probe_together(
     model: onnx.ModelProto,
     types: Mapping[str, onnx.TypeProto],
-    opsets: Mapping[str, int],
-) -> None:
+    refs: list,
+    typings: Mapping[str, NodeTyping],
+) -> dict[str, _Probe]:
     """Probe every not yet cached node signature in one model: in the usual case, where
     onnxruntime loads them all in float16, one session answers for all of them; otherwise the
-    probes run one by one (in :func:`_probe`) to learn which node is at fault."""
+    probes run one by one (in :func:`_probe`) to learn which node is at fault. Returns each
+    node's rank probe, made once here."""
     pending: dict[bytes, onnx.ModelProto] = {}
-    for ref in walk_nodes(model.graph):
-        node = ref.node
+    probes: dict[str, _Probe] = {}
+    for ref in refs:
+        node, typing = ref.node, typings[ref.name]
         if has_subgraphs(node):
             continue
-        typing = schema_typing(node, opsets, types)
         if typing.fp16_blocker or not (
             typing.convertible_inputs or typing.convertible_outputs or typing.flexible_inputs
         ):
             continue
-        probe = _probe_model(node, typing, types, model, True)
+        probe = _rank_probe(node, typing, types, model)
+        if probe is None:
+            continue
+        probes[ref.name] = probe
         # a value of unknown rank fails the checker in float32 too: such a probe is judged alone
-        if probe is not None and all(
-            vi.type.tensor_type.HasField("shape") for vi in list(probe.graph.input) + list(probe.graph.output)
-        ):
-            key = probe.SerializeToString(deterministic=True)
-            if key not in _PROBES:
-                pending[key] = probe
+        graph = probe.model.graph
+        if all(vi.type.tensor_type.HasField("shape") for vi in list(graph.input) + list(graph.output)):
+            if probe.key not in _PROBES:
+                pending[probe.key] = probe.model
     if len(pending) < 2:
-        return
+        return probes
     if _load_problems(_combined(list(pending.values()), model)) == (None, None):
         _PROBES.update(dict.fromkeys(pending))
+    return probes
 
 
 def _combined(probes: list[onnx.ModelProto], model: onnx.ModelProto) -> onnx.ModelProto:
