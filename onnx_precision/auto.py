@@ -193,9 +193,11 @@ def _search(run: _Run, prober: Prober, ctx: ModelContext, graph: _Graph, user: P
         return run.finish(plan, PASSED, "", before, after)
     start_errors = dict(prober.last_errors)
     with clock.phase("layerwise") as phase:
-        session = emulator.searching()  # many plans follow: one switch-graph session runs them all
-        layer = oracle.layerwise(session, base, run.samples)
+        layer = oracle.layerwise(emulator, base, run.samples)
         phase.count(emulator, probes=1)
+    with clock.phase("switch graph") as phase:
+        session = emulator.searching()  # many plans follow: one switch-graph session runs them all
+        phase.count(emulator)
     prober.session = session
     searchable = [n for n in graph.order if n in session.switchable and base.is_fp16(n)]
     flagged_nodes = set(flagged) | set(layer.first_divergence)

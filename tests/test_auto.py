@@ -70,13 +70,14 @@ def test_example_models_pin_exactly_the_expected_nodes(name, tmp_path):
     assert result.after.passed
     phases = {p.name: p for p in result.phases}
     # A baked session each for FP32, the caller's plan and (when headroom pins change it) the base
-    # plan; the switch graph only when a search follows, one session for all its probes.
+    # plan; when a search follows, the base plan capturing its tensors for the layerwise comparison,
+    # then the switch graph, one session for all the probes.
     searched = "search" in phases
-    assert result.sessions_built == 2 + phases["start"].sessions + int(searched)
+    assert result.sessions_built == 2 + phases["start"].sessions + 2 * int(searched)
     assert phases["start"].sessions == int(phases["start"].probes == 1)
     if searched:
-        assert phases["layerwise"].sessions == 1 and phases["search"].sessions == 0
-        assert phases["after"].sessions == 0
+        assert phases["layerwise"].sessions == 1 and phases["switch graph"].sessions == 1
+        assert phases["search"].sessions == 0 and phases["after"].sessions == 0
     assert written_passes(loaded, result.plan, samples)
     if EXPECTED[name]:
         assert not result.before.passed
@@ -98,11 +99,13 @@ def test_two_independent_culprits_found_by_search_are_one_minimal(tmp_path):
 
 def test_one_session_for_every_probe(tmp_path):
     result, _, _ = choose("layernorm_eps", tmp_path)
-    assert result.sessions_built == 3  # FP32 and all-FP16 baked, then the switch graph for the search
+    # FP32 and all FP16 baked, all FP16 capturing (layerwise), then the switch graph for the search
+    assert result.sessions_built == 4
     assert result.search is not None and result.search.probes_run >= 5
     phases = {p.name: p for p in result.phases}
     assert phases["reference"].sessions == 1 and phases["before"].sessions == 1
-    assert phases["layerwise"].sessions == 1 and phases["search"].sessions == 0
+    assert phases["layerwise"].sessions == 1 and phases["switch graph"].sessions == 1
+    assert phases["search"].sessions == 0
     assert result.probes_run == sum(p.probes for p in result.phases)
 
 
@@ -262,9 +265,9 @@ def test_convert_verifies_and_reports_every_example(name, tmp_path, capsys, coun
     assert tuple(p["node"] for p in report["pinned"]) == EXPECTED[name]
     assert report["status"] == "passed" and report["outputs"]["verified"]["passed"] is True
     phases = {p["name"]: p for p in report["cost"]["phases"]}
-    # FP32 and the caller's plan baked, the headroom-pinned plan when it differs, the switch graph
-    # when a search follows, and the verification of the written file: each built once.
-    expected = 3 + phases["start"]["sessions"] + int("search" in phases)
+    # FP32 and the caller's plan baked, the headroom-pinned plan when it differs, the layerwise
+    # capture and the switch graph when a search follows, and the verification of the written file.
+    expected = 3 + phases["start"]["sessions"] + 2 * int("search" in phases)
     assert report["cost"]["sessions_built"] == expected == len(count_sessions)
     assert os.path.exists(str(tmp_path / f"{name}.fp16.report.md"))
     summary = capsys.readouterr().out.splitlines()
@@ -293,7 +296,7 @@ def test_report_counts_every_session_built_model_and_helper_alike(tmp_path, monk
     model, data = shipped("layernorm_eps")
     assert main(["convert", model, "-o", str(tmp_path / "ln.onnx"), "--inputs", data, "-q"]) == 0
     cost = json.load(open(str(tmp_path / "ln.report.json")))["cost"]
-    assert cost["sessions_built"] == 4 and cost["helper_sessions"] > 0  # 2 baked, switch graph, verify
+    assert cost["sessions_built"] == 5 and cost["helper_sessions"] > 0  # 3 baked, switch graph, verify
     assert cost["sessions_built"] + cost["helper_sessions"] == len(built)
 
 

@@ -101,3 +101,23 @@ def test_the_emulator_builds_a_session_per_plan_until_a_search_needs_the_switch_
     searching = emulator.searching()
     assert searching.switch_model.switch_input and emulator.sessions_built == 5
     assert emulator.session(plan) is searching and emulator.searching() is searching
+
+
+def test_a_chunked_capture_gives_the_statistics_and_errors_of_a_whole_one(monkeypatch):
+    from onnx_precision.oracle import inspect_plan, plans
+
+    ctx = load_model(os.path.join(ROOT, "models", "deep_cnn.onnx"))
+    samples = load_samples(ctx.model, SampleSpec(os.path.join(ROOT, "models", "deep_cnn.npz")))
+    plan = ctx.resolve(ctx.all_fp16_plan())
+    whole_ref, whole_layer = inspect_plan(EmulationSession(ctx), plan, samples)
+    monkeypatch.setattr(plans, "FIRST_CHUNK", 3)
+    monkeypatch.setattr(plans, "MIN_CAPTURE_BYTES", 1 << 20)
+    emulator = Emulator(ctx)
+    chunks = emulator.chunks()
+    monkeypatch.setattr(emulator, "chunks", lambda: chunks)
+    ref, layer = inspect_plan(emulator, plan, samples)
+    assert chunks.count >= 3 and chunks.budget == 1 << 20  # the weights are under 4 MiB
+    assert ref.stats == whole_ref.stats and ref.first_nonfinite == whole_ref.first_nonfinite
+    assert layer.nodes == whole_layer.nodes and layer.first_divergence == whole_layer.first_divergence
+    for got, want in zip(layer.outputs + ref.outputs, whole_layer.outputs + whole_ref.outputs):
+        assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in got)

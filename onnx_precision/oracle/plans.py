@@ -22,13 +22,20 @@ import onnx
 
 from ..context import ModelContext
 from ..plan import PrecisionPlan
-from .rounding import round_fp16
+from ..storage import element_count, model_tensors
+from .rounding import FLOAT, elem_types, round_fp16
 from .session import EmulationSession, Feed
+from .switch_graph import captured
 
 # Baked sessions kept at once: the FP32 reference and one plan (analyze compares the two per sample).
 KEPT = 2
+# Bytes of intermediates one capturing run may expose: at least this, or a quarter of the weights
+# (a model's activations grow with its weights; a run and its FP32 twin stay under half of them).
+MIN_CAPTURE_BYTES = 256 << 20
+FIRST_CHUNK = 16  # tensors captured by the first run of a chunked pass, before any size is known
 
-_Key = tuple[frozenset[str] | None, bool]  # (FP16 nodes, or None for FP32; captures intermediates)
+# (FP16 nodes, or None for FP32; the intermediates captured: all, none, or those names)
+_Key = tuple[frozenset[str] | None, bool | tuple[str, ...]]
 
 
 class Emulator:
@@ -50,7 +57,7 @@ class Emulator:
         now on every plan runs there."""
         if self._switched is None:
             self._baked.clear()
-            self._switched = EmulationSession(self.ctx, threads=self.threads)
+            self._switched = EmulationSession(self.ctx, capture_intermediates=False, threads=self.threads)
             self.sessions_built += 1
         return self._switched
 
@@ -60,12 +67,15 @@ class Emulator:
             self._last = (plan, fp16)
         return self._last[1]
 
-    def session(self, plan: PrecisionPlan | None, capture: bool = False) -> EmulationSession:
-        """The session that runs ``plan`` (capturing every intermediate when ``capture``)."""
+    def session(self, plan: PrecisionPlan | None, capture: bool | tuple[str, ...] = False,
+                ) -> EmulationSession:
+        """The session that runs ``plan`` (capturing every intermediate when ``capture`` is True,
+        those named when it is a tuple)."""
         if self._switched is not None:
             return self._switched
         fp16 = None if plan is None else self._fp16_nodes(plan)
-        for key in ((fp16, capture), (fp16, True)):
+        keys: tuple[_Key, ...] = ((fp16, capture), (fp16, True)) if capture is not True else ((fp16, True),)
+        for key in keys:
             if key in self._baked:
                 self._baked.move_to_end(key)
                 return self._baked[key]
@@ -78,11 +88,22 @@ class Emulator:
         return built
 
     def run(self, plan: PrecisionPlan | None, feed: Feed, names: Sequence[str] | None = None,
-            intermediates: bool = False) -> dict[str, np.ndarray]:
-        """As :meth:`EmulationSession.run`."""
+            intermediates: bool | tuple[str, ...] = False) -> dict[str, np.ndarray]:
+        """As :meth:`EmulationSession.run`; ``intermediates`` may also name the tensors to capture."""
         session = self.session(plan, capture=intermediates)
         self.probes_run += 1
+        if isinstance(intermediates, tuple):
+            wanted = [n for n in intermediates if n in set(session.intermediates)]
+            return session.run(plan, feed, list(session.outputs) + wanted if names is None else names)
         return session.run(plan, feed, names, intermediates)
+
+    def chunks(self) -> Chunks:
+        """The main graph's float tensors in chunks a capturing run may hold (see :class:`Chunks`)."""
+        if self._switched is not None:
+            return Chunks((), 0, whole=True)
+        weights = sum(4 * element_count(t) for t in model_tensors(self.model) if t.data_type == FLOAT)
+        tensors = captured(self.model, elem_types(self.model, self.ctx.types), self.outputs, True)
+        return Chunks(tensors, max(MIN_CAPTURE_BYTES, weights // 4))
 
     def fed_value(self, plan: PrecisionPlan | None, name: str, value: np.ndarray) -> np.ndarray:
         """As :meth:`EmulationSession.fed_value` (no session needed)."""
@@ -102,3 +123,38 @@ class Emulator:
     @cached_property
     def producers(self) -> Mapping[str, str]:
         return {o: n.name for n in self.model.graph.node for o in n.output if o}
+
+
+class Chunks:
+    """Tensor names in consecutive chunks whose captured values fit ``budget`` bytes per run: the
+    first chunk is small, the next are sized from the bytes per tensor seen so far (the largest
+    average of a chunk, with a margin), so a long-context decoder is captured a slice of layers at
+    a time. ``whole``: one chunk of None, every tensor a switch-graph session captures."""
+
+    def __init__(self, tensors: Sequence[str], budget: int, whole: bool = False) -> None:
+        self.tensors = tuple(tensors)
+        self.budget = budget
+        self.whole = whole
+        self.per_tensor = 0.0  # the largest average bytes per captured tensor of a chunk so far
+        self.count = 0  # chunks given
+
+    def __iter__(self):
+        if self.whole:
+            yield None
+            return
+        start, size = 0, FIRST_CHUNK
+        while start < len(self.tensors) or self.count == 0:
+            chunk = self.tensors[start:start + size]
+            self.count += 1
+            yield chunk
+            start += len(chunk)
+            if self.per_tensor > 0:
+                size = max(1, int(self.budget / (1.5 * self.per_tensor)))
+            else:
+                size = len(self.tensors)
+
+    def observed(self, values: Mapping[str, np.ndarray]) -> None:
+        """Note the bytes of one run's captured chunk (graph outputs included: they are held too)."""
+        if values:
+            average = sum(np.asarray(v).nbytes for v in values.values()) / len(values)
+            self.per_tensor = max(self.per_tensor, average)

@@ -28,7 +28,7 @@ from ..errors import InternalError
 from ..format import json_float
 from ..fp16 import FP16_FLUSH, FP16_MAX
 from ..plan import PrecisionPlan
-from .plans import Emulator
+from .plans import Chunks, Emulator
 from .session import EmulationSession, Feed
 
 Runner = EmulationSession | Emulator  # anything that runs plans by emulation
@@ -177,8 +177,7 @@ def _float_inputs(node: onnx.NodeProto, known: Iterable[str]) -> list[str]:
     return [i for i in node.input if i in known]
 
 
-def _first_nonfinite(nodes: Sequence[onnx.NodeProto], values: Mapping[str, np.ndarray]) -> str | None:
-    finite = {name: bool(np.isfinite(v).all()) for name, v in values.items() if _is_float(v)}
+def _first_nonfinite(nodes: Sequence[onnx.NodeProto], finite: Mapping[str, bool]) -> str | None:
     for node in nodes:
         outs = [o for o in node.output if o in finite]
         if outs and not all(finite[o] for o in outs) and all(finite[i] for i in _float_inputs(node, finite)):
@@ -186,14 +185,18 @@ def _first_nonfinite(nodes: Sequence[onnx.NodeProto], values: Mapping[str, np.nd
     return None
 
 
-def _captured(session: Runner, plan: PrecisionPlan | None, feed: Feed,
-              ) -> dict[str, np.ndarray]:
-    """Every tensor the session exposes (graph outputs of any type, float intermediates), plus the
-    float graph inputs as fed."""
-    values = session.run(plan, feed, intermediates=True)
-    for name, value in feed.items():
-        if _is_float(value):
-            values.setdefault(name, session.fed_value(plan, name, value))
+def _captured(session: Runner, plan: PrecisionPlan | None, feed: Feed, chunk: tuple[str, ...] | None,
+              first: bool) -> dict[str, np.ndarray]:
+    """The tensors of ``chunk`` (None: every tensor the session exposes), with the graph outputs
+    and, in the ``first`` chunk, the float graph inputs as fed."""
+    if isinstance(session, Emulator) and chunk is not None:
+        values = session.run(plan, feed, intermediates=chunk)
+    else:
+        values = session.run(plan, feed, intermediates=True)
+    if first:
+        for name, value in feed.items():
+            if _is_float(value):
+                values.setdefault(name, session.fed_value(plan, name, value))
     return values
 
 
@@ -240,39 +243,50 @@ def _feeds(samples) -> Sequence[Feed]:
 
 def _inspect(session: Runner, plan: PrecisionPlan | None, feeds: Sequence[Feed],
              tol: Tolerance) -> tuple[ReferenceResult, LayerwiseResult | None]:
+    """Each chunk of tensors (:meth:`Emulator.chunks`; all at once on a plain session) is captured
+    by one FP32 run per sample (and one of ``plan``), reduced to numbers and dropped: memory holds
+    one chunk of one run's intermediates (of two runs, with a plan) at a time."""
     nodes = list(session.model.graph.node)
     stats: dict[str, TensorStats] = {}
-    outputs = []
-    first_bad: list[str] = []
-    errors: dict[str, NodeError] = {}
-    cand_outputs = []
-    for feed in feeds:
-        ref = _captured(session, None, feed)
-        _merge_stats(stats, ref)
-        outputs.append({name: ref[name] for name in session.outputs if name in ref})
-        bad = _first_nonfinite(nodes, ref)
-        if bad is not None:
-            first_bad.append(bad)
-        if plan is not None:
-            cand = _captured(session, plan, feed)
-            _merge_errors(errors, nodes, ref, cand, tol.rtol)
-            cand_outputs.append({name: cand[name] for name in session.outputs if name in cand})
-            del cand
-        del ref
-    order = {n.name: i for i, n in enumerate(nodes)}
-    first = min(first_bad, key=order.__getitem__) if first_bad else None
-    reference = ReferenceResult(stats, dict(session.producers), first, tuple(outputs))
+    outputs: list[dict[str, np.ndarray]] = [{} for _ in feeds]
+    cand_outputs: list[dict[str, np.ndarray]] = [{} for _ in feeds]
+    finite: list[dict[str, bool]] = [{} for _ in feeds]
+    errors: list[dict[str, _TensorError]] = [{} for _ in feeds]
+    chunks = session.chunks() if isinstance(session, Emulator) else Chunks((), 0, whole=True)
+    first = True
+    for chunk in chunks:
+        for i, feed in enumerate(feeds):
+            ref = _captured(session, None, feed, chunk, first)
+            chunks.observed(ref)
+            _merge_stats(stats, ref)
+            if first:
+                outputs[i] = {name: ref[name] for name in session.outputs if name in ref}
+            finite[i].update((name, bool(np.isfinite(v).all())) for name, v in ref.items() if _is_float(v))
+            if plan is not None:
+                cand = _captured(session, plan, feed, chunk, first)
+                errors[i].update((name, _tensor_error(ref[name], cand[name])) for name in ref
+                                 if name in cand and _is_float(ref[name]))
+                if first:
+                    cand_outputs[i] = {name: cand[name] for name in session.outputs if name in cand}
+                del cand
+            del ref
+        first = False
+    order = {n.name: k for k, n in enumerate(nodes)}
+    first_bad = [bad for bad in (_first_nonfinite(nodes, f) for f in finite) if bad is not None]
+    first_node = min(first_bad, key=order.__getitem__) if first_bad else None
+    reference = ReferenceResult(stats, dict(session.producers), first_node, tuple(outputs))
     if plan is None:
         return reference, None
-    ordered = {n.name: errors[n.name] for n in nodes if n.name in errors}
+    merged: dict[str, NodeError] = {}
+    for tensor_errors in errors:
+        _merge_errors(merged, nodes, tensor_errors, tol.rtol)
+    ordered = {n.name: merged[n.name] for n in nodes if n.name in merged}
     return reference, LayerwiseResult(ordered, tuple(n for n, e in ordered.items() if e.diverges),
                                       outputs=tuple(cand_outputs))
 
 
-def _merge_errors(acc: dict[str, NodeError], nodes: Sequence[onnx.NodeProto], ref: Mapping[str, np.ndarray],
-                  cand: Mapping[str, np.ndarray], threshold: float) -> None:
-    tensor_err = {name: _tensor_error(ref[name], cand[name]) for name in ref
-                  if name in cand and _is_float(ref[name])}
+def _merge_errors(acc: dict[str, NodeError], nodes: Sequence[onnx.NodeProto],
+                  tensor_err: Mapping[str, _TensorError], threshold: float) -> None:
     for node in nodes:
         outs = [tensor_err[o] for o in node.output if o in tensor_err]
         if not outs:
