@@ -113,8 +113,8 @@ def test_a_chunked_capture_gives_the_statistics_and_errors_of_a_whole_one(monkey
     monkeypatch.setattr(plans, "FIRST_CHUNK", 3)
     monkeypatch.setattr(plans, "MIN_CAPTURE_BYTES", 1 << 20)
     emulator = Emulator(ctx)
-    chunks = emulator.chunks()
-    monkeypatch.setattr(emulator, "chunks", lambda: chunks)
+    chunks = emulator.chunks(samples.feeds[0])
+    monkeypatch.setattr(emulator, "chunks", lambda feed: chunks)
     ref, layer = inspect_plan(emulator, plan, samples)
     assert chunks.count >= 3 and chunks.budget == 1 << 20  # the weights are under 4 MiB
     assert ref.stats == whole_ref.stats and ref.first_nonfinite == whole_ref.first_nonfinite

@@ -32,7 +32,7 @@ KEPT = 2
 # Bytes of intermediates one capturing run may expose: at least this, or a quarter of the weights
 # (a model's activations grow with its weights; a run and its FP32 twin stay under half of them).
 MIN_CAPTURE_BYTES = 256 << 20
-FIRST_CHUNK = 16  # tensors captured by the first run of a chunked pass, before any size is known
+FIRST_CHUNK = 16  # at most this many tensors in a first chunk holding one of unknown size
 
 # (FP16 nodes, or None for FP32; the intermediates captured: all, none, or those names)
 _Key = tuple[frozenset[str] | None, bool | tuple[str, ...]]
@@ -97,13 +97,29 @@ class Emulator:
             return session.run(plan, feed, list(session.outputs) + wanted if names is None else names)
         return session.run(plan, feed, names, intermediates)
 
-    def chunks(self) -> Chunks:
-        """The main graph's float tensors in chunks a capturing run may hold (see :class:`Chunks`)."""
+    def chunks(self, feed: Feed | None = None) -> Chunks:
+        """The main graph's float tensors in chunks a capturing run may hold (see :class:`Chunks`);
+        ``feed`` gives the symbolic input dims their values."""
+        feed_dims = _symbol_values(self.model, feed or {})
         if self._switched is not None:
-            return Chunks((), 0, whole=True)
+            return Chunks((), (), 0, whole=True)
         weights = sum(4 * element_count(t) for t in model_tensors(self.model) if t.data_type == FLOAT)
         tensors = captured(self.model, elem_types(self.model, self.ctx.types), self.outputs, True)
-        return Chunks(tensors, max(MIN_CAPTURE_BYTES, weights // 4))
+        return Chunks(tensors, [self._bytes(t, feed_dims) for t in tensors],
+                      max(MIN_CAPTURE_BYTES, weights // 4))
+
+    def _bytes(self, tensor: str, dims: Mapping[str, int]) -> float | None:
+        """The float32 tensor's bytes from its inferred shape (``dims``: symbolic dims' values)."""
+        tp = self.ctx.types.get(tensor)
+        if tp is None or not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
+            return None
+        count = 4
+        for d in tp.tensor_type.shape.dim:
+            value = d.dim_value if d.dim_value > 0 else dims.get(d.dim_param)
+            if not value:
+                return None
+            count *= value
+        return float(count)
 
     def fed_value(self, plan: PrecisionPlan | None, name: str, value: np.ndarray) -> np.ndarray:
         """As :meth:`EmulationSession.fed_value` (no session needed)."""
@@ -126,35 +142,63 @@ class Emulator:
 
 
 class Chunks:
-    """Tensor names in consecutive chunks whose captured values fit ``budget`` bytes per run: the
-    first chunk is small, the next are sized from the bytes per tensor seen so far (the largest
-    average of a chunk, with a margin), so a long-context decoder is captured a slice of layers at
-    a time. ``whole``: one chunk of None, every tensor a switch-graph session captures."""
+    """Tensor names in consecutive chunks whose captured values fit ``budget`` bytes per run.
 
-    def __init__(self, tensors: Sequence[str], budget: int, whole: bool = False) -> None:
+    Chunks are cut from each tensor's estimated bytes (``sizes``: from its inferred shape, with the
+    sample's own input dims; None where unknown, then guessed as the median known size), times a
+    correction learned from every chunk's actual bytes; a first chunk that holds an unknown size
+    is kept to FIRST_CHUNK tensors. So a model whose intermediates fit is captured in one run, as
+    before, and a long-context decoder a slice of layers at a time. ``whole``: one chunk of None,
+    every tensor a switch-graph session captures."""
+
+    def __init__(self, tensors: Sequence[str], sizes: Sequence[float | None], budget: int,
+                 whole: bool = False) -> None:
         self.tensors = tuple(tensors)
+        known = sorted(s for s in sizes if s is not None)
+        guess = known[len(known) // 2] if known else float(64 << 10)
+        self.sizes = {t: guess if s is None else s for t, s in zip(self.tensors, sizes)}
+        self.unknown = {t for t, s in zip(self.tensors, sizes) if s is None}
         self.budget = budget
         self.whole = whole
-        self.per_tensor = 0.0  # the largest average bytes per captured tensor of a chunk so far
+        self.scale = 1.0  # actual bytes over estimated bytes, the worst chunk so far
         self.count = 0  # chunks given
+        self._chunk: tuple[str, ...] = ()
 
     def __iter__(self):
         if self.whole:
             yield None
             return
-        start, size = 0, FIRST_CHUNK
+        start = 0
         while start < len(self.tensors) or self.count == 0:
-            chunk = self.tensors[start:start + size]
+            end, total, guessed = start, 0.0, False
+            while end < len(self.tensors):
+                tensor = self.tensors[end]
+                total += self.sizes[tensor] * self.scale
+                if end > start and total > self.budget:
+                    break
+                end += 1
+                guessed = guessed or tensor in self.unknown
+                if self.count == 0 and guessed and end - start >= FIRST_CHUNK:
+                    break
+            self._chunk = self.tensors[start:end]
             self.count += 1
-            yield chunk
-            start += len(chunk)
-            if self.per_tensor > 0:
-                size = max(1, int(self.budget / (1.5 * self.per_tensor)))
-            else:
-                size = len(self.tensors)
+            yield self._chunk
+            start = end
 
     def observed(self, values: Mapping[str, np.ndarray]) -> None:
-        """Note the bytes of one run's captured chunk (graph outputs included: they are held too)."""
-        if values:
-            average = sum(np.asarray(v).nbytes for v in values.values()) / len(values)
-            self.per_tensor = max(self.per_tensor, average)
+        """Learn from the bytes one run's chunk actually took."""
+        estimated = sum(self.sizes[t] for t in self._chunk if t in values)
+        actual = sum(np.asarray(values[t]).nbytes for t in self._chunk if t in values)
+        if estimated > 0:
+            self.scale = max(self.scale, actual / estimated)
+
+
+def _symbol_values(model: onnx.ModelProto, feed: Feed) -> dict[str, int]:
+    """Symbolic input dims and their values in ``feed``."""
+    values: dict[str, int] = {}
+    for vi in model.graph.input:
+        if vi.name in feed and vi.type.HasField("tensor_type"):
+            for d, n in zip(vi.type.tensor_type.shape.dim, np.shape(feed[vi.name])):
+                if d.dim_param:
+                    values[d.dim_param] = int(n)
+    return values

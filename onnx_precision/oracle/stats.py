@@ -252,7 +252,8 @@ def _inspect(session: Runner, plan: PrecisionPlan | None, feeds: Sequence[Feed],
     cand_outputs: list[dict[str, np.ndarray]] = [{} for _ in feeds]
     finite: list[dict[str, bool]] = [{} for _ in feeds]
     errors: list[dict[str, _TensorError]] = [{} for _ in feeds]
-    chunks = session.chunks() if isinstance(session, Emulator) else Chunks((), 0, whole=True)
+    chunks = session.chunks(feeds[0] if feeds else None) if isinstance(session, Emulator) else Chunks(
+        (), (), 0, whole=True)
     first = True
     for chunk in chunks:
         for i, feed in enumerate(feeds):
