@@ -93,7 +93,8 @@ class Emulator:
         session = self.session(plan, capture=intermediates)
         self.probes_run += 1
         if isinstance(intermediates, tuple):
-            wanted = [n for n in intermediates if n in set(session.intermediates)]
+            exposed = set(session.intermediates)
+            wanted = [n for n in intermediates if n in exposed]
             return session.run(plan, feed, list(session.outputs) + wanted if names is None else names)
         return session.run(plan, feed, names, intermediates)
 
