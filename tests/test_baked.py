@@ -121,3 +121,26 @@ def test_a_chunked_capture_gives_the_statistics_and_errors_of_a_whole_one(monkey
     assert layer.nodes == whole_layer.nodes and layer.first_divergence == whole_layer.first_divergence
     for got, want in zip(layer.outputs + ref.outputs, whole_layer.outputs + whole_ref.outputs):
         assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in got)
+
+
+def test_analyze_holds_one_chunk_of_intermediates_per_session(monkeypatch):
+    from onnx_precision import analysis
+    from onnx_precision.oracle import plans
+
+    path, data = (os.path.join(ROOT, "models", f"deep_cnn.{ext}") for ext in ("onnx", "npz"))
+    exposed: list[int] = []
+
+    class Spy(EmulationSession):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            exposed.append(len(self.intermediates))
+
+    monkeypatch.setattr(plans, "EmulationSession", Spy)
+    whole = analysis.analyze(path, SampleSpec(data))
+    assert len(exposed) == 2
+    everything, exposed[:] = exposed[0], []
+    monkeypatch.setattr(plans, "FIRST_CHUNK", 3)
+    monkeypatch.setattr(plans, "MIN_CAPTURE_BYTES", 1 << 20)  # the weights are under 4 MiB
+    chunked = analysis.analyze(path, SampleSpec(data))
+    assert len(exposed) >= 6 and max(exposed) < everything / 2
+    assert chunked.rows == whole.rows and chunked.all_fp16 == whole.all_fp16

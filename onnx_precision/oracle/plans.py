@@ -13,6 +13,7 @@ the same kernels on the same rounded values as the switch graph's branches (test
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from functools import cached_property
@@ -47,6 +48,7 @@ class Emulator:
         self.model = ctx.model
         self.threads = threads
         self.sessions_built = 0
+        self.build_seconds = 0.0  # spent building sessions
         self.probes_run = 0
         self._baked: OrderedDict[_Key, EmulationSession] = OrderedDict()
         self._switched: EmulationSession | None = None
@@ -57,7 +59,9 @@ class Emulator:
         now on every plan runs there."""
         if self._switched is None:
             self._baked.clear()
+            start = time.perf_counter()
             self._switched = EmulationSession(self.ctx, capture_intermediates=False, threads=self.threads)
+            self.build_seconds += time.perf_counter() - start
             self.sessions_built += 1
         return self._switched
 
@@ -81,8 +85,10 @@ class Emulator:
                 return self._baked[key]
         while len(self._baked) >= KEPT:
             self._baked.popitem(last=False)
+        start = time.perf_counter()
         built = EmulationSession(self.ctx, capture_intermediates=capture, threads=self.threads,
                                  baked=frozenset() if fp16 is None else fp16)
+        self.build_seconds += time.perf_counter() - start
         self.sessions_built += 1
         self._baked[(fp16, capture)] = built
         return built
