@@ -38,7 +38,7 @@ def test_expected_nodes_and_verdicts(name, expected):
     assert problems(result) == expected
     assert result.rows[0].node == expected[0][0]
     assert not result.all_fp16.passed
-    assert result.sessions_built == 2  # FP32 and all FP16, baked: no switch graph
+    assert result.sessions_built == 1  # the twin graph: FP32 and all FP16 in one run per sample
 
 
 def test_l2_normalize_names_the_sum_with_its_evidence():
@@ -132,7 +132,7 @@ def test_transformer_finds_the_two_culprit_layers(tmp_path):
     result = analysis.analyze(path, SampleSpec(inputs=data))
     assert problems(result) == [("l3_ln2_sq", "overflow"), ("l8_ln2_sq", "overflow")]
     assert result.row("l3_ln2_sq").first_divergence
-    assert result.sessions_built == 2  # FP32 and all FP16, baked: no switch graph
+    assert result.sessions_built == 1  # the twin graph: FP32 and all FP16 in one run per sample
 
 
 def test_synthetic_data_is_labelled_and_ranges_decide():

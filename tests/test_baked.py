@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import numpy as np
 import onnx
@@ -115,6 +116,7 @@ def test_a_chunked_capture_gives_the_statistics_and_errors_of_a_whole_one(monkey
     emulator = Emulator(ctx)
     chunks = emulator.chunks(samples.feeds[0])
     monkeypatch.setattr(emulator, "chunks", lambda feed: chunks)
+    monkeypatch.setattr(emulator, "twin", lambda plan, feed: None)  # as for an opset-10 model
     ref, layer = inspect_plan(emulator, plan, samples)
     assert chunks.count >= 3 and chunks.budget == 1 << 20  # the weights are under 4 MiB
     assert ref.stats == whole_ref.stats and ref.first_nonfinite == whole_ref.first_nonfinite
@@ -123,24 +125,46 @@ def test_a_chunked_capture_gives_the_statistics_and_errors_of_a_whole_one(monkey
         assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in got)
 
 
-def test_analyze_holds_one_chunk_of_intermediates_per_session(monkeypatch):
-    from onnx_precision import analysis
-    from onnx_precision.oracle import plans
+def _same_inspection(got, want) -> None:
+    (ref, layer), (want_ref, want_layer) = got, want
+    assert ref.stats == want_ref.stats and list(ref.stats) == list(want_ref.stats)
+    assert ref.first_nonfinite == want_ref.first_nonfinite
+    assert layer.nodes == want_layer.nodes and layer.first_divergence == want_layer.first_divergence
+    for ours, theirs in zip(layer.outputs + ref.outputs, want_layer.outputs + want_ref.outputs):
+        assert ours.keys() == theirs.keys() and all(np.array_equal(ours[k], theirs[k], equal_nan=True) for k in ours)
 
-    path, data = (os.path.join(ROOT, "models", f"deep_cnn.{ext}") for ext in ("onnx", "npz"))
-    exposed: list[int] = []
 
-    class Spy(EmulationSession):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            exposed.append(len(self.intermediates))
+@pytest.mark.parametrize("budget", [0, 1 << 30])  # every tensor summarised in the graph / fetched whole
+@pytest.mark.parametrize("name", EXAMPLES + ("log_underflow", "fp32_nan", "softmax_nomax"))
+def test_the_twin_graph_sees_what_capturing_every_tensor_sees(name, budget):
+    from onnx_precision.oracle import inspect_plan
 
-    monkeypatch.setattr(plans, "EmulationSession", Spy)
-    whole = analysis.analyze(path, SampleSpec(data))
-    assert len(exposed) == 2
-    everything, exposed[:] = exposed[0], []
-    monkeypatch.setattr(plans, "FIRST_CHUNK", 3)
-    monkeypatch.setattr(plans, "MIN_CAPTURE_BYTES", 1 << 20)  # the weights are under 4 MiB
-    chunked = analysis.analyze(path, SampleSpec(data))
-    assert len(exposed) >= 6 and max(exposed) < everything / 2
-    assert chunked.rows == whole.rows and chunked.all_fp16 == whole.all_fp16
+    ctx = load_model(os.path.join(ROOT, "models", f"{name}.onnx"))
+    samples = load_samples(ctx.model, SampleSpec(os.path.join(ROOT, "models", f"{name}.npz")))
+    all_fp16, mixed = _plans(ctx, 1)
+    for plan in (all_fp16, mixed, ctx.resolve(replace(all_fp16, fp16_io=True, resolved=False))):
+        emulator = Emulator(ctx)
+        emulator.__dict__["_budget"] = budget
+        twin = emulator.twin(plan, samples.feeds[0])
+        assert twin is not None
+        fetched_whole = set(twin.twin.whole) - set(twin.twin.outputs)  # graph outputs always are
+        assert bool(fetched_whole) == bool(budget) and bool(twin.twin.summaries) != bool(budget)
+        _same_inspection(inspect_plan(emulator, plan, samples), inspect_plan(EmulationSession(ctx), plan, samples))
+        assert emulator.sessions_built == 2  # one twin per inspection, no baked session
+
+
+def test_the_twin_graph_compares_each_tensor_right_after_the_node_that_makes_it():
+    ctx = load_model(os.path.join(ROOT, "models", "deep_cnn.onnx"))
+    emulator = Emulator(ctx)
+    emulator.__dict__["_budget"] = 0
+    twin = emulator.twin(ctx.resolve(ctx.all_fp16_plan()))
+    assert twin is not None
+    nodes = list(twin.twin.model.graph.node)
+    position = {o: k for k, n in enumerate(nodes) for o in n.output}
+    originals = [n for n in ctx.model.graph.node if n.output[0] in twin.twin.summaries]
+    assert len(originals) > 10
+    for node, following in zip(originals, originals[1:]):
+        floats, ints = twin.twin.summaries[node.output[0]]
+        # the FP32 tensor is compared before the next original node runs: it can die there
+        assert position[node.output[0]] < position[floats] < position[following.output[0]]
+        assert position[ints] < position[following.output[0]]

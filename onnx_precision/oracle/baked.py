@@ -31,6 +31,7 @@ class BakedBuilder(SwitchBuilder):
         self.fp16 = fp16
         self.rounded_outputs: set[str] = set()  # tensors a baked FP16 node wrote rounded
         self.true_name = ""
+        self.spans: list[int] = []  # per main-graph node, where its baked nodes end
 
     def rewrite(self, graph: onnx.GraphProto, scopes: Scopes) -> None:
         scopes = scopes + [{}]
@@ -39,6 +40,8 @@ class BakedBuilder(SwitchBuilder):
             for _, sub in subgraphs(node):
                 self.rewrite(sub, scopes)
             self._bake(node, scopes, new_nodes)
+            if len(scopes) == 1:
+                self.spans.append(len(new_nodes))
         del graph.node[:]
         graph.node.extend(new_nodes)
 

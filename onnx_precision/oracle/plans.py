@@ -20,13 +20,15 @@ from functools import cached_property
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 
 from ..context import ModelContext
 from ..plan import PrecisionPlan
 from ..storage import element_count, model_tensors
 from .rounding import FLOAT, elem_types, round_fp16
-from .session import EmulationSession, Feed
+from .session import EmulationSession, Feed, as_fp32, cast_feed, input_dtypes, make_session, session_options
 from .switch_graph import captured
+from .twin import TwinModel, TwinUnavailable, build_twin_model
 
 # Baked sessions kept at once: the FP32 reference and one plan (analyze compares the two per sample).
 KEPT = 2
@@ -104,16 +106,59 @@ class Emulator:
             return session.run(plan, feed, list(session.outputs) + wanted if names is None else names)
         return session.run(plan, feed, names, intermediates)
 
+    def twin(self, plan: PrecisionPlan | None, feed: Feed | None = None) -> TwinSession | None:
+        """A session of the twin graph comparing ``plan`` (None: the FP32 model alone) with FP32
+        inside one run (:mod:`.twin`), or None where the model cannot be twinned or a search
+        already runs every plan on the switch graph. ``feed`` gives symbolic input dims values."""
+        if self._switched is not None:
+            return None
+        dims = _symbol_values(self.model, feed or {})
+        budget = self._budget
+
+        def whole(tensors: tuple[str, ...], twinned: bool) -> frozenset[str]:
+            sizes = sorted((size, t) for t in tensors if (size := self._bytes(t, dims)) is not None)
+            picked, total = [], 0.0
+            for size, tensor in sizes:
+                total += size * (2 if twinned else 1)
+                if total > budget:
+                    break
+                picked.append(tensor)
+            return frozenset(picked)
+
+        fp32 = as_fp32(self.ctx)
+        start = time.perf_counter()
+        try:
+            model = build_twin_model(fp32, self.ctx.typing, self.ctx.base_dir,
+                                     None if plan is None else self._fp16_nodes(plan),
+                                     plan is not None and plan.fp16_io, whole,
+                                     self.ctx.types if fp32 is self.model else None,
+                                     self.ctx.forced_fp32, self.ctx.trt)
+        except TwinUnavailable:
+            return None
+        self._baked.clear()  # the twin holds both: never three copies of the model at once
+        options = session_options(self.threads)
+        # Kept in the graph's order, each FP32 tensor dies once its twin is compared (see .twin).
+        options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
+        ctx = self.ctx
+        session = make_session(model.model, ctx.base_dir, options=options, shared=ctx.mapped_weights,
+                               custom_op_libraries=ctx.custom_op_libraries)
+        self.build_seconds += time.perf_counter() - start
+        self.sessions_built += 1
+        return TwinSession(model, session, self)
+
+    @cached_property
+    def _budget(self) -> int:
+        weights = sum(4 * element_count(t) for t in model_tensors(self.model) if t.data_type == FLOAT)
+        return max(MIN_CAPTURE_BYTES, weights // 4)
+
     def chunks(self, feed: Feed | None = None) -> Chunks:
         """The main graph's float tensors in chunks a capturing run may hold (see :class:`Chunks`);
         ``feed`` gives the symbolic input dims their values."""
         feed_dims = _symbol_values(self.model, feed or {})
         if self._switched is not None:
             return Chunks((), (), 0, whole=True)
-        weights = sum(4 * element_count(t) for t in model_tensors(self.model) if t.data_type == FLOAT)
         tensors = captured(self.model, elem_types(self.model, self.ctx.types), self.outputs, True)
-        return Chunks(tensors, [self._bytes(t, feed_dims) for t in tensors],
-                      max(MIN_CAPTURE_BYTES, weights // 4))
+        return Chunks(tensors, [self._bytes(t, feed_dims) for t in tensors], self._budget)
 
     def _bytes(self, tensor: str, dims: Mapping[str, int]) -> float | None:
         """The float32 tensor's bytes from its inferred shape (``dims``: symbolic dims' values)."""
@@ -146,6 +191,22 @@ class Emulator:
     @cached_property
     def producers(self) -> Mapping[str, str]:
         return {o: n.name for n in self.model.graph.node for o in n.output if o}
+
+
+class TwinSession:
+    """A twin graph's session: one run per sample gives the FP32 outputs, the plan's, and every
+    compared tensor whole or summarised (see :class:`.twin.TwinModel`)."""
+
+    def __init__(self, twin: TwinModel, session: ort.InferenceSession, emulator: Emulator) -> None:
+        self.twin = twin
+        self.session = session
+        self.emulator = emulator
+        self._dtypes = input_dtypes(twin.model)
+        self._fetches = twin.fetches()
+
+    def run(self, feed: Feed) -> dict[str, np.ndarray]:
+        self.emulator.probes_run += 1
+        return dict(zip(self._fetches, self.session.run(self._fetches, cast_feed(feed, self._dtypes))))
 
 
 class Chunks:

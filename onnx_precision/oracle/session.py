@@ -168,7 +168,7 @@ class EmulationSession:
         self.sessions_built = 1
         self.probes_run = 0
         self._last: tuple[PrecisionPlan | None, np.ndarray] | None = None
-        self._dtypes = _input_dtypes(self.switch_model.model)
+        self._dtypes = input_dtypes(self.switch_model.model)
         self._float_inputs = {vi.name for vi in model.graph.input
                               if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
         self._float_outputs = {vi.name for vi in model.graph.output
@@ -211,7 +211,7 @@ class EmulationSession:
             names = self.outputs + (self.intermediates if intermediates else ())
         fp16_io = plan is not None and plan.fp16_io
         full = self.switch_feed(plan)
-        for name, value in _cast_feed(feed, self._dtypes).items():
+        for name, value in cast_feed(feed, self._dtypes).items():
             full[name] = self.fed_value(plan, name, value)
         values = self.session.run(list(names), full)
         self.probes_run += 1
@@ -230,21 +230,21 @@ class EmulationSession:
 
 # --- other oracles --------------------------------------------------------------------------------
 
-def _input_dtypes(model: onnx.ModelProto) -> dict[str, np.dtype]:
+def input_dtypes(model: onnx.ModelProto) -> dict[str, np.dtype]:
     inits = {i.name for i in model.graph.initializer}
     return {vi.name: onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
             for vi in model.graph.input if vi.name not in inits and vi.type.tensor_type.elem_type}
 
 
-def _cast_feed(feed: Feed, dtypes: Mapping[str, np.dtype]) -> dict[str, np.ndarray]:
+def cast_feed(feed: Feed, dtypes: Mapping[str, np.dtype]) -> dict[str, np.ndarray]:
     return {k: (np.asarray(v, dtype=dtypes[k]) if k in dtypes else v) for k, v in feed.items()}
 
 
 def run_session(session: ort.InferenceSession, model: onnx.ModelProto, feeds: Sequence[Feed]
                  ) -> tuple[dict[str, np.ndarray], ...]:
-    dtypes = _input_dtypes(model)
+    dtypes = input_dtypes(model)
     names = [o.name for o in model.graph.output]
-    return tuple(dict(zip(names, session.run(names, _cast_feed(f, dtypes)))) for f in feeds)
+    return tuple(dict(zip(names, session.run(names, cast_feed(f, dtypes)))) for f in feeds)
 
 
 def as_fp32(ctx: ModelContext) -> onnx.ModelProto:
@@ -302,11 +302,11 @@ def run_reference(ctx: ModelContext, feeds: Sequence[Feed]) -> OracleRun:
                 tensor.CopyFrom(onnx.numpy_helper.from_array(np.array(read_array(tensor, ctx.base_dir)),
                                                              tensor.name))
     evaluator = ReferenceEvaluator(model)
-    dtypes = _input_dtypes(model)
+    dtypes = input_dtypes(model)
     names = [o.name for o in model.graph.output]
     outs = []
     for feed in feeds:
         with np.errstate(all="ignore"):
-            values = evaluator.run(None, _cast_feed(feed, dtypes))
+            values = evaluator.run(None, cast_feed(feed, dtypes))
         outs.append(dict(zip(names, (np.asarray(v) for v in values))))
     return OracleRun(REFERENCE, tuple(outs))

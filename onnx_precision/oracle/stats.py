@@ -28,8 +28,9 @@ from ..errors import InternalError
 from ..format import json_float
 from ..fp16 import FP16_FLUSH, FP16_MAX
 from ..plan import PrecisionPlan
-from .plans import Chunks, Emulator
+from .plans import Chunks, Emulator, TwinSession
 from .session import EmulationSession, Feed
+from .twin import FLOATS, INTS
 
 Runner = EmulationSession | Emulator  # anything that runs plans by emulation
 
@@ -166,7 +167,8 @@ def _tensor_error(ref: np.ndarray, cand: np.ndarray) -> _TensorError:
         r, c = r[c_finite], c[c_finite]
     if not r.size:
         return _TensorError(0.0, 0.0, new_nonfinite, not bool(np.isfinite(cand).all()))
-    err = float(np.max(np.abs(c.astype(np.float64) - r)))
+    # float32, as the twin graph's Sub computes it (the float64 difference, rounded once)
+    err = float(np.float32(np.max(np.abs(c.astype(np.float64) - r))))
     scale = float(np.max(np.abs(r)))
     rel = err / scale if scale > 0 else (0.0 if err == 0 else float("inf"))
     return _TensorError(err, rel, new_nonfinite, bool(new_nonfinite) or not bool(np.isfinite(cand).all()))
@@ -243,10 +245,38 @@ def _feeds(samples) -> Sequence[Feed]:
 
 def _inspect(session: Runner, plan: PrecisionPlan | None, feeds: Sequence[Feed],
              tol: Tolerance) -> tuple[ReferenceResult, LayerwiseResult | None]:
-    """Each chunk of tensors (:meth:`Emulator.chunks`; all at once on a plain session) is captured
-    by one FP32 run per sample (and one of ``plan``), reduced to numbers and dropped: memory holds
-    one chunk of one run's intermediates (of two runs, with a plan) at a time."""
+    """One run per sample of the twin graph (:meth:`Emulator.twin`), or, where there is none,
+    each chunk of tensors (:meth:`Emulator.chunks`; all at once on a plain session) captured by
+    one FP32 run per sample (and one of ``plan``); values are reduced to numbers and dropped."""
+    twin = session.twin(plan, feeds[0] if feeds else None) if isinstance(session, Emulator) else None
+    seen = _twin_runs(twin, plan, feeds) if twin is not None else _captured_runs(session, plan, feeds)
     nodes = list(session.model.graph.node)
+    order = {n.name: k for k, n in enumerate(nodes)}
+    first_bad = [bad for bad in (_first_nonfinite(nodes, f) for f in seen.finite) if bad is not None]
+    first_node = min(first_bad, key=order.__getitem__) if first_bad else None
+    reference = ReferenceResult(seen.stats, dict(session.producers), first_node, seen.outputs)
+    if plan is None:
+        return reference, None
+    merged: dict[str, NodeError] = {}
+    for tensor_errors in seen.errors:
+        _merge_errors(merged, nodes, tensor_errors, tol.rtol)
+    ordered = {n.name: merged[n.name] for n in nodes if n.name in merged}
+    return reference, LayerwiseResult(ordered, tuple(n for n, e in ordered.items() if e.diverges),
+                                      outputs=seen.plan_outputs)
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What the runs of one inspection saw (per sample, but the stats: worst case)."""
+
+    stats: dict[str, TensorStats]
+    finite: list[dict[str, bool]]
+    errors: list[dict[str, _TensorError]]
+    outputs: tuple[dict[str, np.ndarray], ...]
+    plan_outputs: tuple[dict[str, np.ndarray], ...]
+
+
+def _captured_runs(session: Runner, plan: PrecisionPlan | None, feeds: Sequence[Feed]) -> _Seen:
     stats: dict[str, TensorStats] = {}
     outputs: list[dict[str, np.ndarray]] = [{} for _ in feeds]
     cand_outputs: list[dict[str, np.ndarray]] = [{} for _ in feeds]
@@ -272,18 +302,65 @@ def _inspect(session: Runner, plan: PrecisionPlan | None, feeds: Sequence[Feed],
                 del cand
             del ref
         first = False
-    order = {n.name: k for k, n in enumerate(nodes)}
-    first_bad = [bad for bad in (_first_nonfinite(nodes, f) for f in finite) if bad is not None]
-    first_node = min(first_bad, key=order.__getitem__) if first_bad else None
-    reference = ReferenceResult(stats, dict(session.producers), first_node, tuple(outputs))
-    if plan is None:
-        return reference, None
-    merged: dict[str, NodeError] = {}
-    for tensor_errors in errors:
-        _merge_errors(merged, nodes, tensor_errors, tol.rtol)
-    ordered = {n.name: merged[n.name] for n in nodes if n.name in merged}
-    return reference, LayerwiseResult(ordered, tuple(n for n, e in ordered.items() if e.diverges),
-                                      outputs=tuple(cand_outputs))
+    return _Seen(stats, finite, errors, tuple(outputs), tuple(cand_outputs))
+
+
+def _twin_runs(session: TwinSession, plan: PrecisionPlan | None, feeds: Sequence[Feed]) -> _Seen:
+    twin = session.twin
+    stats: dict[str, TensorStats] = {}
+    seen = _Seen(stats, [], [], (), ())
+    outputs, plan_outputs = [], []
+    for feed in feeds:
+        values = session.run(feed)
+        finite: dict[str, bool] = {}
+        errors: dict[str, _TensorError] = {}
+        for name in twin.compared:
+            if name in twin.whole:
+                ref_stats = tensor_stats(values[name])
+                twin_name = twin.whole[name]
+                if twin_name is not None:
+                    errors[name] = _tensor_error(values[name], values[twin_name])
+            else:
+                ref_stats, error = _summarised(*(values[n] for n in twin.summaries[name]))
+                if error is not None:
+                    errors[name] = error
+            stats[name] = stats[name].worst(ref_stats) if name in stats else ref_stats
+            finite[name] = ref_stats.finite
+        for name, value in feed.items():  # the float graph inputs, as each plan feeds them
+            if _is_float(value):
+                s = tensor_stats(value)
+                stats[name] = stats[name].worst(s) if name in stats else s
+                finite[name] = s.finite
+                if plan is not None:
+                    errors[name] = _tensor_error(value, session.emulator.fed_value(plan, name, value))
+        outputs.append({name: values[name] for name in twin.outputs})
+        plan_outputs.append({name: values[twin_name] for name, twin_name in twin.plan_outputs.items()})
+        seen.finite.append(finite)
+        seen.errors.append(errors)
+        del values
+    return _Seen(stats, seen.finite, seen.errors, tuple(outputs), tuple(plan_outputs) if plan else ())
+
+
+def _summarised(floats: np.ndarray, ints: np.ndarray) -> tuple[TensorStats, _TensorError | None]:
+    """The statistics and the error of a tensor the twin graph summarised (see twin.summary_nodes)."""
+    f = dict(zip(FLOATS, floats.tolist()))
+    n = dict(zip(INTS, ints.tolist()))
+    size = n["size"]
+    if not size:
+        return TensorStats(0.0, float("inf"), 0.0, 0, 0, 0), (_CLOSE if "both_finite" in n else None)
+    nan = size - n["finite"] - n["inf"]
+    tiny = n["nonzero"] - n["above_flush"]
+    ref = TensorStats(float("inf") if n["inf"] else f["max_finite_abs"], f["min_nonzero_abs"],
+                      tiny / n["nonzero"] if n["nonzero"] else 0.0, nan, n["inf"], size)
+    if "both_finite" not in n:
+        return ref, None
+    new_nonfinite = n["finite"] - n["both_finite"]
+    plan_nonfinite = bool(new_nonfinite) or n["plan_finite"] < size
+    if not n["both_finite"]:
+        return ref, _TensorError(0.0, 0.0, new_nonfinite, plan_nonfinite)
+    err, scale = f["max_abs_err"], f["err_scale"]
+    rel = err / scale if scale > 0 else (0.0 if err == 0 else float("inf"))
+    return ref, _TensorError(err, rel, new_nonfinite, plan_nonfinite)
 
 
 def _merge_errors(acc: dict[str, NodeError], nodes: Sequence[onnx.NodeProto],

@@ -1,0 +1,241 @@
+"""The twin graph: the FP32 model and one plan's emulation in ONE graph, compared inside it.
+
+Inspecting a plan (:mod:`.stats`) needs, for every float tensor, its FP32 range and the plan's
+error against it. Exposing every intermediate as a graph output makes onnxruntime hold them all
+until the run ends (a decoder at seq 1024: tens of GB), and capturing them a chunk at a time costs
+two full runs per chunk. Here the graph computes the FP32 model and its baked plan
+(:mod:`.baked`, every produced name renamed) node by node, and right after each node reduces
+its output and the plan's to a few numbers (:func:`summary_nodes`: max |x|, smallest nonzero |x|,
+counts of finite, infinite, nonzero and FP16-flushable values, the largest error where both are
+finite). Small tensors are still fetched whole (fewer nodes, and numpy reduces them as before),
+as many as ``budget`` bytes hold, smallest first. Run with onnxruntime's priority-based order, the
+interleaved node order is kept, so each FP32 tensor dies as soon as its twin has been compared:
+the peak is about one run's (measured on a 40-tensor chain: 0.15 GB, against 1.5 GB when the two
+copies run one after the other, which is the default order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from ..fp16 import FP16_FLUSH
+from ..graph import graphs, onnx_opset, subgraphs
+from ..trt.versions import TrtVersion
+from .baked import BakedBuilder
+from .rounding import FLOAT, Names, elem_types, round_nodes
+from .switch import assemble
+from .switch_graph import captured
+
+MIN_OPSET = 11  # every op summary_nodes uses exists from here on (IsInf 10, Where 9, Shape 1)
+INT = TensorProto.INT32
+# The numbers summary_nodes computes, in the order of its two outputs.
+FLOATS = ("max_finite_abs", "min_nonzero_abs", "max_abs_err", "err_scale")
+INTS = ("finite", "inf", "nonzero", "above_flush", "size", "plan_finite", "both_finite")
+
+
+class TwinUnavailable(Exception):
+    """This model cannot be twinned (its opset predates the summary ops, or a subgraph shadows
+    a graph input): inspect it by capturing intermediates instead."""
+
+
+@dataclass(frozen=True)
+class TwinModel:
+    model: onnx.ModelProto
+    outputs: tuple[str, ...]                  # the FP32 graph outputs, by their own names
+    compared: tuple[str, ...]                 # float graph outputs, then main-graph float tensors
+    plan_outputs: Mapping[str, str]           # graph output -> the plan's value of it (with a plan)
+    whole: Mapping[str, str | None]           # tensor fetched whole -> the plan's copy (or None)
+    summaries: Mapping[str, tuple[str, str]]  # tensor reduced in the graph -> (floats, ints) outputs
+
+    def fetches(self) -> list[str]:
+        names = list(self.outputs) + list(self.plan_outputs.values())
+        names += [n for t, twin in self.whole.items() for n in (t, twin) if n is not None]
+        return names + [n for pair in self.summaries.values() for n in pair]
+
+
+def build_twin_model(model: onnx.ModelProto, typing: Mapping, base_dir: str, fp16: frozenset[str] | None,
+                     fp16_io: bool, whole: Callable[[tuple[str, ...], bool], frozenset[str]],
+                     types: Mapping[str, onnx.TypeProto] | None = None, fixed: Iterable[str] = (),
+                     trt: TrtVersion | None = None) -> TwinModel:
+    """``model`` and, unless ``fp16`` is None, its baked plan making ``fp16`` FP16 (``fp16_io``: with
+    FP16 graph inputs and outputs), every main-graph float tensor compared; ``whole(tensors,
+    twinned)`` picks those fetched whole, the others are summarised in the graph."""
+    if onnx_opset(model) < MIN_OPSET:
+        raise TwinUnavailable(f"opset {onnx_opset(model)} < {MIN_OPSET}")
+    builders: list[BakedBuilder] = []
+
+    def builder(out: onnx.ModelProto, type_protos: Mapping[str, onnx.TypeProto], keep: tuple[str, ...],
+                ) -> BakedBuilder:
+        baked = fp16 or frozenset()
+        builders.append(BakedBuilder(out, typing, type_protos, base_dir, baked, fixed, keep, trt))
+        return builders[0]
+
+    baked = assemble(model, base_dir, False, types, builder)
+    out, names = baked.model, builders[0].names
+    outputs = tuple(o.name for o in model.graph.output)
+    tensors = captured(model, elem_types(model, types), outputs, True)
+    floats = {o.name for o in model.graph.output if o.type.tensor_type.elem_type == FLOAT}
+    compared = tuple(o for o in outputs if o in floats) + tensors
+    fetched = whole(tensors, fp16 is not None)
+    consts = _Constants(out, names)
+    nodes: list[onnx.NodeProto] = []
+    rename: dict[str, str] = {}
+    if fp16 is not None and fp16_io:
+        for vi in model.graph.input:
+            if vi.type.tensor_type.elem_type == FLOAT and vi.name not in consts.initializers:
+                rename[vi.name] = names.fresh(vi.name + "__twin")
+                nodes.extend(round_nodes(vi.name, rename[vi.name], names))
+    twin_nodes = _twin(out.graph, names, rename) if fp16 is not None else []
+    spans = builders[0].spans if fp16 is not None else [0] * len(model.graph.node)
+    summaries: dict[str, tuple[str, str]] = {}
+    whole_pairs: dict[str, str | None] = {}
+    start = 0
+    for node, end in zip(model.graph.node, spans):
+        nodes.append(node)
+        nodes.extend(twin_nodes[start:end])
+        start = end
+        for o in node.output:
+            if o not in compared or o in floats:
+                continue
+            plan_value = rename.get(o, o) if fp16 is not None else None
+            if o in fetched:
+                whole_pairs[o] = plan_value
+            else:
+                made, summaries[o] = summary_nodes(o, plan_value, names, consts)
+                nodes.extend(made)
+    plan_outputs: dict[str, str] = {}
+    if fp16 is not None:
+        for o in outputs:
+            plan_outputs[o] = rename.get(o, o)
+            if fp16_io and o in floats:
+                plan_outputs[o] = names.fresh(o + "__twin_fp16")
+                nodes.extend(round_nodes(rename.get(o, o), plan_outputs[o], names))
+    for o in outputs:
+        if o in floats:
+            whole_pairs[o] = plan_outputs.get(o)
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    graph_outputs = {o.name: o for o in model.graph.output}
+    del out.graph.output[:]
+    out.graph.output.extend(graph_outputs.values())
+    for o, name in plan_outputs.items():
+        out.graph.output.append(_renamed(graph_outputs[o], name))
+    for t, twin in whole_pairs.items():
+        out.graph.output.extend(helper.make_tensor_value_info(n, FLOAT, None)
+                                for n in (t, twin) if n is not None and n not in graph_outputs)
+    for floats_name, ints_name in summaries.values():
+        out.graph.output.append(helper.make_tensor_value_info(floats_name, FLOAT, None))
+        out.graph.output.append(helper.make_tensor_value_info(ints_name, INT, None))
+    return TwinModel(out, outputs, compared, plan_outputs, whole_pairs, summaries)
+
+
+def _renamed(vi: onnx.ValueInfoProto, name: str) -> onnx.ValueInfoProto:
+    copy = onnx.ValueInfoProto()
+    copy.CopyFrom(vi)
+    copy.name = name
+    return copy
+
+
+def _twin(graph: onnx.GraphProto, names: Names, rename: dict[str, str]) -> list[onnx.NodeProto]:
+    """Copies of the baked graph's nodes with every name they produce renamed (subgraphs
+    included), so the FP32 model's nodes can sit beside them; ``rename`` (filled in) may already
+    redirect graph inputs."""
+    produced: set[str] = set()
+    for node in graph.node:
+        produced.update(o for o in node.output if o)
+        for _, sub in subgraphs(node):
+            for g in graphs(sub):
+                produced.update(v.name for v in g.input)
+                produced.update(t.name for t in g.initializer)
+                produced.update(o for n in g.node for o in n.output if o)
+    shadowed = produced & ({v.name for v in graph.input} | {t.name for t in graph.initializer})
+    if shadowed:
+        raise TwinUnavailable(f"a subgraph shadows the graph's {sorted(shadowed)[0]!r}")
+    rename.update((name, names.fresh(name + "__twin")) for name in sorted(produced))
+    nodes = []
+    for node in graph.node:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        _rename_node(copy, rename, names)
+        nodes.append(copy)
+    return nodes
+
+
+def _rename_node(node: onnx.NodeProto, rename: Mapping[str, str], names: Names) -> None:
+    if node.name:
+        node.name = names.fresh(node.name + "__twin")
+    node.input[:] = [rename.get(i, i) for i in node.input]
+    node.output[:] = [rename.get(o, o) for o in node.output]
+    for _, sub in subgraphs(node):
+        for field in (sub.input, sub.output, sub.value_info):
+            for vi in field:
+                vi.name = rename.get(vi.name, vi.name)
+        for t in sub.initializer:
+            t.name = rename.get(t.name, t.name)
+        for inner in sub.node:
+            _rename_node(inner, rename, names)
+
+
+class _Constants:
+    """The few scalars the summaries share, made once as initializers."""
+
+    def __init__(self, model: onnx.ModelProto, names: Names) -> None:
+        self.graph = model.graph
+        self.names = names
+        self.ir_version = model.ir_version
+        self.initializers = {t.name for t in model.graph.initializer}
+        self._made: dict[str, str] = {}
+
+    def __call__(self, key: str, value: np.ndarray) -> str:
+        if key not in self._made:
+            name = self.names.fresh(f"__twin_{key}")
+            self.graph.initializer.append(numpy_helper.from_array(value, name))
+            if self.ir_version < 4:
+                self.graph.input.append(helper.make_tensor_value_info(
+                    name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape))
+            self._made[key] = name
+        return self._made[key]
+
+
+def summary_nodes(ref: str, plan: str | None, names: Names, consts: _Constants
+                  ) -> tuple[list[onnx.NodeProto], tuple[str, str]]:
+    """Nodes reducing the FP32 tensor ``ref`` (and the plan's ``plan``) to two small vectors: floats
+    in the order of FLOATS, int32 counts in the order of INTS (the last two, and the last two
+    floats, only with a plan). Every value is exact but the error, the float32 difference (what
+    numpy's float64 difference rounds to)."""
+    nodes: list[onnx.NodeProto] = []
+
+    def add(op: str, inputs: list[str], **attrs) -> str:
+        out = names.fresh(f"{ref}__{op.lower()}")
+        nodes.append(helper.make_node(op, inputs, [out], name=names.fresh(out), **attrs))
+        return out
+
+    flat_shape = consts("flat", np.array([-1], np.int64))
+    zero, inf = consts("zero", np.array(0, np.float32)), consts("inf", np.array(np.inf, np.float32))
+    flush = consts("flush", np.array(FP16_FLUSH, np.float32))
+
+    def count(mask: str) -> str:
+        return add("ReduceSum", [add("Cast", [mask], to=INT)], keepdims=1)
+
+    r = add("Reshape", [ref, flat_shape])
+    a = add("Abs", [r])
+    finite = add("Less", [a, inf])
+    positive = add("Greater", [a, zero])
+    floats = [add("ReduceMax", [add("Where", [finite, a, zero])], keepdims=1),
+              add("ReduceMin", [add("Where", [positive, a, inf])], keepdims=1)]
+    ints = [count(finite), count(add("IsInf", [r])), count(positive), count(add("Greater", [a, flush])),
+            add("Cast", [add("Shape", [r])], to=INT)]
+    if plan is not None:
+        c = add("Reshape", [plan, flat_shape])
+        plan_finite = add("Less", [add("Abs", [c]), inf])
+        both = add("And", [finite, plan_finite])
+        error = add("Abs", [add("Sub", [c, r])])
+        floats += [add("ReduceMax", [add("Where", [both, error, zero])], keepdims=1),
+                   add("ReduceMax", [add("Where", [both, a, zero])], keepdims=1)]
+        ints += [count(plan_finite), count(both)]
+    return nodes, (add("Concat", floats, axis=0), add("Concat", ints, axis=0))
