@@ -67,16 +67,20 @@ def build_twin_model(model: onnx.ModelProto, typing: Mapping, base_dir: str, fp1
     twinned)`` picks those fetched whole, the others are summarised in the graph."""
     if onnx_opset(model) < MIN_OPSET:
         raise TwinUnavailable(f"opset {onnx_opset(model)} < {MIN_OPSET}")
-    builders: list[BakedBuilder] = []
+    spans: list[int] = [0] * len(model.graph.node)  # per node, where its twin's nodes end
+    if fp16 is None:
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
+        names = Names(out)
+    else:
+        def builder(out: onnx.ModelProto, type_protos: Mapping[str, onnx.TypeProto], keep: tuple[str, ...],
+                    ) -> BakedBuilder:
+            built.append(BakedBuilder(out, typing, type_protos, base_dir, fp16, fixed, keep, trt))
+            return built[0]
 
-    def builder(out: onnx.ModelProto, type_protos: Mapping[str, onnx.TypeProto], keep: tuple[str, ...],
-                ) -> BakedBuilder:
-        baked = fp16 or frozenset()
-        builders.append(BakedBuilder(out, typing, type_protos, base_dir, baked, fixed, keep, trt))
-        return builders[0]
-
-    baked = assemble(model, base_dir, False, types, builder)
-    out, names = baked.model, builders[0].names
+        built: list[BakedBuilder] = []
+        out = assemble(model, base_dir, False, types, builder).model
+        names, spans = built[0].names, built[0].spans
     outputs = tuple(o.name for o in model.graph.output)
     tensors = captured(model, elem_types(model, types), outputs, True)
     floats = {o.name for o in model.graph.output if o.type.tensor_type.elem_type == FLOAT}
@@ -91,7 +95,6 @@ def build_twin_model(model: onnx.ModelProto, typing: Mapping, base_dir: str, fp1
                 rename[vi.name] = names.fresh(vi.name + "__twin")
                 nodes.extend(round_nodes(vi.name, rename[vi.name], names))
     twin_nodes = _twin(out.graph, names, rename) if fp16 is not None else []
-    spans = builders[0].spans if fp16 is not None else [0] * len(model.graph.node)
     summaries: dict[str, tuple[str, str]] = {}
     whole_pairs: dict[str, str | None] = {}
     start = 0
