@@ -86,6 +86,7 @@ def build_twin_model(model: onnx.ModelProto, typing: Mapping, base_dir: str, fp1
     floats = {o.name for o in model.graph.output if o.type.tensor_type.elem_type == FLOAT}
     compared = tuple(o for o in outputs if o in floats) + tensors
     fetched = whole(tensors, fp16 is not None)
+    intermediate = set(tensors)
     consts = _Constants(out, names)
     nodes: list[onnx.NodeProto] = []
     rename: dict[str, str] = {}
@@ -103,7 +104,7 @@ def build_twin_model(model: onnx.ModelProto, typing: Mapping, base_dir: str, fp1
         nodes.extend(twin_nodes[start:end])
         start = end
         for o in node.output:
-            if o not in compared or o in floats:
+            if o not in intermediate:
                 continue
             plan_value = rename.get(o, o) if fp16 is not None else None
             if o in fetched:
