@@ -147,6 +147,8 @@ def test_the_twin_graph_sees_what_capturing_every_tensor_sees(name, budget):
         emulator.__dict__["_budget"] = budget
         twin = emulator.twin(plan, samples.feeds[0])
         assert twin is not None
+        exposed = [o.name for o in twin.twin.model.graph.output]
+        assert len(exposed) == len(set(exposed))
         fetched_whole = set(twin.twin.whole) - set(twin.twin.outputs)  # graph outputs always are
         assert bool(fetched_whole) == bool(budget) and bool(twin.twin.summaries) != bool(budget)
         _same_inspection(inspect_plan(emulator, plan, samples), inspect_plan(EmulationSession(ctx), plan, samples))
@@ -168,3 +170,24 @@ def test_the_twin_graph_compares_each_tensor_right_after_the_node_that_makes_it(
         # the FP32 tensor is compared before the next original node runs: it can die there
         assert position[node.output[0]] < position[floats] < position[following.output[0]]
         assert position[ints] < position[following.output[0]]
+
+
+def test_a_twin_graph_passes_graph_inputs_through_to_outputs_with_fp16_io():
+    x, y = (helper.make_tensor_value_info(n, TensorProto.FLOAT, [4]) for n in ("x", "y"))
+    graph = helper.make_graph([helper.make_node("Exp", ["x"], ["y"], name="exp")], "g", [x], [y, x])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    ctx = ModelContext.of(model)
+    plan = ctx.resolve(replace(ctx.all_fp16_plan(), fp16_io=True, resolved=False))
+    feed = {"x": np.array([0.1, 1.0, 11.5, 12.0], np.float32)}
+    emulator = Emulator(ctx)
+    twin = emulator.twin(plan, feed)
+    assert twin is not None
+    exposed = [o.name for o in twin.twin.model.graph.output]
+    assert sorted(exposed) == sorted(["y", "x", *twin.twin.plan_outputs.values()])  # outputs are whole
+    values = twin.run(feed)
+    fp16 = feed["x"].astype(np.float16)
+    assert np.array_equal(values[twin.twin.plan_outputs["x"]], fp16.astype(np.float32))
+    with np.errstate(over="ignore"):
+        want = np.exp(fp16.astype(np.float32)).astype(np.float16).astype(np.float32)
+    assert np.array_equal(values[twin.twin.plan_outputs["y"]], want)
+    assert np.isinf(values[twin.twin.plan_outputs["y"]][-1])  # e^12 > 65504: the FP16 output overflows

@@ -55,7 +55,7 @@ class TwinModel:
     def fetches(self) -> list[str]:
         names = list(self.outputs) + list(self.plan_outputs.values())
         names += [n for t, twin in self.whole.items() for n in (t, twin) if n is not None]
-        return names + [n for pair in self.summaries.values() for n in pair]
+        return list(dict.fromkeys(names + [n for pair in self.summaries.values() for n in pair]))
 
 
 def build_twin_model(model: onnx.ModelProto, typing: Mapping, base_dir: str, fp16: frozenset[str] | None,
@@ -127,14 +127,17 @@ def build_twin_model(model: onnx.ModelProto, typing: Mapping, base_dir: str, fp1
     graph_outputs = {o.name: o for o in model.graph.output}
     del out.graph.output[:]
     out.graph.output.extend(graph_outputs.values())
+    exposed = set(graph_outputs)
     for o, name in plan_outputs.items():
-        out.graph.output.append(_renamed(graph_outputs[o], name))
-    for t, twin in whole_pairs.items():
-        out.graph.output.extend(helper.make_tensor_value_info(n, FLOAT, None)
-                                for n in (t, twin) if n is not None and n not in graph_outputs)
-    for floats_name, ints_name in summaries.values():
-        out.graph.output.append(helper.make_tensor_value_info(floats_name, FLOAT, None))
-        out.graph.output.append(helper.make_tensor_value_info(ints_name, INT, None))
+        if name not in exposed:
+            exposed.add(name)
+            out.graph.output.append(_renamed(graph_outputs[o], name))
+    typed = [(n, FLOAT) for pair in whole_pairs.items() for n in pair if n is not None]
+    typed += [(n, elem) for pair in summaries.values() for n, elem in zip(pair, (FLOAT, INT))]
+    for name, elem in typed:
+        if name not in exposed:
+            exposed.add(name)
+            out.graph.output.append(helper.make_tensor_value_info(name, elem, None))
     return TwinModel(out, outputs, compared, plan_outputs, whole_pairs, summaries)
 
 
