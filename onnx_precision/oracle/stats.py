@@ -1,6 +1,6 @@
 """What the oracle sees inside a model: per-tensor FP32 ranges and per-node FP16 error.
 
-* :func:`reference_stats`: one FP32 run per sample exposing every float tensor of the main graph;
+* :func:`reference_stats`: one FP32 run per sample that sees every float tensor of the main graph;
   per tensor the worst case over samples of max |x|, smallest nonzero |x|, the fraction of nonzero
   values FP16 flushes to zero, NaN/Inf counts; and the first node whose output turns non-finite
   from finite inputs in FP32 itself (that is the FP32 model's fault, never FP16's).
@@ -11,8 +11,10 @@
   rtol appears while the node's inputs were still within it. Those are the search's first
   candidates.
 
-Each run's tensors are reduced to numbers and dropped before the next run, so memory holds one
-run's intermediates at a time, whatever the number of samples.
+With an :class:`Emulator`, both come from the twin graph (:mod:`.twin`): one run per sample, large
+tensors reduced to numbers inside the graph as soon as they are made. Otherwise each run's tensors
+are reduced to numbers here and dropped before the next run, so memory holds one run's (or one
+chunk's) intermediates at a time, whatever the number of samples.
 """
 
 from __future__ import annotations
