@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -191,3 +192,39 @@ def test_a_twin_graph_passes_graph_inputs_through_to_outputs_with_fp16_io():
         want = np.exp(fp16.astype(np.float32)).astype(np.float16).astype(np.float32)
     assert np.array_equal(values[twin.twin.plan_outputs["y"]], want)
     assert np.isinf(values[twin.twin.plan_outputs["y"]][-1])  # e^12 > 65504: the FP16 output overflows
+
+
+SUMMARISED = {
+    "finite": [1.0, -2.5, 0.0, 3e-8, -7e4, 0.5],
+    "all zero": [0.0] * 6,
+    "nothing flushes": [1.0, -2.0, 0.0, 3.0],
+    "tiny only": [1e-8, -2e-9, 0.0, 5e-8, 1e-7, 0.0],
+    "fp32 nan and inf": [1.0, np.nan, -np.inf, 2e-8, 0.0, 3.0],
+    "plan overflows": [1.0, 7e4, -7e4, 0.25, 0.0, 1e-3],
+    "empty": [],
+}
+
+
+@pytest.mark.parametrize("case", SUMMARISED)
+def test_a_summary_computed_in_the_graph_equals_numpys(case):
+    from onnx_precision.oracle.rounding import Names
+    from onnx_precision.oracle.stats import _summarised, _tensor_error, tensor_stats
+    from onnx_precision.oracle.twin import _Constants, summary_nodes
+
+    ref = np.array(SUMMARISED[case], np.float32).reshape(-1, 1) if SUMMARISED[case] else np.zeros((0, 3), np.float32)
+    with np.errstate(over="ignore"):
+        plan = ref.astype(np.float16).astype(np.float32)
+    vis = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("r", "c")]
+    model = helper.make_model(helper.make_graph([], "g", vis, []), opset_imports=[helper.make_opsetid("", 17)])
+    names = Names(model)
+    consts = _Constants(model, names)
+    for with_plan in (False, True):
+        nodes, (floats, ints) = summary_nodes("r", "c" if with_plan else None, names, consts)
+        graph = helper.make_graph(nodes, "g", vis, [helper.make_tensor_value_info(floats, TensorProto.FLOAT, None),
+                                                    helper.make_tensor_value_info(ints, TensorProto.INT32, None)],
+                                  list(model.graph.initializer))
+        summary = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        session = ort.InferenceSession(summary.SerializeToString(), providers=["CPUExecutionProvider"])
+        stats, error = _summarised(*session.run(None, {"r": ref, "c": plan}))
+        assert stats == tensor_stats(ref)
+        assert error == (_tensor_error(ref, plan) if with_plan else None)

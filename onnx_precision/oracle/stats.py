@@ -345,6 +345,8 @@ def _twin_runs(session: TwinSession, plan: PrecisionPlan | None, feeds: Sequence
 
 def _summarised(floats: np.ndarray, ints: np.ndarray) -> tuple[TensorStats, _TensorError | None]:
     """The statistics and the error of a tensor the twin graph summarised (see twin.summary_nodes)."""
+    if len(floats) not in (2, 4) or len(ints) != len(floats) + 3:
+        raise InternalError(f"a twin summary has {len(floats)} floats and {len(ints)} counts")
     f = dict(zip(FLOATS, floats.tolist()))
     n = dict(zip(INTS, ints.tolist()))
     size = n["size"]

@@ -16,7 +16,7 @@ copies run one after the other, which is the default order).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -209,40 +209,97 @@ class _Constants:
         return self._made[key]
 
 
+class _Emitter:
+    """Appends nodes named after the tensor they summarise."""
+
+    def __init__(self, ref: str, names: Names) -> None:
+        self.ref = ref
+        self.names = names
+        self.nodes: list[onnx.NodeProto] = []
+
+    def __call__(self, op: str, inputs: list[str], **attrs) -> str:
+        out = self.names.fresh(f"{self.ref}__{op.lower()}")
+        self.nodes.append(helper.make_node(op, inputs, [out], name=self.names.fresh(out), **attrs))
+        return out
+
+    def count(self, mask: str) -> str:
+        return self("ReduceSum", [self("Cast", [mask], to=INT)], keepdims=1)
+
+    def branch(self, outputs: Sequence[tuple[str, int, int]]) -> onnx.GraphProto:
+        """The nodes so far as an If branch with ``outputs`` (name, element type, length)."""
+        return helper.make_graph(self.nodes, self.names.fresh(f"{self.ref}__branch"), [],
+                                 [helper.make_tensor_value_info(n, t, [k]) for n, t, k in outputs])
+
+
 def summary_nodes(ref: str, plan: str | None, names: Names, consts: _Constants
                   ) -> tuple[list[onnx.NodeProto], tuple[str, str]]:
     """Nodes reducing the FP32 tensor ``ref`` (and the plan's ``plan``) to two small vectors: floats
     in the order of FLOATS, int32 counts in the order of INTS (the last two, and the last two
     floats, only with a plan). Every value is exact but the error, the float32 difference (what
-    numpy's float64 difference rounds to)."""
-    nodes: list[onnx.NodeProto] = []
+    numpy's float64 difference rounds to).
 
-    def add(op: str, inputs: list[str], **attrs) -> str:
-        out = names.fresh(f"{ref}__{op.lower()}")
-        nodes.append(helper.make_node(op, inputs, [out], name=names.fresh(out), **attrs))
-        return out
-
-    flat_shape = consts("flat", np.array([-1], np.int64))
+    Where every value is finite (their sum is: Inf and NaN make it non-finite, an overflowing sum
+    only sends a finite tensor the slow way) an If takes a short path: no masks of non-finite
+    values, and counts (slow in onnxruntime: Cast and an integer ReduceSum) only where a value may
+    flush. Measured on the decoder at seq 1024: the summaries took 109 s of a 151 s run with the
+    masks everywhere."""
+    main = _Emitter(ref, names)
+    flat = consts("flat", np.array([-1], np.int64))
     zero, inf = consts("zero", np.array(0, np.float32)), consts("inf", np.array(np.inf, np.float32))
     flush = consts("flush", np.array(FP16_FLUSH, np.float32))
+    no_counts = consts("no_counts", np.zeros(2, np.int32))
+    r = main("Reshape", [ref, flat])
+    c = None if plan is None else main("Reshape", [plan, flat])
+    total = main("ReduceSum", [r], keepdims=1)
+    if c is not None:
+        total = main("Add", [total, main("ReduceSum", [c], keepdims=1)])
+    all_finite = main("Less", [main("Abs", [total]), inf])
+    k = 2 if c is None else 4
+    floats, ints = names.fresh(f"{ref}__floats"), names.fresh(f"{ref}__ints")
+    outputs = ((floats, FLOAT, k), (ints, INT, k + 3))
 
-    def count(mask: str) -> str:
-        return add("ReduceSum", [add("Cast", [mask], to=INT)], keepdims=1)
+    fast = _Emitter(ref, names)
+    a = fast("Abs", [r])
+    positive = fast("Greater", [a, zero])
+    top = fast("ReduceMax", [a], keepdims=1)
+    least = fast("ReduceMin", [fast("Where", [positive, a, inf])], keepdims=1)
+    may_flush = fast("Not", [fast("Greater", [least, flush])])
+    counting = _Emitter(ref, names)
+    above = counting("Greater", [a, flush])
+    counted = counting("Concat", [counting.count(positive), counting.count(above)], axis=0)
+    skipped = _Emitter(ref, names)
+    kept = skipped("Identity", [no_counts])
+    counts = names.fresh(f"{ref}__counts")
+    fast.nodes.append(helper.make_node("If", [may_flush], [counts], name=names.fresh(counts),
+                                       then_branch=counting.branch([(counted, INT, 2)]),
+                                       else_branch=skipped.branch([(kept, INT, 2)])))
+    size = fast("Cast", [fast("Shape", [r])], to=INT)
+    fast_floats = [top, least]
+    fast_ints = [size, consts("no_inf", np.zeros(1, np.int32)), counts, size]
+    if c is not None:
+        fast_floats += [fast("ReduceMax", [fast("Abs", [fast("Sub", [c, r])])], keepdims=1), top]
+        fast_ints += [size, size]
+    fast_out = (fast("Concat", fast_floats, axis=0), fast("Concat", fast_ints, axis=0))
 
-    r = add("Reshape", [ref, flat_shape])
-    a = add("Abs", [r])
-    finite = add("Less", [a, inf])
-    positive = add("Greater", [a, zero])
-    floats = [add("ReduceMax", [add("Where", [finite, a, zero])], keepdims=1),
-              add("ReduceMin", [add("Where", [positive, a, inf])], keepdims=1)]
-    ints = [count(finite), count(add("IsInf", [r])), count(positive), count(add("Greater", [a, flush])),
-            add("Cast", [add("Shape", [r])], to=INT)]
-    if plan is not None:
-        c = add("Reshape", [plan, flat_shape])
-        plan_finite = add("Less", [add("Abs", [c]), inf])
-        both = add("And", [finite, plan_finite])
-        error = add("Abs", [add("Sub", [c, r])])
-        floats += [add("ReduceMax", [add("Where", [both, error, zero])], keepdims=1),
-                   add("ReduceMax", [add("Where", [both, a, zero])], keepdims=1)]
-        ints += [count(plan_finite), count(both)]
-    return nodes, (add("Concat", floats, axis=0), add("Concat", ints, axis=0))
+    slow = _Emitter(ref, names)
+    a = slow("Abs", [r])
+    finite = slow("Less", [a, inf])
+    positive = slow("Greater", [a, zero])
+    slow_floats = [slow("ReduceMax", [slow("Where", [finite, a, zero])], keepdims=1),
+                   slow("ReduceMin", [slow("Where", [positive, a, inf])], keepdims=1)]
+    slow_ints = [slow.count(finite), slow.count(slow("IsInf", [r])), slow.count(positive),
+                 slow.count(slow("Greater", [a, flush])), slow("Cast", [slow("Shape", [r])], to=INT)]
+    if c is not None:
+        plan_finite = slow("Less", [slow("Abs", [c]), inf])
+        both = slow("And", [finite, plan_finite])
+        error = slow("Abs", [slow("Sub", [c, r])])
+        slow_floats += [slow("ReduceMax", [slow("Where", [both, error, zero])], keepdims=1),
+                        slow("ReduceMax", [slow("Where", [both, a, zero])], keepdims=1)]
+        slow_ints += [slow.count(plan_finite), slow.count(both)]
+    slow_out = (slow("Concat", slow_floats, axis=0), slow("Concat", slow_ints, axis=0))
+
+    main.nodes.append(helper.make_node(
+        "If", [all_finite], [floats, ints], name=names.fresh(f"{ref}__summary"),
+        then_branch=fast.branch([(n, t, k) for n, (_, t, k) in zip(fast_out, outputs)]),
+        else_branch=slow.branch([(n, t, k) for n, (_, t, k) in zip(slow_out, outputs)])))
+    return main.nodes, (floats, ints)
