@@ -354,7 +354,9 @@ def _summarised(floats: np.ndarray, ints: np.ndarray) -> tuple[TensorStats, _Ten
         return TensorStats(0.0, float("inf"), 0.0, 0, 0, 0), (_CLOSE if "both_finite" in n else None)
     nan = size - n["finite"] - n["inf"]
     tiny = n["nonzero"] - n["above_flush"]
-    ref = TensorStats(float("inf") if n["inf"] else f["max_finite_abs"], f["min_nonzero_abs"],
+    # No finite nonzero value: the smallest nonzero is Inf (or none; the short path gives FLOAT32_MAX).
+    least = float("inf") if f["max_finite_abs"] == 0 else f["min_nonzero_abs"]
+    ref = TensorStats(float("inf") if n["inf"] else f["max_finite_abs"], least,
                       tiny / n["nonzero"] if n["nonzero"] else 0.0, nan, n["inf"], size)
     if "both_finite" not in n:
         return ref, None

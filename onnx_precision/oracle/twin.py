@@ -33,6 +33,7 @@ from .switch_graph import captured
 
 MIN_OPSET = 11  # every op summary_nodes uses exists from here on (IsInf 10, Where 9, Shape 1)
 INT = TensorProto.INT32
+FLOAT32_MAX = np.finfo(np.float32).max
 # The numbers summary_nodes computes, in the order of its two outputs.
 FLOATS = ("max_finite_abs", "min_nonzero_abs", "max_abs_err", "err_scale")
 INTS = ("finite", "inf", "nonzero", "above_flush", "size", "plan_finite", "both_finite")
@@ -250,22 +251,26 @@ def summary_nodes(ref: str, plan: str | None, names: Names, consts: _Constants
     no_counts = consts("no_counts", np.zeros(2, np.int32))
     r = main("Reshape", [ref, flat])
     c = None if plan is None else main("Reshape", [plan, flat])
-    total = main("ReduceSum", [r], keepdims=1)
+    # x * 0 is 0 where x is finite, NaN where it is not: the sum is 0 exactly when all are finite
+    total = main("ReduceSum", [main("Mul", [r, zero])], keepdims=1)
     if c is not None:
-        total = main("Add", [total, main("ReduceSum", [c], keepdims=1)])
-    all_finite = main("Less", [main("Abs", [total]), inf])
+        total = main("Add", [total, main("ReduceSum", [main("Mul", [c, zero])], keepdims=1)])
+    all_finite = main("Equal", [total, zero])
     k = 2 if c is None else 4
     floats, ints = names.fresh(f"{ref}__floats"), names.fresh(f"{ref}__ints")
     outputs = ((floats, FLOAT, k), (ints, INT, k + 3))
 
     fast = _Emitter(ref, names)
     a = fast("Abs", [r])
-    positive = fast("Greater", [a, zero])
     top = fast("ReduceMax", [a], keepdims=1)
-    least = fast("ReduceMin", [fast("Where", [positive, a, inf])], keepdims=1)
+    # Zeros lifted to the largest float (onnxruntime's Where is 4x slower than these four ops):
+    # the least is the smallest nonzero |x|, unless every value is zero (top 0; see _summarised).
+    zeros = fast("Cast", [fast("Equal", [a, zero])], to=FLOAT)
+    least = fast("ReduceMin", [fast("Add", [a, fast("Mul", [zeros, consts("big", np.array(FLOAT32_MAX))])])],
+                 keepdims=1)
     may_flush = fast("Not", [fast("Greater", [least, flush])])
     counting = _Emitter(ref, names)
-    above = counting("Greater", [a, flush])
+    positive, above = counting("Greater", [a, zero]), counting("Greater", [a, flush])
     counted = counting("Concat", [counting.count(positive), counting.count(above)], axis=0)
     skipped = _Emitter(ref, names)
     kept = skipped("Identity", [no_counts])
