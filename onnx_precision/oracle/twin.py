@@ -7,8 +7,8 @@ two full runs per chunk. Here the graph computes the FP32 model and its baked pl
 (:mod:`.baked`, every produced name renamed) node by node, and right after each node reduces
 its output and the plan's to a few numbers (:func:`summary_nodes`: max |x|, smallest nonzero |x|,
 counts of finite, infinite, nonzero and FP16-flushable values, the largest error where both are
-finite). Small tensors are still fetched whole (fewer nodes, and numpy reduces them as before),
-as many as ``budget`` bytes hold, smallest first. Run with onnxruntime's priority-based order, the
+finite). Small tensors are still fetched whole (fewer nodes, and numpy reduces them as before):
+:meth:`.plans.Emulator.twin` takes as many as its byte budget holds, smallest first. Run with onnxruntime's priority-based order, the
 interleaved node order is kept, so each FP32 tensor dies as soon as its twin has been compared:
 the peak is about one run's (measured on a 40-tensor chain: 0.15 GB, against 1.5 GB when the two
 copies run one after the other, which is the default order).
@@ -31,7 +31,7 @@ from .rounding import FLOAT, Names, elem_types, round_nodes
 from .switch import assemble
 from .switch_graph import captured
 
-MIN_OPSET = 11  # every op summary_nodes uses exists from here on (IsInf 10, Where 9, Shape 1)
+MIN_OPSET = 11  # every op summary_nodes uses exists from here on (Equal takes floats from 11)
 INT = TensorProto.INT32
 FLOAT32_MAX = np.finfo(np.float32).max
 # The numbers summary_nodes computes, in the order of its two outputs.
