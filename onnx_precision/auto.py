@@ -196,7 +196,7 @@ def _search(run: _Run, prober: Prober, ctx: ModelContext, graph: _Graph, user: P
         layer = oracle.layerwise(emulator, base, run.samples)
         phase.count(emulator, probes=1)
     with clock.phase("switch graph") as phase:
-        session = emulator.searching()  # many plans follow: one switch-graph session runs them all
+        session = emulator.searching()  # many plans follow: the switch graph, or one baked session each
         phase.count(emulator)
     prober.session = session
     searchable = [n for n in graph.order if n in session.switchable and base.is_fp16(n)]

@@ -490,3 +490,21 @@ def test_absorbed_fp32_infinity_is_not_an_error(tmp_path):
     feeds = ({"scores": np.linspace(-2, 2, 16, dtype=np.float32).reshape(2, 8), "mask": mask},)
     result = auto.choose_plan(loaded, all_fp16(loaded), Samples(feeds, False, "test"), Tolerance())
     assert result.status == auto.PASSED and result.after.passed
+
+
+@pytest.mark.parametrize("name", ["two_culprits", "if_branch", "layernorm_eps"])
+def test_a_search_on_baked_sessions_finds_what_the_switch_graph_finds(name, tmp_path, monkeypatch):
+    from onnx_precision.oracle import Emulator
+
+    switched, loaded, _ = choose(name, tmp_path, headroom=0)  # the search does all the work
+    assert switched.search is not None
+    switchable = EmulationSession(loaded, capture_intermediates=False).switchable
+    assert Emulator(loaded).switchable == switchable  # what the search may pin, without the graph
+    # As where a run costs more than a build (a long context): one baked session per plan.
+    monkeypatch.setattr(Emulator, "_rebuilding_pays", lambda self: True)
+    baked, _, _ = choose(name, tmp_path, headroom=0)
+    assert baked.plan.fp32_nodes == switched.plan.fp32_nodes and baked.plan.fp32_nodes
+    assert baked.after == switched.after and baked.probes_run == switched.probes_run
+    phases = {p.name: p for p in baked.phases}
+    assert phases["switch graph"].sessions == 0
+    assert phases["search"].sessions == phases["search"].probes > 0  # each probe a plan of its own

@@ -8,10 +8,10 @@ two full runs per chunk. Here the graph computes the FP32 model and its baked pl
 its output and the plan's to a few numbers (:func:`summary_nodes`: max |x|, smallest nonzero |x|,
 counts of finite, infinite, nonzero and FP16-flushable values, the largest error where both are
 finite). Small tensors are still fetched whole (fewer nodes, and numpy reduces them as before):
-:meth:`.plans.Emulator.twin` takes as many as its byte budget holds, smallest first. Run with onnxruntime's priority-based order, the
-interleaved node order is kept, so each FP32 tensor dies as soon as its twin has been compared:
-the peak is about one run's (measured on a 40-tensor chain: 0.15 GB, against 1.5 GB when the two
-copies run one after the other, which is the default order).
+:meth:`.plans.Emulator.twin` takes as many as its byte budget holds, smallest first. Run with
+onnxruntime's priority-based order, the interleaved node order is kept, so each FP32 tensor dies
+as soon as its twin has been compared: the peak is about one run's (measured on a 40-tensor chain:
+0.15 GB, against 1.5 GB when the two copies run one after the other, the default order).
 """
 
 from __future__ import annotations
