@@ -293,14 +293,14 @@ def _captured_runs(session: Runner, plan: PrecisionPlan | None, feeds: Sequence[
             chunks.observed(ref)
             _merge_stats(stats, ref)
             if first:
-                outputs[i] = {name: ref[name] for name in session.outputs if name in ref}
+                outputs[i] = {name: _owned(ref[name]) for name in session.outputs if name in ref}
             finite[i].update((name, bool(np.isfinite(v).all())) for name, v in ref.items() if _is_float(v))
             if plan is not None:
                 cand = _captured(session, plan, feed, chunk, first)
                 errors[i].update((name, _tensor_error(ref[name], cand[name])) for name in ref
                                  if name in cand and _is_float(ref[name]))
                 if first:
-                    cand_outputs[i] = {name: cand[name] for name in session.outputs if name in cand}
+                    cand_outputs[i] = {name: _owned(cand[name]) for name in session.outputs if name in cand}
                 del cand
             del ref
         first = False
@@ -335,12 +335,19 @@ def _twin_runs(session: TwinSession, plan: PrecisionPlan | None, feeds: Sequence
                 finite[name] = s.finite
                 if plan is not None:
                     errors[name] = _tensor_error(value, session.emulator.fed_value(plan, name, value))
-        outputs.append({name: values[name] for name in twin.outputs})
-        plan_outputs.append({name: values[twin_name] for name, twin_name in twin.plan_outputs.items()})
+        outputs.append({name: _owned(values[name]) for name in twin.outputs})
+        plan_outputs.append({name: _owned(values[copy]) for name, copy in twin.plan_outputs.items()})
         seen.finite.append(finite)
         seen.errors.append(errors)
         del values
     return _Seen(stats, seen.finite, seen.errors, tuple(outputs), tuple(plan_outputs) if plan else ())
+
+
+def _owned(value: np.ndarray) -> np.ndarray:
+    """A copy of a value onnxruntime returned, to be kept after its session: the array it returns
+    may live in the session's memory arena and keep all of it (measured on the decoder at seq
+    1024: a 0.12 GB output held 0.8 GB after its session was gone)."""
+    return np.array(value, copy=True)
 
 
 def _summarised(floats: np.ndarray, ints: np.ndarray) -> tuple[TensorStats, _TensorError | None]:
