@@ -13,7 +13,7 @@ also as a ratio to the ``plain`` run of the same model:
 - ``all-fp16``: ``onnx-precision convert --mode all-fp16``;
 - ``auto``: ``onnx-precision convert`` (the default mode), with the phases of its report
   (``OUT.report.json``: cost.phases, seconds per phase);
-- ``analyze``: ``onnx-precision analyze`` (its phases load/session/runs/rules, taken from the
+- ``analyze``: ``onnx-precision analyze`` (its phases load/plan/session/runs/rules, taken from the
   library's debug log line);
 - ``check``: ``onnx-precision check`` of the auto output (of the all-fp16 output when auto wrote
   nothing; the table says which).
@@ -84,7 +84,7 @@ if kind == "plain":
     finish(0)
 else:
     class Phases(logging.Handler):
-        # analyze() logs "analyze MODEL: load 0.12s, session 0.34s, ..." at debug level.
+        # analyze() logs "analyze MODEL: load 0.12s, plan 0.05s, session 0.34s, ..." at debug level.
         def emit(self, record):
             message = record.getMessage()
             if message.startswith("analyze ") and ": " in message:
