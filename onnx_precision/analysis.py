@@ -307,9 +307,7 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
 
     start = time.perf_counter()
     with oracle.blame(ctx, samples):
-        # Two plans only (FP32 and all FP16): a baked session each, no switch graph, built for
-        # the first chunk of captured tensors (a session capturing every tensor would hold them
-        # all through each run).
+        # Two plans only (FP32 and all FP16), compared in one twin-graph run per sample.
         session = oracle.Emulator(ctx)
         reference, layerwise = oracle.inspect_plan(session, plan, samples, tol)
     # The FP32 model's own NaN/Inf is reported apart (fp32-nonfinite): FP16 is judged where FP32 is finite.

@@ -34,7 +34,7 @@ from .switch import SwitchBuilder
 from .switch_graph import captured
 from .twin import TwinModel, TwinUnavailable, build_twin_model
 
-# Baked sessions kept at once: the FP32 reference and one plan (analyze compares the two per sample).
+# Baked sessions kept at once: the caller's plan and the one with headroom pins (auto runs both).
 KEPT = 2
 # Bytes of intermediates one capturing run may expose: at least this, or a quarter of the weights
 # (a model's activations grow with its weights; a run and its FP32 twin stay under half of them).

@@ -240,11 +240,20 @@ def cast_feed(feed: Feed, dtypes: Mapping[str, np.dtype]) -> dict[str, np.ndarra
     return {k: (np.asarray(v, dtype=dtypes[k]) if k in dtypes else v) for k, v in feed.items()}
 
 
+def owned(value: np.ndarray) -> np.ndarray:
+    """A copy of a value onnxruntime returned, to be kept after its session: the array it returns
+    may live in the session's memory arena and keep all of it (measured on the decoder at seq
+    1024: a 0.12 GB output held 0.8 GB after its session was gone)."""
+    return np.array(value, copy=True)
+
+
 def run_session(session: ort.InferenceSession, model: onnx.ModelProto, feeds: Sequence[Feed]
                  ) -> tuple[dict[str, np.ndarray], ...]:
+    """The graph outputs per feed, owned by the caller (they outlive the session)."""
     dtypes = input_dtypes(model)
     names = [o.name for o in model.graph.output]
-    return tuple(dict(zip(names, session.run(names, cast_feed(f, dtypes)))) for f in feeds)
+    return tuple({n: owned(v) for n, v in zip(names, session.run(names, cast_feed(f, dtypes)))}
+                 for f in feeds)
 
 
 def as_fp32(ctx: ModelContext) -> onnx.ModelProto:

@@ -31,7 +31,7 @@ from ..format import json_float
 from ..fp16 import FP16_FLUSH, FP16_MAX
 from ..plan import PrecisionPlan
 from .plans import Chunks, Emulator, TwinSession
-from .session import EmulationSession, Feed
+from .session import EmulationSession, Feed, owned
 from .twin import FLOATS, INTS
 
 Runner = EmulationSession | Emulator  # anything that runs plans by emulation
@@ -212,8 +212,11 @@ def _merge_stats(acc: dict[str, TensorStats], values: Mapping[str, np.ndarray]) 
     for name, value in values.items():
         if not _is_float(value):
             continue
-        s = tensor_stats(value)
-        acc[name] = acc[name].worst(s) if name in acc else s
+        _merge_worst(acc, name, tensor_stats(value))
+
+
+def _merge_worst(acc: dict[str, TensorStats], name: str, stats: TensorStats) -> None:
+    acc[name] = acc[name].worst(stats) if name in acc else stats
 
 
 def reference_stats(session: Runner, samples) -> ReferenceResult:
@@ -293,14 +296,14 @@ def _captured_runs(session: Runner, plan: PrecisionPlan | None, feeds: Sequence[
             chunks.observed(ref)
             _merge_stats(stats, ref)
             if first:
-                outputs[i] = {name: _owned(ref[name]) for name in session.outputs if name in ref}
+                outputs[i] = {name: owned(ref[name]) for name in session.outputs if name in ref}
             finite[i].update((name, bool(np.isfinite(v).all())) for name, v in ref.items() if _is_float(v))
             if plan is not None:
                 cand = _captured(session, plan, feed, chunk, first)
                 errors[i].update((name, _tensor_error(ref[name], cand[name])) for name in ref
                                  if name in cand and _is_float(ref[name]))
                 if first:
-                    cand_outputs[i] = {name: _owned(cand[name]) for name in session.outputs if name in cand}
+                    cand_outputs[i] = {name: owned(cand[name]) for name in session.outputs if name in cand}
                 del cand
             del ref
         first = False
@@ -310,44 +313,31 @@ def _captured_runs(session: Runner, plan: PrecisionPlan | None, feeds: Sequence[
 def _twin_runs(session: TwinSession, plan: PrecisionPlan | None, feeds: Sequence[Feed]) -> _Seen:
     twin = session.twin
     stats: dict[str, TensorStats] = {}
-    seen = _Seen(stats, [], [], (), ())
+    finite: list[dict[str, bool]] = []
+    errors: list[dict[str, _TensorError]] = []
     outputs, plan_outputs = [], []
     for feed in feeds:
         values = session.run(feed)
-        finite: dict[str, bool] = {}
-        errors: dict[str, _TensorError] = {}
+        seen: dict[str, tuple[TensorStats, _TensorError | None]] = {}
         for name in twin.compared:
             if name in twin.whole:
-                ref_stats = tensor_stats(values[name])
-                twin_name = twin.whole[name]
-                if twin_name is not None:
-                    errors[name] = _tensor_error(values[name], values[twin_name])
+                copy = twin.whole[name]
+                seen[name] = (tensor_stats(values[name]),
+                              None if copy is None else _tensor_error(values[name], values[copy]))
             else:
-                ref_stats, error = _summarised(*(values[n] for n in twin.summaries[name]))
-                if error is not None:
-                    errors[name] = error
-            stats[name] = stats[name].worst(ref_stats) if name in stats else ref_stats
-            finite[name] = ref_stats.finite
+                seen[name] = _summarised(*(values[n] for n in twin.summaries[name]))
         for name, value in feed.items():  # the float graph inputs, as each plan feeds them
             if _is_float(value):
-                s = tensor_stats(value)
-                stats[name] = stats[name].worst(s) if name in stats else s
-                finite[name] = s.finite
-                if plan is not None:
-                    errors[name] = _tensor_error(value, session.emulator.fed_value(plan, name, value))
-        outputs.append({name: _owned(values[name]) for name in twin.outputs})
-        plan_outputs.append({name: _owned(values[copy]) for name, copy in twin.plan_outputs.items()})
-        seen.finite.append(finite)
-        seen.errors.append(errors)
+                fed = None if plan is None else session.emulator.fed_value(plan, name, value)
+                seen[name] = (tensor_stats(value), None if fed is None else _tensor_error(value, fed))
+        for name, (ref_stats, _) in seen.items():
+            _merge_worst(stats, name, ref_stats)
+        finite.append({name: ref_stats.finite for name, (ref_stats, _) in seen.items()})
+        errors.append({name: error for name, (_, error) in seen.items() if error is not None})
+        outputs.append({name: owned(values[name]) for name in twin.outputs})
+        plan_outputs.append({name: owned(values[copy]) for name, copy in twin.plan_outputs.items()})
         del values
-    return _Seen(stats, seen.finite, seen.errors, tuple(outputs), tuple(plan_outputs) if plan else ())
-
-
-def _owned(value: np.ndarray) -> np.ndarray:
-    """A copy of a value onnxruntime returned, to be kept after its session: the array it returns
-    may live in the session's memory arena and keep all of it (measured on the decoder at seq
-    1024: a 0.12 GB output held 0.8 GB after its session was gone)."""
-    return np.array(value, copy=True)
+    return _Seen(stats, finite, errors, tuple(outputs), tuple(plan_outputs) if plan else ())
 
 
 def _summarised(floats: np.ndarray, ints: np.ndarray) -> tuple[TensorStats, _TensorError | None]:

@@ -92,8 +92,9 @@ def build_twin_model(model: onnx.ModelProto, typing: Mapping, base_dir: str, fp1
     nodes: list[onnx.NodeProto] = []
     rename: dict[str, str] = {}
     if fp16 is not None and fp16_io:
+        initializers = {t.name for t in model.graph.initializer}
         for vi in model.graph.input:
-            if vi.type.tensor_type.elem_type == FLOAT and vi.name not in consts.initializers:
+            if vi.type.tensor_type.elem_type == FLOAT and vi.name not in initializers:
                 rename[vi.name] = names.fresh(vi.name + "__twin")
                 nodes.extend(round_nodes(vi.name, rename[vi.name], names))
     twin_nodes = _twin(out.graph, names, rename) if fp16 is not None else []
@@ -196,7 +197,6 @@ class _Constants:
         self.graph = model.graph
         self.names = names
         self.ir_version = model.ir_version
-        self.initializers = {t.name for t in model.graph.initializer}
         self._made: dict[str, str] = {}
 
     def __call__(self, key: str, value: np.ndarray) -> str:
