@@ -10,8 +10,8 @@ counts of finite, infinite, nonzero and FP16-flushable values, the largest error
 finite). Small tensors are still fetched whole (fewer nodes, and numpy reduces them as before):
 :meth:`.plans.Emulator.twin` takes as many as its byte budget holds, smallest first. Run with
 onnxruntime's priority-based order, the interleaved node order is kept, so each FP32 tensor dies
-as soon as its twin has been compared: the peak is about one run's (measured on a 40-tensor chain:
-0.15 GB, against 1.5 GB when the two copies run one after the other, the default order).
+as soon as its twin has been compared: the peak is about one run's (scripts/bench_twin.py order: a
+40-tensor chain peaks at 0.13 GB, against 1.41 GB in the default order, which runs one copy first).
 """
 
 from __future__ import annotations
@@ -239,11 +239,9 @@ def summary_nodes(ref: str, plan: str | None, names: Names, consts: _Constants
     floats, only with a plan). Every value is exact but the error, the float32 difference (what
     numpy's float64 difference rounds to).
 
-    Where every value is finite (their sum is: Inf and NaN make it non-finite, an overflowing sum
-    only sends a finite tensor the slow way) an If takes a short path: no masks of non-finite
-    values, and counts (slow in onnxruntime: Cast and an integer ReduceSum) only where a value may
-    flush. Measured on the decoder at seq 1024: the summaries took 109 s of a 151 s run with the
-    masks everywhere."""
+    Where every value is finite (then the sum of x*0 is exactly 0) an If takes a short path: no
+    masks of non-finite values, and counts (a Cast and an integer ReduceSum each) only where a
+    value may flush. scripts/bench_twin.py twin --profile shows where a twin run's time goes."""
     main = _Emitter(ref, names)
     flat = consts("flat", np.array([-1], np.int64))
     zero, inf = consts("zero", np.array(0, np.float32)), consts("inf", np.array(np.inf, np.float32))
@@ -263,7 +261,7 @@ def summary_nodes(ref: str, plan: str | None, names: Names, consts: _Constants
     fast = _Emitter(ref, names)
     a = fast("Abs", [r])
     top = fast("ReduceMax", [a], keepdims=1)
-    # Zeros lifted to the largest float (onnxruntime's Where is 4x slower than these four ops):
+    # Zeros lifted to the largest float (a little cheaper than Where: scripts/bench_twin.py ops):
     # the least is the smallest nonzero |x|, unless every value is zero (top 0; see _summarised).
     zeros = fast("Cast", [fast("Equal", [a, zero])], to=FLOAT)
     least = fast("ReduceMin", [fast("Add", [a, fast("Mul", [zeros, consts("big", np.array(FLOAT32_MAX))])])],
