@@ -69,8 +69,8 @@ class Emulator:
         baked sessions are dropped), or, where building a baked session has cost no more than
         running one (long sequences, big images: the run dominates), this emulator itself, one
         baked session per plan and only one kept: the switch graph's Ifs hold both precisions'
-        buffers (measured on the decoder at seq 1024: 12.3 GB against 8.3 GB for a baked
-        session, for the same time per probe)."""
+        buffers (scripts/bench_twin.py phases, decoder at seq 1024: the search phase peaks at
+        6.2 GB on baked sessions against 7.1 GB on the switch graph)."""
         if self._switched is not None:
             return self._switched
         if self._searching_baked or self._rebuilding_pays():
