@@ -30,13 +30,14 @@ from dataclasses import dataclass, field, replace
 import onnx
 
 from . import compare, oracle, rules
-from .compare import Comparison, Tolerance
 from .context import load_model
 from .data import SampleSpec, load_samples
 from .format import number
+from .metrics import Comparison, OutputMetrics
 from .oracle import NodeError, TensorStats
 from .plan import Precision, PrecisionPlan, Reason
 from .storage import write_text
+from .tolerance import Tolerance
 from .trt.versions import TrtVersion
 
 log = logging.getLogger(__name__)
@@ -195,7 +196,7 @@ class AnalysisResult:
 
 # --- presentation ---------------------------------------------------------------------------------
 
-def _output_summary(m: compare.OutputMetrics) -> str:
+def _output_summary(m: OutputMetrics) -> str:
     return f"{m.name}: {'; '.join(m.failures)}"
 
 

@@ -33,19 +33,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import oracle, rules
-from .compare import Comparison, Tolerance
 from .context import ModelContext
 from .costs import Clock, PhaseCost, PhaseTotals
 from .data import Samples
 from .errors import InternalError, PrecisionError, SearchError
 from .flops import estimate_flops
 from .fp16 import FP16_MAX
+from .metrics import Comparison
 from .oracle import Emulator, LayerwiseResult, ReferenceResult
 from .oracle.stats import NodeStats, first_nonfinite_output
 from .plan import PrecisionPlan, Reason
 from .probing import Prober
 from .search import SearchOutcome
 from .searching import FlopShare, Progress, SearchBudget, is_diffuse, run_search, widen_order
+from .tolerance import Tolerance
 from .tradeoff import PlanPoint
 from .vocab import MeasuringMode, ReasonSource, Status
 

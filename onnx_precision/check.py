@@ -15,10 +15,12 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from .compare import Comparison, Tolerance, compare_samples
+from .compare import compare_samples
 from .context import ModelContext, load_model
 from .data import Samples, SampleSpec, load_samples
 from .errors import ModelLoadError, PrecisionError
+from .metrics import Comparison
+from .tolerance import Tolerance
 from .trt.versions import TrtVersion
 from .vocab import OracleName
 

@@ -14,116 +14,15 @@ passes only if it passes on every sample.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
-from typing import Any
+from dataclasses import replace
 
 import numpy as np
 
 from . import task_checks
-from .format import json_float, number
+from .metrics import Comparison, OutputMetrics
 from .task_checks import TaskResult
-from .verdict import SLICE_MIN_ELEMENTS, Tolerance, judge
-
-
-@dataclass(frozen=True)
-class OutputMetrics:
-    """One output's comparison with FP32. Errors are ``|cand - ref|`` over the elements where both
-    are finite; ``max_rel_err`` is ``max_abs_err / max|ref|`` (scale-relative), ``rel_rms_err``
-    ``‖cand - ref‖ / ‖ref‖``; slices are defined in :mod:`onnx_precision.verdict`."""
-
-    name: str
-    max_abs_err: float
-    max_rel_err: float
-    cosine: float
-    new_nonfinite: int  # NaN/Inf in the candidate where the reference is finite
-    passed: bool
-    rel_rms_err: float = 0.0
-    worst_slice_rel_rms: float = 0.0
-    worst_slice_at: tuple[int, ...] = ()  # index of the worst slice's first element
-    worst_slice_size: int = 0  # its elements
-    slices: int = 0
-    mean_abs_err: float = 0.0
-    p50_abs_err: float = 0.0
-    p99_abs_err: float = 0.0
-    p999_abs_err: float = 0.0
-    quantile: float = 0.99  # the quantile of |err| in quantile_abs_err (the tolerance's error_quantile)
-    quantile_abs_err: float = 0.0
-    ref_max_abs: float = 0.0
-    outside_bound: int = 0  # elements outside atol + rtol·|ref| of the output's tolerance, NaN/Inf included
-    elements: int = 0  # elements where FP32 is finite (the new NaN/Inf among them)
-    fp32_nonfinite: int = 0  # elements left out because FP32 itself is NaN/Inf there
-    failures: tuple[str, ...] = ()  # why it fails; () when it passes
-    tasks: tuple[TaskResult, ...] = ()
-
-    @property
-    def outside_fraction(self) -> float:
-        return self.outside_bound / self.elements if self.elements else 0.0
-
-    def summary(self) -> str:
-        """One line: the main statistics, then the task checks and, when it fails, why."""
-        text = (f"max abs err {number(self.max_abs_err)}, max rel err {number(self.max_rel_err)}, "
-                f"rel RMS err {number(self.rel_rms_err)} (worst slice {number(self.worst_slice_rel_rms)}), "
-                f"p99 {number(self.p99_abs_err)}, p99.9 {number(self.p999_abs_err)}, "
-                f"cosine {self.cosine:.6f}, {self.outside_bound}/{self.elements} outside bound")
-        if self.new_nonfinite:
-            text += f", {self.new_nonfinite} new NaN/Inf"
-        text += "".join(f", {t.summary()}" for t in self.tasks)
-        return text + ("" if self.passed else f" [{'; '.join(self.failures)}]")
-
-    def to_json(self) -> dict:
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "tasks":
-                value = [t.to_json() for t in value]
-            elif isinstance(value, tuple):
-                value = list(value)
-            elif isinstance(value, float):
-                value = json_float(value)
-            out[f.name] = value
-        out["outside_fraction"] = json_float(self.outside_fraction)
-        return out
-
-    @staticmethod
-    def from_json(data: Mapping[str, Any]) -> OutputMetrics:
-        values: dict[str, Any] = {}
-        for f in fields(OutputMetrics):
-            if f.name not in data:
-                continue
-            value = data[f.name]
-            if f.name == "tasks":
-                value = tuple(TaskResult.from_json(t) for t in value)
-            elif f.name == "failures":
-                value = tuple(str(v) for v in value)
-            elif f.name == "worst_slice_at":
-                value = tuple(int(v) for v in value)
-            elif f.type in ("float", float):
-                value = float(value)  # "inf"/"nan" strings too
-            values[f.name] = value
-        return OutputMetrics(**values)
-
-
-@dataclass(frozen=True)
-class Comparison:
-    outputs: tuple[OutputMetrics, ...]
-    passed: bool
-    oracle: str  # which oracle produced the candidate: "emulate", "native:<provider>", "reference"
-    samples: int = 1
-
-    def metrics(self, name: str) -> OutputMetrics:
-        for m in self.outputs:
-            if m.name == name:
-                return m
-        raise KeyError(name)
-
-    def to_json(self) -> dict:
-        return {"oracle": self.oracle, "passed": self.passed, "samples": self.samples,
-                "outputs": [m.to_json() for m in self.outputs]}
-
-    @staticmethod
-    def from_json(data: Mapping[str, Any]) -> Comparison:
-        return Comparison(tuple(OutputMetrics.from_json(m) for m in data["outputs"]), bool(data["passed"]),
-                          str(data["oracle"]), int(data.get("samples", 1)))
+from .tolerance import SLICE_MIN_ELEMENTS, Tolerance
+from .verdict import judge
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:

@@ -14,20 +14,20 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from . import helper_sessions, storage
-from .compare import Tolerance
 from .context import ModelContext, load_model
 from .costs import PhaseCost
 from .data import SampleSpec, sample_files
 from .errors import CustomOpError, InternalError, SearchError
 from .plan import PrecisionPlan, Reason, apply_user_choices
 from .rewriter import RewriteResult, rewrite
+from .tolerance import Tolerance
 from .trt.versions import TrtVersion
 from .validation import check_written
 from .vocab import MODES, Mode, OracleName
 
 if TYPE_CHECKING:
     from .auto import AutoResult, Progress
-    from .compare import Comparison
+    from .metrics import Comparison
     from .report import RunReport
 
 logger = logging.getLogger(__name__)

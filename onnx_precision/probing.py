@@ -11,9 +11,11 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .compare import Comparison, Tolerance, compare_outputs, merge_comparisons
+from .compare import compare_outputs, merge_comparisons
+from .metrics import Comparison
 from .oracle.stats import Runner
 from .plan import PrecisionPlan
+from .tolerance import Tolerance
 from .tradeoff import output_errors
 
 ORACLE = "emulate"

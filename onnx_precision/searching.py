@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .compare import Comparison
 from .costs import Clock, Counted
+from .metrics import Comparison
 from .oracle import LayerwiseResult
 from .plan import PrecisionPlan, Reason
 from .probing import Prober

@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
-from .compare import Comparison, Tolerance
 from .format import json_safe, number
+from .metrics import Comparison
+from .tolerance import Tolerance
 
 
 def error_statistic(tol: Tolerance) -> str:

@@ -8,7 +8,7 @@ import pytest
 from onnx_precision.check import FP32NonFinite, check
 from onnx_precision.cli import main
 from onnx_precision.data import SampleSpec
-from onnx_precision.verdict import Tolerance
+from onnx_precision.tolerance import Tolerance
 from tests.test_check import example, write_plan
 
 

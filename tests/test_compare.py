@@ -8,14 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from onnx_precision.compare import (
-    Comparison,
-    OutputMetrics,
-    Tolerance,
-    compare_array,
-    compare_outputs,
-    compare_samples,
-)
+from onnx_precision.compare import compare_array, compare_outputs, compare_samples
+from onnx_precision.metrics import Comparison, OutputMetrics
+from onnx_precision.tolerance import Tolerance
 
 TOL = Tolerance()
 MAX = Tolerance(error_stat="max")

@@ -9,14 +9,25 @@ import pytest
 from conftest import parse
 
 from models import BUILDERS
-from onnx_precision.compare import Tolerance, compare_samples
+from onnx_precision.compare import compare_samples
 from onnx_precision.context import ModelContext
 from onnx_precision.graph import name_nodes, walk_nodes
-from onnx_precision.oracle import (EmulationSession, emulate_model, inspect_plan, layerwise, reference_stats,
-                                   round_fp16, run_emulated, run_fp32, run_native, run_reference,
-                                   tensor_stats)
+from onnx_precision.oracle import (
+    EmulationSession,
+    emulate_model,
+    inspect_plan,
+    layerwise,
+    reference_stats,
+    round_fp16,
+    run_emulated,
+    run_fp32,
+    run_native,
+    run_reference,
+    tensor_stats,
+)
 from onnx_precision.plan import Precision, Reason, uniform_plan
 from onnx_precision.rewriter import rewrite
+from onnx_precision.tolerance import Tolerance
 
 L2 = """
 <ir_version: 8, opset_import: ["" : 17]>

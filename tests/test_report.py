@@ -8,12 +8,13 @@ import pytest
 
 from onnx_precision import report as rep
 from onnx_precision.cli.progress import ProgressLine
-from onnx_precision.compare import Comparison, OutputMetrics, Tolerance
 from onnx_precision.context import ModelContext
 from onnx_precision.costs import PhaseCost
 from onnx_precision.flops import estimate_flops
+from onnx_precision.metrics import Comparison, OutputMetrics
 from onnx_precision.oracle.stats import NodeStats
 from onnx_precision.plan import Precision, Reason, uniform_plan
+from onnx_precision.tolerance import Tolerance
 from tests.conftest import parse
 
 L2 = """

@@ -7,7 +7,7 @@ import pytest
 
 from onnx_precision import task_checks
 from onnx_precision.compare import compare_array, compare_samples
-from onnx_precision.verdict import Tolerance
+from onnx_precision.tolerance import Tolerance
 
 LOGITS = np.array([[5.0, 4.9, 1.0, 0.0],   # a near tie between classes 0 and 1
                    [0.0, 1.0, 9.0, 2.0],

@@ -14,7 +14,7 @@ from onnx_precision import oracle
 from onnx_precision.compare import compare_array, compare_outputs
 from onnx_precision.context import ModelContext
 from onnx_precision.plan import Reason
-from onnx_precision.verdict import Tolerance
+from onnx_precision.tolerance import Tolerance
 
 MAX = Tolerance(error_stat="max")
 

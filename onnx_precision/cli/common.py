@@ -11,10 +11,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..compare import Tolerance
 from ..data import SampleSpec
+from ..tolerance import ERROR_STATS, SLICE_MIN_ELEMENTS, Tolerance
 from ..trt.versions import NEWEST, TrtVersion
-from ..verdict import ERROR_STATS, SLICE_MIN_ELEMENTS
 
 
 def _entries(text: str) -> list[tuple[str, str]]:

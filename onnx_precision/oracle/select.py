@@ -12,10 +12,12 @@ from typing import Callable
 
 import numpy as np
 
-from ..compare import Comparison, Tolerance, compare_samples
+from ..compare import compare_samples
 from ..context import ModelContext, load_model
 from ..costs import PhaseCost
 from ..errors import OracleUnavailable
+from ..metrics import Comparison
+from ..tolerance import Tolerance
 from ..trt.versions import TrtVersion
 from ..vocab import OracleName
 from .session import Feed, OracleRun, run_emulated, run_native, run_reference

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from ..compare import Tolerance
 from ..errors import InternalError
 from ..format import json_float
 from ..fp16 import FP16_FLUSH, FP16_MAX
 from ..plan import PrecisionPlan
+from ..tolerance import Tolerance
 from .plans import Chunks, Emulator, TwinSession
 from .session import EmulationSession, Feed, owned
 from .twin import FLOATS, INTS

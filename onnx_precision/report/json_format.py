@@ -6,13 +6,14 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ..compare import Comparison, Tolerance
 from ..costs import PhaseCost
 from ..errors import PlanError
 from ..format import json_safe
+from ..metrics import Comparison
 from ..oracle.stats import NodeStats
 from ..plan import PrecisionPlan
 from ..storage import write_text
+from ..tolerance import Tolerance
 from ..tradeoff import PlanPoint, pareto_front
 
 if TYPE_CHECKING:

@@ -7,8 +7,8 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from ..compare import Comparison
 from ..format import cosine_text, number
+from ..metrics import Comparison
 from ..oracle.stats import NodeStats
 from ..storage import write_text
 from ..tradeoff import front_table

@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..compare import Comparison, Tolerance
 from ..context import ModelContext
 from ..costs import PhaseCost, PhaseTotals
 from ..data import Samples
 from ..flops import estimate_flops
+from ..metrics import Comparison
 from ..oracle.stats import NodeStats
 from ..plan import PrecisionPlan
+from ..tolerance import Tolerance
 from ..tradeoff import PlanPoint, error_statistic, front_svg
 from ..vocab import Mode, OracleName, Status
 

@@ -1,0 +1,119 @@
+"""The tolerance: how an FP16 output is judged against FP32, as one frozen value.
+
+:mod:`onnx_precision.verdict` says what each setting means and why the defaults are what they are;
+:func:`onnx_precision.verdict.judge` applies it to one output's metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from .errors import UsageError
+
+ERROR_STATS = ("rms", "max", "mean", "median", "quantile", "elemwise")
+SLICE_MIN_ELEMENTS = 32  # a slice is whole rows of the last axis, at least this many elements
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How outputs are judged (see the module docstring); ``per_output`` overrides by output name."""
+
+    error_stat: str = "rms"
+    atol: float = 1e-3
+    rtol: float = 1e-2
+    min_cosine: float = 0.999
+    max_rel_rms: float = 0.05
+    max_slice_rel_rms: float = 0.2
+    error_quantile: float = 0.99
+    max_outside_fraction: float = 0.0
+    top_k: int = 0  # 0: no top-k check
+    min_top_k_agreement: float = 1.0
+    threshold: float | None = None  # None: no thresholded-map check
+    min_iou: float = 0.99
+    allow_fp32_nonfinite: bool = False
+    per_output: tuple[tuple[str, Tolerance], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.error_stat not in ERROR_STATS:
+            raise ValueError(f"error_stat {self.error_stat!r} is not one of {', '.join(ERROR_STATS)}")
+        if not 0.0 <= self.error_quantile <= 1.0:
+            raise ValueError(f"error_quantile {self.error_quantile} is not in [0, 1]")
+        if self.top_k < 0:
+            raise ValueError(f"top_k {self.top_k} is negative")
+
+    def for_output(self, name: str) -> Tolerance:
+        """The tolerance that judges output ``name`` (``allow_fp32_nonfinite`` is the same for all)."""
+        for output, tol in self.per_output:
+            if output == name:
+                return replace(tol, allow_fp32_nonfinite=self.allow_fp32_nonfinite)
+        return self
+
+    def with_output(self, name: str, **changes: Any) -> Tolerance:
+        """A copy in which output ``name`` is judged with ``changes`` over its current settings."""
+        current = replace(self.for_output(name), per_output=())
+        others = tuple((n, t) for n, t in self.per_output if n != name)
+        return replace(self, per_output=others + ((name, replace(current, **changes)),))
+
+    def unknown_outputs(self, names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+        """Outputs named in ``per_output`` that are not among ``names`` (a typo judges nothing)."""
+        return tuple(n for n, _ in self.per_output if n not in names)
+
+    def require_outputs(self, names: tuple[str, ...] | list[str], model: str) -> None:
+        """Refuse per-output settings for outputs the model does not have: a typo would silently
+        judge that output by the defaults, which a CI gate must not do."""
+        unknown = self.unknown_outputs(names)
+        if unknown:
+            raise UsageError(f"{model}: a tolerance names output '{unknown[0]}', which the model does not "
+                             f"have (outputs: {', '.join(names)})")
+
+    def describe(self) -> str:
+        """One line for reports and the terminal."""
+        parts = [_settings_text(self)]
+        base = self.to_json()
+        for name, tol in self.per_output:
+            changed = [f"{k}={v}" for k, v in tol.to_json().items() if k != "per_output" and v != base[k]]
+            parts.append(f"{name}: {', '.join(changed) or 'as the others'}")
+        if self.allow_fp32_nonfinite:
+            parts.append("compared only where FP32 is finite")
+        return "; ".join(parts)
+
+    def to_json(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "per_output"}
+        out["per_output"] = {name: {k: v for k, v in tol.to_json().items() if k != "per_output"}
+                             for name, tol in self.per_output}
+        return out
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> Tolerance:
+        known = {f.name for f in fields(Tolerance)} - {"per_output"}
+        base = Tolerance(**{k: v for k, v in data.items() if k in known})
+        per = tuple((name, Tolerance(**{k: v for k, v in values.items() if k in known}))
+                    for name, values in dict(data.get("per_output", {})).items())
+        return replace(base, per_output=per)
+
+
+def _settings_text(tol: Tolerance) -> str:
+    if tol.error_stat == "rms":
+        text = (f"rms: rel RMS err <= {tol.max_rel_rms:g}, every slice <= {tol.max_slice_rel_rms:g} "
+                f"(or all |err| <= atol {tol.atol:g})")
+    elif tol.error_stat == "elemwise":
+        text = (f"elemwise: at most {tol.max_outside_fraction:g} of the elements outside "
+                f"atol {tol.atol:g} + rtol {tol.rtol:g} x |ref|")
+    else:
+        text = (f"{stat_name(tol)}: {stat_name(tol)} |err| <= atol {tol.atol:g} + rtol {tol.rtol:g} "
+                f"x max|ref|, cosine >= {tol.min_cosine:g}")
+    if tol.top_k:
+        text += f", top-{tol.top_k} agreement >= {tol.min_top_k_agreement:g}"
+    if tol.threshold is not None:
+        text += f", IoU at {tol.threshold:g} >= {tol.min_iou:g}"
+    return text
+
+
+def stat_name(tol: Tolerance) -> str:
+    return f"p{_pct(tol.error_quantile)}" if tol.error_stat == "quantile" else tol.error_stat
+
+
+def _pct(q: float) -> str:
+    return f"{100 * q:g}"
