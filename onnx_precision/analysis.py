@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 
 import onnx
 
-from . import compare, oracle, rules
+from . import compare, oracle, policy, rules
 from .context import load_model
 from .data import SampleSpec, load_samples
 from .format import number
@@ -37,8 +37,8 @@ from .metrics import Comparison, OutputMetrics
 from .oracle import NodeError, TensorStats
 from .plan import Precision, PrecisionPlan, Reason
 from .storage import write_text
+from .target import GENERIC, Target
 from .tolerance import Tolerance
-from .trt.versions import TrtVersion
 
 log = logging.getLogger(__name__)
 
@@ -287,20 +287,20 @@ def _sort_key(index: int, row: NodeRow) -> tuple[int, int]:
 
 
 def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | None = None,
-            custom_op_libraries: tuple[str, ...] = (), trt: TrtVersion | None = None) -> AnalysisResult:
+            custom_op_libraries: tuple[str, ...] = (), target: Target = GENERIC) -> AnalysisResult:
     """Analyse ``model_path`` on the samples ``spec`` describes (synthetic when it names none);
     ``custom_op_libraries`` are registered on every onnxruntime session of the model."""
     spec = spec or SampleSpec()
     tol = tol or Tolerance()
     seconds: dict[str, float] = {}
     start = time.perf_counter()
-    ctx = load_model(model_path, custom_op_libraries, trt)
+    ctx = load_model(model_path, custom_op_libraries, target)
     tol.require_outputs([o.name for o in ctx.model.graph.output], model_path)
     samples = load_samples(ctx.model, spec)
     seconds["load"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    plan = ctx.resolve(ctx.all_fp16_plan())
+    plan = policy.resolve(ctx, ctx.all_fp16_plan())
     warnings = list(samples.warnings)
     if ctx.nothing_to_convert:
         warnings.append(f"{ctx.nothing_to_convert}: there is nothing to analyse")
@@ -326,7 +326,7 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
     return AnalysisResult(model_path, samples.source, samples.synthetic, len(samples.feeds), tol, rows,
                           outputs, reference.first_nonfinite, tuple(warnings), oracle.EMULATE,
                           session.sessions_built, session.probes_run, seconds, rule_run.skipped,
-                          ctx.target_name)
+                          ctx.target.name)
 
 
 def build_rows(facts: rules.ModelFacts, findings: Sequence[rules.Finding], plan: PrecisionPlan,

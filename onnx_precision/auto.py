@@ -27,18 +27,17 @@ the report says whether that plan happens to pass).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import oracle, rules
+from . import oracle, policy
 from .context import ModelContext
 from .costs import Clock, PhaseCost, PhaseTotals
 from .data import Samples
 from .errors import InternalError, PrecisionError, SearchError
 from .flops import estimate_flops
-from .fp16 import FP16_MAX
 from .metrics import Comparison
 from .oracle import Emulator, LayerwiseResult, ReferenceResult
 from .oracle.stats import NodeStats, first_nonfinite_output
@@ -53,9 +52,6 @@ from .vocab import MeasuringMode, ReasonSource, Status
 log = logging.getLogger(__name__)
 
 DEFAULT_HEADROOM = 2.0
-# A tensor is "flushed" when this share of its nonzero values rounds to zero in FP16: beyond
-# isolated denormals, enough to change a sum, a norm or a Log.
-FLUSH_SHARE = 0.01
 
 
 PASSED: Status = "passed"
@@ -112,31 +108,29 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
                              f"(1 = pin only what overflows on the samples)")
     clock = Clock(progress)
     with clock.phase("reference") as phase:
-        user = ctx.resolve(base_plan)
+        user = policy.resolve(ctx, base_plan)
         emulator = Emulator(ctx)
         reference = oracle.reference_stats(emulator, samples)
         phase.count(emulator, probes=1)
-    graph = _Graph.of(ctx)
     shapes = {k: np.shape(v) for k, v in samples.feeds[0].items()} if samples.feeds else {}
     flops = estimate_flops(ctx.model, shapes)
-    stats = _node_stats(graph, reference.stats)
+    stats = _node_stats(ctx, reference.stats)
     run = _Run(mode, headroom, clock, emulator, reference, stats, samples, flops)
 
     nonfinite = _fp32_nonfinite_message(reference)
     if nonfinite and not tolerance.allow_fp32_nonfinite:
         return run.finish(user, FP32_NONFINITE, nonfinite)
 
-    base = user
-    for node, reason in headroom_pins(graph, user, reference.stats, headroom).items():
-        base = base.with_fp32([node], reason)
-    flagged = _flagged(ctx, graph, user, reference, static=mode == "static")
+    base = user.with_fp32_reasons({node: (reason,) for node, reason in
+                                   policy.headroom_pins(ctx, user, reference.stats, headroom).items()})
+    flagged = policy.flagged(ctx, user, reference.stats, static=mode == "static")
     prober = Prober(emulator, samples.feeds, reference.outputs, tolerance)
     with clock.phase("before") as phase:
         before = prober.comparison(user)
         phase.count(emulator, probes=1)
     if mode == "static":
         return _static(run, prober, base, flagged, before)
-    return _search(run, prober, ctx, graph, user, base, flagged, before, progress, budget)
+    return _search(run, prober, ctx, user, base, flagged, before, progress, budget)
 
 
 @dataclass
@@ -164,7 +158,7 @@ class _Run:
 
 def _static(run: _Run, prober: Prober, base: PrecisionPlan, flagged: Mapping[str, list[Reason]],
             before: Comparison) -> AutoResult:
-    plan = _with_reasons(base, flagged, flagged)
+    plan = policy.with_flags(base, flagged, flagged)
     with run.clock.phase("static") as phase:
         after = prober.comparison(plan)
         phase.count(run.emulator, probes=1)
@@ -174,7 +168,7 @@ def _static(run: _Run, prober: Prober, base: PrecisionPlan, flagged: Mapping[str
     return run.finish(plan, FAILED, message, before, after)
 
 
-def _search(run: _Run, prober: Prober, ctx: ModelContext, graph: _Graph, user: PrecisionPlan,
+def _search(run: _Run, prober: Prober, ctx: ModelContext, user: PrecisionPlan,
             base: PrecisionPlan, flagged: Mapping[str, list[Reason]], before: Comparison,
             progress: Progress | None, budget: SearchBudget) -> AutoResult:
     emulator, clock = run.emulator, run.clock
@@ -185,7 +179,7 @@ def _search(run: _Run, prober: Prober, ctx: ModelContext, graph: _Graph, user: P
             passed, detail = prober.passes(base)
         phase.count(emulator, probes=int(base.fp32_nodes != user.fp32_nodes))
     if passed:
-        plan = _with_reasons(base, base.fp32_nodes, flagged)
+        plan = policy.with_flags(base, base.fp32_nodes, flagged)
         after = before
         if plan.fp32_nodes != user.fp32_nodes:
             with clock.phase("after") as phase:
@@ -200,7 +194,7 @@ def _search(run: _Run, prober: Prober, ctx: ModelContext, graph: _Graph, user: P
         session = emulator.searching()  # many plans follow: the switch graph, or one baked session each
         phase.count(emulator)
     prober.session = session
-    searchable = [n for n in graph.order if n in session.switchable and base.is_fp16(n)]
+    searchable = [n for n in ctx.node_ops if n in session.switchable and base.is_fp16(n)]
     flagged_nodes = set(flagged) | set(layer.first_divergence)
     candidates = [n for n in searchable if n in flagged_nodes]
     # Largest layerwise error first; nodes the layerwise run does not see (subgraphs) last.
@@ -210,11 +204,11 @@ def _search(run: _Run, prober: Prober, ctx: ModelContext, graph: _Graph, user: P
     prober.last_errors = start_errors
     diffuse = is_diffuse(flagged, layer, before)
     found = run_search(prober, emulator, clock, base, candidates, widen_order(others, ctx.node_ops),
-                       (False, detail), FlopShare(run.flops, graph.order), budget, diffuse, progress)
+                       (False, detail), FlopShare(run.flops, list(ctx.node_ops)), budget, diffuse, progress)
     if found.plan is None:
         return run.finish(base, FAILED, found.message, before, None, found.outcome, layer, found.points,
                           found.notes)
-    plan = _with_reasons(found.plan, found.plan.fp32_nodes, flagged)
+    plan = policy.with_flags(found.plan, found.plan.fp32_nodes, flagged)
     with clock.phase("after") as phase:
         after = prober.comparison(plan)
         phase.count(emulator, probes=1)
@@ -224,119 +218,15 @@ def _search(run: _Run, prober: Prober, ctx: ModelContext, graph: _Graph, user: P
                       found.notes)
 
 
-def _with_reasons(plan: PrecisionPlan, nodes, flagged: Mapping[str, list[Reason]]) -> PrecisionPlan:
-    """``plan`` with ``nodes`` pinned and every rule/range reason known for them attached."""
-    for node in nodes:
-        for reason in flagged.get(node, ()):
-            plan = plan.with_fp32([node], reason)
-    return plan
-
-
-# --- the model as a graph of names ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Graph:
-    order: tuple[str, ...]  # every node, owners before their bodies
-    outputs: Mapping[str, tuple[str, ...]]  # node -> every output tensor
-    holders: Mapping[str, tuple[str, ...]]  # tensor -> nodes that hold it in FP16 when FP16, in order
-
-    @staticmethod
-    def of(ctx: ModelContext) -> _Graph:
-        order: list[str] = []
-        outputs: dict[str, tuple[str, ...]] = {}
-        holders: dict[str, list[str]] = {}
-        for ref in ctx.nodes:
-            node, t = ref.node, ctx.typing[ref.name]
-            order.append(ref.name)
-            outputs[ref.name] = tuple(o for o in node.output if o)
-            fp16 = [node.input[i] for i in t.convertible_inputs]
-            fp16 += [node.output[i] for i in t.convertible_outputs]
-            for tensor in dict.fromkeys(fp16):
-                holders.setdefault(tensor, []).append(ref.name)
-        return _Graph(tuple(order), outputs, {k: tuple(v) for k, v in holders.items()})
-
-    def touching(self, tensor: str) -> tuple[str, ...]:
-        """Nodes that would hold ``tensor`` in FP16: its FP16 producer and FP16 consumers."""
-        return self.holders.get(tensor, ())
-
-
-# --- headroom and range flags ----------------------------------------------------------------------
-
-
-def headroom_pins(graph: _Graph, plan: PrecisionPlan, stats: Mapping, headroom: float) -> dict[str, Reason]:
-    """Nodes to pin because a tensor they would hold in FP16 exceeds 65504/headroom in FP32.
-
-    A tensor already over 65504 is pinned too, whatever the outputs show, but as a ``range`` pin:
-    only the margin between 65504/headroom and 65504 is headroom's doing."""
-    pins: dict[str, Reason] = {}
-    if headroom == 0:
-        return pins
-    limit = FP16_MAX / headroom
-    for tensor in _tensors(graph):
-        s = stats.get(tensor)
-        if s is None or not np.isfinite(s.max_abs) or s.max_abs <= limit:
-            continue
-        for node in graph.touching(tensor):
-            if plan.is_fp16(node) and node not in pins:
-                evidence = (("tensor", tensor), ("max_abs", f"{s.max_abs:.6g}"))
-                if s.max_abs > FP16_MAX:
-                    pins[node] = Reason("range", f"'{tensor}' reaches {s.max_abs:.4g} in FP32, over the FP16 "
-                                                 f"maximum 65504", evidence)
-                else:
-                    pins[node] = Reason("headroom", f"'{tensor}' reaches {s.max_abs:.4g} in FP32, over "
-                                                    f"65504/{headroom:g} = {limit:.6g}", evidence)
-    return pins
-
-
-def _tensors(graph: _Graph) -> list[str]:
-    return list(graph.holders)
-
-
-def _flagged(ctx: ModelContext, graph: _Graph, plan: PrecisionPlan, reference: ReferenceResult, static: bool,
-             ) -> dict[str, list[Reason]]:
-    """Static candidates: confirmed rule findings and range flags (flushed tensors), FP16 nodes only."""
-    flags: dict[str, list[Reason]] = {}
-    for node, reason in _rule_reasons(ctx, reference, static):
-        if plan.is_fp16(node):
-            flags.setdefault(node, []).append(reason)
-    for tensor in _tensors(graph):
-        s = reference.stats.get(tensor)
-        if s is None:
-            continue
-        if s.flush_fraction >= FLUSH_SHARE:
-            reason = Reason("range", f"{100 * s.flush_fraction:.1f}% of the nonzero values of '{tensor}' "
-                                     f"flush to zero in FP16 (smallest |x| {s.min_nonzero_abs:.3g})",
-                            (("tensor", tensor), ("flush_fraction", f"{s.flush_fraction:.4g}")))
-        elif np.isfinite(s.max_abs) and s.max_abs > FP16_MAX:
-            reason = Reason("range", f"'{tensor}' reaches {s.max_abs:.4g}, over the FP16 maximum 65504",
-                            (("tensor", tensor), ("max_abs", f"{s.max_abs:.6g}")))
-        else:
-            continue
-        for node in graph.touching(tensor):
-            if plan.is_fp16(node):
-                flags.setdefault(node, []).append(reason)
-    return flags
-
-
-def _rule_reasons(ctx: ModelContext, reference: ReferenceResult, static: bool,
-                  ) -> Iterator[tuple[str, Reason]]:
-    """Findings of the static risk rules that the recorded ranges confirm (static mode: only
-    those of high or medium severity, since nothing will test them)."""
-    for finding in rules.run_rules(rules.ModelFacts(ctx, reference.stats)).findings:
-        if finding.confirmed and (not static or finding.severity in (rules.HIGH, rules.MEDIUM)):
-            yield finding.node, finding.reason()
-
-
 # --- statistics for the report ---------------------------------------------------------------------
 
 
-def _node_stats(graph: _Graph, tensor_stats: Mapping) -> dict[str, NodeStats]:
+def _node_stats(ctx: ModelContext, tensor_stats: Mapping) -> dict[str, NodeStats]:
     out = {}
-    for node in graph.order:
-        found = [tensor_stats[t] for t in graph.outputs[node] if t in tensor_stats]
+    for ref in ctx.nodes:
+        found = [tensor_stats[t] for t in ref.node.output if t and t in tensor_stats]
         if found:
-            out[node] = NodeStats(max(s.max_abs for s in found), min(s.min_nonzero_abs for s in found))
+            out[ref.name] = NodeStats(max(s.max_abs for s in found), min(s.min_nonzero_abs for s in found))
     return out
 
 

@@ -20,8 +20,8 @@ from .context import ModelContext, load_model
 from .data import Samples, SampleSpec, load_samples
 from .errors import ModelLoadError, PrecisionError
 from .metrics import Comparison
+from .target import GENERIC, Target
 from .tolerance import Tolerance
-from .trt.versions import TrtVersion
 from .vocab import OracleName
 
 
@@ -73,7 +73,7 @@ class CheckResult:
 
 def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
           tol: Tolerance | None = None, oracle: OracleName = "emulate",
-          custom_op_libraries: tuple[str, ...] = (), trt: TrtVersion | None = None) -> CheckResult:
+          custom_op_libraries: tuple[str, ...] = (), target: Target = GENERIC) -> CheckResult:
     """Compare ``candidate_path`` with the FP32 ``model_path`` on the samples of ``spec``;
     ``custom_op_libraries`` are registered on every onnxruntime session of either model."""
     from . import oracle as oracle_lib  # heavy: onnxruntime
@@ -82,7 +82,7 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
     tol = tol or Tolerance()
     oracle_lib.require_oracle(oracle)
     reference = load_model(model_path, custom_op_libraries)
-    candidate = load_model(candidate_path, custom_op_libraries, trt)
+    candidate = load_model(candidate_path, custom_op_libraries, target)
     _check_outputs_match(reference.model, candidate.model, model_path, candidate_path)
     tol.require_outputs([o.name for o in reference.model.graph.output], model_path)
     samples = load_samples(reference.model, spec)
@@ -102,7 +102,7 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
     comparison = compare_samples(
         refs, oracle_lib.select.only_reference_outputs(cands, refs), tol, cands.oracle
     )
-    return CheckResult(model_path, candidate_path, comparison, samples, candidate.target_name)
+    return CheckResult(model_path, candidate_path, comparison, samples, candidate.target.name)
 
 
 def _refuse_fp32_nonfinite(reference: ModelContext, samples: Samples,

@@ -3,9 +3,10 @@
 Every stage (analysis rules, the oracle, the search, the rewriter, the TensorRT flags, the report)
 takes a :class:`ModelContext` instead of a model plus its base directory, types and typing as
 loose arguments. Derived facts are computed on first use and kept: the value types (one shape
-inference), the node typing (one set of onnxruntime kernel probes), what keeps each node from
-FP16 (:attr:`ModelContext.blockers`, which reads each float constant's range once), so resolving
-a plan is cheap and never reads a weight again.
+inference), the node typing (one set of kernel probes), the producers and consumers of every value
+(:attr:`ModelContext.index`), each float constant's range (read once). Facts that stages above own
+(what keeps each node from FP16, :mod:`onnx_precision.policy`; the FP32 model the oracle runs) are
+kept by :meth:`ModelContext.memo`, so the context knows nothing of them.
 
 Loading never pulls external data into memory (``load_external_data=False``), nor the large inline
 weights of a big single-file model (:func:`storage.load_light`: they are read from the model file
@@ -18,20 +19,23 @@ from __future__ import annotations
 
 import os
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any, TypeVar
 
 import onnx
 from google.protobuf.message import DecodeError
 
 from . import storage, typing_rules
 from .errors import ModelLoadError
-from .graph import GraphCycle, NodeRef, name_nodes, sort_topologically, walk_nodes
+from .graph import GraphCycle, GraphIndex, NodeRef, name_nodes, sort_topologically, walk_nodes
 from .plan import Precision, PrecisionPlan, Reason, uniform_plan
-from .trt.versions import TrtVersion
+from .target import GENERIC, Target
 from .validation import validate_model
 
 ALL_FP16 = Reason("default", "all FP16")
+T = TypeVar("T")
 
 
 @dataclass(eq=False)
@@ -45,9 +49,9 @@ class ModelContext:
     # Shared libraries of custom-op kernels (--ort-custom-op-library): every onnxruntime session of
     # the model, or of a graph derived from it, registers them.
     custom_op_libraries: tuple[str, ...] = ()
-    # The TensorRT release whose layers the emulation follows (--target tensorrt), or None: every op
-    # computes in FP32 and rounds its outputs (--target generic).
-    trt: TrtVersion | None = None
+    # Where the written model runs (--target): its 16-bit type, how it computes FP16 nodes, whose
+    # kernels bind the plan.
+    target: Target = GENERIC
 
     @staticmethod
     def of(model: onnx.ModelProto, base_dir: str = ".", path: str = "",
@@ -57,15 +61,15 @@ class ModelContext:
         renamed = name_nodes(model)
         return ModelContext(model, path, os.path.abspath(base_dir), tuple(renamed), custom_op_libraries)
 
-    @property
-    def target_name(self) -> str:
-        """What the emulation follows, as results record it: "generic" or "tensorrt X.Y"."""
-        return "generic" if self.trt is None else f"tensorrt {self.trt}"
-
     @cached_property
     def nodes(self) -> tuple[NodeRef, ...]:
         """Every node, subgraphs included, owners before their bodies."""
         return tuple(walk_nodes(self.model.graph))
+
+    @cached_property
+    def index(self) -> GraphIndex:
+        """Producers and consumers of every value (:class:`GraphIndex`)."""
+        return GraphIndex.of(self.nodes)
 
     @cached_property
     def node_ops(self) -> dict[str, str]:
@@ -79,8 +83,9 @@ class ModelContext:
 
     @cached_property
     def typing(self) -> dict[str, typing_rules.NodeTyping]:
-        """Every node's FP16 typing (:func:`typing_rules.model_typing`)."""
-        return typing_rules.model_typing(self.model, self.types)
+        """Every node's FP16 typing (:func:`typing_rules.model_typing`), onnxruntime's kernels
+        asked where the target runs on it."""
+        return typing_rules.model_typing(self.model, self.types, self.target.onnxruntime_kernels)
 
     @cached_property
     def nothing_to_convert(self) -> str:
@@ -116,26 +121,24 @@ class ModelContext:
             self._ranges[name] = storage.value_range(tensor, self.base_dir)
         return self._ranges[name]
 
-    @cached_property
-    def blockers(self) -> typing_rules.NodeBlockers:
-        """What keeps each node from FP16 whatever its neighbours do (:func:`typing_rules.node_blockers`)."""
-        return typing_rules.node_blockers(self)
-
-    @cached_property
-    def forced_fp32(self) -> frozenset[str]:
-        """Nodes every resolved plan keeps FP32 (type rules, constants FP16 cannot hold)."""
-        return frozenset(self.resolve(self.all_fp16_plan()).fp32_nodes)
-
     def all_fp16_plan(self, reason: Reason = ALL_FP16, fp16_io: bool = False) -> PrecisionPlan:
         """Every node FP16, with ``reason``."""
         return uniform_plan(self.node_ops, Precision.FP16, reason, fp16_io=fp16_io)
 
-    def resolve(self, plan: PrecisionPlan) -> PrecisionPlan:
-        """``plan`` made writable (:func:`typing_rules.resolve_plan`); a resolved plan comes back as is."""
-        return plan if plan.resolved else typing_rules.resolve_plan(self, plan)
+    def memo(self, compute: Callable[[ModelContext], T]) -> T:
+        """``compute(self)``, computed once per context: the derived facts that stages above the
+        context own (what blocks FP16, the FP32 model the oracle runs) are kept here, keyed by the
+        function that computes them."""
+        if compute not in self._memo:
+            self._memo[compute] = compute(self)
+        return self._memo[compute]
+
+    @cached_property
+    def _memo(self) -> dict[Callable, Any]:
+        return {}
 
 
-def load_model(path: str, custom_op_libraries: tuple[str, ...] = (), trt: TrtVersion | None = None,
+def load_model(path: str, custom_op_libraries: tuple[str, ...] = (), target: Target = GENERIC,
                ) -> ModelContext:
     """Load ``path`` (external data left on disk), check it is a valid ONNX model whose external
     data stays in its directory (:func:`onnx_precision.validation.validate_model`), and name its nodes."""
@@ -169,4 +172,4 @@ def load_model(path: str, custom_op_libraries: tuple[str, ...] = (), trt: TrtVer
     for library in custom_op_libraries:
         if not os.path.isfile(library):
             raise ModelLoadError(f"--ort-custom-op-library {library}: no such file")
-    return ModelContext(model, path, base_dir, tuple(name_nodes(model)), tuple(custom_op_libraries), trt)
+    return ModelContext(model, path, base_dir, tuple(name_nodes(model)), tuple(custom_op_libraries), target)

@@ -13,15 +13,15 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from . import helper_sessions, storage
+from . import helper_sessions, policy, storage
 from .context import ModelContext, load_model
 from .costs import PhaseCost
 from .data import SampleSpec, sample_files
 from .errors import CustomOpError, InternalError, SearchError
 from .plan import PrecisionPlan, Reason, apply_user_choices
 from .rewriter import RewriteResult, rewrite
+from .target import GENERIC, Target
 from .tolerance import Tolerance
-from .trt.versions import TrtVersion
 from .validation import check_written
 from .vocab import MODES, Mode, OracleName
 
@@ -52,7 +52,7 @@ class ConvertOptions:
     report_md: str | None = None
     oracle: OracleName = "emulate"
     custom_op_libraries: tuple[str, ...] = ()  # registered on every onnxruntime session of the model
-    trt: TrtVersion | None = None  # --target tensorrt: the release whose layers the emulation follows
+    target: Target = GENERIC  # where the written model runs (--target)
     max_probes: int | None = None  # search budgets (auto mode): on exhaustion the cheapest passing
     time_budget: float | None = None  # plan probed so far is kept, marked as such
 
@@ -132,7 +132,7 @@ def choose_plan(
     """The plan to write, resolved: ``plan`` itself in all-fp16 mode; static/auto modes ask
     :func:`onnx_precision.auto.choose_plan` (which returns an AutoResult, also returned)."""
     if options.mode == "all-fp16":
-        return ctx.resolve(plan), None
+        return policy.resolve(ctx, plan), None
     from . import auto, data, oracle  # the oracle stack is only needed by the measuring modes
 
     samples = data.load_samples(ctx.model, options.samples)
@@ -140,20 +140,7 @@ def choose_plan(
     with oracle.blame(ctx, samples):
         result = auto.choose_plan(ctx, plan, samples, options.tolerance, options.headroom, options.mode,
                                   progress, budget)
-    from .oracle.layers import target_reasons
-
-    return ctx.resolve(target_reasons(ctx, result.plan)), result
-
-
-def unmeasured_static_plan(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
-    """``plan`` with the nodes the high and medium severity risk rules flag pinned, resolved: the
-    static plan of a model onnxruntime cannot run (no ranges confirm or dismiss a finding)."""
-    from . import rules
-
-    for finding in rules.run_rules(rules.ModelFacts(ctx)).findings:
-        if finding.active and finding.severity in (rules.HIGH, rules.MEDIUM) and plan.is_fp16(finding.node):
-            plan = plan.with_fp32([finding.node], finding.reason())
-    return ctx.resolve(plan)
+    return policy.resolve(ctx, policy.target_reasons(ctx, result.plan)), result
 
 
 def _input_paths(model_path: str, options: ConvertOptions) -> tuple[str, ...]:
@@ -206,7 +193,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     helpers_before = helper_sessions.built()
     if progress is not None:
         progress("load", 0, 0, None)
-    ctx = load_model(model_path, options.custom_op_libraries, options.trt)
+    ctx = load_model(model_path, options.custom_op_libraries, options.target)
     if ctx.renamed:
         logger.debug("named %d unnamed node(s) (node_of_<first output>)", len(ctx.renamed))
     plan, warnings = base_plan(ctx, options)
@@ -224,7 +211,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     except CustomOpError as e:
         if options.mode != "static":
             raise
-        plan, auto_result = unmeasured_static_plan(ctx, plan), None
+        plan, auto_result = policy.unmeasured_static_plan(ctx, plan), None
         warnings.append(f"{e.node_text}: onnxruntime has no kernel for it, so the static plan pins what the "
                         f"risk rules flag, unmeasured, and the written model is not verified (give "
                         f"--ort-custom-op-library PATH to measure)")
@@ -263,7 +250,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     with oracle.blame(ctx, auto_result.samples):
         verified, native, phases = oracle.verify_output(staged_model, auto_result.samples.feeds,
                                                         auto_result.reference_outputs, options.tolerance,
-                                                        options.oracle, ctx.custom_op_libraries, ctx.trt)
+                                                        options.oracle, ctx.custom_op_libraries, ctx.target)
     default_load = ""
     if auto_result.passed and verified.passed and (native is None or native.passed):
         started = time.perf_counter()

@@ -8,7 +8,7 @@ at the same nodes.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import onnx
@@ -38,6 +38,33 @@ class NodeRef:
     @property
     def name(self) -> str:
         return self.node.name
+
+
+@dataclass(frozen=True)
+class GraphIndex:
+    """Who makes and who reads each value, over the main graph and every subgraph: built once per
+    model context (:attr:`onnx_precision.context.ModelContext.index`) and shared by every stage."""
+
+    producers: Mapping[str, NodeRef]  # value -> the node that outputs it
+    consumers: Mapping[str, tuple[NodeRef, ...]]  # value -> the nodes that name it as an input, in order
+
+    @staticmethod
+    def of(nodes: Iterable[NodeRef]) -> GraphIndex:
+        producers: dict[str, NodeRef] = {}
+        consumers: dict[str, list[NodeRef]] = {}
+        for ref in nodes:
+            for name in ref.node.input:
+                if name:
+                    consumers.setdefault(name, []).append(ref)
+            for name in ref.node.output:
+                if name:
+                    producers[name] = ref
+        return GraphIndex(producers, {name: tuple(refs) for name, refs in consumers.items()})
+
+    def main_producer(self, value: str) -> onnx.NodeProto | None:
+        """The main-graph node that outputs ``value``, or None (a graph input, a constant, a body's value)."""
+        ref = self.producers.get(value)
+        return ref.node if ref is not None and not ref.graph_path else None
 
 
 def subgraphs(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:

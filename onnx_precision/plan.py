@@ -21,6 +21,10 @@ from .vocab import REASON_SOURCES, ReasonSource
 PLAN_FORMAT = "onnx-precision-plan/1"
 
 
+class _Decisions(dict):
+    """A plan's own copy of its decisions: a plan built from one is not copied again."""
+
+
 class Precision(str, Enum):
     FP16 = "fp16"
     FP32 = "fp32"
@@ -75,8 +79,10 @@ class PrecisionPlan:
     resolved: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
-        # A plain dict copy keeps the value immutable for callers that keep their own dict.
-        object.__setattr__(self, "decisions", dict(self.decisions))
+        # A copy keeps the value immutable for callers that keep their own dict; the plan's methods
+        # hand over a fresh _Decisions, which is taken as is.
+        if type(self.decisions) is not _Decisions:
+            object.__setattr__(self, "decisions", _Decisions(self.decisions))
 
     def __hash__(self) -> int:
         return hash((tuple(sorted((k, v.precision) for k, v in self.decisions.items())), self.fp16_io))
@@ -99,19 +105,31 @@ class PrecisionPlan:
     def with_precision(self, names: Iterable[str], precision: Precision, reason: Reason | None = None,
                        ) -> PrecisionPlan:
         """A new plan with ``names`` set to ``precision``; ``reason`` is appended to their reasons."""
-        decisions = dict(self.decisions)
-        for name in names:
-            if name not in decisions:
+        reasons = () if reason is None else (reason,)
+        return self.with_reasons(precision, {name: reasons for name in names})
+
+    def with_reasons(self, precision: Precision, reasons: Mapping[str, Iterable[Reason]]) -> PrecisionPlan:
+        """A new plan with each node of ``reasons`` set to ``precision`` and its reasons appended
+        (each once): many pins in one copy of the decisions. A node that changes precision drops
+        the reasons of its old one."""
+        decisions = _Decisions(self.decisions)
+        for name, new in reasons.items():
+            old = decisions.get(name)
+            if old is None:
                 raise PlanError(f"plan: unknown node '{name}'")
-            old = decisions[name]
-            reasons = old.reasons if old.precision is precision else ()
-            if reason is not None and reason not in reasons:
-                reasons = reasons + (reason,)
-            decisions[name] = NodeDecision(precision, reasons)
+            kept = old.reasons if old.precision is precision else ()
+            for reason in new:
+                if reason not in kept:
+                    kept = kept + (reason,)
+            decisions[name] = NodeDecision(precision, kept)
         return replace(self, decisions=decisions, resolved=False)
 
     def with_fp32(self, names: Iterable[str], reason: Reason | None = None) -> PrecisionPlan:
         return self.with_precision(names, Precision.FP32, reason)
+
+    def with_fp32_reasons(self, reasons: Mapping[str, Iterable[Reason]]) -> PrecisionPlan:
+        """Each node of ``reasons`` FP32, with those reasons (see :meth:`with_reasons`)."""
+        return self.with_reasons(Precision.FP32, reasons)
 
     def with_fp16(self, names: Iterable[str], reason: Reason | None = None) -> PrecisionPlan:
         return self.with_precision(names, Precision.FP16, reason)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import onnx
 from onnx import TensorProto, helper
 
+from . import policy
 from . import typing_rules as tr
 from .context import ModelContext
 from .graph import fresh_name, graphs_with_owner, is_onnx_domain, model_names, subgraphs, walk_nodes
@@ -404,11 +405,11 @@ def rewrite(ctx: ModelContext, plan: PrecisionPlan) -> RewriteResult:
     """Write ``plan`` into a copy of ``ctx``'s model.
 
     The rewriter writes resolved plans only: an unresolved one is resolved first
-    (:meth:`ModelContext.resolve`), so nodes that cannot be FP16 are written FP32 with their
+    (:func:`onnx_precision.policy.resolve`), so nodes that cannot be FP16 are written FP32 with their
     reason; the resolved plan comes back in the result. Nodes the plan does not name stay as they
     are.
     """
-    resolved = ctx.resolve(plan)
+    resolved = policy.resolve(ctx, plan)
     out = onnx.ModelProto()
     out.CopyFrom(ctx.model)
     rewriter = _Rewriter(out, resolved, ctx.base_dir, ctx.types, ctx.typing)

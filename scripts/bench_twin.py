@@ -124,7 +124,7 @@ def load(model_dir: str):
 def twin(model_dir: str, profile: bool) -> None:
     from onnx_precision.oracle import Emulator, plans
     ctx, samples = load(model_dir)
-    plan = ctx.resolve(ctx.all_fp16_plan())
+    plan = policy.resolve(ctx, ctx.all_fp16_plan())
     ctx.typing  # noqa: B018  (typing is not the twin's cost)
     builds: list[float] = []
     make, options_of = plans.make_session, plans.session_options

@@ -11,9 +11,11 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from onnx_precision import policy
 from onnx_precision.context import ModelContext, load_model
 from onnx_precision.data import SampleSpec, load_samples
 from onnx_precision.oracle import EmulationSession, Emulator
+from onnx_precision.target import GENERIC, TensorRTTarget
 from onnx_precision.trt.versions import TrtVersion
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -22,20 +24,20 @@ EXAMPLES = ("if_branch", "layernorm_eps", "nafnet_boxfilter", "two_culprits", "d
 
 def _plans(ctx: ModelContext, count: int):
     """All FP16, then ``count`` random mixes (fixed seed)."""
-    plan = ctx.resolve(ctx.all_fp16_plan())
+    plan = policy.resolve(ctx, ctx.all_fp16_plan())
     yield plan
     rng = np.random.default_rng(0)
     nodes = list(ctx.node_ops)
     for _ in range(count):
         pinned = [n for n in nodes if rng.random() < 0.4]
-        yield ctx.resolve(plan.with_fp32(pinned, plan.decisions[nodes[0]].reasons[0]))
+        yield policy.resolve(ctx, plan.with_fp32(pinned, plan.decisions[nodes[0]].reasons[0]))
 
 
 @pytest.mark.parametrize("target", ["generic", "tensorrt"])
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_a_baked_plan_is_bit_identical_to_the_switch_graph_running_it(name, target):
     ctx = load_model(os.path.join(ROOT, "models", f"{name}.onnx"),
-                     trt=None if target == "generic" else TrtVersion.parse("10.8"))
+                     target=GENERIC if target == "generic" else TensorRTTarget(TrtVersion.parse("10.8")))
     samples = load_samples(ctx.model, SampleSpec(os.path.join(ROOT, "models", f"{name}.npz")))
     switched = EmulationSession(ctx, capture_intermediates=False)
     for plan in _plans(ctx, 3):
@@ -72,7 +74,7 @@ def _external_chain(directory: str) -> str:
 
 def test_a_node_reading_an_external_weight_rounds_it_inside_an_if_when_it_runs(tmp_path):
     ctx = load_model(_external_chain(str(tmp_path)))
-    plan = ctx.resolve(ctx.all_fp16_plan())
+    plan = policy.resolve(ctx, ctx.all_fp16_plan())
     fp16 = frozenset(ctx.node_ops)
     baked = EmulationSession(ctx, capture_intermediates=False, baked=fp16)
     graph = baked.switch_model.model.graph
@@ -87,7 +89,7 @@ def test_a_node_reading_an_external_weight_rounds_it_inside_an_if_when_it_runs(t
 def test_the_emulator_builds_a_session_per_plan_until_a_search_needs_the_switch_graph():
     ctx = load_model(os.path.join(ROOT, "models", "two_culprits.onnx"))
     feed = load_samples(ctx.model, SampleSpec(os.path.join(ROOT, "models", "two_culprits.npz"))).feeds[0]
-    plan = ctx.resolve(ctx.all_fp16_plan())
+    plan = policy.resolve(ctx, ctx.all_fp16_plan())
     emulator = Emulator(ctx)
     emulator.run(None, feed, intermediates=True)
     emulator.run(plan, feed)
@@ -110,7 +112,7 @@ def test_a_chunked_capture_gives_the_statistics_and_errors_of_a_whole_one(monkey
 
     ctx = load_model(os.path.join(ROOT, "models", "deep_cnn.onnx"))
     samples = load_samples(ctx.model, SampleSpec(os.path.join(ROOT, "models", "deep_cnn.npz")))
-    plan = ctx.resolve(ctx.all_fp16_plan())
+    plan = policy.resolve(ctx, ctx.all_fp16_plan())
     whole_ref, whole_layer = inspect_plan(EmulationSession(ctx), plan, samples)
     monkeypatch.setattr(plans, "FIRST_CHUNK", 3)
     monkeypatch.setattr(plans, "MIN_CAPTURE_BYTES", 1 << 20)
@@ -143,7 +145,7 @@ def test_the_twin_graph_sees_what_capturing_every_tensor_sees(name, budget):
     ctx = load_model(os.path.join(ROOT, "models", f"{name}.onnx"))
     samples = load_samples(ctx.model, SampleSpec(os.path.join(ROOT, "models", f"{name}.npz")))
     all_fp16, mixed = _plans(ctx, 1)
-    for plan in (all_fp16, mixed, ctx.resolve(replace(all_fp16, fp16_io=True, resolved=False))):
+    for plan in (all_fp16, mixed, policy.resolve(ctx, replace(all_fp16, fp16_io=True, resolved=False))):
         emulator = Emulator(ctx)
         emulator.__dict__["_budget"] = budget
         twin = emulator.twin(plan, samples.feeds[0])
@@ -160,7 +162,7 @@ def test_the_twin_graph_compares_each_tensor_right_after_the_node_that_makes_it(
     ctx = load_model(os.path.join(ROOT, "models", "deep_cnn.onnx"))
     emulator = Emulator(ctx)
     emulator.__dict__["_budget"] = 0
-    twin = emulator.twin(ctx.resolve(ctx.all_fp16_plan()))
+    twin = emulator.twin(policy.resolve(ctx, ctx.all_fp16_plan()))
     assert twin is not None
     nodes = list(twin.twin.model.graph.node)
     position = {o: k for k, n in enumerate(nodes) for o in n.output}
@@ -178,7 +180,7 @@ def test_a_twin_graph_passes_graph_inputs_through_to_outputs_with_fp16_io():
     graph = helper.make_graph([helper.make_node("Exp", ["x"], ["y"], name="exp")], "g", [x], [y, x])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     ctx = ModelContext.of(model)
-    plan = ctx.resolve(replace(ctx.all_fp16_plan(), fp16_io=True, resolved=False))
+    plan = policy.resolve(ctx, replace(ctx.all_fp16_plan(), fp16_io=True, resolved=False))
     feed = {"x": np.array([0.1, 1.0, 11.5, 12.0], np.float32)}
     emulator = Emulator(ctx)
     twin = emulator.twin(plan, feed)

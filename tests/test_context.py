@@ -10,11 +10,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from onnx_precision import policy
 from onnx_precision import rules
 from onnx_precision.cli import main
 from onnx_precision.context import ModelContext, load_model
 from onnx_precision.storage import external_data
-from onnx_precision.typing_rules import resolve as resolve_module
+from onnx_precision.policy import resolution as resolve_module
 
 
 def _external_mlp(directory: str, layers: int = 3) -> str:
@@ -90,12 +91,12 @@ def test_each_external_weight_is_read_once_per_run_plus_the_copy_into_the_output
 
 def test_resolution_reads_no_weight_once_the_context_knows_the_blockers(tmp_path, monkeypatch):
     ctx = load_model(_external_mlp(str(tmp_path)))
-    first = ctx.resolve(ctx.all_fp16_plan())
-    assert first.resolved and ctx.resolve(first) is first  # a resolved plan comes back as is
+    first = policy.resolve(ctx, ctx.all_fp16_plan())
+    assert first.resolved and policy.resolve(ctx, first) is first  # a resolved plan comes back as is
     monkeypatch.setattr(
         external_data, "iter_stored_chunks", lambda *a: pytest.fail("a weight was read again")
     )
-    again = ctx.resolve(ctx.all_fp16_plan().with_fp32(["mm1"]))
+    again = policy.resolve(ctx, ctx.all_fp16_plan().with_fp32(["mm1"]))
     assert again.resolved and again.fp32_nodes == ("mm1",)
     assert not again.with_fp32(["mm0"]).resolved  # any change makes it a new, unresolved plan
 
@@ -105,12 +106,9 @@ def test_blockers_are_computed_once_per_context(tmp_path, monkeypatch):
     calls = []
     original = resolve_module.node_blockers
     monkeypatch.setattr(resolve_module, "node_blockers", lambda c: calls.append(c) or original(c))
-    import onnx_precision.typing_rules as typing_rules
-
-    monkeypatch.setattr(typing_rules, "node_blockers", resolve_module.node_blockers)
     for _ in range(3):
-        ctx.resolve(ctx.all_fp16_plan())
-    assert ctx.forced_fp32 == frozenset()
+        policy.resolve(ctx, ctx.all_fp16_plan())
+    assert policy.forced_fp32(ctx) == frozenset()
     assert len(calls) == 1
 
 

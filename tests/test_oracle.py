@@ -26,6 +26,7 @@ from onnx_precision.oracle import (
     tensor_stats,
 )
 from onnx_precision.plan import Precision, Reason, uniform_plan
+from onnx_precision.policy import resolution as resolve_module
 from onnx_precision.rewriter import rewrite
 from onnx_precision.tolerance import Tolerance
 
@@ -433,7 +434,7 @@ def test_old_opsets_sequences_and_models_already_holding_fp16(text, feed):
         assert got[k].tobytes() == want[k].astype(np.float32).tobytes(), k
 
 
-def test_ir3_initializers_listed_as_inputs_are_constants():
+def test_ir3_initializers_listed_as_inputs_are_constants(monkeypatch):
     w = np.array([0.1, 0.2, 0.3, 70000.0], np.float32)
     graph = onnx.helper.make_graph(
         [onnx.helper.make_node("Mul", ["x", "w"], ["y"], name="scale")], "ir3",
@@ -443,7 +444,8 @@ def test_ir3_initializers_listed_as_inputs_are_constants():
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 8)])
     model.ir_version = 3
     ctx = ModelContext.of(model)
-    ctx.forced_fp32 = frozenset()  # 70000 would force FP32: keep it switchable
+    # 70000 would force FP32: keep it switchable
+    monkeypatch.setattr(resolve_module, "_forced_fp32", lambda c: frozenset())
     session = EmulationSession(ctx)
     feed = {"x": np.ones(4, np.float32)}
     assert session.run(None, feed)["y"].tobytes() == w.tobytes()

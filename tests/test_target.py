@@ -13,6 +13,7 @@ from onnx import TensorProto, helper
 from onnx_precision.cli import main
 from onnx_precision.context import ModelContext
 from onnx_precision.oracle import EmulationSession
+from onnx_precision.target import TensorRTTarget
 from onnx_precision.trt.reference import layer_model
 from onnx_precision.trt.versions import NEWEST
 
@@ -65,7 +66,7 @@ def test_the_emulation_of_a_split_op_is_bit_identical_to_its_layers_spelled_out(
     model = onnx.load(path)
     x = np.load(data)["x"]
     ctx = ModelContext.of(model)
-    ctx.trt = NEWEST
+    ctx.target = TensorRTTarget(NEWEST)
     emulated = EmulationSession(ctx).run(ctx.all_fp16_plan(), {"x": x})["y"]
     node = model.graph.node[0]
     spelled = layer_model(node, list(model.graph.input), list(model.graph.output), opset=17, version=NEWEST)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 from conftest import parse
+from onnx_precision import policy
 from onnx_precision import graph
 from onnx_precision import typing_rules as tr
 from onnx_precision.context import ModelContext
@@ -110,7 +111,7 @@ g (float[2] x) => (float[2] y) <float[2] big = {70000, 1}, float[2] ok = {2, 3}>
     graph.name_nodes(model)
     plan = uniform_plan([r.name for r in graph.walk_nodes(model.graph)], Precision.FP16,
                         Reason("default", "all-fp16"))
-    resolved = tr.resolve_plan(ModelContext.of(model), plan)
+    resolved = policy.resolve_plan(ModelContext.of(model), plan)
     assert resolved.fp32_nodes == ("node_of_a", "node_of_y")
     assert resolved.decisions["node_of_a"].reasons[-1].source == "initializer"
     assert "70000" in resolved.decisions["node_of_a"].reasons[-1].detail
@@ -126,7 +127,7 @@ g (seq(float[2]) s, int64 i) => (float[2] y) {
 }""")
     graph.name_nodes(model)
     plan = uniform_plan(["node_of_a", "node_of_y"], Precision.FP16, Reason("default", "all-fp16"))
-    resolved = tr.resolve_plan(ModelContext.of(model), plan)
+    resolved = policy.resolve_plan(ModelContext.of(model), plan)
     assert resolved.precision("node_of_a") is Precision.FP32
     assert "cannot be cast" in resolved.decisions["node_of_a"].reasons[-1].detail
     assert resolved.precision("node_of_y") is Precision.FP16
@@ -150,7 +151,7 @@ g (float[3] x) => (float[3] y, float[3] z) <float[3] mask = {0, -inf, 1}, float[
 }""")
     graph.name_nodes(model)
     plan = uniform_plan(["node_of_y", "node_of_z"], Precision.FP16, Reason("default", "all-fp16"))
-    resolved = tr.resolve_plan(ModelContext.of(model), plan)
+    resolved = policy.resolve_plan(ModelContext.of(model), plan)
     assert resolved.fp32_nodes == ("node_of_z",)
     assert "70000" in resolved.decisions["node_of_z"].reasons[-1].detail
 

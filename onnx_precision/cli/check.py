@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
     result = check_lib.check(
         args.model, args.candidate, common.sample_spec(args), common.tolerance(args), oracle=args.oracle,
-        custom_op_libraries=common.custom_op_libraries(args), trt=common.target(args))
+        custom_op_libraries=common.custom_op_libraries(args), target=common.target(args))
     for line in result.lines():
         print(line)
     if args.verbose:

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..data import SampleSpec
+from ..target import GENERIC, Target, TensorRTTarget
 from ..tolerance import ERROR_STATS, SLICE_MIN_ELEMENTS, Tolerance
 from ..trt.versions import NEWEST, TrtVersion
 
@@ -162,9 +163,9 @@ def _trt_version(text: str) -> TrtVersion:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def target(args: argparse.Namespace) -> TrtVersion | None:
-    """The TensorRT release the emulation follows, or None for the generic target."""
-    return args.trt_version if args.target == "tensorrt" else None
+def target(args: argparse.Namespace) -> Target:
+    """The target of ``--target`` (and ``--trt-version``)."""
+    return TensorRTTarget(args.trt_version) if args.target == "tensorrt" else GENERIC
 
 
 def _per_output(parse: Callable[[str], Any]) -> Callable[[str], tuple[str | None, Any]]:

@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         report_md=args.report_md,
         oracle=args.oracle,
         custom_op_libraries=common.custom_op_libraries(args),
-        trt=common.target(args),
+        target=common.target(args),
         max_probes=args.max_probes,
         time_budget=args.time_budget,
     )

@@ -17,7 +17,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..graph import subgraphs
-from ..trt.versions import TrtVersion
+from ..target import GENERIC, Target
 from .rounding import round_nodes
 from .switch import Scopes, SwitchBuilder, assemble
 from .switch_graph import SwitchModel
@@ -26,8 +26,8 @@ from .switch_graph import SwitchModel
 class BakedBuilder(SwitchBuilder):
     def __init__(self, model: onnx.ModelProto, typing: Mapping, type_protos: Mapping[str, onnx.TypeProto],
                  base_dir: str, fp16: frozenset[str], fixed: Iterable[str] = (), keep: Iterable[str] = (),
-                 trt: TrtVersion | None = None) -> None:
-        super().__init__(model, typing, type_protos, base_dir, fixed, keep=keep, trt=trt)
+                 target: Target = GENERIC) -> None:
+        super().__init__(model, typing, type_protos, base_dir, fixed, keep=keep, target=target)
         self.fp16 = fp16
         self.rounded_outputs: set[str] = set()  # tensors a baked FP16 node wrote rounded
         self.true_name = ""
@@ -88,11 +88,11 @@ class BakedBuilder(SwitchBuilder):
 def build_baked_model(model: onnx.ModelProto, typing: Mapping, base_dir: str, fp16: frozenset[str],
                       capture_intermediates: bool | Iterable[str] = True,
                       types: Mapping[str, onnx.TypeProto] | None = None, fixed: Iterable[str] = (),
-                      trt: TrtVersion | None = None) -> SwitchModel:
+                      target: Target = GENERIC) -> SwitchModel:
     """``model`` with the nodes ``fp16`` computing in FP16, emulated (the other arguments are
     :func:`.switch.build_switch_model`'s); it has no switch input."""
     def builder(out: onnx.ModelProto, type_protos: Mapping[str, onnx.TypeProto], keep: tuple[str, ...],
                 ) -> SwitchBuilder:
-        return BakedBuilder(out, typing, type_protos, base_dir, fp16, fixed, keep, trt)
+        return BakedBuilder(out, typing, type_protos, base_dir, fp16, fixed, keep, target)
 
     return assemble(model, base_dir, capture_intermediates, types, builder)

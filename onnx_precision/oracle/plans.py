@@ -26,6 +26,7 @@ import onnxruntime as ort
 from ..context import ModelContext
 from ..graph import graphs
 from ..plan import PrecisionPlan
+from ..policy import forced_fp32
 from ..storage import element_count, model_tensors
 from ..typing_rules import tensor_types
 from .rounding import FLOAT, elem_types, round_fp16
@@ -95,13 +96,13 @@ class Emulator:
         :attr:`EmulationSession.switchable`, without building it)."""
         fp32 = as_fp32(self.ctx)
         types = self.ctx.types if fp32 is self.model else tensor_types(fp32)
-        builder = SwitchBuilder(fp32, self.ctx.typing, types, self.ctx.base_dir, self.ctx.forced_fp32,
-                                trt=self.ctx.trt)
+        builder = SwitchBuilder(fp32, self.ctx.typing, types, self.ctx.base_dir, forced_fp32(self.ctx),
+                                target=self.ctx.target)
         return frozenset(n.name for g in graphs(fp32.graph) for n in g.node if builder.switchable(n))
 
     def _fp16_nodes(self, plan: PrecisionPlan) -> frozenset[str]:
         if self._last is None or self._last[0] is not plan:
-            fp16 = frozenset(n for n in self.ctx.node_ops if plan.is_fp16(n)) - self.ctx.forced_fp32
+            fp16 = frozenset(n for n in self.ctx.node_ops if plan.is_fp16(n)) - forced_fp32(self.ctx)
             self._last = (plan, fp16)
         return self._last[1]
 
@@ -169,7 +170,7 @@ class Emulator:
                                      None if plan is None else self._fp16_nodes(plan),
                                      plan is not None and plan.fp16_io, whole,
                                      self.ctx.types if fp32 is self.model else None,
-                                     self.ctx.forced_fp32, self.ctx.trt)
+                                     forced_fp32(self.ctx), self.ctx.target)
         except TwinUnavailable:
             return None
         self._baked.clear()  # the twin holds both: never three copies of the model at once

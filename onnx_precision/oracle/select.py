@@ -17,8 +17,8 @@ from ..context import ModelContext, load_model
 from ..costs import PhaseCost
 from ..errors import OracleUnavailable
 from ..metrics import Comparison
+from ..target import GENERIC, Target
 from ..tolerance import Tolerance
-from ..trt.versions import TrtVersion
 from ..vocab import OracleName
 from .session import Feed, OracleRun, run_emulated, run_native, run_reference
 
@@ -81,12 +81,12 @@ def verify_output(
     tol: Tolerance,
     oracle: OracleName = "emulate",
     custom_op_libraries: tuple[str, ...] = (),
-    trt: TrtVersion | None = None,
+    target: Target = GENERIC,
 ) -> tuple[Comparison, Comparison | None, tuple[PhaseCost, ...]]:
     """Verify the file ``convert`` wrote, read back from disk: emulated (always) and natively on
     ``oracle``'s provider when one is named. Returns (emulated, native or None, phase costs)."""
     started = time.perf_counter()
-    written = load_model(output_path, custom_op_libraries, trt)
+    written = load_model(output_path, custom_op_libraries, target)
     verified = verify_written(written, feeds, reference_outputs, tol)
     phases = [PhaseCost("verify", time.perf_counter() - started, sessions=1, probes=1)]
     native = None

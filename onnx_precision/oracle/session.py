@@ -37,6 +37,7 @@ import onnxruntime as ort
 from ..context import ModelContext
 from ..errors import ModelLoadError
 from ..plan import PrecisionPlan
+from ..policy import forced_fp32
 from ..storage import external_location, inline_small_external, is_external, model_tensors, read_array
 from ..typing_rules import is_tensor
 from .baked import build_baked_model
@@ -139,7 +140,7 @@ class EmulationSession:
     (scripts/bench_oracle.py), so a search with many probes may prefer a second session built
     with ``capture_intermediates=False``. A model that already holds FP16 tensors is emulated
     first (:func:`as_fp32`). The nodes every resolved plan keeps FP32
-    (:attr:`ModelContext.forced_fp32`) get no switch: one that would never be turned on only
+    (:func:`onnx_precision.policy.forced_fp32`) get no switch: one that would never be turned on only
     costs an If. ``threads`` caps onnxruntime's intra-op threads. ``group_size`` is
     :func:`.switch.build_switch_model`'s: groups make each probe cheaper and the session slower
     to build, so a caller with only a couple of runs (``analyze``) passes 1. ``baked`` (the FP16
@@ -155,14 +156,14 @@ class EmulationSession:
         base_dir = ctx.base_dir
         self.typing = ctx.typing
         fp32 = as_fp32(ctx)
-        self.forced_fp32 = ctx.forced_fp32
+        self.forced_fp32 = forced_fp32(ctx)
         types = None if fp32 is not model else ctx.types
         self.switch_model: SwitchModel = (
             build_switch_model(fp32, self.typing, base_dir, capture_intermediates, types,
-                               fixed=self.forced_fp32, group_size=group_size, trt=ctx.trt)
+                               fixed=self.forced_fp32, group_size=group_size, target=ctx.target)
             if baked is None else
             build_baked_model(fp32, self.typing, base_dir, baked, capture_intermediates, types,
-                              fixed=self.forced_fp32, trt=ctx.trt))
+                              fixed=self.forced_fp32, target=ctx.target))
         self.session = make_session(self.switch_model.model, base_dir, options=session_options(threads),
                                     custom_op_libraries=ctx.custom_op_libraries, shared=ctx.mapped_weights)
         self.sessions_built = 1
@@ -276,7 +277,7 @@ def run_fp32(ctx: ModelContext, feeds: Sequence[Feed]) -> OracleRun:
 
 def run_emulated(ctx: ModelContext, feeds: Sequence[Feed]) -> OracleRun:
     """A written FP16/mixed model, emulated on CPU (every FP16 tensor rounded)."""
-    emulated = emulate_model(ctx.model, ctx.base_dir, ctx.trt)
+    emulated = emulate_model(ctx.model, ctx.base_dir, ctx.target)
     session = make_session(emulated, ctx.base_dir, custom_op_libraries=ctx.custom_op_libraries,
                            shared=ctx.mapped_weights)
     return OracleRun(EMULATE, run_session(session, emulated, feeds))

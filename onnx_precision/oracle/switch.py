@@ -40,9 +40,8 @@ from onnx import helper, numpy_helper
 
 from ..graph import graphs, is_onnx_domain, reads, subgraphs
 from ..storage import external_location, inline_small_external, read_array
-from ..trt.versions import TrtVersion
+from ..target import GENERIC, Target
 from ..typing_rules import is_tensor, tensor_types
-from .layers import TargetLayers
 from .rounding import FLOAT, Names, elem_types, round_fp16, round_nodes
 from .switch_graph import SwitchGroup, SwitchModel, captured, split_switches
 
@@ -74,7 +73,7 @@ GROUP_SIZE = 16
 class SwitchBuilder:
     def __init__(self, model: onnx.ModelProto, typing: Mapping, type_protos: Mapping[str, onnx.TypeProto],
                  base_dir: str, fixed: Iterable[str] = (), group_size: int | None = None,
-                 keep: Iterable[str] = (), trt: TrtVersion | None = None) -> None:
+                 keep: Iterable[str] = (), target: Target = GENERIC) -> None:
         self.model = model
         self.typing = dict(typing)  # copies of nodes in group branches are added under their names
         self.fixed = frozenset(fixed)
@@ -85,7 +84,7 @@ class SwitchBuilder:
         self.types = elem_types(model, type_protos)
         self.base_dir = base_dir
         self.names = Names(model)
-        self.layers = TargetLayers(model, trt, base_dir, self.type_protos, self.names.fresh)
+        self.layers = target.spelling(model, base_dir, self.type_protos, self.names.fresh)
         self.switches: dict[str, str] = {}
         self.switched: set[str] = set()  # tensors produced by a node with a switch
         self.external = {init.name for graph in graphs(model.graph) for init in graph.initializer
@@ -396,7 +395,7 @@ class SwitchBuilder:
 def build_switch_model(model: onnx.ModelProto, typing: Mapping, base_dir: str,
                        capture_intermediates: bool | Iterable[str] = True,
                        types: Mapping[str, onnx.TypeProto] | None = None, fixed: Iterable[str] = (),
-                       group_size: int | None = None, trt: TrtVersion | None = None) -> SwitchModel:
+                       group_size: int | None = None, target: Target = GENERIC) -> SwitchModel:
     """The switch graph of ``model`` (nodes must be named; ``typing`` is model_typing(model)).
 
     ``capture_intermediates``: True exposes every float tensor produced in the main graph as an
@@ -409,7 +408,7 @@ def build_switch_model(model: onnx.ModelProto, typing: Mapping, base_dir: str,
     """
     def builder(out: onnx.ModelProto, type_protos: Mapping[str, onnx.TypeProto], keep: tuple[str, ...],
                 ) -> SwitchBuilder:
-        return SwitchBuilder(out, typing, type_protos, base_dir, fixed, group_size, keep, trt)
+        return SwitchBuilder(out, typing, type_protos, base_dir, fixed, group_size, keep, target)
 
     return assemble(model, base_dir, capture_intermediates, types, builder)
 

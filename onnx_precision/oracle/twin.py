@@ -25,7 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..fp16 import FP16_FLUSH
 from ..graph import graphs, onnx_opset, subgraphs
-from ..trt.versions import TrtVersion
+from ..target import GENERIC, Target
 from .baked import BakedBuilder
 from .rounding import FLOAT, Names, elem_types, round_nodes
 from .switch import assemble
@@ -62,7 +62,7 @@ class TwinModel:
 def build_twin_model(model: onnx.ModelProto, typing: Mapping, base_dir: str, fp16: frozenset[str] | None,
                      fp16_io: bool, whole: Callable[[tuple[str, ...], bool], frozenset[str]],
                      types: Mapping[str, onnx.TypeProto] | None = None, fixed: Iterable[str] = (),
-                     trt: TrtVersion | None = None) -> TwinModel:
+                     target: Target = GENERIC) -> TwinModel:
     """``model`` and, unless ``fp16`` is None, its baked plan making ``fp16`` FP16 (``fp16_io``: with
     FP16 graph inputs and outputs), every main-graph float tensor compared; ``whole(tensors,
     twinned)`` picks those fetched whole, the others are summarised in the graph."""
@@ -76,7 +76,7 @@ def build_twin_model(model: onnx.ModelProto, typing: Mapping, base_dir: str, fp1
     else:
         def builder(out: onnx.ModelProto, type_protos: Mapping[str, onnx.TypeProto], keep: tuple[str, ...],
                     ) -> BakedBuilder:
-            built.append(BakedBuilder(out, typing, type_protos, base_dir, fp16, fixed, keep, trt))
+            built.append(BakedBuilder(out, typing, type_protos, base_dir, fp16, fixed, keep, target))
             return built[0]
 
         built: list[BakedBuilder] = []

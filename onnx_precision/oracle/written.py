@@ -17,26 +17,24 @@ from onnx import helper, numpy_helper
 from ..graph import is_onnx_domain, subgraphs
 from ..storage import element_count, external_location, inline_small_external, read_array
 from ..storage.external_data import INLINE_EXTERNAL_BYTES
-from ..trt.versions import TrtVersion
-from ..typing_rules import tensor_types
-from .layers import TargetLayers
+from ..target import GENERIC, Spelling, Target
 from .rounding import FLOAT, FLOAT16, Names, elem_types, round_nodes
 
 
-def emulate_model(model: onnx.ModelProto, base_dir: str, trt: TrtVersion | None = None) -> onnx.ModelProto:
+def emulate_model(model: onnx.ModelProto, base_dir: str, target: Target = GENERIC) -> onnx.ModelProto:
     """The FP32 graph of an FP16/mixed ``model`` that rounds every FP16 tensor.
 
     FP16 graph inputs become FP32 inputs rounded on entry; FP16 initializers and constants become
     FP32 (exactly); every node output that was FP16 is rounded where it is produced; a Cast to
     FLOAT16 becomes a round trip. Graph outputs that were FP16 are FP32 holding FP16 values. With a
-    TensorRT version, an FP16 node that TensorRT builds from several layers is emulated as them.
+    target that builds an FP16 node from several layers (TensorRT), the node is emulated as them.
     """
     types = elem_types(model)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     inline_small_external(out, base_dir)
     names = Names(out)
-    layers = TargetLayers(out, trt, base_dir, tensor_types(model) if trt is not None else {}, names.fresh)
+    layers = target.spelling(out, base_dir, None, names.fresh)
     _emulate_graph(out.graph, types, names, base_dir, layers, is_main=True)
     return out
 
@@ -78,7 +76,7 @@ def _float_initializers(graph: onnx.GraphProto, names: Names, base_dir: str) -> 
 
 
 def _emulate_graph(graph: onnx.GraphProto, types: Mapping[str, int], names: Names, base_dir: str,
-                   layers: TargetLayers, is_main: bool) -> None:
+                   layers: Spelling, is_main: bool) -> None:
     for vi in list(graph.output) + list(graph.value_info):
         _to_float(vi)
     new_nodes: list[onnx.NodeProto] = _float_initializers(graph, names, base_dir)

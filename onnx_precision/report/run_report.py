@@ -140,7 +140,7 @@ def for_conversion(
         notes=auto_result.notes if auto_result is not None else (),
         tradeoff_svg=tradeoff_svg if auto_result is not None and len(auto_result.points) > 1 else None,
         nothing_to_convert=ctx.nothing_to_convert,
-        target=ctx.target_name,
+        target=ctx.target.name,
         before_plan=before_plan,
     )
 

@@ -93,8 +93,8 @@ def reduction(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     if stats is not None:
         evidence["internal_sum_estimate"] = float(internal(stats))
     # TensorRT builds ReduceL2/ReduceLogSumExp from layers that store the sum in FP16 (trt.ops)
-    stored = facts.ctx.trt is not None and node.op_type in ("ReduceL2", "ReduceLogSumExp")
-    where = f"TensorRT {facts.ctx.trt} stores it in FP16" if stored else "kernels accumulate in FP16"
+    stored = facts.ctx.target.stored_in_layers(node.op_type)
+    where = stored or "kernels accumulate in FP16"
     yield finding(node, "reduction-accumulator", OVERFLOW, HIGH if stored else LOW,
                   f"internal sum over {length} elements can exceed 65504 where {where}",
                   confirmed, **evidence)
@@ -204,11 +204,12 @@ def softmax(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
         confirmed = confirm(facts, [node.output[0]], overflows)
         yield finding(node, "softmax", OVERFLOW, LOW, "log-probabilities below -65504 overflow",
                       confirmed, **range_evidence(facts, "output", node.output[0]))
-        if facts.ctx.trt is not None:  # TensorRT: SoftMax then LOG, the probabilities stored in FP16
+        layers = facts.ctx.target.stored_in_layers(node.op_type)
+        if layers:  # the probabilities stored in FP16 between the layers
             flushed = confirm(facts, [node.output[0]], lambda s: log_softmax_underflows(s.max_abs))
             yield finding(node, "log-softmax-layers", UNDERFLOW, HIGH if flushed else MEDIUM,
-                          f"TensorRT {facts.ctx.trt} computes Softmax then Log: probabilities below 6e-8 "
-                          "are stored as 0 in FP16 and their log is -inf", flushed,
+                          f"{layers}: probabilities below 6e-8 are stored as 0 in FP16 and their log is "
+                          "-inf", flushed,
                           **range_evidence(facts, "output", node.output[0]))
         return
     downstream = {c.op_type for c in facts.downstream_ops(node.output[0], 2)}

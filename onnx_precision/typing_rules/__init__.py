@@ -11,13 +11,12 @@ A group that is one input and no output (Cast's input, Shape's input, Pow's expo
 roi) is *flexible*: an FP16 node takes that tensor in whichever precision it has in the written
 model, so no Cast is needed for it and the oracle must not round it.
 
-:func:`resolve_plan` turns a requested plan into one that can be written: nodes with no schema,
-no float16 in their schema, no onnxruntime FP16 kernel, or an initializer that FP16 cannot hold
-(|x| > 65504, or a nonzero that flushes to zero) become FP32 with the reason.
+:mod:`onnx_precision.policy.resolve` turns a requested plan into one that can be written from what
+this package answers.
 
 Modules: :mod:`.types` (TypeProto helpers), :mod:`.schemas`, :mod:`.inference` (every value's
 type), :mod:`.node_typing` (the schema's answer), :mod:`.kernels` (onnxruntime's answer, probed
-and cached per process), :mod:`.attributes`, :mod:`.constants`, :mod:`.resolve`.
+and cached per process), :mod:`.attributes`, :mod:`.constants`.
 """
 
 from __future__ import annotations
@@ -27,11 +26,10 @@ from .constants import constant_tensor, constant_values, constant_verdict, fp16_
 from .inference import tensor_types
 from .kernels import model_typing, node_typing, ort_blocker
 from .node_typing import NodeTyping, schema_typing
-from .resolve import NodeBlockers, node_blockers, resolve_plan
 from .schemas import find_schema, opset_map
 from .types import FLOAT, FLOAT16, elem_type, is_tensor, type_string, with_elem_type
 
 __all__ = ["retarget_attributes", "constant_tensor", "constant_values", "constant_verdict", "fp16_flush_note",
            "fp16_value_problem", "tensor_types", "model_typing", "node_typing", "ort_blocker", "NodeTyping",
-           "schema_typing", "NodeBlockers", "node_blockers", "resolve_plan", "find_schema", "opset_map",
+           "schema_typing", "find_schema", "opset_map",
            "FLOAT", "FLOAT16", "elem_type", "is_tensor", "type_string", "with_elem_type"]

@@ -1,8 +1,11 @@
-"""What onnxruntime (CPU) can load and run in float16, learned by probing each node signature.
+"""What onnx accepts and onnxruntime (CPU) can load and run in float16, learned by probing each node
+signature.
 
 Probe results are cached for the life of the process in :data:`_PROBES`, keyed by the probe
-model's bytes (the node alone, values renamed, shapes reduced to ranks): a signature is the same
-question in every model, and onnxruntime's answer does not change while the process runs.
+model's bytes (the node alone, values renamed, shapes reduced to ranks) and by whether
+onnxruntime was asked: a signature is the same question in every model, and the answers do not
+change while the process runs. onnxruntime is asked only where the target runs the written model
+on it (:attr:`onnx_precision.target.Target.onnxruntime_kernels`); onnx's full check always.
 """
 
 from __future__ import annotations
@@ -34,13 +37,15 @@ class _Probe:
 
 def node_typing(node: onnx.NodeProto, opsets: Mapping[str, int],
                 types: Mapping[str, onnx.TypeProto], model: onnx.ModelProto | None = None,
-                typing: NodeTyping | None = None, probe: _Probe | None = None) -> NodeTyping:
+                typing: NodeTyping | None = None, probe: _Probe | None = None,
+                onnxruntime: bool = True) -> NodeTyping:
     """The FP16 typing of ``node`` given the model's opsets and value types (``typing``: its
-    schema typing, ``probe``: its rank probe, when the caller has them already)."""
+    schema typing, ``probe``: its rank probe, when the caller has them already; ``onnxruntime``:
+    whether onnxruntime's CPU kernels bind it)."""
     typing = schema_typing(node, opsets, types) if typing is None else typing
     if typing.fp16_blocker is not None:
         return typing
-    blocker = ort_blocker(node, typing, types, model, probe)
+    blocker = ort_blocker(node, typing, types, model, probe, onnxruntime)
     if blocker is not None:
         return NodeTyping(
             typing.convertible_inputs, typing.convertible_outputs, blocker, typing.flexible_inputs
@@ -69,10 +74,12 @@ def ort_blocker(
     types: Mapping[str, onnx.TypeProto],
     model: onnx.ModelProto | None = None,
     probe: _Probe | None = None,
+    onnxruntime: bool = True,
 ) -> str | None:
-    """Why onnxruntime (CPU) cannot load or run ``node`` with its float16 typing, or None."""
+    """Why onnx rejects ``node`` with its float16 typing, or (``onnxruntime``) why onnxruntime's CPU
+    provider cannot load or run it; None when nothing does."""
     domain = "" if node.domain == "ai.onnx" else node.domain
-    runtime = _RUNTIME_NO_FP16.get((domain, node.op_type))
+    runtime = _RUNTIME_NO_FP16.get((domain, node.op_type)) if onnxruntime else None
     if runtime is not None and runtime(node):
         reduction = _text(attr(node, "reduction"))
         return f"onnxruntime has no float16 {node.op_type} kernel with reduction '{reduction}'"
@@ -80,14 +87,14 @@ def ort_blocker(
         typing.convertible_inputs or typing.convertible_outputs or typing.flexible_inputs
     ):
         return None
-    return _probe(node, typing, types, model, probe)
+    return _probe(node, typing, types, model, probe, onnxruntime)
 
 
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-_PROBES: dict[bytes, str | None] = {}
+_PROBES: dict[tuple[bytes, bool], str | None] = {}  # (probe, onnxruntime asked) -> problem
 
 
 def _probe_model(
@@ -130,13 +137,16 @@ def _probe_model(
     return m
 
 
-def _load_problems(m: onnx.ModelProto) -> tuple[str | None, str | None]:
-    """(what the full checker says, what onnxruntime says when loading) about ``m``; None = fine."""
+def _load_problems(m: onnx.ModelProto, onnxruntime: bool) -> tuple[str | None, str | None]:
+    """(what the full checker says, what onnxruntime says when loading, if asked) about ``m``;
+    None = fine."""
     checker = session = None
     try:
         onnx.checker.check_model(m, full_check=True)
     except Exception as e:
         checker = f"onnx rejects it: {str(e).splitlines()[0][:160]}"
+    if not onnxruntime:
+        return checker, None
     try:
         import onnxruntime as ort
 
@@ -156,7 +166,7 @@ def _rank_probe(node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, on
 
 def _probe(
     node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, onnx.TypeProto], model: onnx.ModelProto,
-    rank_probe: _Probe | None = None,
+    rank_probe: _Probe | None = None, onnxruntime: bool = True,
 ) -> str | None:
     """The float16 probe of ``node``: a problem that the same node in float32 does not have."""
     if has_subgraphs(node):
@@ -170,18 +180,19 @@ def _probe(
             if made is None:
                 return None
             fp16, key = made, made.SerializeToString(deterministic=True)
-        if key not in _PROBES:
-            half = _load_problems(fp16)
+        cached = (key, onnxruntime)
+        if cached not in _PROBES:
+            half = _load_problems(fp16, onnxruntime)
             full: tuple[str | None, str | None] = (None, None)
             fp32 = _probe_model(node, typing, types, model, False, exact_shapes) if half != full else None
             if fp32 is not None:
-                full = _load_problems(fp32)
+                full = _load_problems(fp32, onnxruntime)
             # a check that fails in float32 too says nothing about float16: retry with the real
             # shapes (function bodies such as MeanVarianceNormalization's need them)
             specific = [h for h, f in zip(half, full) if h is not None and f is None]
-            _PROBES[key] = specific[0] if specific else ("?" if any(half) else None)
-        if _PROBES[key] != "?":
-            problem = _PROBES[key]
+            _PROBES[cached] = specific[0] if specific else ("?" if any(half) else None)
+        if _PROBES[cached] != "?":
+            problem = _PROBES[cached]
             return None if problem is None else f"{node.op_type} in float16: {problem}"
     return None
 
@@ -189,14 +200,17 @@ def _probe(
 def model_typing(
     model: onnx.ModelProto,
     types: Mapping[str, onnx.TypeProto] | None = None,
+    onnxruntime: bool = True,
 ) -> dict[str, NodeTyping]:
-    """:class:`NodeTyping` of every node, subgraphs included, keyed by node name."""
+    """:class:`NodeTyping` of every node, subgraphs included, keyed by node name (``onnxruntime``:
+    whether onnxruntime's CPU kernels bind the plan, see the module docstring)."""
     types = tensor_types(model) if types is None else types
     opsets = opset_map(model)
     refs = list(walk_nodes(model.graph))
     typings = {ref.name: schema_typing(ref.node, opsets, types) for ref in refs}
-    probes = _probe_together(model, types, refs, typings)
-    return {ref.name: node_typing(ref.node, opsets, types, model, typings[ref.name], probes.get(ref.name))
+    probes = _probe_together(model, types, refs, typings, onnxruntime)
+    return {ref.name: node_typing(ref.node, opsets, types, model, typings[ref.name], probes.get(ref.name),
+                                  onnxruntime)
             for ref in refs}
 
 
@@ -205,6 +219,7 @@ def _probe_together(
     types: Mapping[str, onnx.TypeProto],
     refs: list,
     typings: Mapping[str, NodeTyping],
+    onnxruntime: bool,
 ) -> dict[str, _Probe]:
     """Probe every not yet cached node signature in one model: in the usual case, where
     onnxruntime loads them all in float16, one session answers for all of them; otherwise the
@@ -227,12 +242,12 @@ def _probe_together(
         # a value of unknown rank fails the checker in float32 too: such a probe is judged alone
         graph = probe.model.graph
         if all(vi.type.tensor_type.HasField("shape") for vi in list(graph.input) + list(graph.output)):
-            if probe.key not in _PROBES:
+            if (probe.key, onnxruntime) not in _PROBES:
                 pending[probe.key] = probe.model
     if len(pending) < 2:
         return probes
-    if _load_problems(_combined(list(pending.values()), model)) == (None, None):
-        _PROBES.update(dict.fromkeys(pending))
+    if _load_problems(_combined(list(pending.values()), model), onnxruntime) == (None, None):
+        _PROBES.update(dict.fromkeys((key, onnxruntime) for key in pending))
     return probes
 
 

@@ -1,21 +1,20 @@
-"""Plan resolution: the nodes a plan asks FP16 of that cannot be written FP16 become FP32, with why."""
+"""Plan resolution: the nodes a plan asks FP16 of that cannot be written FP16 become FP32, with why.
+
+What keeps a node from FP16 whatever its neighbours do (:func:`blockers`) is found once per model
+context; resolving a plan (:func:`resolve`) is then cheap and never reads a weight again.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import onnx
 
+from ..context import ModelContext
 from ..graph import graphs_with_owner, walk_nodes
 from ..plan import NodeDecision, Precision, PrecisionPlan, Reason
-from .constants import constant_tensor, constant_verdict
-from .node_typing import NodeTyping
-from .types import FLOAT, elem_type, is_tensor
-
-if TYPE_CHECKING:  # the context is built on this package; resolution only reads it
-    from ..context import ModelContext
+from ..typing_rules import FLOAT, NodeTyping, constant_tensor, constant_verdict, elem_type, is_tensor
 
 
 @dataclass(frozen=True)
@@ -133,10 +132,29 @@ def _non_tensor_conflicts(
     return out
 
 
+def blockers(ctx: ModelContext) -> NodeBlockers:
+    """``ctx``'s :class:`NodeBlockers`, found once per context."""
+    return ctx.memo(node_blockers)
+
+
+def forced_fp32(ctx: ModelContext) -> frozenset[str]:
+    """Nodes every resolved plan keeps FP32 (type rules, constants FP16 cannot hold)."""
+    return ctx.memo(_forced_fp32)
+
+
+def _forced_fp32(ctx: ModelContext) -> frozenset[str]:
+    return frozenset(resolve(ctx, ctx.all_fp16_plan()).fp32_nodes)
+
+
+def resolve(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
+    """``plan`` made writable (:func:`resolve_plan`); a resolved plan comes back as is."""
+    return plan if plan.resolved else resolve_plan(ctx, plan)
+
+
 def resolve_plan(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
     """``plan`` with every FP16 node that cannot be written as FP16 forced to FP32, with the reason;
     the result is marked ``resolved``."""
-    blockers = ctx.blockers
+    blockers = ctx.memo(node_blockers)
     resolved = _force_fp32(plan, {n: r for n, r in blockers.forced.items() if plan.is_fp16(n)})
     resolved = _with_notes(resolved, {n: r for n, r in blockers.notes.items() if plan.is_fp16(n)})
     resolved = _force_fp32(resolved, _non_tensor_conflicts(resolved, ctx.typing, blockers.edges))

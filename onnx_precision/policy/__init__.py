@@ -1,0 +1,22 @@
+"""Plan policy over the model context: what a plan must pin before, and whatever, the search finds.
+
+* :mod:`.resolution`: a requested plan made writable (nodes that cannot be FP16 become FP32, with why);
+* :mod:`.pins`: headroom, range, rule and target pins, each with its reason.
+"""
+
+from .pins import (
+                   FLUSH_SHARE,
+                   flagged,
+                   fp16_holders,
+                   headroom_pins,
+                   range_flags,
+                   rule_pins,
+                   target_reasons,
+                   unmeasured_static_plan,
+                   with_flags,
+)
+from .resolution import NodeBlockers, blockers, forced_fp32, node_blockers, resolve, resolve_plan
+
+__all__ = ["FLUSH_SHARE", "fp16_holders", "flagged", "headroom_pins", "range_flags", "rule_pins",
+           "target_reasons", "unmeasured_static_plan", "with_flags", "NodeBlockers", "blockers",
+           "forced_fp32", "node_blockers", "resolve", "resolve_plan"]

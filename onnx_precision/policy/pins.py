@@ -1,0 +1,155 @@
+"""Pins a plan takes from what is known before any search: ranges, headroom, rules, the target.
+
+Each function reads the model context (and, where measured, the FP32 ranges of the reference run)
+and returns reasons per node, or a plan with them; the search starts from what they pin.
+
+* :func:`headroom_pins`: a tensor whose FP32 magnitude exceeds max/H on the samples stays FP32 at
+  its producer and every consumer (H: the headroom), because unseen inputs will be larger;
+* :func:`range_flags`: tensors that overflow or flush to zero on the samples;
+* :func:`rule_pins`: findings of the static risk rules, confirmed by the ranges when measured;
+* :func:`target_reasons`: a measured pin whose op the target builds from several layers says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+
+import numpy as np
+
+from .. import rules
+from ..context import ModelContext
+from ..plan import PrecisionPlan, Reason
+from .resolution import resolve
+
+# A tensor is "flushed" when this share of its nonzero values rounds to zero in FP16: beyond
+# isolated denormals, enough to change a sum, a norm or a Log.
+FLUSH_SHARE = 0.01
+# Pins that a measurement made (their op's layers may be why).
+MEASURED = ("search", "range", "rule", "headroom")
+
+Flags = dict[str, list[Reason]]  # node -> reasons, in the order found
+
+
+def fp16_holders(ctx: ModelContext) -> Mapping[str, tuple[str, ...]]:
+    """Tensor -> the nodes that would hold it in FP16 when FP16 (its producer and consumers), in
+    node order; computed once per context."""
+    return ctx.memo(_fp16_holders)
+
+
+def _fp16_holders(ctx: ModelContext) -> dict[str, tuple[str, ...]]:
+    holders: dict[str, list[str]] = {}
+    for ref in ctx.nodes:
+        node, t = ref.node, ctx.typing[ref.name]
+        fp16 = [node.input[i] for i in t.convertible_inputs] + [node.output[i] for i in t.convertible_outputs]
+        for tensor in dict.fromkeys(fp16):
+            holders.setdefault(tensor, []).append(ref.name)
+    return {k: tuple(v) for k, v in holders.items()}
+
+
+def headroom_pins(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping, headroom: float,
+                  ) -> dict[str, Reason]:
+    """Nodes to pin because a tensor they would hold in FP16 exceeds max/headroom in FP32.
+
+    A tensor already over the type's maximum is pinned too, whatever the outputs show, but as a
+    ``range`` pin: only the margin between max/headroom and max is headroom's doing."""
+    pins: dict[str, Reason] = {}
+    if headroom == 0:
+        return pins
+    low = ctx.target.low
+    limit = low.max / headroom
+    for tensor, holders in fp16_holders(ctx).items():
+        s = stats.get(tensor)
+        if s is None or not np.isfinite(s.max_abs) or s.max_abs <= limit:
+            continue
+        for node in holders:
+            if plan.is_fp16(node) and node not in pins:
+                evidence = (("tensor", tensor), ("max_abs", f"{s.max_abs:.6g}"))
+                if s.max_abs > low.max:
+                    pins[node] = Reason("range", f"'{tensor}' reaches {s.max_abs:.4g} in FP32, over the "
+                                                 f"{low.name} maximum {low.max:g}", evidence)
+                else:
+                    pins[node] = Reason("headroom", f"'{tensor}' reaches {s.max_abs:.4g} in FP32, over "
+                                                    f"{low.max:g}/{headroom:g} = {limit:.6g}", evidence)
+    return pins
+
+
+def range_flags(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping) -> Flags:
+    """FP16 nodes holding a tensor that flushes to zero (:data:`FLUSH_SHARE` of its nonzero values)
+    or passes the type's maximum on the samples."""
+    flags: Flags = {}
+    low = ctx.target.low
+    for tensor, holders in fp16_holders(ctx).items():
+        s = stats.get(tensor)
+        if s is None:
+            continue
+        if s.flush_fraction >= FLUSH_SHARE:
+            reason = Reason("range", f"{100 * s.flush_fraction:.1f}% of the nonzero values of '{tensor}' "
+                                     f"flush to zero in {low.name} (smallest |x| {s.min_nonzero_abs:.3g})",
+                            (("tensor", tensor), ("flush_fraction", f"{s.flush_fraction:.4g}")))
+        elif np.isfinite(s.max_abs) and s.max_abs > low.max:
+            reason = Reason("range", f"'{tensor}' reaches {s.max_abs:.4g}, over the {low.name} maximum "
+                                     f"{low.max:g}", (("tensor", tensor), ("max_abs", f"{s.max_abs:.6g}")))
+        else:
+            continue
+        for node in holders:
+            if plan.is_fp16(node):
+                flags.setdefault(node, []).append(reason)
+    return flags
+
+
+def rule_pins(ctx: ModelContext, stats: Mapping | None, severe_only: bool) -> Iterator[tuple[str, Reason]]:
+    """(node, reason) of each finding of the static risk rules that stands: confirmed by ``stats``
+    (the FP32 ranges) when there are some, not dismissed when there are none (``None``: the model
+    could not be run). ``severe_only``: high and medium severity only, for a plan nothing will test."""
+    measured = stats is not None
+    for finding in rules.run_rules(rules.ModelFacts(ctx, stats)).findings:
+        stands = finding.confirmed if measured else finding.active
+        if stands and (not severe_only or finding.severity in (rules.HIGH, rules.MEDIUM)):
+            yield finding.node, finding.reason()
+
+
+def flagged(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping, static: bool) -> Flags:
+    """The search's static candidates: confirmed rule findings (``static``: severe ones only), then
+    range flags, FP16 nodes of ``plan`` only."""
+    flags: Flags = {}
+    for node, reason in rule_pins(ctx, stats, severe_only=static):
+        if plan.is_fp16(node):
+            flags.setdefault(node, []).append(reason)
+    for node, reasons in range_flags(ctx, plan, stats).items():
+        flags.setdefault(node, []).extend(reasons)
+    return flags
+
+
+def with_flags(plan: PrecisionPlan, nodes: Iterable[str], flags: Mapping[str, list[Reason]]) -> PrecisionPlan:
+    """``plan`` with ``nodes`` pinned and every rule/range reason known for them attached."""
+    return plan.with_fp32_reasons({node: flags[node] for node in nodes if node in flags})
+
+
+def unmeasured_static_plan(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
+    """``plan`` with the nodes the high and medium severity risk rules flag pinned, resolved: the
+    static plan of a model onnxruntime cannot run (no ranges confirm or dismiss a finding)."""
+    pins: Flags = {}
+    for node, reason in rule_pins(ctx, None, severe_only=True):
+        if plan.is_fp16(node):
+            pins.setdefault(node, []).append(reason)
+    return resolve(ctx, plan.with_fp32_reasons(pins))
+
+
+def target_reasons(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
+    """``plan`` with a ``target`` reason on each measured FP32 pin whose op the target builds from
+    several layers: the pin may be there because of those layers (a generic run may not need it)."""
+    spelling = ctx.target.spelling(ctx.model, ctx.base_dir, ctx.types, lambda base: base)
+    added: dict[str, list[Reason]] = {}
+    for ref in ctx.nodes:
+        decision = plan.decisions.get(ref.name)
+        if decision is None or plan.is_fp16(ref.name):
+            continue
+        if not any(r.source in MEASURED for r in decision.reasons):
+            continue
+        kinds = spelling.layer_kinds(ref.node)
+        if len(kinds) > 1:
+            added[ref.name] = [Reason(
+                "target", f"{ctx.target.title} builds this {ref.node.op_type} from {len(kinds)} layers "
+                          f"({', '.join(kinds)}), each storing {ctx.target.low.name}; the emulation "
+                          f"followed them")]
+    return plan.with_fp32_reasons(added) if added else plan

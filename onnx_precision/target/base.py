@@ -1,0 +1,89 @@
+"""What a target is: where the written model runs, as one value the model context carries.
+
+A :class:`Target` owns the facts that differ between runtimes: the low-precision type and its
+limits, how an FP16 node is spelled for the emulation (one op, or the runtime's layers), which
+nodes it runs in 16 bits (whose kernels a plan must respect), how its reports name it, and the
+flags exporter. Stages ask the target; nothing outside this package asks which target it is.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+
+import onnx
+
+from ..plan import PrecisionPlan
+from .low_precision import FP16, LowPrecision
+
+Fresh = Callable[[str], str]  # a fresh value/node name from a base name
+
+
+class Spelling(ABC):
+    """How one model's FP16 nodes compute on a target, node by node."""
+
+    @abstractmethod
+    def spell(self, node: onnx.NodeProto) -> list[onnx.NodeProto]:
+        """The nodes that compute FP16 ``node`` (inputs already rounded; outputs rounded by the caller)."""
+
+    @abstractmethod
+    def layer_kinds(self, node: onnx.NodeProto) -> list[str]:
+        """The computing layers the target builds for ``node`` (one entry: it is not split)."""
+
+
+class OneOp(Spelling):
+    """Every op computes internally in FP32 and rounds its outputs: a node is itself."""
+
+    def spell(self, node: onnx.NodeProto) -> list[onnx.NodeProto]:
+        return [node]
+
+    def layer_kinds(self, node: onnx.NodeProto) -> list[str]:
+        return [node.op_type]
+
+
+class Target(ABC):
+    """Where the written model runs (see the module docstring)."""
+
+    low: LowPrecision = FP16
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """As results record it: "generic" or "tensorrt X.Y"."""
+
+    @property
+    @abstractmethod
+    def title(self) -> str:
+        """As a sentence names it: "generic", "TensorRT X.Y"."""
+
+    @property
+    @abstractmethod
+    def onnxruntime_kernels(self) -> bool:
+        """Whether the written model must run on onnxruntime's CPU provider as written: then a node
+        onnxruntime has no FP16 kernel for stays FP32, and a written model that onnxruntime cannot
+        load at its default options fails the run. A target that runs elsewhere is not held to it."""
+
+    @abstractmethod
+    def spelling(self, model: onnx.ModelProto, base_dir: str,
+                 types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh) -> Spelling:
+        """How ``model``'s FP16 nodes compute here (``types``: every value's type, or None to infer
+        them when needed)."""
+
+    def stored_in_layers(self, op_type: str) -> str:
+        """Where an op's internal values are stored in the low precision between layers (a phrase
+        for a rule's message), or "" where the op computes internally in FP32."""
+        return ""
+
+    def flags_text(self, model: onnx.ModelProto, plan: PrecisionPlan, original_path: str,
+                   converted_path: str, *, renamed: Sequence[tuple[str, str]] = (),
+                   input_shapes: Mapping[str, Sequence[Sequence[int]]] | None = None,
+                   atol: float = 1e-3, rtol: float = 1e-2) -> str:
+        """The ``--trt-flags`` file: TensorRT's flags for the plan, per release, whatever the target
+        the plan was measured on (a generic plan is also a TensorRT user's starting point)."""
+        from ..trt.flags import trt_flags_text
+
+        return trt_flags_text(model, plan, original_path, converted_path, renamed=renamed,
+                              input_shapes=input_shapes, atol=atol, rtol=rtol)
+
+    def __str__(self) -> str:
+        return self.name

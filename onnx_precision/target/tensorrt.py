@@ -1,0 +1,95 @@
+"""The TensorRT target: FP16 nodes as the layers onnx-tensorrt builds for them, per release.
+
+TensorRT's ONNX parser builds some ops from several layers (ReduceL2 as x*x, a sum and a square
+root; LogSoftmax as SoftMax then Log), each of which stores FP16 when the network runs in FP16;
+the emulation spells such a node as those layers with FP16 rounding between them
+(:mod:`onnx_precision.trt.ops`). The written model is built by TensorRT, not run by onnxruntime,
+so onnxruntime's CPU kernels decide nothing here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import onnx
+
+from ..graph import is_onnx_domain, onnx_opset
+from ..trt.ops import decompose
+from ..trt.spell import DecompositionError
+from ..trt.versions import NEWEST, TrtVersion
+from ..typing_rules import tensor_types
+from ..typing_rules.constants import small_constant_arrays
+from .base import Fresh, Spelling, Target
+
+log = logging.getLogger(__name__)
+
+SMALL_CONSTANT = 64  # elements: the constants an importer reads at build time (axes) are small
+# Ops whose importer stores an internal value in FP16 between layers, and where (for rule messages).
+_LAYERED = {"ReduceL2": "stores it in {low}", "ReduceLogSumExp": "stores it in {low}",
+            "LogSoftmax": "computes Softmax then Log"}
+
+
+@dataclass(frozen=True)
+class TensorRTTarget(Target):
+    version: TrtVersion = NEWEST
+
+    @property
+    def name(self) -> str:
+        return f"tensorrt {self.version}"
+
+    @property
+    def title(self) -> str:
+        return f"TensorRT {self.version}"
+
+    @property
+    def onnxruntime_kernels(self) -> bool:
+        return False
+
+    def spelling(self, model: onnx.ModelProto, base_dir: str,
+                 types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh) -> Spelling:
+        return TrtLayers(model, self.version, base_dir, tensor_types(model) if types is None else types,
+                         fresh)
+
+    def stored_in_layers(self, op_type: str) -> str:
+        where = _LAYERED.get(op_type)
+        return f"{self.title} {where.format(low=self.low.name)}" if where else ""
+
+
+class TrtLayers(Spelling):
+    """Spells FP16 nodes of one model as the layers of one TensorRT release."""
+
+    def __init__(self, model: onnx.ModelProto, version: TrtVersion, base_dir: str,
+                 types: Mapping[str, onnx.TypeProto], fresh: Fresh) -> None:
+        self.version = version
+        self.opset = onnx_opset(model, 13)
+        self.types = types
+        self.fresh = fresh
+        self.constants = small_constant_arrays(model, base_dir, SMALL_CONSTANT)
+
+    def spell(self, node: onnx.NodeProto) -> list[onnx.NodeProto]:
+        if not is_onnx_domain(node.domain):
+            return [node]
+        shape = self.types.get(node.input[0]) if node.input else None
+        rank = (len(shape.tensor_type.shape.dim) if shape is not None and shape.HasField("tensor_type")
+                and shape.tensor_type.HasField("shape") else None)
+        try:
+            spelled = decompose(node, opset=self.opset, fp16=True, version=self.version, fresh=self.fresh,
+                                constants=self.constants, rank=rank)
+        except DecompositionError as e:  # an axis or rank not known here: emulate it as one op
+            log.debug("%s: emulated as one op (%s)", node.name, e)
+            return [node]
+        return [node] if spelled is None else list(spelled.nodes)
+
+    def layer_kinds(self, node: onnx.NodeProto) -> list[str]:
+        if not is_onnx_domain(node.domain):
+            return [node.op_type]
+        try:
+            spelled = decompose(node, opset=self.opset, fp16=True, version=self.version,
+                                constants=self.constants)
+        except DecompositionError:
+            return [node.op_type]
+        if spelled is None:
+            return [node.op_type]
+        return [layer.kind for layer, _ in spelled.layers if layer.computes]
