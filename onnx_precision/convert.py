@@ -22,8 +22,8 @@ from .plan import PrecisionPlan, Reason, apply_user_choices
 from .rewriter import RewriteResult, rewrite
 from .target import GENERIC, Target
 from .tolerance import Tolerance
-from .validation import check_written
 from .vocab import MODES, Mode, OracleName
+from .written_check import check_written
 
 if TYPE_CHECKING:
     from .auto import AutoResult, Progress

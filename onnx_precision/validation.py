@@ -15,20 +15,16 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from .errors import InternalError, ModelLoadError
+from .errors import ModelLoadError
 from .graph import is_onnx_domain, onnx_opset, subgraphs, walk_nodes
 from .storage import is_external, model_tensors, read_array
 from .storage.external_data import is_packed, stored_bytes
-
-if TYPE_CHECKING:
-    from .context import ModelContext
 
 
 def validate_model(model: onnx.ModelProto, path: str, base_dir: str) -> None:
@@ -42,28 +38,12 @@ def validate_model(model: onnx.ModelProto, path: str, base_dir: str) -> None:
     _check_ops(model, path)
     try:
         onnx.checker.check_model(checkable_copy(model, base_dir))
-    except _CHECK_ERRORS as e:
+    except CHECK_ERRORS as e:
         raise ModelLoadError(f"{path}: onnx rejects the model: {checker_message(e)}") from e
 
 
 # What the checker raises about a model (ValueError: a proto it cannot even serialise).
-_CHECK_ERRORS = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError)
-
-
-def check_written(staged: str, ctx: ModelContext) -> None:
-    """The model written at ``staged`` passes onnx's full check (checked by path: it may be over
-    2 GB). When it does not, the input gets the same check: failing it, the input is at fault
-    (:class:`ModelLoadError`); passing it, the rewriter is (:class:`InternalError`)."""
-    try:
-        onnx.checker.check_model(staged, full_check=True)
-    except _CHECK_ERRORS as written:
-        try:
-            onnx.checker.check_model(checkable_copy(ctx.model, ctx.base_dir), full_check=True)
-        except _CHECK_ERRORS as e:
-            raise ModelLoadError(f"{ctx.path}: onnx rejects the model (full check): "
-                                 f"{checker_message(e)}") from e
-        raise InternalError(f"the written model fails onnx's full check, while {ctx.path} passes it: "
-                            f"{checker_message(written)}") from written
+CHECK_ERRORS = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError)
 
 
 def checker_message(e: Exception) -> str:

@@ -1,7 +1,8 @@
 """The package's shape, checked: no import cycles, small modules, the report as a pure consumer, lint clean.
 
-The import graph is read from the source (module-level imports, ``TYPE_CHECKING`` blocks left out,
-imports inside functions included: a lazy import is still a dependency).
+The import graph is read from the source: module-level imports, ``TYPE_CHECKING`` blocks and imports
+inside functions included (a type-only or lazy import is still a dependency: a cycle hidden behind
+either is still two modules that cannot be understood apart).
 """
 
 from __future__ import annotations
@@ -33,10 +34,6 @@ def _modules() -> dict[str, str]:
     return out
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    return isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
-
-
 def _imports(name: str, path: str, modules: dict[str, str]) -> set[str]:
     """The package modules ``name`` imports (a package import counts as its ``__init__``)."""
     tree = ast.parse(open(path, encoding="utf-8").read())
@@ -44,10 +41,6 @@ def _imports(name: str, path: str, modules: dict[str, str]) -> set[str]:
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            for child in node.orelse:
-                visit(child)
-            return
         if isinstance(node, ast.ImportFrom):
             base = name.split(".") if is_package else name.split(".")[:-1]
             if node.level:
