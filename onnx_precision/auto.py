@@ -1,10 +1,13 @@
 """Choosing a precision plan automatically: ``--mode auto`` (search) and ``--mode static``.
 
-Plans are emulated by one :class:`~onnx_precision.oracle.Emulator`: the FP32 reference, the caller's
-plan and the plan with headroom pins each run on a baked session of that plan (as fast to build as
-the model); only when that plan fails does it build the switch graph, and then the layerwise
-comparison and every probe of the search are runs of that one session with different rounding
-switches, so a search costs session *runs*, never session *builds*.
+Plans run on one :class:`~onnx_precision.oracle.PlanRunner`, by default the emulation
+(:class:`~onnx_precision.oracle.Emulator`): the FP32 reference, the caller's plan and the plan with
+headroom pins each run on a baked session of that plan (as fast to build as the model); only when
+that plan fails does it build the switch graph, and then the layerwise comparison and every probe
+of the search are runs of that one session with different rounding switches, so a search costs
+session *runs*, never session *builds*. With ``--oracle cuda|tensorrt|reference`` the probes run
+on that runner instead; the ranges and the layerwise ranking, which need to see inside the
+model, still come from the emulation.
 
 ``auto``:
   1. FP32 reference on every sample. If the FP32 model is itself non-finite, stop: that is not
@@ -32,19 +35,28 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import oracle, policy
+from . import policy
 from .context import ModelContext
-from .costs import Clock, PhaseCost, PhaseTotals
+from .costs import Clock, Counted, PhaseCost, PhaseTotals
 from .data import Samples
 from .errors import InternalError, PrecisionError, SearchError
 from .flops import estimate_flops
 from .metrics import Comparison
-from .oracle import Emulator, LayerwiseResult, ReferenceResult
-from .oracle.stats import NodeStats, first_nonfinite_output
+from .oracle import Emulator, Inspection, LayerwiseResult, PlanRunner, ReferenceResult
+from .oracle.inspection import NodeStats, first_nonfinite_output
 from .plan import PrecisionPlan, Reason
 from .probing import Prober
 from .search import SearchOutcome
-from .searching import FlopShare, Progress, SearchBudget, is_diffuse, run_search, widen_order
+from .searching import (
+    FlopShare,
+    Progress,
+    SearchBudget,
+    SearchResult,
+    SearchSpace,
+    is_diffuse,
+    run_search,
+    widen_order,
+)
 from .tolerance import Tolerance
 from .tradeoff import PlanPoint
 from .vocab import MeasuringMode, ReasonSource, Status
@@ -97,63 +109,103 @@ class AutoResult(PhaseTotals):
 
 def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
                 tolerance: Tolerance, headroom: float = DEFAULT_HEADROOM, mode: MeasuringMode = "auto",
-                progress: Progress | None = None, budget: SearchBudget = NO_BUDGET) -> AutoResult:
+                progress: Progress | None = None, budget: SearchBudget = NO_BUDGET,
+                runner: PlanRunner | None = None) -> AutoResult:
     """Pick the plan for ``ctx``'s model starting from ``base_plan`` (see the module docstring).
 
     ``headroom`` 0 turns headroom pins off; otherwise it must be at least 1 (1: pin only what
     overflows on the samples). ``budget`` bounds the search (see :class:`SearchBudget`).
+    ``runner`` runs the probes (default: the emulation); where it cannot see inside a plan (a
+    native provider, onnx.reference), the ranges and the layerwise ranking come from the emulation.
     """
     if headroom != 0 and not headroom >= 1.0:
         raise PrecisionError(f"--headroom {headroom:g}: must be 0 (off) or at least 1 "
                              f"(1 = pin only what overflows on the samples)")
     clock = Clock(progress)
+    emulator = Emulator(ctx)
+    runner = emulator if runner is None else runner
+    inspection = runner.inspection or emulator.inspection
     with clock.phase("reference") as phase:
         user = policy.resolve(ctx, base_plan)
-        emulator = Emulator(ctx)
-        reference = oracle.reference_stats(emulator, samples)
-        phase.count(emulator, probes=1)
+        reference = inspection.reference(samples)
+        counted = _Counted((emulator, runner))
+        phase.count(counted, probes=1)
     shapes = {k: np.shape(v) for k, v in samples.feeds[0].items()} if samples.feeds else {}
     flops = estimate_flops(ctx.model, shapes)
-    stats = _node_stats(ctx, reference.stats)
-    run = _Run(mode, headroom, clock, emulator, reference, stats, samples, flops)
+    run = _Run(mode, headroom, clock, counted, reference, _node_stats(ctx, reference.stats), samples, flops)
 
     nonfinite = _fp32_nonfinite_message(reference)
     if nonfinite and not tolerance.allow_fp32_nonfinite:
-        return run.finish(user, FP32_NONFINITE, nonfinite)
+        return run.finish(_Ending(user, FP32_NONFINITE, nonfinite))
 
     base = user.with_fp32_reasons({node: (reason,) for node, reason in
                                    policy.headroom_pins(ctx, user, reference.stats, headroom).items()})
     flagged = policy.flagged(ctx, user, reference.stats, static=mode == "static")
-    prober = Prober(emulator, samples.feeds, reference.outputs, tolerance)
+    prober = Prober(runner, samples.feeds, reference.outputs, tolerance)
     with clock.phase("before") as phase:
         before = prober.comparison(user)
-        phase.count(emulator, probes=1)
+        phase.count(counted, probes=1)
     if mode == "static":
         return _static(run, prober, base, flagged, before)
-    return _search(run, prober, ctx, user, base, flagged, before, progress, budget)
+    start = _Start(user, base, flagged, before)
+    return _search(run, prober, ctx, start, inspection, runner, progress, budget)
 
 
-@dataclass
+class _Counted:
+    """The sessions built by the runners of one run, each counted once."""
+
+    def __init__(self, runners: tuple[Counted, ...]) -> None:
+        self.runners = tuple({id(r): r for r in runners}.values())
+
+    @property
+    def sessions_built(self) -> int:
+        return sum(r.sessions_built for r in self.runners)
+
+
+@dataclass(frozen=True)
+class _Ending:
+    """How one path of :func:`choose_plan` ended."""
+
+    plan: PrecisionPlan
+    status: Status
+    message: str
+    before: Comparison | None = None
+    after: Comparison | None = None
+    found: SearchResult | None = None
+    layer: LayerwiseResult | None = None
+
+
+@dataclass(frozen=True)
+class _Start:
+    """What the search starts from: the caller's plan resolved, with headroom pins, the static
+    candidates and the caller's plan measured."""
+
+    user: PrecisionPlan
+    base: PrecisionPlan
+    flagged: Mapping[str, list[Reason]]
+    before: Comparison
+
+
+@dataclass(frozen=True)
 class _Run:
     """What every ending of :func:`choose_plan` reports."""
 
     mode: MeasuringMode
     headroom: float
     clock: Clock
-    emulator: Emulator
+    counted: _Counted
     reference: ReferenceResult
     stats: Mapping[str, NodeStats]
     samples: Samples
     flops: Mapping[str, float]
 
-    def finish(self, plan: PrecisionPlan, status: Status, message: str, before: Comparison | None = None,
-               after: Comparison | None = None, outcome: SearchOutcome | None = None,
-               layer: LayerwiseResult | None = None, points: tuple[PlanPoint, ...] = (),
-               notes: tuple[str, ...] = ()) -> AutoResult:
-        node_stats = self.stats if layer is None else _with_layerwise(self.stats, layer)
-        return AutoResult(plan, status, message, self.mode, before, after, node_stats, self.clock.phases(),
-                          outcome, tuple(self.reference.outputs), self.headroom, self.samples, self.flops,
-                          points, notes)
+    def finish(self, end: _Ending) -> AutoResult:
+        node_stats = self.stats if end.layer is None else _with_layerwise(self.stats, end.layer)
+        found = end.found
+        return AutoResult(end.plan, end.status, end.message, self.mode, end.before, end.after, node_stats,
+                          self.clock.phases(), None if found is None else found.outcome,
+                          tuple(self.reference.outputs), self.headroom, self.samples, self.flops,
+                          () if found is None else found.points, () if found is None else found.notes)
 
 
 def _static(run: _Run, prober: Prober, base: PrecisionPlan, flagged: Mapping[str, list[Reason]],
@@ -161,61 +213,57 @@ def _static(run: _Run, prober: Prober, base: PrecisionPlan, flagged: Mapping[str
     plan = policy.with_flags(base, flagged, flagged)
     with run.clock.phase("static") as phase:
         after = prober.comparison(plan)
-        phase.count(run.emulator, probes=1)
+        phase.count(run.counted, probes=1)
     if after.passed:
-        return run.finish(plan, PASSED, "", before, after)
+        return run.finish(_Ending(plan, PASSED, "", before, after))
     message = "the static plan is out of tolerance; --mode auto searches for one that passes"
-    return run.finish(plan, FAILED, message, before, after)
+    return run.finish(_Ending(plan, FAILED, message, before, after))
 
 
-def _search(run: _Run, prober: Prober, ctx: ModelContext, user: PrecisionPlan,
-            base: PrecisionPlan, flagged: Mapping[str, list[Reason]], before: Comparison,
-            progress: Progress | None, budget: SearchBudget) -> AutoResult:
-    emulator, clock = run.emulator, run.clock
+def _search(run: _Run, prober: Prober, ctx: ModelContext, start: _Start, inspection: Inspection,
+            runner: PlanRunner, progress: Progress | None, budget: SearchBudget) -> AutoResult:
+    clock, user, base, flagged, before = run.clock, start.user, start.base, start.flagged, start.before
     with clock.phase("start") as phase:
         if base.fp32_nodes == user.fp32_nodes:
             passed, detail = before.passed, prober.last_detail
         else:
             passed, detail = prober.passes(base)
-        phase.count(emulator, probes=int(base.fp32_nodes != user.fp32_nodes))
+        phase.count(run.counted, probes=int(base.fp32_nodes != user.fp32_nodes))
     if passed:
         plan = policy.with_flags(base, base.fp32_nodes, flagged)
         after = before
         if plan.fp32_nodes != user.fp32_nodes:
             with clock.phase("after") as phase:
                 after = prober.comparison(plan)
-                phase.count(emulator, probes=1)
-        return run.finish(plan, PASSED, "", before, after)
-    start_errors = dict(prober.last_errors)
+                phase.count(run.counted, probes=1)
+        return run.finish(_Ending(plan, PASSED, "", before, after))
     with clock.phase("layerwise") as phase:
-        layer = oracle.layerwise(emulator, base, run.samples)
-        phase.count(emulator, probes=1)
+        layer = inspection.layerwise(base, run.samples)
+        phase.count(run.counted, probes=1)
     with clock.phase("switch graph") as phase:
-        session = emulator.searching()  # many plans follow: the switch graph, or one baked session each
-        phase.count(emulator)
-    prober.session = session
-    searchable = [n for n in ctx.node_ops if n in session.switchable and base.is_fp16(n)]
+        searcher = runner.searching()  # many plans follow: the emulation's switch graph, or baked sessions
+        phase.count(run.counted)
+    prober = prober.on(searcher)
+    searchable = [n for n in ctx.node_ops if n in searcher.switchable and base.is_fp16(n)]
     flagged_nodes = set(flagged) | set(layer.first_divergence)
     candidates = [n for n in searchable if n in flagged_nodes]
     # Largest layerwise error first; nodes the layerwise run does not see (subgraphs) last.
     searchable_set = set(searchable)
     ranked = [n for n in layer.ranked() if n in searchable_set]
     others = [n for n in dict.fromkeys(ranked + searchable) if n not in flagged_nodes]
-    prober.last_errors = start_errors
-    diffuse = is_diffuse(flagged, layer, before)
-    found = run_search(prober, emulator, clock, base, candidates, widen_order(others, ctx.node_ops),
-                       (False, detail), FlopShare(run.flops, list(ctx.node_ops)), budget, diffuse, progress)
+    space = SearchSpace(base, candidates, widen_order(others, ctx.node_ops), detail,
+                        is_diffuse(flagged, layer, before))
+    found = run_search(prober, run.counted, clock, space, FlopShare(run.flops, list(ctx.node_ops)), budget,
+                       progress)
     if found.plan is None:
-        return run.finish(base, FAILED, found.message, before, None, found.outcome, layer, found.points,
-                          found.notes)
+        return run.finish(_Ending(base, FAILED, found.message, before, None, found, layer))
     plan = policy.with_flags(found.plan, found.plan.fp32_nodes, flagged)
     with clock.phase("after") as phase:
         after = prober.comparison(plan)
-        phase.count(emulator, probes=1)
+        phase.count(run.counted, probes=1)
     if not after.passed:  # the search keeps only sets that passed: this would be an oracle bug
         raise InternalError("the searched plan passed during the search but fails on re-evaluation")
-    return run.finish(plan, PASSED, found.message, before, after, found.outcome, layer, found.points,
-                      found.notes)
+    return run.finish(_Ending(plan, PASSED, found.message, before, after, found, layer))
 
 
 # --- statistics for the report ---------------------------------------------------------------------

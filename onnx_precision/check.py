@@ -100,7 +100,7 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
         raise ModelLoadError(f"{candidate_path}: onnxruntime cannot run the candidate on the samples: "
                              f"{oracle_lib.ort_message(e)}") from e
     comparison = compare_samples(
-        refs, oracle_lib.select.only_reference_outputs(cands, refs), tol, cands.oracle
+        refs, oracle_lib.verify.only_reference_outputs(cands, refs), tol, cands.oracle
     )
     return CheckResult(model_path, candidate_path, comparison, samples, candidate.target.name)
 
@@ -110,7 +110,7 @@ def _refuse_fp32_nonfinite(reference: ModelContext, samples: Samples,
     """Raise FP32NonFinite naming the first node that turns non-finite, as convert refuses."""
     from . import oracle as oracle_lib
 
-    bad = oracle_lib.stats.first_nonfinite_output(refs)
+    bad = oracle_lib.inspection.first_nonfinite_output(refs)
     if bad is None:
         return
     node = oracle_lib.reference_stats(oracle_lib.Emulator(reference), samples).first_nonfinite

@@ -18,16 +18,16 @@ from .context import ModelContext, load_model
 from .costs import PhaseCost
 from .data import SampleSpec, sample_files
 from .errors import CustomOpError, InternalError, SearchError
+from .outcome import ConversionOutcome, Verification
 from .plan import PrecisionPlan, Reason, apply_user_choices
 from .rewriter import RewriteResult, rewrite
 from .target import GENERIC, Target
 from .tolerance import Tolerance
-from .vocab import MODES, Mode, OracleName
+from .vocab import MODES, Mode, OracleName, Status
 from .written_check import check_written
 
 if TYPE_CHECKING:
     from .auto import AutoResult, Progress
-    from .metrics import Comparison
     from .report import RunReport
 
 logger = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ def choose_plan(
     budget = auto.SearchBudget(options.max_probes, options.time_budget)
     with oracle.blame(ctx, samples):
         result = auto.choose_plan(ctx, plan, samples, options.tolerance, options.headroom, options.mode,
-                                  progress, budget)
+                                  progress, budget, oracle.plan_runner(options.oracle, ctx))
     return policy.resolve(ctx, policy.target_reasons(ctx, result.plan)), result
 
 
@@ -216,9 +216,9 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
                         f"risk rules flag, unmeasured, and the written model is not verified (give "
                         f"--ort-custom-op-library PATH to measure)")
     if auto_result is not None and not auto_result.writable:
-        report = _report(ctx, None, auto_result.plan, options, auto_result, warnings=warnings,
-                         helpers=helper_sessions.built() - helpers_before, svg=_tradeoff_path(options))
-        _stage_reports(report, options, outputs)
+        outcome = _outcome(auto_result, auto_result.plan, options, None, tuple(warnings),
+                           helper_sessions.built() - helpers_before)
+        _stage_reports(_report(ctx, outcome), options, outputs)
         outputs.commit()
         raise SearchError(f"{auto_result.message} (no model written; report: {options.report_json})")
     started = time.perf_counter()
@@ -231,10 +231,10 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     if options.plan_out:
         outputs.stage_text(options.plan_out, result.plan.dumps())
     if options.trt_flags_path:
-        from .trt.flags import sample_shapes, trt_flags_text
+        from .trt.flags import sample_shapes
 
         shapes = sample_shapes(auto_result.samples.feeds) if auto_result is not None else None
-        outputs.stage_text(options.trt_flags_path, trt_flags_text(
+        outputs.stage_text(options.trt_flags_path, ctx.target.flags_text(
             ctx.model, result.plan, model_path, output_path, renamed=ctx.renamed, input_shapes=shapes,
             atol=options.tolerance.atol, rtol=options.tolerance.rtol))
     texts = tuple(p for p in (options.plan_out, options.trt_flags_path) if p)
@@ -242,11 +242,29 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
         outputs.commit()
         return ConvertResult(model_path, output_path, result.plan, result, tuple(warnings),
                              (output_path,) + texts, nothing_to_convert=ctx.nothing_to_convert)
-    from . import oracle
-
     write = PhaseCost("write", time.perf_counter() - started)
     if progress is not None:
         progress("verify", 0, 0, None)
+    verification = verify(ctx, staged_model, auto_result, options, write)
+    if auto_result.passed and not verification.verified.passed:
+        # Written all the same: the model and its report are the bug report (status: failed, exit 1).
+        logger.error("the plan passed the emulated search but the written model %s fails the emulated check "
+                     "(a bug: please report it with %s)", output_path, options.report_json)
+    outcome = _outcome(auto_result, result.plan, options, verification, tuple(warnings),
+                       helper_sessions.built() - helpers_before, output_path, ctx.target)
+    report = _report(ctx, outcome)
+    paths = _stage_reports(report, options, outputs)
+    outputs.commit()
+    return ConvertResult(model_path, output_path, result.plan, result, outcome.warnings,
+                         (output_path,) + texts + paths, auto_result, report, paths, ctx.nothing_to_convert)
+
+
+def verify(ctx: ModelContext, staged_model: str, auto_result: AutoResult, options: ConvertOptions,
+           write: PhaseCost) -> Verification:
+    """The written model read back and checked: emulated, natively on ``--oracle``'s runtime, and,
+    when both pass, loaded by onnxruntime at its default options in a child process."""
+    from . import oracle
+
     with oracle.blame(ctx, auto_result.samples):
         verified, native, phases = oracle.verify_output(staged_model, auto_result.samples.feeds,
                                                         auto_result.reference_outputs, options.tolerance,
@@ -256,28 +274,43 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
         started = time.perf_counter()
         default_load = oracle.default_load_problem(staged_model, ctx.custom_op_libraries)
         phases += (PhaseCost("default load", time.perf_counter() - started),)
-    if auto_result.passed and not verified.passed:
-        # Written all the same: the model and its report are the bug report (status: failed, exit 1).
-        logger.error("the plan passed the emulated search but the written model %s fails the emulated check "
-                     "(a bug: please report it with %s)", output_path, options.report_json)
-    report = _report(ctx, output_path, result.plan, options, auto_result, verified, native, (write,) + phases,
-                     warnings, helper_sessions.built() - helpers_before, _tradeoff_path(options),
-                     default_load)
-    paths = _stage_reports(report, options, outputs)
-    outputs.commit()
-    return ConvertResult(model_path, output_path, result.plan, result, tuple(warnings),
-                         (output_path,) + texts + paths, auto_result, report, paths, ctx.nothing_to_convert)
+    return Verification(verified, native, default_load, (write,) + phases)
 
 
-def _report(ctx: ModelContext, output_path: str | None, plan: PrecisionPlan, options: ConvertOptions,
-            auto_result: AutoResult, verified: Comparison | None = None, native: Comparison | None = None,
-            phases: tuple[PhaseCost, ...] = (), warnings: list[str] | None = None, helpers: int = 0,
-            svg: str | None = None, default_load: str = "") -> RunReport:
+def _outcome(auto_result: AutoResult, plan: PrecisionPlan, options: ConvertOptions,
+             verification: Verification | None, warnings: tuple[str, ...], helpers: int,
+             output_path: str | None = None, target: Target = GENERIC) -> ConversionOutcome:
+    status, message, more = conversion_status(auto_result, verification, target)
+    return ConversionOutcome(auto_result, plan, status, message, auto_result.mode, options.oracle,
+                             options.tolerance, output_path, verification, warnings + more, helpers,
+                             _tradeoff_path(options), _before_plan(options))
+
+
+def conversion_status(auto_result: AutoResult, verification: Verification | None, target: Target,
+                      ) -> tuple[Status, str, tuple[str, ...]]:
+    """The run's status and message, and warnings to add: the search's, unless the written model
+    fails the emulated check (a bug), fails natively, or, where the target runs on onnxruntime,
+    cannot be loaded at onnxruntime's default options (elsewhere that is a warning)."""
+    status, message = auto_result.status, auto_result.message
+    if status != "passed" or verification is None:
+        return status, message, ()
+    if not verification.verified.passed:
+        return "failed", "the written model fails the emulated check (a bug: please report it)", ()
+    native = verification.native
+    if native is not None and not native.passed:
+        return "failed", f"the written model fails on {native.oracle} (passes emulated)", ()
+    if verification.default_load:
+        if target.onnxruntime_kernels:
+            return "ort-load-failed", f"the written model passes, but {verification.default_load}", ()
+        return status, message, (f"{verification.default_load} ({target.title} builds the model; "
+                                 f"onnxruntime is not the target)",)
+    return status, message, ()
+
+
+def _report(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
     from . import report as report_lib
 
-    return report_lib.for_conversion(ctx, output_path, plan, auto_result.samples, options.tolerance,
-                                     options.mode, options.oracle, auto_result, verified, native, phases,
-                                     warnings or (), helpers, svg, default_load, _before_plan(options))
+    return report_lib.for_conversion(ctx, outcome)
 
 
 def _before_plan(options: ConvertOptions) -> str:

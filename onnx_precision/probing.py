@@ -1,8 +1,11 @@
 """Probing plans on the samples: does a plan pass every sample, and how far are its outputs?
 
-One :class:`Prober` serves a whole search: it stops at the first failing sample and tries that
-sample first next time (the sample that broke the last probe is the likeliest to break the next),
-and it remembers the last probe's per-output errors, so every probe can become a trade-off point.
+A :class:`Prober` runs plans on one :class:`~onnx_precision.oracle.PlanRunner` (the emulation, a
+native provider, onnx.reference: it never asks which). It stops at the first failing sample and
+tries that sample first next time (the sample that broke the last probe is the likeliest to break
+the next), and it remembers the last probe's per-output errors, so every probe can become a
+trade-off point. :meth:`Prober.on` carries that state over to another runner (the one a search
+runs on).
 """
 
 from __future__ import annotations
@@ -13,31 +16,37 @@ import numpy as np
 
 from .compare import compare_outputs, merge_comparisons
 from .metrics import Comparison
-from .oracle.stats import Runner
+from .oracle import PlanRunner
 from .plan import PrecisionPlan
 from .tolerance import Tolerance
 from .tradeoff import output_errors
 
-ORACLE = "emulate"
-
 
 class Prober:
-    """Does a plan pass every sample (emulated)?"""
+    """Does a plan pass every sample on ``runner``? ``order`` (the samples, likeliest to fail first)
+    and ``last_errors`` start it where another prober stopped (:meth:`on`)."""
 
-    def __init__(self, session: Runner, feeds: Sequence[Mapping[str, np.ndarray]],
-                 refs: Sequence[Mapping[str, np.ndarray]], tolerance: Tolerance) -> None:
-        self.session = session
+    def __init__(self, runner: PlanRunner, feeds: Sequence[Mapping[str, np.ndarray]],
+                 refs: Sequence[Mapping[str, np.ndarray]], tolerance: Tolerance,
+                 order: Sequence[int] | None = None, last_errors: Mapping[str, float] | None = None,
+                 last_detail: str = "") -> None:
+        self.runner = runner
         self.feeds = feeds
         self.refs = refs
         self.tolerance = tolerance
-        self.order = list(range(len(feeds)))
-        self.last_detail = ""
-        self.last_errors: dict[str, float] = {}  # output -> worst error over the last probe's samples
+        self.order = list(range(len(feeds)) if order is None else order)
+        self.last_detail = last_detail
+        self.last_errors: dict[str, float] = dict(last_errors or {})  # output -> worst error, last probe
+
+    def on(self, runner: PlanRunner) -> Prober:
+        """A prober of the same samples on ``runner``, starting from this one's state."""
+        return Prober(runner, self.feeds, self.refs, self.tolerance, self.order, self.last_errors,
+                      self.last_detail)
 
     def _compare(self, plan: PrecisionPlan, i: int) -> Comparison:
-        values = self.session.run(plan, self.feeds[i])
-        out = {name: values[name] for name in self.session.outputs}
-        comparison = compare_outputs(self.refs[i], out, self.tolerance, ORACLE)
+        values = self.runner.run(plan, self.feeds[i])
+        out = {name: values[name] for name in self.runner.outputs}
+        comparison = compare_outputs(self.refs[i], out, self.tolerance, self.runner.oracle)
         for name, error in output_errors(comparison, self.tolerance).items():
             self.last_errors[name] = max(self.last_errors.get(name, 0.0), error)
         return comparison
@@ -60,7 +69,7 @@ class Prober:
         failing = [i for i, c in enumerate(per_sample) if not c.passed]
         if failing:
             self.last_detail = failure(per_sample[failing[0]], failing[0], len(self.feeds))
-        return merge_comparisons(per_sample, ORACLE)
+        return merge_comparisons(per_sample, self.runner.oracle)
 
 
 def failure(comparison: Comparison, sample: int, samples: int) -> str:

@@ -50,6 +50,18 @@ class SearchBudget:
 
 
 @dataclass(frozen=True)
+class SearchSpace:
+    """Where the search starts and what it may pin: ``candidates`` first, then ``widen`` in order,
+    on top of ``base`` (which failed with ``start_failure``); ``diffuse``: see :func:`is_diffuse`."""
+
+    base: PrecisionPlan
+    candidates: Sequence[str]
+    widen: Sequence[str]
+    start_failure: str
+    diffuse: bool = False
+
+
+@dataclass(frozen=True)
 class SearchResult:
     """What the search found, for :mod:`onnx_precision.auto` to report."""
 
@@ -87,13 +99,13 @@ def is_diffuse(flagged: Mapping[str, object], layer: LayerwiseResult, before: Co
     return not any(layer.nodes[n].new_nonfinite for n in layer.first_divergence if n in layer.nodes)
 
 
-def run_search(prober: Prober, session: Counted, clock: Clock, base: PrecisionPlan,
-               candidates: Sequence[str], widen: Sequence[str], start: tuple[bool, str], share: FlopShare,
-               budget: SearchBudget, diffuse: bool, progress: Progress | None) -> SearchResult:
+def run_search(prober: Prober, session: Counted, clock: Clock, space: SearchSpace, share: FlopShare,
+               budget: SearchBudget, progress: Progress | None) -> SearchResult:
     """Probe the sets :class:`PinSearch` proposes until it is done or a budget runs out."""
     notes = []
     max_probes = budget.max_probes
-    if diffuse:
+    base = space.base
+    if space.diffuse:
         notes.append("the all-FP16 error looks like diffuse rounding noise (no overflow, underflow, NaN "
                      "or rule finding; the error grows smoothly through the layers): no small set of FP32 "
                      "pins removes it; a statistical verdict or a looser tolerance fits such outputs")
@@ -106,7 +118,8 @@ def run_search(prober: Prober, session: Counted, clock: Clock, base: PrecisionPl
     points = [PlanPoint(0, tuple(sorted(base_pins)), share(base), False, dict(prober.last_errors))]
     best: float | None = None
     with clock.phase("search") as phase:
-        search = PinSearch(candidates, widen, start_failed=start[1], cost=share.flops, max_probes=max_probes)
+        search = PinSearch(space.candidates, space.widen, start_failed=space.start_failure, cost=share.flops,
+                           max_probes=max_probes)
         while (pinned := search.select()) is not None:
             passed, detail = prober.passes(base.with_fp32(pinned, _SEARCH_PROBE))
             log.debug("probe %d (%s): %d pinned -> %s%s", search.probes_run, search.phase, len(pinned),

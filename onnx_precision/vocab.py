@@ -24,4 +24,4 @@ OracleName = Literal["emulate", "cuda", "tensorrt", "reference"]
 ReasonSource = Literal["default", "user", "type", "initializer", "rule", "range", "search", "headroom",
                        "target"]
 REASON_SOURCES: tuple[ReasonSource, ...] = get_args(ReasonSource)
-ORACLE_NAMES: tuple[OracleName, ...] = get_args(OracleName)  # oracle.select.ORACLES has one runner each
+ORACLE_NAMES: tuple[OracleName, ...] = get_args(OracleName)  # oracle.verify.ORACLES has one runner each

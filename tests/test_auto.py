@@ -404,46 +404,59 @@ def test_verbose_logs_every_probe(tmp_path, capsys):
     assert "probe 1 (candidates): 2 pinned -> pass" in err
 
 
-def test_convert_native_oracle_runs_the_written_model_in_its_own_session(tmp_path, monkeypatch, count_sessions):
-    """--oracle cuda wiring, without a GPU: the provider is faked by the CPU one."""
-    import json
-
+def _fake_gpu(monkeypatch, providers):
+    """CUDA "available", its sessions made on the CPU provider; ``providers`` records the requests."""
     import onnxruntime as ort
 
-    import onnx_precision.oracle as oracle_lib
+    from onnx_precision.oracle import runners, runs
+
+    real = runs.native_executor
+
+    def executor(ctx, provider):
+        providers.append(provider)
+        return real(ctx, "CPUExecutionProvider")
+
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(runs, "native_executor", executor)
+    monkeypatch.setattr(runners, "native_executor", executor)
+
+
+def test_convert_native_oracle_drives_the_search_and_verifies_the_written_model(tmp_path, monkeypatch):
+    """--oracle cuda wiring, without a GPU: every probe and the native verification ask CUDA."""
+    import json
+
     from onnx_precision.cli import main
 
-    real_native = oracle_lib.run_native
-    providers = []
-    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
-    monkeypatch.setattr(oracle_lib.select, "run_native", lambda ctx, feeds, provider: (
-        providers.append(provider), real_native(ctx, feeds, "CPUExecutionProvider"))[1])
+    providers: list[str] = []
+    _fake_gpu(monkeypatch, providers)
     model, data = shipped("l2_normalize")
     assert main(["convert", model, "-o", str(tmp_path / "l2.onnx"), "--inputs", data, "--oracle", "cuda"]) == 0
-    assert providers == ["CUDAExecutionProvider"] and len(count_sessions) == 5  # 3 baked, verify, native
     report = json.load(open(str(tmp_path / "l2.report.json")))
-    assert report["outputs"]["native"]["oracle"] == "native:CPUExecutionProvider"
-    assert report["cost"]["sessions_built"] == 5
+    native = "native:CUDAExecutionProvider"
+    assert [report["outputs"][k]["oracle"] for k in ("before", "after", "verified", "native")] == \
+        [native, native, "emulate", native]
+    assert [p["node"] for p in report["pinned"]] == list(EXPECTED["l2_normalize"])
+    # one session per plan probed natively (the caller's, the headroom-pinned, then the search's),
+    # and one for the native verification
+    assert set(providers) == {"CUDAExecutionProvider"} and len(providers) >= 3
 
 
 def test_convert_fails_when_the_native_run_fails(tmp_path, monkeypatch, capsys):
-    """A GPU run that disagrees with the emulation must not exit 0: the native result counts."""
+    """A GPU run of the written model that disagrees must not exit 0: the native result counts."""
     import json
-
-    import onnxruntime as ort
 
     import onnx_precision.oracle as oracle_lib
     from onnx_precision.cli import main
 
+    _fake_gpu(monkeypatch, [])
     real_native = oracle_lib.run_native
 
     def broken_gpu(ctx, feeds, provider):
-        run = real_native(ctx, feeds, "CPUExecutionProvider")
-        return oracle_lib.OracleRun(oracle_lib.native_oracle(provider),
+        run = real_native(ctx, feeds, provider)
+        return oracle_lib.OracleRun(run.oracle,
                                     tuple({k: np.zeros_like(v) for k, v in out.items()} for out in run.outputs))
 
-    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
-    monkeypatch.setattr(oracle_lib.select, "run_native", broken_gpu)
+    monkeypatch.setattr(oracle_lib.verify, "run_native", broken_gpu)
     model, data = shipped("l2_normalize")
     assert main(["convert", model, "-o", str(tmp_path / "l2.onnx"), "--inputs", data, "--oracle", "cuda"]) == 1
     report = json.load(open(str(tmp_path / "l2.report.json")))

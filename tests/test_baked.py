@@ -15,7 +15,7 @@ from onnx_precision import policy
 from onnx_precision.context import ModelContext, load_model
 from onnx_precision.data import SampleSpec, load_samples
 from onnx_precision.oracle import EmulationSession, Emulator
-from onnx_precision.target import GENERIC, TensorRTTarget
+from onnx_precision.target import FP16, GENERIC, TensorRTTarget
 from onnx_precision.trt.versions import TrtVersion
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -108,14 +108,15 @@ def test_the_emulator_builds_a_session_per_plan_until_a_search_needs_the_switch_
 
 
 def test_a_chunked_capture_gives_the_statistics_and_errors_of_a_whole_one(monkeypatch):
-    from onnx_precision.oracle import inspect_plan, plans
+    from onnx_precision.oracle import emulator as emulator_module
+    from onnx_precision.oracle import inspect_plan, inspection
 
     ctx = load_model(os.path.join(ROOT, "models", "deep_cnn.onnx"))
     samples = load_samples(ctx.model, SampleSpec(os.path.join(ROOT, "models", "deep_cnn.npz")))
     plan = policy.resolve(ctx, ctx.all_fp16_plan())
     whole_ref, whole_layer = inspect_plan(EmulationSession(ctx), plan, samples)
-    monkeypatch.setattr(plans, "FIRST_CHUNK", 3)
-    monkeypatch.setattr(plans, "MIN_CAPTURE_BYTES", 1 << 20)
+    monkeypatch.setattr(inspection, "FIRST_CHUNK", 3)
+    monkeypatch.setattr(emulator_module, "MIN_CAPTURE_BYTES", 1 << 20)
     emulator = Emulator(ctx)
     chunks = emulator.chunks(samples.feeds[0])
     monkeypatch.setattr(emulator, "chunks", lambda feed: chunks)
@@ -210,7 +211,7 @@ SUMMARISED = {
 @pytest.mark.parametrize("case", SUMMARISED)
 def test_a_summary_computed_in_the_graph_equals_numpys(case):
     from onnx_precision.oracle.rounding import Names
-    from onnx_precision.oracle.stats import _summarised, _tensor_error, tensor_stats
+    from onnx_precision.oracle.inspection import _summarised, _tensor_error, tensor_stats
     from onnx_precision.oracle.twin import _Constants, summary_nodes
 
     ref = np.array(SUMMARISED[case], np.float32).reshape(-1, 1) if SUMMARISED[case] else np.zeros((0, 3), np.float32)
@@ -221,7 +222,7 @@ def test_a_summary_computed_in_the_graph_equals_numpys(case):
     names = Names(model)
     consts = _Constants(model, names)
     for with_plan in (False, True):
-        nodes, (floats, ints) = summary_nodes("r", "c" if with_plan else None, names, consts)
+        nodes, (floats, ints) = summary_nodes("r", "c" if with_plan else None, names, consts, FP16.flush)
         graph = helper.make_graph(nodes, "g", vis, [helper.make_tensor_value_info(floats, TensorProto.FLOAT, None),
                                                     helper.make_tensor_value_info(ints, TensorProto.INT32, None)],
                                   list(model.graph.initializer))

@@ -142,7 +142,7 @@ def test_the_rewriter_failing_the_full_check_is_an_internal_error(tmp_path, monk
 
 def test_only_the_derived_graph_failing_in_onnxruntime_is_an_internal_error(tmp_path, monkeypatch):
     from onnx_precision.errors import InternalError
-    from onnx_precision.oracle import session as session_module
+    from onnx_precision.oracle import emulation as session_module
 
     real = session_module.make_session
 

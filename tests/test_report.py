@@ -12,7 +12,7 @@ from onnx_precision.context import ModelContext
 from onnx_precision.costs import PhaseCost
 from onnx_precision.flops import estimate_flops
 from onnx_precision.metrics import Comparison, OutputMetrics
-from onnx_precision.oracle.stats import NodeStats
+from onnx_precision.oracle.inspection import NodeStats
 from onnx_precision.plan import Precision, Reason, uniform_plan
 from onnx_precision.tolerance import Tolerance
 from tests.conftest import parse
@@ -145,23 +145,51 @@ def test_default_report_paths_are_siblings_of_the_output():
     assert rep.default_paths("m", "r.json", None) == ("r.json", "m.report.md")
 
 
-def test_for_conversion_without_search_takes_the_verification_status():
+def _outcome(model, verified: Comparison, native: Comparison | None = None, default_load: str = "",
+             target=None):
+    """A measured conversion of ``model`` whose search passed, checked as given."""
     import numpy as np
 
+    from onnx_precision.auto import AutoResult
+    from onnx_precision.convert import ConvertOptions, _outcome
     from onnx_precision.data import Samples
+    from onnx_precision.outcome import Verification
+    from onnx_precision.target import GENERIC
+
+    plan = uniform_plan([n.name for n in model.graph.node], Precision.FP16, Reason("default", "auto"))
+    samples = Samples(({"x": np.ones((3, 64), np.float32)},), True, "synthetic, seed 0")
+    passing = Comparison((metrics("y", 0.0, 1.0),), True, "emulate")
+    auto = AutoResult(plan, "passed", "", "auto", passing, passing, {}, (PhaseCost("reference", 0.1, 1, 1),),
+                      None, (), 2.0, samples)
+    verification = Verification(verified, native, default_load, (PhaseCost("verify", 0.1, 1, 1),))
+    return _outcome(auto, plan, ConvertOptions(), verification, ("w",), 0, "l2.fp16.onnx", target or GENERIC)
+
+
+def test_the_status_is_decided_by_convert_from_the_search_and_the_verification():
+    from onnx_precision.target import TensorRTTarget
 
     model = parse(L2)
     from onnx_precision.graph import name_nodes
     name_nodes(model)
-    plan = uniform_plan([n.name for n in model.graph.node], Precision.FP16, Reason("default", "all-fp16"))
-    samples = Samples(({"x": np.ones((3, 64), np.float32)},), True, "synthetic, seed 0")
+    passing = Comparison((metrics("y", 0.0, 1.0),), True, "emulate")
     failing = Comparison((metrics("y", 1.0, 0.5, passed=False),), False, "emulate")
-    ctx = ModelContext.of(model, path="l2.onnx")
-    report = rep.for_conversion(ctx, "l2.fp16.onnx", plan, samples, Tolerance(), "all-fp16",
-                                verified=failing, phases=(PhaseCost("verify", 0.1, 1, 1),))
-    assert report.status == "failed" and "out of tolerance" in report.message
-    assert report.node_flops["node_of_sq"] == 3 * 64 and report.sample_count == 1
-    assert report.samples_synthetic and report.sessions_built == 1
+    gpu_failing = Comparison((metrics("y", 1.0, 0.5, passed=False),), False, "native:CUDAExecutionProvider")
+    assert (_outcome(model, passing).status, _outcome(model, passing).message) == ("passed", "")
+    bug = _outcome(model, failing)
+    assert bug.status == "failed" and bug.message.startswith("the written model fails the emulated check")
+    gpu = _outcome(model, passing, gpu_failing)
+    assert gpu.message == "the written model fails on native:CUDAExecutionProvider (passes emulated)"
+    crash = "onnxruntime at its default options cannot load it: Type parameter (T) bound to different types"
+    ort = _outcome(model, passing, default_load=crash)
+    assert ort.status == "ort-load-failed" and ort.message == f"the written model passes, but {crash}"
+    # a target that does not run on onnxruntime passes, with the load problem as a warning
+    trt = _outcome(model, passing, default_load=crash, target=TensorRTTarget())
+    assert trt.status == "passed" and trt.warnings == ("w", f"{crash} (TensorRT 10.15 builds the model; "
+                                                            f"onnxruntime is not the target)")
+    report = rep.for_conversion(ModelContext.of(model, path="l2.onnx"), ort)
+    assert report.status == "ort-load-failed" and report.output == "l2.fp16.onnx"
+    assert [p.name for p in report.phases] == ["reference", "verify"] and report.sessions_built == 2
+    assert report.node_flops["node_of_sq"] == 3 * 64 and report.sample_count == 1 and report.samples_synthetic
 
 
 def test_progress_line_only_on_a_terminal():

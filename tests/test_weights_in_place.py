@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx_precision.cli import main
 from onnx_precision.context import load_model
 from onnx_precision.errors import ModelLoadError
-from onnx_precision.oracle.session import make_session
+from onnx_precision.oracle.sessions import make_session
 from onnx_precision.oracle.weights import by_reference
 from onnx_precision.storage import light_load, read_array
 from onnx_precision.storage.external_data import IN_MODEL_FILE_KEY

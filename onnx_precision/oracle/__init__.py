@@ -1,12 +1,16 @@
 """FP16 oracles: run a precision plan (or a written model) and see what FP16 does to it.
 
+- :mod:`.runners`: :class:`PlanRunner`, what the search probes through; the native and reference runners.
+- :mod:`.emulator`: :class:`Emulator`, the emulation's runner: a baked session per plan until a
+  search needs the switch graph.
+- :mod:`.emulation`: :class:`EmulationSession`, one session of the switch graph or of a baked plan.
 - :mod:`.rounding`: the Cast pairs every emulation is made of.
-- :mod:`.switch`, :mod:`.switch_graph`: the switch graph, one session for every plan.
+- :mod:`.switch`, :mod:`.switch_graph`, :mod:`.baked`, :mod:`.twin`: the graphs those sessions run.
 - :mod:`.written`: the emulation of a written FP16/mixed model.
-- :mod:`.session`: :class:`EmulationSession` and the plain runs (FP32, emulated, native, reference).
-- :mod:`.plans`: :class:`Emulator`, a baked session per plan until a search needs the switch graph.
-- :mod:`.stats`: FP32 ranges per tensor and FP16 error per node.
-- :mod:`.select`: oracles by name (:data:`ORACLES`), and verifying a written model.
+- :mod:`.inspection`: FP32 ranges per tensor and FP16 error per node (an emulating runner's capability).
+- :mod:`.runs`: whole-model runs (FP32, emulated, native, reference).
+- :mod:`.verify`: oracles by name (:data:`ORACLES`), and verifying a written model.
+- :mod:`.sessions`, :mod:`.weights`: onnxruntime sessions as the oracle builds them.
 - :mod:`.blame`: an onnxruntime failure told apart as the user's model, the user's data, or a bug.
 - :mod:`.default_load`: the written model loaded as a user will, in a child process.
 """
@@ -15,75 +19,47 @@ from __future__ import annotations
 
 from .blame import blame, is_ort_error
 from .default_load import default_load_problem
-from .plans import Emulator
-from .rounding import round_fp16
-from .select import NATIVE_PROVIDERS, ORACLES, require_oracle, run_candidate, verify_output, verify_written
-from .session import (
-                      EMULATE,
-                      REFERENCE,
-                      EmulationSession,
-                      Feed,
-                      OracleRun,
-                      as_fp32,
-                      make_session,
-                      native_oracle,
-                      ort_message,
-                      run_emulated,
-                      run_fp32,
-                      run_native,
-                      run_reference,
-                      session_options,
-)
-from .stats import (
+from .emulation import EMULATE, EmulationSession, as_fp32
+from .emulator import Emulator
+from .inspection import (
+                      Inspection,
+                      Inspector,
                       LayerwiseResult,
                       NodeError,
+                      NodeStats,
                       ReferenceResult,
                       TensorStats,
+                      first_nonfinite_output,
                       inspect_plan,
                       layerwise,
                       reference_stats,
                       tensor_stats,
 )
+from .rounding import round_fp16
+from .runners import PlanRunner, WrittenPlanRunner, native_runner, plan_runner, reference_runner
+from .runs import (
+                      NATIVE_PROVIDERS,
+                      REFERENCE,
+                      OracleRun,
+                      native_oracle,
+                      run_emulated,
+                      run_fp32,
+                      run_native,
+                      run_reference,
+)
+from .sessions import Feed, make_session, ort_message, session_options
 from .switch import build_switch_model
 from .switch_graph import SwitchGroup, SwitchModel
+from .verify import ORACLES, require_oracle, run_candidate, verify_output, verify_written
 from .written import emulate_model
 
 __all__ = [
-    "blame",
-    "is_ort_error",
-    "default_load_problem",
-    "ort_message",
-    "round_fp16",
-    "NATIVE_PROVIDERS",
-    "ORACLES",
-    "require_oracle",
-    "run_candidate",
-    "verify_output",
-    "verify_written",
-    "EMULATE",
-    "REFERENCE",
-    "EmulationSession",
-    "Emulator",
-    "Feed",
-    "OracleRun",
-    "as_fp32",
-    "make_session",
-    "native_oracle",
-    "run_emulated",
-    "run_fp32",
-    "run_native",
-    "run_reference",
-    "session_options",
-    "LayerwiseResult",
-    "NodeError",
-    "ReferenceResult",
-    "TensorStats",
-    "inspect_plan",
-    "layerwise",
-    "reference_stats",
-    "tensor_stats",
-    "build_switch_model",
-    "SwitchGroup",
-    "SwitchModel",
-    "emulate_model",
+    "blame", "is_ort_error", "default_load_problem", "EMULATE", "EmulationSession", "as_fp32", "Emulator",
+    "Inspection", "Inspector", "LayerwiseResult", "NodeError", "NodeStats", "ReferenceResult", "TensorStats",
+    "first_nonfinite_output", "inspect_plan", "layerwise", "reference_stats", "tensor_stats", "round_fp16",
+    "PlanRunner", "WrittenPlanRunner", "native_runner", "plan_runner", "reference_runner",
+    "NATIVE_PROVIDERS", "REFERENCE", "OracleRun", "native_oracle", "run_emulated", "run_fp32", "run_native",
+    "run_reference", "Feed", "make_session", "ort_message", "session_options", "build_switch_model",
+    "SwitchGroup", "SwitchModel", "ORACLES", "require_oracle", "run_candidate", "verify_output",
+    "verify_written", "emulate_model",
 ]

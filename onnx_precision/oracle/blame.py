@@ -17,7 +17,7 @@ from ..context import ModelContext
 from ..data import Samples
 from ..errors import CustomOpError, DataError, InternalError, ModelLoadError, PrecisionError
 from ..graph import is_onnx_domain
-from .session import make_session, ort_message, run_session
+from .sessions import make_session, ort_message, run_session
 
 
 def is_ort_error(e: BaseException) -> bool:

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .session import ort_text
+from .sessions import ort_text
 
 TIMEOUT_S = 600  # a large model may take minutes to optimise; a hang must not stop the run forever
 

@@ -23,7 +23,6 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..fp16 import FP16_FLUSH
 from ..graph import graphs, onnx_opset, subgraphs
 from ..target import GENERIC, Target
 from .baked import BakedBuilder
@@ -112,7 +111,7 @@ def build_twin_model(model: onnx.ModelProto, typing: Mapping, base_dir: str, fp1
             if o in fetched:
                 whole_pairs[o] = plan_value
             else:
-                made, summaries[o] = summary_nodes(o, plan_value, names, consts)
+                made, summaries[o] = summary_nodes(o, plan_value, names, consts, target.low.flush)
                 nodes.extend(made)
     plan_outputs: dict[str, str] = {}
     if fp16 is not None:
@@ -232,7 +231,7 @@ class _Emitter:
                                  [helper.make_tensor_value_info(n, t, [k]) for n, t, k in outputs])
 
 
-def summary_nodes(ref: str, plan: str | None, names: Names, consts: _Constants
+def summary_nodes(ref: str, plan: str | None, names: Names, consts: _Constants, flush: float,
                   ) -> tuple[list[onnx.NodeProto], tuple[str, str]]:
     """Nodes reducing the FP32 tensor ``ref`` (and the plan's ``plan``) to two small vectors: floats
     in the order of FLOATS, int32 counts in the order of INTS (the last two, and the last two
@@ -245,7 +244,7 @@ def summary_nodes(ref: str, plan: str | None, names: Names, consts: _Constants
     main = _Emitter(ref, names)
     flat = consts("flat", np.array([-1], np.int64))
     zero, inf = consts("zero", np.array(0, np.float32)), consts("inf", np.array(np.inf, np.float32))
-    flush = consts("flush", np.array(FP16_FLUSH, np.float32))
+    flush_at = consts("flush", np.array(flush, np.float32))
     no_counts = consts("no_counts", np.zeros(2, np.int32))
     r = main("Reshape", [ref, flat])
     c = None if plan is None else main("Reshape", [plan, flat])
@@ -266,9 +265,9 @@ def summary_nodes(ref: str, plan: str | None, names: Names, consts: _Constants
     zeros = fast("Cast", [fast("Equal", [a, zero])], to=FLOAT)
     least = fast("ReduceMin", [fast("Add", [a, fast("Mul", [zeros, consts("big", np.array(FLOAT32_MAX))])])],
                  keepdims=1)
-    may_flush = fast("Not", [fast("Greater", [least, flush])])
+    may_flush = fast("Not", [fast("Greater", [least, flush_at])])
     counting = _Emitter(ref, names)
-    positive, above = counting("Greater", [a, zero]), counting("Greater", [a, flush])
+    positive, above = counting("Greater", [a, zero]), counting("Greater", [a, flush_at])
     counted = counting("Concat", [counting.count(positive), counting.count(above)], axis=0)
     skipped = _Emitter(ref, names)
     kept = skipped("Identity", [no_counts])
@@ -291,7 +290,7 @@ def summary_nodes(ref: str, plan: str | None, names: Names, consts: _Constants
     slow_floats = [slow("ReduceMax", [slow("Where", [finite, a, zero])], keepdims=1),
                    slow("ReduceMin", [slow("Where", [positive, a, inf])], keepdims=1)]
     slow_ints = [slow.count(finite), slow.count(slow("IsInf", [r])), slow.count(positive),
-                 slow.count(slow("Greater", [a, flush])), slow("Cast", [slow("Shape", [r])], to=INT)]
+                 slow.count(slow("Greater", [a, flush_at])), slow("Cast", [slow("Shape", [r])], to=INT)]
     if c is not None:
         plan_finite = slow("Less", [slow("Abs", [c]), inf])
         both = slow("And", [finite, plan_finite])

@@ -10,7 +10,7 @@ from ..costs import PhaseCost
 from ..errors import PlanError
 from ..format import json_safe
 from ..metrics import Comparison
-from ..oracle.stats import NodeStats
+from ..oracle.inspection import NodeStats
 from ..plan import PrecisionPlan
 from ..storage import write_text
 from ..tolerance import Tolerance

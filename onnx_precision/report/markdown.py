@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..format import cosine_text, number
 from ..metrics import Comparison
-from ..oracle.stats import NodeStats
+from ..oracle.inspection import NodeStats
 from ..storage import write_text
 from ..tradeoff import front_table
 

@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..context import ModelContext
 from ..costs import PhaseCost, PhaseTotals
-from ..data import Samples
 from ..flops import estimate_flops
 from ..metrics import Comparison
-from ..oracle.stats import NodeStats
+from ..oracle.inspection import NodeStats
+from ..outcome import ConversionOutcome
 from ..plan import PrecisionPlan
 from ..tolerance import Tolerance
 from ..tradeoff import PlanPoint, error_statistic, front_svg
 from ..vocab import Mode, OracleName, Status
-
-if TYPE_CHECKING:
-    from ..auto import AutoResult
-
 
 REPORT_FORMAT = "onnx-precision-report/1"
 
@@ -73,75 +68,41 @@ class RunReport(PhaseTotals):
         return sum(flops[n] for n in self.plan.fp16_nodes) / total
 
 
-def for_conversion(
-    ctx: ModelContext,
-    output_path: str | None,
-    plan: PrecisionPlan,
-    samples: Samples | None,
-    tolerance: Tolerance,
-    mode: Mode,
-    oracle: OracleName = "emulate",
-    auto_result: AutoResult | None = None,
-    verified: Comparison | None = None,
-    native: Comparison | None = None,
-    phases: Sequence[PhaseCost] = (),
-    warnings: Sequence[str] = (),
-    helper_sessions: int = 0,
-    tradeoff_svg: str | None = None,
-    default_load: str = "",
-    before_plan: str = "all FP16",
-) -> RunReport:
-    """The report of one ``convert``: ``auto_result`` (an :class:`onnx_precision.auto.AutoResult`)
-    brings the search's comparisons, statistics and costs; ``phases`` add the writing and the
-    verification. Without a search, the status is the verification's. ``default_load`` is what
-    went wrong loading the written model with onnxruntime's default options ("" when it loads);
-    ``before_plan`` names the plan the "before" comparison measured."""
-    status: Status
-    if auto_result is not None:
-        status, message = auto_result.status, auto_result.message
-        if status == "passed" and verified is not None and not verified.passed:
-            status, message = "failed", "the written model fails the emulated check (a bug: please report it)"
-        elif status == "passed" and native is not None and not native.passed:
-            status, message = "failed", f"the written model fails on {native.oracle} (passes emulated)"
-        elif status == "passed" and default_load:
-            status, message = "ort-load-failed", f"the written model passes, but {default_load}"
-    elif verified is not None:
-        status = "passed" if verified.passed else "failed"
-        message = "" if verified.passed else "the written model is out of tolerance under the emulated check"
-    else:
-        status, message = "not-checked", ""
-    feeds = samples.feeds if samples is not None else ()
+def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
+    """The report of one measured ``convert``: the search's comparisons, statistics and costs
+    (``outcome.auto``), then the writing and the verification."""
+    auto, verification = outcome.auto, outcome.verification
+    feeds = auto.samples.feeds
     shapes = {k: np.shape(v) for k, v in feeds[0].items()} if feeds else {}
-    flops = auto_result.node_flops if auto_result is not None and auto_result.node_flops else None
     return RunReport(
         model=ctx.path,
-        output=output_path,
-        mode=mode,
-        oracle=oracle,
-        status=status,
-        message=message,
-        plan=plan,
+        output=outcome.output_path,
+        mode=outcome.mode,
+        oracle=outcome.oracle,
+        status=outcome.status,
+        message=outcome.message,
+        plan=outcome.plan,
         node_ops=dict(ctx.node_ops),
-        samples_source=samples.source if samples is not None else "",
-        samples_synthetic=bool(samples.synthetic) if samples is not None else False,
+        samples_source=auto.samples.source,
+        samples_synthetic=bool(auto.samples.synthetic),
         sample_count=len(feeds),
-        warnings=tuple(warnings) + (tuple(samples.warnings) if samples else ()),
-        tolerance=tolerance,
-        node_flops=flops if flops is not None else estimate_flops(ctx.model, shapes),
-        node_stats=auto_result.node_stats if auto_result is not None else {},
-        before=auto_result.before if auto_result is not None else None,
-        after=auto_result.after if auto_result is not None else None,
-        verified=verified,
-        native=native,
-        phases=(tuple(auto_result.phases) if auto_result is not None else ()) + tuple(phases),
-        headroom=auto_result.headroom if auto_result is not None else None,
-        helper_sessions=helper_sessions,
-        points=auto_result.points if auto_result is not None else (),
-        notes=auto_result.notes if auto_result is not None else (),
-        tradeoff_svg=tradeoff_svg if auto_result is not None and len(auto_result.points) > 1 else None,
+        warnings=outcome.warnings + tuple(auto.samples.warnings),
+        tolerance=outcome.tolerance,
+        node_flops=auto.node_flops or estimate_flops(ctx.model, shapes),
+        node_stats=auto.node_stats,
+        before=auto.before,
+        after=auto.after,
+        verified=None if verification is None else verification.verified,
+        native=None if verification is None else verification.native,
+        phases=tuple(auto.phases) + (() if verification is None else verification.phases),
+        headroom=auto.headroom,
+        helper_sessions=outcome.helper_sessions,
+        points=auto.points,
+        notes=auto.notes,
+        tradeoff_svg=outcome.tradeoff_svg if len(auto.points) > 1 else None,
         nothing_to_convert=ctx.nothing_to_convert,
         target=ctx.target.name,
-        before_plan=before_plan,
+        before_plan=outcome.before_plan,
     )
 
 

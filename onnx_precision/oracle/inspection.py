@@ -11,30 +11,81 @@
   rtol appears while the node's inputs were still within it. Those are the search's first
   candidates.
 
-With an :class:`Emulator`, both come from the twin graph (:mod:`.twin`): one run per sample, large
-tensors reduced to numbers inside the graph as soon as they are made. Otherwise each run's tensors
-are reduced to numbers here and dropped before the next run, so memory holds one run's (or one
-chunk's) intermediates at a time, whatever the number of samples.
+Both run on an :class:`Inspectable`: a runner that can expose its intermediates (the emulation,
+:class:`.emulator.Emulator` or :class:`.emulation.EmulationSession`); a runner offers them as its
+``inspection`` (:class:`Inspector`), an optional capability. Where the runner has a twin graph
+(:mod:`.twin`), one run per sample gives both, large tensors reduced to numbers inside the graph as
+soon as they are made. Otherwise each run's tensors are reduced to numbers here and dropped before
+the next run, so memory holds one run's (or one chunk's) intermediates at a time, whatever the
+number of samples.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import onnx
 
 from ..errors import InternalError
 from ..format import json_float
-from ..fp16 import FP16_FLUSH, FP16_MAX
 from ..plan import PrecisionPlan
+from ..target import FP16, LowPrecision
 from ..tolerance import Tolerance
-from .plans import Chunks, Emulator, TwinSession
-from .session import EmulationSession, Feed, owned
-from .twin import FLOATS, INTS
+from .sessions import Feed, owned
+from .twin import FLOATS, INTS, TwinModel
 
-Runner = EmulationSession | Emulator  # anything that runs plans by emulation
+FIRST_CHUNK = 16  # at most this many tensors in a first chunk holding one of unknown size
+
+
+class TwinRun(Protocol):
+    """A twin graph's session: one run per sample gives the FP32 outputs, the plan's, and every
+    compared tensor whole or summarised."""
+
+    twin: TwinModel
+
+    def run(self, feed: Feed) -> dict[str, np.ndarray]: ...
+
+
+class Inspectable(Protocol):
+    """What an inspection runs on: a runner that exposes the main graph's intermediates."""
+
+    @property
+    def model(self) -> onnx.ModelProto: ...
+    @property
+    def outputs(self) -> tuple[str, ...]: ...
+    @property
+    def producers(self) -> Mapping[str, str]: ...
+    @property
+    def low(self) -> LowPrecision: ...
+
+    def run(self, plan: PrecisionPlan | None, feed: Feed, names: Sequence[str] | None = None,
+            intermediates: bool | tuple[str, ...] = False) -> dict[str, np.ndarray]: ...
+    def fed_value(self, plan: PrecisionPlan | None, name: str, value: np.ndarray) -> np.ndarray: ...
+    def twin(self, plan: PrecisionPlan | None, feed: Feed | None = None) -> TwinRun | None: ...
+    def chunks(self, feed: Feed | None = None) -> Chunks: ...
+
+
+class Inspection(Protocol):
+    """A runner's optional capability to look inside: FP32 ranges and per-node error."""
+
+    def reference(self, samples) -> ReferenceResult: ...
+    def layerwise(self, plan: PrecisionPlan, samples, tol: Tolerance | None = None) -> LayerwiseResult: ...
+
+
+class Inspector:
+    """:class:`Inspection` on an :class:`Inspectable` (what an emulating runner offers)."""
+
+    def __init__(self, session: Inspectable) -> None:
+        self.session = session
+
+    def reference(self, samples) -> ReferenceResult:
+        return reference_stats(self.session, samples)
+
+    def layerwise(self, plan: PrecisionPlan, samples, tol: Tolerance | None = None) -> LayerwiseResult:
+        return layerwise(self.session, plan, samples, tol)
 
 
 @dataclass(frozen=True)
@@ -63,7 +114,10 @@ class TensorStats:
 
     @property
     def overflows_fp16(self) -> bool:
-        return np.isfinite(self.max_abs) and self.max_abs > FP16_MAX
+        return self.overflows(FP16)
+
+    def overflows(self, low: LowPrecision) -> bool:
+        return bool(np.isfinite(self.max_abs) and self.max_abs > low.max)
 
     def worst(self, other: TensorStats) -> TensorStats:
         return TensorStats(max(self.max_abs, other.max_abs), min(self.min_nonzero_abs, other.min_nonzero_abs),
@@ -77,7 +131,8 @@ class TensorStats:
                 "inf_count": self.inf_count, "size": self.size}
 
 
-def tensor_stats(values: np.ndarray) -> TensorStats:
+def tensor_stats(values: np.ndarray, flush: float = FP16.flush) -> TensorStats:
+    """The range of ``values``; ``flush``: |x| at or below it rounds to zero in the 16-bit type."""
     a = np.abs(np.asarray(values, dtype=np.float32)).ravel()
     size = int(a.size)
     if not size:
@@ -96,7 +151,7 @@ def tensor_stats(values: np.ndarray) -> TensorStats:
     positive = a > 0
     nonzero = int(np.count_nonzero(positive))
     min_nonzero = float(np.min(a, where=positive, initial=np.inf))
-    tiny = int(np.count_nonzero(positive & (a <= FP16_FLUSH))) if min_nonzero <= FP16_FLUSH else 0
+    tiny = int(np.count_nonzero(positive & (a <= flush))) if min_nonzero <= flush else 0
     flush = tiny / nonzero if nonzero else 0.0
     return TensorStats(float(top), min_nonzero, flush, nan_count, inf_count, size)
 
@@ -189,14 +244,11 @@ def _first_nonfinite(nodes: Sequence[onnx.NodeProto], finite: Mapping[str, bool]
     return None
 
 
-def _captured(session: Runner, plan: PrecisionPlan | None, feed: Feed, chunk: tuple[str, ...] | None,
+def _captured(session: Inspectable, plan: PrecisionPlan | None, feed: Feed, chunk: tuple[str, ...] | None,
               first: bool) -> dict[str, np.ndarray]:
     """The tensors of ``chunk`` (None: every tensor the session exposes), with the graph outputs
     and, in the ``first`` chunk, the float graph inputs as fed."""
-    if isinstance(session, Emulator) and chunk is not None:
-        values = session.run(plan, feed, intermediates=chunk)
-    else:
-        values = session.run(plan, feed, intermediates=True)
+    values = session.run(plan, feed, intermediates=True if chunk is None else chunk)
     if first:
         for name, value in feed.items():
             if _is_float(value):
@@ -208,34 +260,31 @@ def _is_float(value: np.ndarray) -> bool:
     return np.issubdtype(np.asarray(value).dtype, np.floating)
 
 
-def _merge_stats(acc: dict[str, TensorStats], values: Mapping[str, np.ndarray]) -> None:
+def _merge_stats(acc: dict[str, TensorStats], values: Mapping[str, np.ndarray], flush: float) -> None:
     for name, value in values.items():
         if not _is_float(value):
             continue
-        _merge_worst(acc, name, tensor_stats(value))
+        _merge_worst(acc, name, tensor_stats(value, flush))
 
 
 def _merge_worst(acc: dict[str, TensorStats], name: str, stats: TensorStats) -> None:
     acc[name] = acc[name].worst(stats) if name in acc else stats
 
 
-def reference_stats(session: Runner, samples) -> ReferenceResult:
+def reference_stats(session: Inspectable, samples) -> ReferenceResult:
     """FP32 ranges of every captured tensor over ``samples`` (a Samples or a sequence of feeds)."""
     return _inspect(session, None, _feeds(samples), Tolerance())[0]
 
 
-def layerwise(session: Runner, plan: PrecisionPlan, samples,
-              reference: ReferenceResult | None = None, tol: Tolerance | None = None) -> LayerwiseResult:
-    """Per-node error of ``plan`` against FP32 over ``samples``.
-
-    ``reference`` is accepted for symmetry with the other calls; the FP32 intermediates are
-    recomputed per sample (they are not kept between runs, to bound memory). Use
-    :func:`inspect_plan` to get both from the same runs.
-    """
+def layerwise(session: Inspectable, plan: PrecisionPlan, samples, tol: Tolerance | None = None,
+              ) -> LayerwiseResult:
+    """Per-node error of ``plan`` against FP32 over ``samples`` (the FP32 intermediates are
+    recomputed per sample, not kept between runs, to bound memory; :func:`inspect_plan` gives the
+    reference statistics from the same runs)."""
     return inspect_plan(session, plan, samples, tol)[1]
 
 
-def inspect_plan(session: Runner, plan: PrecisionPlan, samples, tol: Tolerance | None = None
+def inspect_plan(session: Inspectable, plan: PrecisionPlan, samples, tol: Tolerance | None = None
                  ) -> tuple[ReferenceResult, LayerwiseResult]:
     """Reference statistics and the layerwise comparison of ``plan`` from two runs per sample."""
     ref, lw = _inspect(session, plan, _feeds(samples), tol or Tolerance())
@@ -248,13 +297,16 @@ def _feeds(samples) -> Sequence[Feed]:
     return samples.feeds if hasattr(samples, "feeds") else tuple(samples)
 
 
-def _inspect(session: Runner, plan: PrecisionPlan | None, feeds: Sequence[Feed],
+def _inspect(session: Inspectable, plan: PrecisionPlan | None, feeds: Sequence[Feed],
              tol: Tolerance) -> tuple[ReferenceResult, LayerwiseResult | None]:
-    """One run per sample of the twin graph (:meth:`Emulator.twin`), or, where there is none,
-    each chunk of tensors (:meth:`Emulator.chunks`; all at once on a plain session) captured by
-    one FP32 run per sample (and one of ``plan``); values are reduced to numbers and dropped."""
-    twin = session.twin(plan, feeds[0] if feeds else None) if isinstance(session, Emulator) else None
-    seen = _twin_runs(twin, plan, feeds) if twin is not None else _captured_runs(session, plan, feeds)
+    """One run per sample of the session's twin graph (:meth:`Inspectable.twin`), or, where there
+    is none, each chunk of tensors (:meth:`Inspectable.chunks`) captured by one FP32 run per sample
+    (and one of ``plan``); values are reduced to numbers and dropped."""
+    twin = session.twin(plan, feeds[0] if feeds else None)
+    if twin is not None:
+        seen = _twin_runs(session, twin, plan, feeds)
+    else:
+        seen = _captured_runs(session, plan, feeds)
     nodes = list(session.model.graph.node)
     order = {n.name: k for k, n in enumerate(nodes)}
     first_bad = [bad for bad in (_first_nonfinite(nodes, f) for f in seen.finite) if bad is not None]
@@ -281,20 +333,20 @@ class _Seen:
     plan_outputs: tuple[dict[str, np.ndarray], ...]
 
 
-def _captured_runs(session: Runner, plan: PrecisionPlan | None, feeds: Sequence[Feed]) -> _Seen:
+def _captured_runs(session: Inspectable, plan: PrecisionPlan | None, feeds: Sequence[Feed]) -> _Seen:
     stats: dict[str, TensorStats] = {}
     outputs: list[dict[str, np.ndarray]] = [{} for _ in feeds]
     cand_outputs: list[dict[str, np.ndarray]] = [{} for _ in feeds]
     finite: list[dict[str, bool]] = [{} for _ in feeds]
     errors: list[dict[str, _TensorError]] = [{} for _ in feeds]
-    chunks = session.chunks(feeds[0] if feeds else None) if isinstance(session, Emulator) else Chunks(
-        (), (), 0, whole=True)
+    chunks = session.chunks(feeds[0] if feeds else None)
+    flush = session.low.flush
     first = True
     for chunk in chunks:
         for i, feed in enumerate(feeds):
             ref = _captured(session, None, feed, chunk, first)
             chunks.observed(ref)
-            _merge_stats(stats, ref)
+            _merge_stats(stats, ref, flush)
             if first:
                 outputs[i] = {name: owned(ref[name]) for name in session.outputs if name in ref}
             finite[i].update((name, bool(np.isfinite(v).all())) for name, v in ref.items() if _is_float(v))
@@ -310,26 +362,28 @@ def _captured_runs(session: Runner, plan: PrecisionPlan | None, feeds: Sequence[
     return _Seen(stats, finite, errors, tuple(outputs), tuple(cand_outputs))
 
 
-def _twin_runs(session: TwinSession, plan: PrecisionPlan | None, feeds: Sequence[Feed]) -> _Seen:
-    twin = session.twin
+def _twin_runs(session: Inspectable, run: TwinRun, plan: PrecisionPlan | None, feeds: Sequence[Feed],
+               ) -> _Seen:
+    twin = run.twin
+    flush = session.low.flush
     stats: dict[str, TensorStats] = {}
     finite: list[dict[str, bool]] = []
     errors: list[dict[str, _TensorError]] = []
     outputs, plan_outputs = [], []
     for feed in feeds:
-        values = session.run(feed)
+        values = run.run(feed)
         seen: dict[str, tuple[TensorStats, _TensorError | None]] = {}
         for name in twin.compared:
             if name in twin.whole:
                 copy = twin.whole[name]
-                seen[name] = (tensor_stats(values[name]),
+                seen[name] = (tensor_stats(values[name], flush),
                               None if copy is None else _tensor_error(values[name], values[copy]))
             else:
                 seen[name] = _summarised(*(values[n] for n in twin.summaries[name]))
         for name, value in feed.items():  # the float graph inputs, as each plan feeds them
             if _is_float(value):
-                fed = None if plan is None else session.emulator.fed_value(plan, name, value)
-                seen[name] = (tensor_stats(value), None if fed is None else _tensor_error(value, fed))
+                fed = None if plan is None else session.fed_value(plan, name, value)
+                seen[name] = (tensor_stats(value, flush), None if fed is None else _tensor_error(value, fed))
         for name, (ref_stats, _) in seen.items():
             _merge_worst(stats, name, ref_stats)
         finite.append({name: ref_stats.finite for name, (ref_stats, _) in seen.items()})
@@ -397,3 +451,55 @@ def first_nonfinite_output(outputs: Sequence[Mapping[str, np.ndarray]]) -> tuple
             if np.issubdtype(value.dtype, np.floating) and not np.isfinite(value).all():
                 return i, name
     return None
+
+
+class Chunks:
+    """Tensor names in consecutive chunks whose captured values fit ``budget`` bytes per run.
+
+    Chunks are cut from each tensor's estimated bytes (``sizes``: from its inferred shape, with the
+    sample's own input dims; None where unknown, then guessed as the median known size), times a
+    correction learned from every chunk's actual bytes; a first chunk that holds an unknown size
+    is kept to FIRST_CHUNK tensors. So a model whose intermediates fit is captured in one run, as
+    before, and a long-context decoder a slice of layers at a time. ``whole``: one chunk of None,
+    every tensor a switch-graph session captures."""
+
+    def __init__(self, tensors: Sequence[str], sizes: Sequence[float | None], budget: int,
+                 whole: bool = False) -> None:
+        self.tensors = tuple(tensors)
+        known = sorted(s for s in sizes if s is not None)
+        guess = known[len(known) // 2] if known else float(64 << 10)
+        self.sizes = {t: guess if s is None else s for t, s in zip(self.tensors, sizes)}
+        self.unknown = {t for t, s in zip(self.tensors, sizes) if s is None}
+        self.budget = budget
+        self.whole = whole
+        self.scale = 1.0  # actual bytes over estimated bytes, the worst chunk so far
+        self.count = 0  # chunks given
+        self._chunk: tuple[str, ...] = ()
+
+    def __iter__(self):
+        if self.whole:
+            yield None
+            return
+        start = 0
+        while start < len(self.tensors) or self.count == 0:
+            end, total, guessed = start, 0.0, False
+            while end < len(self.tensors):
+                tensor = self.tensors[end]
+                total += self.sizes[tensor] * self.scale
+                if end > start and total > self.budget:
+                    break
+                end += 1
+                guessed = guessed or tensor in self.unknown
+                if self.count == 0 and guessed and end - start >= FIRST_CHUNK:
+                    break
+            self._chunk = self.tensors[start:end]
+            self.count += 1
+            yield self._chunk
+            start = end
+
+    def observed(self, values: Mapping[str, np.ndarray]) -> None:
+        """Learn from the bytes one run's chunk actually took."""
+        estimated = sum(self.sizes[t] for t in self._chunk if t in values)
+        actual = sum(np.asarray(values[t]).nbytes for t in self._chunk if t in values)
+        if estimated > 0:
+            self.scale = max(self.scale, actual / estimated)

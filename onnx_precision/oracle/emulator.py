@@ -28,9 +28,12 @@ from ..graph import graphs
 from ..plan import PrecisionPlan
 from ..policy import forced_fp32
 from ..storage import element_count, model_tensors
+from ..target import LowPrecision
 from ..typing_rules import tensor_types
-from .rounding import FLOAT, elem_types, round_fp16
-from .session import EmulationSession, Feed, as_fp32, cast_feed, input_dtypes, make_session, session_options
+from .emulation import EMULATE, EmulationSession, FloatIO, as_fp32
+from .inspection import Chunks, Inspector
+from .rounding import FLOAT, elem_types
+from .sessions import Feed, cast_feed, input_dtypes, make_session, session_options
 from .switch import SwitchBuilder
 from .switch_graph import captured
 from .twin import TwinModel, TwinUnavailable, build_twin_model
@@ -40,7 +43,6 @@ KEPT = 2
 # Bytes of intermediates one capturing run may expose: at least this, or a quarter of the weights
 # (a model's activations grow with its weights; a run and its FP32 twin stay under half of them).
 MIN_CAPTURE_BYTES = 256 << 20
-FIRST_CHUNK = 16  # at most this many tensors in a first chunk holding one of unknown size
 
 # (FP16 nodes, or None for FP32; the intermediates captured: all, none, or those names)
 _Key = tuple[frozenset[str] | None, bool | tuple[str, ...]]
@@ -129,15 +131,24 @@ class Emulator:
         self._baked[(fp16, capture)] = built
         return built
 
+    oracle = EMULATE
+
+    @property
+    def inspection(self) -> Inspector:
+        """Ranges and per-node error, from the twin graph where it can be built."""
+        return Inspector(self)
+
+    @property
+    def low(self) -> LowPrecision:
+        return self.ctx.target.low
+
     def run(self, plan: PrecisionPlan | None, feed: Feed, names: Sequence[str] | None = None,
             intermediates: bool | tuple[str, ...] = False) -> dict[str, np.ndarray]:
-        """As :meth:`EmulationSession.run`; ``intermediates`` may also name the tensors to capture."""
+        """As :meth:`EmulationSession.run`, on the session :meth:`session` gives."""
         session = self.session(plan, capture=intermediates)
         self.probes_run += 1
         if isinstance(intermediates, tuple):
-            exposed = set(session.intermediates)
-            wanted = [n for n in intermediates if n in exposed]
-            return session.run(plan, feed, list(session.outputs) + wanted if names is None else names)
+            return session.run(plan, feed, names, intermediates)
         start = time.perf_counter()
         values = session.run(plan, feed, names, intermediates)
         if session is not self._switched and not intermediates:
@@ -213,14 +224,11 @@ class Emulator:
 
     def fed_value(self, plan: PrecisionPlan | None, name: str, value: np.ndarray) -> np.ndarray:
         """As :meth:`EmulationSession.fed_value` (no session needed)."""
-        if plan is not None and plan.fp16_io and name in self._float_inputs:
-            return round_fp16(value)
-        return value
+        return self._io.fed(plan, name, value)
 
     @cached_property
-    def _float_inputs(self) -> frozenset[str]:
-        return frozenset(vi.name for vi in self.model.graph.input
-                         if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT)
+    def _io(self) -> FloatIO:
+        return FloatIO(self.model)
 
     @cached_property
     def outputs(self) -> tuple[str, ...]:
@@ -228,7 +236,8 @@ class Emulator:
 
     @cached_property
     def producers(self) -> Mapping[str, str]:
-        return {o: n.name for n in self.model.graph.node for o in n.output if o}
+        """Main-graph value -> the node that outputs it."""
+        return {v: ref.name for v, ref in self.ctx.index.producers.items() if not ref.graph_path}
 
 
 class TwinSession:
@@ -245,58 +254,6 @@ class TwinSession:
     def run(self, feed: Feed) -> dict[str, np.ndarray]:
         self.emulator.probes_run += 1
         return dict(zip(self._fetches, self.session.run(self._fetches, cast_feed(feed, self._dtypes))))
-
-
-class Chunks:
-    """Tensor names in consecutive chunks whose captured values fit ``budget`` bytes per run.
-
-    Chunks are cut from each tensor's estimated bytes (``sizes``: from its inferred shape, with the
-    sample's own input dims; None where unknown, then guessed as the median known size), times a
-    correction learned from every chunk's actual bytes; a first chunk that holds an unknown size
-    is kept to FIRST_CHUNK tensors. So a model whose intermediates fit is captured in one run, as
-    before, and a long-context decoder a slice of layers at a time. ``whole``: one chunk of None,
-    every tensor a switch-graph session captures."""
-
-    def __init__(self, tensors: Sequence[str], sizes: Sequence[float | None], budget: int,
-                 whole: bool = False) -> None:
-        self.tensors = tuple(tensors)
-        known = sorted(s for s in sizes if s is not None)
-        guess = known[len(known) // 2] if known else float(64 << 10)
-        self.sizes = {t: guess if s is None else s for t, s in zip(self.tensors, sizes)}
-        self.unknown = {t for t, s in zip(self.tensors, sizes) if s is None}
-        self.budget = budget
-        self.whole = whole
-        self.scale = 1.0  # actual bytes over estimated bytes, the worst chunk so far
-        self.count = 0  # chunks given
-        self._chunk: tuple[str, ...] = ()
-
-    def __iter__(self):
-        if self.whole:
-            yield None
-            return
-        start = 0
-        while start < len(self.tensors) or self.count == 0:
-            end, total, guessed = start, 0.0, False
-            while end < len(self.tensors):
-                tensor = self.tensors[end]
-                total += self.sizes[tensor] * self.scale
-                if end > start and total > self.budget:
-                    break
-                end += 1
-                guessed = guessed or tensor in self.unknown
-                if self.count == 0 and guessed and end - start >= FIRST_CHUNK:
-                    break
-            self._chunk = self.tensors[start:end]
-            self.count += 1
-            yield self._chunk
-            start = end
-
-    def observed(self, values: Mapping[str, np.ndarray]) -> None:
-        """Learn from the bytes one run's chunk actually took."""
-        estimated = sum(self.sizes[t] for t in self._chunk if t in values)
-        actual = sum(np.asarray(values[t]).nbytes for t in self._chunk if t in values)
-        if estimated > 0:
-            self.scale = max(self.scale, actual / estimated)
 
 
 def _symbol_values(model: onnx.ModelProto, feed: Feed) -> dict[str, int]:

@@ -1,4 +1,4 @@
-"""Choosing an oracle by name, and running a written model under it.
+"""Verifying a written model: choosing an oracle by name, and running the model under it.
 
 :data:`ORACLES` is the one mapping from the names a user can give (``--oracle``) to the function
 that runs a candidate model under that oracle; the CLI's choices come from it.
@@ -20,10 +20,8 @@ from ..metrics import Comparison
 from ..target import GENERIC, Target
 from ..tolerance import Tolerance
 from ..vocab import OracleName
-from .session import Feed, OracleRun, run_emulated, run_native, run_reference
-
-NATIVE_PROVIDERS: Mapping[OracleName, str] = {"cuda": "CUDAExecutionProvider",
-                                              "tensorrt": "TensorrtExecutionProvider"}
+from .runs import NATIVE_PROVIDERS, OracleRun, run_emulated, run_native, run_reference
+from .sessions import Feed
 
 
 def _native(provider: str) -> Callable[[ModelContext, Sequence[Feed]], OracleRun]:

@@ -1,0 +1,191 @@
+"""Emulating precision plans on onnxruntime's CPU provider: :class:`EmulationSession`.
+
+A plan's FP16 tensors are rounded through ``Cast(FLOAT16) -> Cast(FLOAT)`` pairs in an FP32 graph,
+which onnxruntime honours (its own FP16 kernels on CPU compute in FP32 and hide overflow). One
+session of the switch graph (:mod:`.switch`) runs any plan: the FP32 reference, every probe and
+the layerwise run are runs of it with different switches.
+
+A plan is fed as one boolean vector (:meth:`SwitchModel.switch_vector`); nodes the resolved plan
+keeps FP32 whatever the plan get no switch.
+
+Sessions use ``ORT_DISABLE_ALL``: the switch graph puts every node in its own If branch, so no
+fusion could apply to it anyway, and disabling them in every session of the oracle makes "all
+switches off" bit-identical to the FP32 model run by :func:`run_fp32` and a plan bit-identical to
+the emulation of the model the rewriter writes for it. (No level folds the Cast pairs away, not
+even ``ORT_ENABLE_ALL``; a test keeps that true.)
+
+Every function takes a :class:`~onnx_precision.context.ModelContext`: external data is read
+relative to the model's own directory, whatever the working directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+import onnx
+
+from ..context import ModelContext
+from ..plan import PrecisionPlan
+from ..policy import forced_fp32
+from ..target import LowPrecision
+from ..typing_rules import is_tensor
+from .baked import build_baked_model
+from .inspection import Chunks, Inspector
+from .rounding import round_fp16
+from .sessions import Feed, cast_feed, input_dtypes, make_session, session_options
+from .switch import build_switch_model
+from .switch_graph import SwitchModel
+from .written import emulate_model
+
+EMULATE = "emulate"
+
+
+class EmulationSession:
+    """ONE onnxruntime CPU session that evaluates any precision plan of ``model`` by emulation.
+
+    ``run(None, feed)`` is the FP32 model (bit-identical); ``run(plan, feed)`` rounds every tensor
+    the plan makes FP16. ``sessions_built`` and ``probes_run`` count the work for reports.
+
+    ``capture_intermediates`` (True, False or tensor names, see
+    :func:`onnx_precision.emulation.build_switch_model`) decides which main-graph tensors
+    ``run(..., intermediates=True)`` returns; a capturing session holds them all during each run
+    (fetched or not), and its probes cost ~10-20% more than a session without capture
+    (scripts/bench_oracle.py), so a search with many probes may prefer a second session built
+    with ``capture_intermediates=False``. A model that already holds FP16 tensors is emulated
+    first (:func:`as_fp32`). The nodes every resolved plan keeps FP32
+    (:func:`onnx_precision.policy.forced_fp32`) get no switch: one that would never be turned on only
+    costs an If. ``threads`` caps onnxruntime's intra-op threads. ``group_size`` is
+    :func:`.switch.build_switch_model`'s: groups make each probe cheaper and the session slower
+    to build, so a caller with only a couple of runs (``analyze``) passes 1. ``baked`` (the FP16
+    nodes of one plan) builds :func:`.baked.build_baked_model` instead: no switch, no If, every run
+    is that plan whatever ``run`` is given (see :class:`.plans.Emulator`).
+    """
+
+    def __init__(self, ctx: ModelContext, capture_intermediates: bool | Iterable[str] = True,
+                 threads: int | None = None, group_size: int | None = None,
+                 baked: frozenset[str] | None = None) -> None:
+        self.ctx = ctx
+        self.model = model = ctx.model
+        base_dir = ctx.base_dir
+        self.typing = ctx.typing
+        fp32 = as_fp32(ctx)
+        self.forced_fp32 = forced_fp32(ctx)
+        types = None if fp32 is not model else ctx.types
+        self.switch_model: SwitchModel = (
+            build_switch_model(fp32, self.typing, base_dir, capture_intermediates, types,
+                               fixed=self.forced_fp32, group_size=group_size, target=ctx.target)
+            if baked is None else
+            build_baked_model(fp32, self.typing, base_dir, baked, capture_intermediates, types,
+                              fixed=self.forced_fp32, target=ctx.target))
+        self.session = make_session(self.switch_model.model, base_dir, options=session_options(threads),
+                                    custom_op_libraries=ctx.custom_op_libraries, shared=ctx.mapped_weights)
+        self.sessions_built = 1
+        self.probes_run = 0
+        self._last: tuple[PrecisionPlan | None, np.ndarray] | None = None
+        self._dtypes = input_dtypes(self.switch_model.model)
+        self.io = FloatIO(model)
+
+    oracle = EMULATE
+
+    def searching(self) -> EmulationSession:
+        """Every plan runs on this one session."""
+        return self
+
+    @property
+    def inspection(self) -> Inspector:
+        return Inspector(self)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return self.switch_model.outputs
+
+    @property
+    def intermediates(self) -> tuple[str, ...]:
+        return self.switch_model.intermediates
+
+    @property
+    def producers(self) -> Mapping[str, str]:
+        return self.switch_model.producers
+
+    @property
+    def switchable(self) -> frozenset[str]:
+        """Nodes whose precision changes anything in the emulation."""
+        return frozenset(self.switch_model.switches) - self.forced_fp32
+
+    def switch_feed(self, plan: PrecisionPlan | None) -> dict[str, np.ndarray]:
+        if not self.switch_model.switch_input:
+            return {}
+        # A probe runs one plan on each sample in turn: its (read-only) vector is kept.
+        if self._last is None or self._last[0] is not plan:
+            fp16 = () if plan is None else [node for node in self.switch_model.switches
+                                             if plan.is_fp16(node) and node not in self.forced_fp32]
+            vector = self.switch_model.switch_vector(fp16)
+            vector.flags.writeable = False
+            self._last = (plan, vector)
+        return {self.switch_model.switch_input: self._last[1]}
+
+    def run(self, plan: PrecisionPlan | None, feed: Feed, names: Sequence[str] | None = None,
+            intermediates: bool | tuple[str, ...] = False) -> dict[str, np.ndarray]:
+        """Outputs of ``plan`` on ``feed``: the graph outputs, plus every captured intermediate
+        when ``intermediates`` is True or those of them it names, or exactly ``names``."""
+        if names is None and isinstance(intermediates, tuple):
+            exposed = set(self.intermediates)
+            names = self.outputs + tuple(n for n in intermediates if n in exposed)
+        elif names is None:
+            names = self.outputs + (self.intermediates if intermediates else ())
+        fp16_io = plan is not None and plan.fp16_io
+        full = self.switch_feed(plan)
+        for name, value in cast_feed(feed, self._dtypes).items():
+            full[name] = self.fed_value(plan, name, value)
+        values = self.session.run(list(names), full)
+        self.probes_run += 1
+        result = dict(zip(names, values))
+        if fp16_io:
+            for name in self.io.outputs.intersection(result):
+                result[name] = round_fp16(result[name])
+        return result
+
+    def fed_value(self, plan: PrecisionPlan | None, name: str, value: np.ndarray) -> np.ndarray:
+        """The value a graph input has under ``plan`` (:meth:`FloatIO.fed`)."""
+        return self.io.fed(plan, name, value)
+
+    @property
+    def low(self) -> LowPrecision:
+        return self.ctx.target.low
+
+    def twin(self, plan: PrecisionPlan | None, feed: Feed | None = None) -> None:
+        """No twin graph: every tensor this session captures is compared in one chunk."""
+        return None
+
+    def chunks(self, feed: Feed | None = None) -> Chunks:
+        return Chunks((), (), 0, whole=True)
+
+
+class FloatIO:
+    """The float32 graph inputs and outputs of a model: what a plan with FP16 graph I/O rounds."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.inputs = frozenset(vi.name for vi in model.graph.input
+                                if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT)
+        self.outputs = frozenset(vi.name for vi in model.graph.output
+                                 if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT)
+
+    def fed(self, plan: PrecisionPlan | None, name: str, value: np.ndarray) -> np.ndarray:
+        """The value graph input ``name`` has under ``plan`` (FP16 graph inputs hold FP16 values)."""
+        if plan is not None and plan.fp16_io and name in self.inputs:
+            return round_fp16(value)
+        return value
+
+
+def as_fp32(ctx: ModelContext) -> onnx.ModelProto:
+    """``ctx``'s model itself, or its emulation when it already holds FP16 tensors: onnxruntime's CPU
+    kernels would compute those natively, so the reference and the probes would not be what FP16
+    hardware computes, nor what emulating a written model computes. Made once per context."""
+    return ctx.memo(_as_fp32)
+
+
+def _as_fp32(ctx: ModelContext) -> onnx.ModelProto:
+    if any(is_tensor(t) and t.tensor_type.elem_type == onnx.TensorProto.FLOAT16 for t in ctx.types.values()):
+        return emulate_model(ctx.model, ctx.base_dir)
+    return ctx.model
