@@ -235,8 +235,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
 
         shapes = sample_shapes(auto_result.samples.feeds) if auto_result is not None else None
         outputs.stage_text(options.trt_flags_path, ctx.target.flags_text(
-            ctx.model, result.plan, model_path, output_path, renamed=ctx.renamed, input_shapes=shapes,
-            atol=options.tolerance.atol, rtol=options.tolerance.rtol))
+            ctx, result.plan, output_path, shapes, options.tolerance))
     texts = tuple(p for p in (options.plan_out, options.trt_flags_path) if p)
     if auto_result is None:
         outputs.commit()

@@ -23,7 +23,6 @@ The rules (see :mod:`onnx_precision.typing_rules` for which tensors of a node co
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import onnx
@@ -68,13 +67,13 @@ class _Scope:
 
 
 class _Rewriter:
-    def __init__(self, model: onnx.ModelProto, plan: PrecisionPlan, base_dir: str,
-                 types: Mapping[str, onnx.TypeProto], typing: Mapping[str, tr.NodeTyping]) -> None:
-        self.model = model
+    def __init__(self, model: onnx.ModelProto, plan: PrecisionPlan, ctx: ModelContext) -> None:
+        self.model = model  # the copy being written
+        self.index = ctx.index  # the original's producers: same names, same outputs
         self.plan = plan
-        self.base_dir = base_dir
-        self.types = types
-        self.typing = typing
+        self.base_dir = ctx.base_dir
+        self.types = ctx.types
+        self.typing = ctx.typing
         self.taken = model_names(model)
         self.written: dict[str, int] = {}  # float tensor -> element type in the output model
         self.widened_from: dict[str, str] = {}  # output of a widening Cast -> its float16 input
@@ -145,11 +144,11 @@ class _Rewriter:
                         self.const_plan.setdefault(out.name, set()).add(need)
 
     def plan_main_outputs(self) -> None:
-        producers = {o: (n, i) for n in self.model.graph.node for i, o in enumerate(n.output)}
         for out in self.model.graph.output:
-            if out.name not in producers or out.name in self.renamed or out.name in self.constants:
+            node = self.index.main_producer(out.name)
+            if node is None or out.name in self.renamed or out.name in self.constants:
                 continue
-            node, i = producers[out.name]
+            i = list(node.output).index(out.name)
             have, need = self.produced(node, i), self.io_type(out.name, None)
             if have in _FLOATS and need in _FLOATS and have != need:
                 new = self.fresh(f"{out.name}_{_SUFFIX[have]}")
@@ -412,7 +411,7 @@ def rewrite(ctx: ModelContext, plan: PrecisionPlan) -> RewriteResult:
     resolved = policy.resolve(ctx, plan)
     out = onnx.ModelProto()
     out.CopyFrom(ctx.model)
-    rewriter = _Rewriter(out, resolved, ctx.base_dir, ctx.types, ctx.typing)
+    rewriter = _Rewriter(out, resolved, ctx)
     rewriter.run()
     forced = [n for n in resolved.fp32_nodes if plan.is_fp16(n)]
     notes = list(rewriter.notes)

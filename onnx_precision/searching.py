@@ -23,7 +23,7 @@ from .metrics import Comparison
 from .oracle import LayerwiseResult
 from .plan import PrecisionPlan, Reason
 from .probing import Prober
-from .search import PinSearch, SearchOutcome
+from .search import PinSearch, SearchOutcome, Verdict
 from .tradeoff import PlanPoint
 
 log = logging.getLogger(__name__)
@@ -143,11 +143,7 @@ def run_search(prober: Prober, session: Counted, clock: Clock, space: SearchSpac
             message = ("even with every float node in FP32 the emulated outputs are out of tolerance "
                        f"({prober.last_detail}); check the tolerance and the samples")
         return SearchResult(None, outcome, tuple(points), tuple(notes), message)
-    plan = base
-    for verdict in outcome.verdicts:
-        why = (f"un-pinning it fails: {verdict.detail} (probe {verdict.probe})" if verdict.probe >= 0
-               else verdict.detail)
-        plan = plan.with_fp32([verdict.node], Reason("search", why))
+    plan = base.with_fp32_reasons({v.node: (Reason("search", _why(v)),) for v in outcome.verdicts})
     message = ""
     if outcome.exhausted:
         kept_set = tuple(sorted(base_pins | set(outcome.pinned)))
@@ -156,3 +152,9 @@ def run_search(prober: Prober, session: Counted, clock: Clock, space: SearchSpac
                    f"proven minimal")
         notes.append(message)
     return SearchResult(plan, outcome, tuple(points), tuple(notes), message)
+
+
+def _why(verdict: Verdict) -> str:
+    if verdict.probe >= 0:
+        return f"un-pinning it fails: {verdict.detail} (probe {verdict.probe})"
+    return verdict.detail

@@ -26,9 +26,9 @@ import numpy as np
 import onnx
 
 from ..context import ModelContext
+from ..float_types import LowPrecision
 from ..plan import PrecisionPlan
 from ..policy import forced_fp32
-from ..target import LowPrecision
 from ..typing_rules import is_tensor
 from .baked import build_baked_model
 from .inspection import Chunks, Inspector

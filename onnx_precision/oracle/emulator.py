@@ -24,11 +24,11 @@ import onnx
 import onnxruntime as ort
 
 from ..context import ModelContext
+from ..float_types import LowPrecision
 from ..graph import graphs
 from ..plan import PrecisionPlan
 from ..policy import forced_fp32
 from ..storage import element_count, model_tensors
-from ..target import LowPrecision
 from ..typing_rules import tensor_types
 from .emulation import EMULATE, EmulationSession, FloatIO, as_fp32
 from .inspection import Chunks, Inspector

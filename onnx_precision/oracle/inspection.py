@@ -30,9 +30,9 @@ import numpy as np
 import onnx
 
 from ..errors import InternalError
+from ..float_types import FP16, LowPrecision
 from ..format import json_float
 from ..plan import PrecisionPlan
-from ..target import FP16, LowPrecision
 from ..tolerance import Tolerance
 from .sessions import Feed, owned
 from .twin import FLOATS, INTS, TwinModel

@@ -50,7 +50,8 @@ def node_blockers(ctx: ModelContext) -> NodeBlockers:
             if value_range is None:
                 continue
             if name not in verdicts:
-                verdicts[name] = constant_verdict(ctx.constants[name], ctx.base_dir, value_range)
+                verdicts[name] = constant_verdict(ctx.constants[name], ctx.base_dir, value_range,
+                                                  ctx.target.low)
             problem, note = verdicts[name]
             if problem:
                 forced[node.name] = Reason(
@@ -62,7 +63,7 @@ def node_blockers(ctx: ModelContext) -> NodeBlockers:
         if node.name not in forced and node.op_type == "ConstantOfShape" and t.convertible_outputs:
             value = constant_tensor(node)
             if value is not None and value.data_type == FLOAT:
-                problem, _ = constant_verdict(value, ctx.base_dir)
+                problem, _ = constant_verdict(value, ctx.base_dir, low=ctx.target.low)
                 if problem:
                     forced[node.name] = Reason("initializer", f"{node.op_type} value: {problem}")
     notes = {name: reason for name, reason in notes.items() if name not in forced}

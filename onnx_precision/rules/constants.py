@@ -8,9 +8,8 @@ from collections.abc import Iterator
 import numpy as np
 import onnx
 
-from ..fp16 import FP16_EXACT_INT, FP16_FLUSH, FP16_MAX, FP16_MIN_NORMAL
 from ..graph import attr
-from ..typing_rules import elem_type, fp16_value_problem
+from ..typing_rules import elem_type, value_problem
 from .facts import (
     HIGH,
     LOW,
@@ -47,19 +46,19 @@ def epsilon(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
             continue
         magnitudes = np.abs(values.astype(np.float64))
         eps = float(magnitudes.max())
-        if not (0 < eps < FP16_MIN_NORMAL) or not np.all(magnitudes > 0):
+        if not (0 < eps < facts.low.min_normal) or not np.all(magnitudes > 0):
             continue
         guarded = sorted({c.op_type for c in facts.downstream_ops(node.output[0], 2)} & _EPS_CONSUMERS)
         if not guarded:
             continue
         others = [n for i, n in enumerate(node.input) if i != index and n]
-        zero = eps <= FP16_FLUSH
+        zero = eps <= facts.low.flush
         severity = HIGH if zero else MEDIUM
         what = "is 0 in FP16" if zero else "is subnormal in FP16"
         confirmed = confirm(
             facts,
             others,
-            lambda *s: any(x.flush_fraction > 0 or not x.min_nonzero_abs >= FP16_MIN_NORMAL for x in s),
+            lambda *s: any(x.flush_fraction > 0 or not x.min_nonzero_abs >= facts.low.min_normal for x in s),
         )
         evidence: dict[str, object] = {"epsilon": eps, "guards": "/".join(guarded)}
         for other in others:
@@ -83,10 +82,10 @@ def norm_epsilon(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     """A fused normalization's epsilon attribute below FP16's normal range; fused kernels mostly
     add it in FP32, so this is a warning, and ranges cannot decide it."""
     eps = attr(node, "epsilon", 1e-5)
-    if not (isinstance(eps, float) and eps < FP16_MIN_NORMAL):
+    if not (isinstance(eps, float) and eps < facts.low.min_normal):
         yield skip(f"epsilon {eps} is within FP16's normal range")
     else:
-        zero = eps <= FP16_FLUSH
+        zero = eps <= facts.low.flush
         yield finding(
             node,
             "epsilon-underflow",
@@ -118,7 +117,7 @@ def _is_mask(name: str, facts: ModelFacts) -> bool:
 def constant_range(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     """A float constant FP16 cannot hold: |x| > 65504 is inf, tiny nonzeros become 0."""
     for name, (max_abs, min_nonzero) in _constant_inputs(node, facts):
-        if max_abs > FP16_MAX and not _is_mask(name, facts):
+        if max_abs > facts.low.max and not _is_mask(name, facts):
             yield finding(
                 node,
                 "constant-overflow",
@@ -129,10 +128,10 @@ def constant_range(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
                 constant=name,
                 max_abs=max_abs,
             )
-        elif math.isfinite(min_nonzero) and min_nonzero <= FP16_FLUSH:
-            # As typing_rules.fp16_value_problem: flushing matters only when the whole constant lies
+        elif math.isfinite(min_nonzero) and min_nonzero <= facts.low.flush:
+            # As typing_rules.value_problem: flushing matters only when the whole constant lies
             # below FP16's normal range; otherwise it is below the rounding of its largest values.
-            material = fp16_value_problem(max_abs, min_nonzero) is not None
+            material = value_problem(max_abs, min_nonzero, facts.low) is not None
             yield finding(
                 node,
                 "constant-underflow",
@@ -167,8 +166,8 @@ def mask_constant(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
         value = float(np.min(values))  # type: ignore[arg-type]
         meets = [node.op_type] + [c.op_type for c in facts.downstream_ops(node.output[0], 3)]
         hazards = [_MASK_MEETS[op] for op in dict.fromkeys(meets) if op in _MASK_MEETS]
-        severity = HIGH if value < -FP16_MAX else LOW
-        fp16 = "-inf" if value < -FP16_MAX else f"{float(np.float16(value)):g}"
+        severity = HIGH if value < -facts.low.max else LOW
+        fp16 = "-inf" if value < -facts.low.max else f"{float(np.float16(value)):g}"
         yield finding(
             node,
             "mask-constant",
@@ -196,7 +195,7 @@ def float_integer(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
         if source is None or onnx.helper.tensor_dtype_to_np_dtype(source).kind not in "iub":
             yield skip("casts no integer to float")
             return
-    confirmed = confirm(facts, [node.output[0]], lambda s: s.max_abs > FP16_EXACT_INT)
+    confirmed = confirm(facts, [node.output[0]], lambda s: s.max_abs > facts.low.exact_int)
     yield finding(
         node,
         "float-integer",

@@ -14,7 +14,6 @@ import onnx
 
 from ..context import ModelContext
 from ..format import json_safe
-from ..fp16 import FP16_MAX
 from ..graph import attr
 from ..plan import Reason
 from ..storage import read_array
@@ -96,19 +95,16 @@ class ModelFacts:
 
     def __init__(self, ctx: ModelContext, stats: Mapping[str, Stats] | None = None) -> None:
         self.ctx = ctx
+        self.low = ctx.target.low  # the 16-bit type whose limits the rules judge against
         self.stats = stats
         self.types = ctx.types
         self.constants = ctx.constants
-        self.consumers: dict[str, list[onnx.NodeProto]] = {}
-        self.producers: dict[str, onnx.NodeProto] = {}
-        for ref in ctx.nodes:
-            for name in ref.node.input:
-                if name:
-                    self.consumers.setdefault(name, []).append(ref.node)
-            for name in ref.node.output:
-                if name:
-                    self.producers[name] = ref.node
+        self.index = ctx.index
         self._values: dict[str, np.ndarray | None] = {}
+
+    def overflows(self, s: Stats) -> bool:
+        """A recorded range past the 16-bit type's maximum."""
+        return s.max_abs > self.low.max
 
     @property
     def has_data(self) -> bool:
@@ -149,7 +145,7 @@ class ModelFacts:
         for _ in range(hops):
             nxt: list[str] = []
             for tensor in frontier:
-                for consumer in self.consumers.get(tensor, []):
+                for consumer in (ref.node for ref in self.index.consumers.get(tensor, ())):
                     if all(consumer is not s for s in seen):
                         seen.append(consumer)
                         if consumer.op_type not in stop_at:
@@ -174,10 +170,6 @@ def flushes(s: Stats) -> bool:
 def flushes_much(s: Stats) -> bool:
     """Enough values flush to matter in bulk (a few tiny Gelu tails flushing matter to nobody)."""
     return s.flush_fraction >= SIGNIFICANT_FLUSH
-
-
-def overflows(s: Stats) -> bool:
-    return s.max_abs > FP16_MAX
 
 
 def range_evidence(facts: ModelFacts, role: str, name: str) -> dict[str, object]:
@@ -261,7 +253,8 @@ def contraction_depth(node: onnx.NodeProto, facts: ModelFacts) -> int | None:
 
 def sum_of_squares_input(node: onnx.NodeProto, facts: ModelFacts) -> bool:
     """Whether a reduction's input is x*x or x**2 (an L2 norm written by hand)."""
-    producer = facts.producers.get(node.input[0])
+    made = facts.index.producers.get(node.input[0])
+    producer = None if made is None else made.node
     if producer is None:
         return False
     if producer.op_type == "Mul" and len(producer.input) == 2 and producer.input[0] == producer.input[1]:

@@ -9,7 +9,6 @@ from typing import Callable
 import numpy as np
 import onnx
 
-from ..fp16 import FP16_EXACT_INT, FP16_MAX, FP16_MIN_NORMAL, FP16_MIN_SUBNORMAL
 from ..trt.facts import log_softmax_underflows
 from .facts import (
     HIGH,
@@ -29,14 +28,12 @@ from .facts import (
     finding,
     flushes,
     flushes_much,
-    overflows,
     range_evidence,
     reduction_length,
     sum_of_squares_input,
 )
 from .registry import rule, skip
 
-EXP_OVERFLOW_INPUT = math.log(FP16_MAX)  # 11.09: exp of anything larger is inf in FP16
 LONG_REDUCTION = 4096  # reduction depth past which FP16 accumulation loses several bits
 
 RuleOutput = Iterator["Finding | Skipped"]
@@ -50,13 +47,13 @@ def cumsum(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     axis = int(np.ravel(axis_values)[0]) if axis_values is not None else None
     length = dim_of(facts.shape(node.input[0]), axis) if axis is not None else None
     evidence = {"length": length, "axis": axis, **range_evidence(facts, "output", node.output[0])}
-    overflow = confirm(facts, [node.output[0]], overflows)
+    overflow = confirm(facts, [node.output[0]], facts.overflows)
     if overflow:
         yield finding(node, "cumsum", OVERFLOW, HIGH,
                       f"running sum over {length} elements reaches beyond 65504", True, **evidence)
         return
     lossy = confirm(facts, [node.input[0], node.output[0]],
-                    lambda i, o: o.max_abs > FP16_EXACT_INT * max(i.max_abs, FP16_MIN_SUBNORMAL))
+                    lambda i, o: o.max_abs > facts.low.exact_int * max(i.max_abs, facts.low.min_subnormal))
     yield finding(node, "cumsum", PRECISION, MEDIUM,
                   f"running sum over {length} elements: increments fall below FP16 spacing", lossy,
                   **evidence)
@@ -74,7 +71,7 @@ def reduction(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     squares = node.op_type in ("ReduceSumSquare", "ReduceL2") or sum_of_squares_input(node, facts)
     evidence = {"length": length, **range_evidence(facts, "output", node.output[0])}
     if node.op_type in _REDUCE_OUTPUT_IS_SUM:
-        confirmed = confirm(facts, [node.output[0]], overflows)
+        confirmed = confirm(facts, [node.output[0]], facts.overflows)
         severity = HIGH if squares else MEDIUM if (length or 0) >= LONG_REDUCTION else LOW
         what = "sum of squares" if squares else "sum"
         verb = "exceeds" if confirmed else "can exceed"
@@ -88,7 +85,7 @@ def reduction(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
         if node.op_type == "ReduceL2":
             return s.max_abs ** 2
         return math.exp(min(s.max_abs, 700.0))  # ReduceLogSumExp
-    confirmed = confirm(facts, [node.output[0]], lambda s: internal(s) > FP16_MAX)
+    confirmed = confirm(facts, [node.output[0]], lambda s: internal(s) > facts.low.max)
     stats = facts.range_of(node.output[0])
     if stats is not None:
         evidence["internal_sum_estimate"] = float(internal(stats))
@@ -104,7 +101,7 @@ def reduction(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
 def contraction(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     """Long inner products lose precision and can overflow; short ones (the usual case) are fine."""
     depth = contraction_depth(node, facts)
-    overflow = confirm(facts, [node.output[0]], overflows)
+    overflow = confirm(facts, [node.output[0]], facts.overflows)
     evidence = {"depth": depth, **range_evidence(facts, "output", node.output[0])}
     if overflow:
         yield finding(node, "long-contraction", OVERFLOW, HIGH,
@@ -120,10 +117,10 @@ def contraction(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
 @rule("Exp")
 def exp(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     """exp(x) is inf in FP16 for x > 11.09."""
-    confirmed = confirm(facts, [node.output[0]], overflows)
+    confirmed = confirm(facts, [node.output[0]], facts.overflows)
     verb = "overflows" if confirmed else "can overflow"
     yield finding(node, "exp-overflow", OVERFLOW, HIGH,
-                  f"exp {verb} FP16 (inputs above {EXP_OVERFLOW_INPUT:.2f})", confirmed,
+                  f"exp {verb} FP16 (inputs above {math.log(facts.low.max):.2f})", confirmed,
                   **range_evidence(facts, "input", node.input[0]),
                   **range_evidence(facts, "output", node.output[0]))
 
@@ -138,8 +135,8 @@ def power(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
         return
     evidence = {"exponent": p, **range_evidence(facts, "input", node.input[0]),
                 **range_evidence(facts, "output", node.output[0])}
-    overflow = confirm(facts, [node.output[0]], overflows)
-    limit = FP16_MAX ** (1.0 / p) if p is not None and p > 1 else None
+    overflow = confirm(facts, [node.output[0]], facts.overflows)
+    limit = facts.low.max ** (1.0 / p) if p is not None and p > 1 else None
     if overflow:
         message = "power exceeds 65504"
     elif limit:
@@ -155,7 +152,7 @@ def _tiny_input(node: onnx.NodeProto, facts: ModelFacts, index: int, rule_name: 
     an output past 65504 (division by a tiny value) is the other."""
     name = node.input[index]
     evidence = {**range_evidence(facts, "input", name), **range_evidence(facts, "output", node.output[0])}
-    if confirm(facts, [node.output[0]], overflows):
+    if confirm(facts, [node.output[0]], facts.overflows):
         yield finding(node, rule_name, OVERFLOW, HIGH, "result exceeds 65504 (divided by a tiny value)",
                       True, **evidence)
         return
@@ -189,7 +186,7 @@ def div(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     denominator = facts.constant(node.input[1])
     if denominator is not None:
         magnitudes = np.abs(denominator.astype(np.float64))
-        if np.all(magnitudes >= FP16_MIN_NORMAL):
+        if np.all(magnitudes >= facts.low.min_normal):
             yield skip("a constant divisor in FP16's normal range: nothing to flush")
             return
     yield from _tiny_input(node, facts, 1, "tiny-denominator", MEDIUM,
@@ -201,7 +198,7 @@ def softmax(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     """Softmax is computed stably, but probabilities below 6e-8 flush to zero in FP16, which
     matters when they are later divided by or logged."""
     if node.op_type == "LogSoftmax":
-        confirmed = confirm(facts, [node.output[0]], overflows)
+        confirmed = confirm(facts, [node.output[0]], facts.overflows)
         yield finding(node, "softmax", OVERFLOW, LOW, "log-probabilities below -65504 overflow",
                       confirmed, **range_evidence(facts, "output", node.output[0]))
         layers = facts.ctx.target.stored_in_layers(node.op_type)

@@ -10,13 +10,28 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 import onnx
 
+from ..float_types import FP16, LowPrecision
 from ..plan import PrecisionPlan
-from .low_precision import FP16, LowPrecision
+from ..tolerance import Tolerance
 
 Fresh = Callable[[str], str]  # a fresh value/node name from a base name
+
+
+class LoadedModel(Protocol):
+    """What the flags exporter reads of a loaded model (a model context)."""
+
+    @property
+    def model(self) -> onnx.ModelProto: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def renamed(self) -> tuple[tuple[str, str], ...]: ...
+    @property
+    def types(self) -> Mapping[str, onnx.TypeProto]: ...
 
 
 class Spelling(ABC):
@@ -74,16 +89,15 @@ class Target(ABC):
         for a rule's message), or "" where the op computes internally in FP32."""
         return ""
 
-    def flags_text(self, model: onnx.ModelProto, plan: PrecisionPlan, original_path: str,
-                   converted_path: str, *, renamed: Sequence[tuple[str, str]] = (),
-                   input_shapes: Mapping[str, Sequence[Sequence[int]]] | None = None,
-                   atol: float = 1e-3, rtol: float = 1e-2) -> str:
+    def flags_text(self, model: LoadedModel, plan: PrecisionPlan, converted_path: str,
+                   input_shapes: Mapping[str, Sequence[Sequence[int]]] | None, tolerance: Tolerance) -> str:
         """The ``--trt-flags`` file: TensorRT's flags for the plan, per release, whatever the target
         the plan was measured on (a generic plan is also a TensorRT user's starting point)."""
         from ..trt.flags import trt_flags_text
 
-        return trt_flags_text(model, plan, original_path, converted_path, renamed=renamed,
-                              input_shapes=input_shapes, atol=atol, rtol=rtol)
+        return trt_flags_text(model.model, plan, model.path, converted_path, renamed=model.renamed,
+                              input_shapes=input_shapes, atol=tolerance.atol, rtol=tolerance.rtol,
+                              types=model.types)
 
     def __str__(self) -> str:
         return self.name

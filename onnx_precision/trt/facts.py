@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import math
 
-FP16_MAX = 65504.0
+from ..float_types import FP16
+
+FP16_MAX = FP16.max
 # The smallest FP16 subnormal: a probability below it cannot be stored (it rounds to 0 or to 2**-24).
-FP16_TINY = 2.0 ** -24
+FP16_TINY = FP16.min_subnormal
 LOG_FP16_MAX = math.log(FP16_MAX)  # 11.09: exp(x) exceeds FP16 above it
 LOG_FP16_TINY = -math.log(FP16_TINY)  # 16.64: exp(-gap) is below FP16's smallest value past it
 

@@ -202,11 +202,12 @@ def _io_format(elem: int | None, version: TrtVersion) -> str | None:
 class _Model:
     """What every release's flags are computed from: node types and the plan's FP32 float nodes."""
 
-    def __init__(self, model: onnx.ModelProto, plan: PrecisionPlan,
-                 renamed: Sequence[tuple[str, str]]) -> None:
+    def __init__(self, model: onnx.ModelProto, plan: PrecisionPlan, renamed: Sequence[tuple[str, str]],
+                 types: Mapping[str, onnx.TypeProto] | None = None) -> None:
         self.model = model
         self.plan = plan
-        self.types = {name: elem_type(tp) for name, tp in tensor_types(model).items()}
+        inferred = tensor_types(model) if types is None else types
+        self.types = {name: elem_type(tp) for name, tp in inferred.items()}
         self.nodes = {ref.node.name: ref.node for ref in walk_nodes(model.graph)}
         self.originals = {new: old for old, new in renamed}
         self.layers: LayersCache = {}
@@ -336,9 +337,11 @@ class FlagsByRelease:
     pinned: frozenset[str]
 
 
-def flags_by_release(model: onnx.ModelProto, plan: PrecisionPlan, *,
-                     renamed: Sequence[tuple[str, str]] = ()) -> FlagsByRelease:
-    m = _Model(model, plan, renamed)
+def flags_by_release(model: onnx.ModelProto, plan: PrecisionPlan, *, renamed: Sequence[tuple[str, str]] = (),
+                     types: Mapping[str, onnx.TypeProto] | None = None) -> FlagsByRelease:
+    """The flags of every release in :data:`RELEASES`, releases with the same flags grouped
+    (``types``: every value's type, when the caller has them; inferred otherwise)."""
+    m = _Model(model, plan, renamed, types)
     groups: list[ReleaseFlags] = []
     names: list[NodeNames] = []
     for version in RELEASES:
@@ -395,12 +398,13 @@ def _polygraphy_lines(names: Sequence[NodeNames], plan_pinned: frozenset[str], p
 def trt_flags_text(model: onnx.ModelProto, plan: PrecisionPlan, original_path: str, converted_path: str, *,
                    renamed: Sequence[tuple[str, str]] = (),
                    input_shapes: Mapping[str, Sequence[Sequence[int]]] | None = None,
-                   atol: float = 1e-3, rtol: float = 1e-2) -> str:
+                   atol: float = 1e-3, rtol: float = 1e-2,
+                   types: Mapping[str, onnx.TypeProto] | None = None) -> str:
     """The --trt-flags file: trtexec lines per TensorRT generation (and per release where the flags
     differ), each with a comment saying which releases it is for, then the Polygraphy equivalents.
     ``input_shapes`` holds the sample shapes of each input (:func:`sample_shapes`), from which the
     dynamic inputs get their min/opt/max shapes; ``atol``/``rtol`` go to the comparison line."""
-    by_release = flags_by_release(model, plan, renamed=renamed)
+    by_release = flags_by_release(model, plan, renamed=renamed, types=types)
     profile = shape_profile(model, input_shapes)
     shapes = profile.trtexec_args()
     lines = [f"# onnx-precision: TensorRT flags for {len(by_release.pinned)} node(s) pinned to FP32."]

@@ -1,41 +1,41 @@
-"""Float constants (initializers, Constant values) and what an FP16 copy of them would do."""
+"""Float constants (initializers, Constant values) and what a 16-bit copy of them would do."""
 
 from __future__ import annotations
 
 import numpy as np
 import onnx
 
-from ..fp16 import FP16_MAX, FP16_MIN_NORMAL
+from ..float_types import FP16, LowPrecision
 from ..graph import graphs, is_onnx_domain
 from ..storage import element_count, read_array, value_range
 from .types import FLOAT
 
 
-def _flushes(min_nonzero_abs: float) -> bool:
-    return bool(np.isfinite(min_nonzero_abs) and np.float16(min_nonzero_abs) == 0)
+def _flushes(min_nonzero_abs: float, low: LowPrecision) -> bool:
+    return bool(np.isfinite(min_nonzero_abs) and min_nonzero_abs <= low.flush)
 
 
-def fp16_value_problem(max_abs: float, min_nonzero_abs: float) -> str | None:
-    """Why an FP16 copy of values with this range would change them materially, or None.
+def value_problem(max_abs: float, min_nonzero_abs: float, low: LowPrecision = FP16) -> str | None:
+    """Why a copy in ``low`` of values with this range would change them materially, or None.
 
     Overflow always matters. A value flushed to zero matters only when the whole tensor lies below
     FP16's normal range: otherwise the flushed values (< 3e-8) are smaller than the rounding error
     FP16 already makes on the tensor's own largest values (max |x| * 2**-11), and pinning every
     trained weight matrix that holds one such value would keep most of a real model in FP32.
     """
-    if max_abs > FP16_MAX:
-        return f"|x| up to {max_abs:.6g} exceeds the FP16 maximum {FP16_MAX:g}"
-    if _flushes(min_nonzero_abs) and max_abs < FP16_MIN_NORMAL:
-        return (f"nonzero |x| down to {min_nonzero_abs:.3g} would flush to zero in FP16, and all its values "
-                f"lie below FP16's normal range (max |x| {max_abs:.3g})")
+    if max_abs > low.max:
+        return f"|x| up to {max_abs:.6g} exceeds the {low.name} maximum {low.max:g}"
+    if _flushes(min_nonzero_abs, low) and max_abs < low.min_normal:
+        return (f"nonzero |x| down to {min_nonzero_abs:.3g} would flush to zero in {low.name}, and all its "
+                f"values lie below {low.name}'s normal range (max |x| {max_abs:.3g})")
     return None
 
 
-def fp16_flush_note(max_abs: float, min_nonzero_abs: float) -> str | None:
+def flush_note(max_abs: float, min_nonzero_abs: float, low: LowPrecision = FP16) -> str | None:
     """What converting values with this range flushes to zero although it is no problem, or None."""
-    if max_abs <= FP16_MAX and max_abs >= FP16_MIN_NORMAL and _flushes(min_nonzero_abs):
-        return (f"nonzero |x| down to {min_nonzero_abs:.3g} flush to zero in FP16, less than the rounding "
-                f"error of its largest values (max |x| {max_abs:.3g})")
+    if max_abs <= low.max and max_abs >= low.min_normal and _flushes(min_nonzero_abs, low):
+        return (f"nonzero |x| down to {min_nonzero_abs:.3g} flush to zero in {low.name}, less than the "
+                f"rounding error of its largest values (max |x| {max_abs:.3g})")
     return None
 
 
@@ -48,14 +48,14 @@ def _finite_range(values: np.ndarray) -> tuple[float, float]:
 
 
 def constant_verdict(tensor: onnx.TensorProto, base_dir: str, known_range: tuple[float, float] | None = None,
-                     ) -> tuple[str | None, str | None]:
-    """(why an FP16 copy of this float constant would change it materially, what the copy flushes
-    to zero harmlessly): either may be None. ``known_range`` is the tensor's :func:`value_range`
-    when the caller has it (it is not read again)."""
+                     low: LowPrecision = FP16) -> tuple[str | None, str | None]:
+    """(why a copy in ``low`` of this float constant would change it materially, what the copy
+    flushes to zero harmlessly): either may be None. ``known_range`` is the tensor's
+    :func:`value_range` when the caller has it (it is not read again)."""
     max_abs, min_nonzero = known_range if known_range is not None else value_range(tensor, base_dir)
     if max_abs == float("inf"):  # rare (e.g. a -inf mask): look again at the finite values only
         max_abs, min_nonzero = _finite_range(read_array(tensor, base_dir))
-    return fp16_value_problem(max_abs, min_nonzero), fp16_flush_note(max_abs, min_nonzero)
+    return value_problem(max_abs, min_nonzero, low), flush_note(max_abs, min_nonzero, low)
 
 
 def constant_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
