@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 import models
-from onnx_precision import auto
+from onnx_precision.convert import choose as auto
 from onnx_precision.compare import compare_samples
 from onnx_precision.context import ModelContext, load_model
 from onnx_precision.data import Samples
@@ -367,7 +367,7 @@ def test_convert_native_oracle_missing_is_an_error_before_any_work(tmp_path, cap
 
 def test_written_model_failing_verification_is_loud(tmp_path, capsys, monkeypatch):
     """If what is written differed from what was searched, the verification must catch it."""
-    import onnx_precision.convert as convert_lib
+    import onnx_precision.convert.run as convert_lib
     from onnx_precision.cli import main
 
     def write_all_fp16(ctx, plan):  # a rewriter bug: ignores the pins

@@ -175,7 +175,7 @@ def test_outputs_follow_the_umask(tmp_path, umask):
 
 def test_a_missing_output_directory_fails_before_any_work(tmp_path, capsys, monkeypatch):
     model = _plain_model(tmp_path)
-    import onnx_precision.convert as convert_module
+    import onnx_precision.convert.run as convert_module
     monkeypatch.setattr(convert_module, "load_model", lambda *a: pytest.fail("work started"))
     line = _run_refused(["convert", model, "-o", str(tmp_path / "o.onnx"), "--report-md",
                          str(tmp_path / "nowhere" / "r.md")], capsys, tmp_path)
@@ -202,7 +202,7 @@ def test_a_full_disk_on_the_last_output_leaves_nothing(tmp_path, capsys, monkeyp
 
 
 def test_an_interrupt_exits_130_with_one_line_and_nothing_written(tmp_path, capsys, monkeypatch):
-    import onnx_precision.convert as convert_module
+    import onnx_precision.convert.run as convert_module
     model = _plain_model(tmp_path)
 
     def interrupted(*args, **kwargs):

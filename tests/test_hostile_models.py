@@ -124,7 +124,7 @@ def test_all_fp16_writes_only_what_passes_the_full_checker(tmp_path, capsys):
 
 
 def test_the_rewriter_failing_the_full_check_is_an_internal_error(tmp_path, monkeypatch):
-    from onnx_precision import convert as convert_module
+    from onnx_precision.convert import run as convert_module
     from onnx_precision.errors import InternalError
     from onnx_precision.rewriter import rewrite
 

@@ -9,7 +9,7 @@ from conftest import parse
 
 import models
 from models import generate
-from onnx_precision import auto
+from onnx_precision.convert import choose as auto
 from onnx_precision.cli import main
 from onnx_precision.context import ModelContext
 from onnx_precision.data import Samples

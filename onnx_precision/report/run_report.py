@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..context import ModelContext
+from ..convert.outcome import ConversionOutcome
 from ..costs import PhaseCost, PhaseTotals
 from ..flops import estimate_flops
 from ..metrics import Comparison
 from ..oracle.inspection import NodeStats
-from ..outcome import ConversionOutcome
 from ..plan import PrecisionPlan
 from ..tolerance import Tolerance
 from ..tradeoff import PlanPoint, error_statistic, front_svg

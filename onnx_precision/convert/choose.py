@@ -35,19 +35,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import policy
-from .context import ModelContext
-from .costs import Clock, Counted, PhaseCost, PhaseTotals
-from .data import Samples
-from .errors import InternalError, PrecisionError, SearchError
-from .flops import estimate_flops
-from .metrics import Comparison
-from .oracle import Emulator, Inspection, LayerwiseResult, PlanRunner, ReferenceResult
-from .oracle.inspection import NodeStats, first_nonfinite_output
-from .plan import PrecisionPlan, Reason
-from .probing import Prober
-from .search import SearchOutcome
-from .searching import (
+from .. import policy
+from ..context import ModelContext
+from ..costs import Clock, Counted, PhaseCost, PhaseTotals
+from ..data import Samples
+from ..errors import InternalError, PrecisionError, SearchError
+from ..flops import estimate_flops
+from ..metrics import Comparison
+from ..oracle import Emulator, Inspection, LayerwiseResult, PlanRunner, ReferenceResult
+from ..oracle.inspection import NodeStats, first_nonfinite_output
+from ..plan import PrecisionPlan, Reason
+from ..search.driver import (
     FlopShare,
     Progress,
     SearchBudget,
@@ -57,9 +55,11 @@ from .searching import (
     run_search,
     widen_order,
 )
-from .tolerance import Tolerance
-from .tradeoff import PlanPoint
-from .vocab import MeasuringMode, ReasonSource, Status
+from ..search.prober import Prober
+from ..search.state import SearchOutcome
+from ..tolerance import Tolerance
+from ..tradeoff import PlanPoint
+from ..vocab import MeasuringMode, ReasonSource, Status
 
 log = logging.getLogger(__name__)
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .costs import PhaseCost
-from .metrics import Comparison
-from .plan import PrecisionPlan
-from .tolerance import Tolerance
-from .vocab import MeasuringMode, OracleName, Status
+from ..costs import PhaseCost
+from ..metrics import Comparison
+from ..plan import PrecisionPlan
+from ..tolerance import Tolerance
+from ..vocab import MeasuringMode, OracleName, Status
 
 if TYPE_CHECKING:  # the search's result: only read here (importing it would load the oracle stack)
-    from .auto import AutoResult
+    from .choose import AutoResult
 
 
 @dataclass(frozen=True)

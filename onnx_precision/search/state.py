@@ -38,7 +38,7 @@ import math
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .errors import InternalError
+from ..errors import InternalError
 
 PinnedSet = frozenset  # of node names
 

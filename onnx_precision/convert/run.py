@@ -1,7 +1,7 @@
 """The library entry point of ``onnx-precision convert``: load, choose a plan, rewrite, write.
 
-:func:`convert` is what the CLI calls; :func:`base_plan`, :func:`choose_plan` and
-:func:`convert_model` are the steps, usable on their own from Python. Everything the run writes
+:func:`convert` is what the CLI calls; :func:`base_plan`, :func:`plan_to_write` and :func:`verify`
+are the steps, usable on their own from Python. Everything the run writes
 (model, plan, TensorRT flags) is computed before the first file is written, and each file is
 written atomically, so a failing run leaves nothing half-written.
 """
@@ -13,22 +13,22 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from . import helper_sessions, policy, storage
-from .context import ModelContext, load_model
-from .costs import PhaseCost
-from .data import SampleSpec, sample_files
-from .errors import CustomOpError, InternalError, SearchError
+from .. import helper_sessions, policy, storage
+from ..context import ModelContext, load_model
+from ..costs import PhaseCost
+from ..data import SampleSpec, sample_files
+from ..errors import CustomOpError, InternalError, SearchError
+from ..plan import PrecisionPlan, Reason, apply_user_choices
+from ..rewriter import RewriteResult, rewrite
+from ..target import GENERIC, Target
+from ..tolerance import Tolerance
+from ..vocab import MODES, Mode, OracleName, Status
 from .outcome import ConversionOutcome, Verification
-from .plan import PrecisionPlan, Reason, apply_user_choices
-from .rewriter import RewriteResult, rewrite
-from .target import GENERIC, Target
-from .tolerance import Tolerance
-from .vocab import MODES, Mode, OracleName, Status
 from .written_check import check_written
 
 if TYPE_CHECKING:
-    from .auto import AutoResult, Progress
-    from .report import RunReport
+    from ..report import RunReport
+    from .choose import AutoResult, Progress
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class ConvertResult:
             if self.report is None:
                 return [f"{self.output_path}: nothing to convert ({self.nothing_to_convert}); written with "
                         f"no precision changed"]
-            from .report import summary_lines  # its FP16 line says why
+            from ..report import summary_lines  # its FP16 line says why
             return [f"{self.output_path}: nothing to convert; written with no precision changed"] + \
                 summary_lines(self.report, self.report_paths)
         lines = [
@@ -100,7 +100,7 @@ class ConvertResult:
             f"{self.rewrite.casts_added} Cast(s) added, {self.rewrite.initializers_converted} initializer(s) "
             f"converted, {self.rewrite.initializers_duplicated} kept in both precisions"]
         if self.report is not None:  # static/auto: the report's summary says the rest
-            from .report import summary_lines
+            from ..report import summary_lines
             return (
                 lines
                 + summary_lines(self.report, self.report_paths)
@@ -126,14 +126,15 @@ def base_plan(ctx: ModelContext, options: ConvertOptions) -> tuple[PrecisionPlan
     )
 
 
-def choose_plan(
+def plan_to_write(
     ctx: ModelContext, plan: PrecisionPlan, options: ConvertOptions, progress: Progress | None = None
 ) -> tuple[PrecisionPlan, AutoResult | None]:
     """The plan to write, resolved: ``plan`` itself in all-fp16 mode; static/auto modes ask
-    :func:`onnx_precision.auto.choose_plan` (which returns an AutoResult, also returned)."""
+    :func:`.choose.choose_plan` (which returns an AutoResult, also returned)."""
     if options.mode == "all-fp16":
         return policy.resolve(ctx, plan), None
-    from . import auto, data, oracle  # the oracle stack is only needed by the measuring modes
+    from .. import data, oracle  # the oracle stack is only needed by the measuring modes
+    from . import choose as auto
 
     samples = data.load_samples(ctx.model, options.samples)
     budget = auto.SearchBudget(options.max_probes, options.time_budget)
@@ -156,7 +157,7 @@ def _output_paths(output_path: str, options: ConvertOptions) -> list[str]:
 
 
 def _tradeoff_path(options: ConvertOptions) -> str | None:
-    from .report import tradeoff_path
+    from ..report import tradeoff_path
 
     return tradeoff_path(options.report_md) if options.report_md and options.mode == "auto" else None
 
@@ -174,8 +175,8 @@ def convert(model_path: str, output_path: str, options: ConvertOptions = Convert
         raise ValueError(f"convert: mode {options.mode!r} is not one of {MODES}")
     measuring = options.mode != "all-fp16"
     if measuring:
-        from . import oracle
-        from . import report as report_lib
+        from .. import oracle
+        from .. import report as report_lib
 
         oracle.require_oracle(options.oracle)
         report_json, report_md = report_lib.default_paths(output_path, options.report_json, options.report_md)
@@ -207,7 +208,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
         warnings.append(f"--oracle {options.oracle} applies to --mode static and auto (which verify); "
                         "not run")
     try:
-        plan, auto_result = choose_plan(ctx, plan, options, progress)
+        plan, auto_result = plan_to_write(ctx, plan, options, progress)
     except CustomOpError as e:
         if options.mode != "static":
             raise
@@ -231,7 +232,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     if options.plan_out:
         outputs.stage_text(options.plan_out, result.plan.dumps())
     if options.trt_flags_path:
-        from .trt.flags import sample_shapes
+        from ..trt.flags import sample_shapes
 
         shapes = sample_shapes(auto_result.samples.feeds) if auto_result is not None else None
         outputs.stage_text(options.trt_flags_path, ctx.target.flags_text(
@@ -262,7 +263,7 @@ def verify(ctx: ModelContext, staged_model: str, auto_result: AutoResult, option
            write: PhaseCost) -> Verification:
     """The written model read back and checked: emulated, natively on ``--oracle``'s runtime, and,
     when both pass, loaded by onnxruntime at its default options in a child process."""
-    from . import oracle
+    from .. import oracle
 
     with oracle.blame(ctx, auto_result.samples):
         verified, native, phases = oracle.verify_output(staged_model, auto_result.samples.feeds,
@@ -307,7 +308,7 @@ def conversion_status(auto_result: AutoResult, verification: Verification | None
 
 
 def _report(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
-    from . import report as report_lib
+    from .. import report as report_lib
 
     return report_lib.for_conversion(ctx, outcome)
 
@@ -320,7 +321,7 @@ def _before_plan(options: ConvertOptions) -> str:
 
 
 def _stage_reports(report: RunReport, options: ConvertOptions, outputs: storage.Outputs) -> tuple[str, ...]:
-    from . import report as report_lib
+    from .. import report as report_lib
 
     if options.report_json is None or options.report_md is None:
         raise InternalError("static/auto modes always have report paths (report.default_paths)")

@@ -14,12 +14,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .compare import compare_outputs, merge_comparisons
-from .metrics import Comparison
-from .oracle import PlanRunner
-from .plan import PrecisionPlan
-from .tolerance import Tolerance
-from .tradeoff import output_errors
+from ..compare import compare_outputs, merge_comparisons
+from ..metrics import Comparison
+from ..oracle import PlanRunner
+from ..plan import PrecisionPlan
+from ..tolerance import Tolerance
+from ..tradeoff import output_errors
 
 
 class Prober:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import onnx
 
-from .context import ModelContext
-from .errors import InternalError, ModelLoadError
-from .validation import CHECK_ERRORS, checkable_copy, checker_message
+from ..context import ModelContext
+from ..errors import InternalError, ModelLoadError
+from ..validation import CHECK_ERRORS, checkable_copy, checker_message
 
 
 def check_written(staged: str, ctx: ModelContext) -> None:

@@ -18,13 +18,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .costs import Clock, Counted
-from .metrics import Comparison
-from .oracle import LayerwiseResult
-from .plan import PrecisionPlan, Reason
-from .probing import Prober
-from .search import PinSearch, SearchOutcome, Verdict
-from .tradeoff import PlanPoint
+from ..costs import Clock, Counted
+from ..metrics import Comparison
+from ..oracle import LayerwiseResult
+from ..plan import PrecisionPlan, Reason
+from ..tradeoff import PlanPoint
+from .prober import Prober
+from .state import PinSearch, SearchOutcome, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class SearchSpace:
 
 @dataclass(frozen=True)
 class SearchResult:
-    """What the search found, for :mod:`onnx_precision.auto` to report."""
+    """What the search found, for :mod:`onnx_precision.convert.choose` to report."""
 
     plan: PrecisionPlan | None  # None: nothing passed
     outcome: SearchOutcome
