@@ -82,3 +82,73 @@ def test_analyze_reports_the_target_and_the_layer_rule(tmp_path, capsys):
     assert main(["analyze", path, "--inputs", data, "--target", "tensorrt"]) == 0
     out = capsys.readouterr().out
     assert f"target: tensorrt {NEWEST}" in out and "log-softmax-layers" in out
+
+
+# --- the Target value: what differs between targets lives in it ------------------------------------
+
+def _scatter_add() -> onnx.ModelProto:
+    """ScatterND with reduction 'add': valid in float16, but onnxruntime's CPU provider has no kernel."""
+    node = helper.make_node("ScatterND", ["data", "idx", "upd"], ["y"], name="scatter", reduction="add")
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info("data", TensorProto.FLOAT, [4]),
+         helper.make_tensor_value_info("upd", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [onnx.numpy_helper.from_array(np.array([[1]], np.int64), "idx")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    return model
+
+
+def test_onnxruntime_cpu_kernels_bind_the_plan_only_where_the_target_runs_on_onnxruntime():
+    from onnx_precision import policy
+    from onnx_precision.target import GENERIC
+
+    generic = ModelContext.of(_scatter_add())
+    generic.target = GENERIC
+    trt = ModelContext.of(_scatter_add())
+    trt.target = TensorRTTarget(NEWEST)
+    assert generic.typing["scatter"].fp16_blocker == "onnxruntime has no float16 ScatterND kernel with reduction 'add'"
+    assert policy.resolve(generic, generic.all_fp16_plan()).fp32_nodes == ("scatter",)
+    assert trt.typing["scatter"].fp16_blocker is None
+    assert policy.resolve(trt, trt.all_fp16_plan()).fp32_nodes == ()
+
+
+def test_a_16_bit_type_is_one_row_every_limit_is_read_from():
+    """A target whose type tops out at 1000 pins what passes 1000 and says so; FP16 pins nothing."""
+    from dataclasses import replace
+
+    from onnx_precision import policy
+    from onnx_precision.float_types import FP16, LowPrecision
+    from onnx_precision.oracle import TensorStats
+    from onnx_precision.target import GENERIC, GenericTarget
+
+    narrow = LowPrecision("FP12", TensorProto.FLOAT16, max=1000.0, min_normal=2.0 ** -6,
+                          min_subnormal=2.0 ** -9, significand_bits=5)
+    assert replace(FP16, name="x").exact_int == 2048 and narrow.exact_int == 64 and narrow.flush == 2.0 ** -10
+    node = helper.make_node("Mul", ["x", "x"], ["y"], name="square")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    stats = {"y": TensorStats(1200.0, 1.0, 0.0, 0, 0, 4)}
+    ctx = ModelContext.of(model)
+    ctx.target = GENERIC
+    assert policy.range_flags(ctx, ctx.all_fp16_plan(), stats) == {}
+    assert policy.headroom_pins(ctx, ctx.all_fp16_plan(), stats, 2.0) == {}
+    ctx = ModelContext.of(model)
+    ctx.target = GenericTarget(low=narrow)
+    flags = policy.range_flags(ctx, ctx.all_fp16_plan(), stats)
+    assert [r.detail for r in flags["square"]] == ["'y' reaches 1200, over the FP12 maximum 1000"]
+    pins = policy.headroom_pins(ctx, ctx.all_fp16_plan(), stats, 2.0)
+    assert pins["square"].source == "range"
+
+
+def test_targets_by_name():
+    from onnx_precision.target import GENERIC, target_named
+    from onnx_precision.trt.versions import V
+
+    assert target_named("generic") is GENERIC and GENERIC.name == "generic"
+    assert target_named("tensorrt", V("8.6")) == TensorRTTarget(V("8.6"))
+    assert TensorRTTarget(V("8.6")).name == "tensorrt 8.6" and TensorRTTarget(V("8.6")).title == "TensorRT 8.6"
+    with pytest.raises(ValueError, match="unknown target 'cuda'"):
+        target_named("cuda")

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..data import SampleSpec
-from ..target import GENERIC, Target, TensorRTTarget
+from ..target import KINDS, Target, target_named
 from ..tolerance import ERROR_STATS, SLICE_MIN_ELEMENTS, Tolerance
 from ..trt.versions import NEWEST, TrtVersion
 
@@ -142,7 +142,7 @@ def add_runtime_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ort-custom-op-library", action="append", default=[], metavar="PATH",
                         help="a shared library of onnxruntime kernels for the model's custom ops, registered "
                              "on every session (repeatable)")
-    parser.add_argument("--target", choices=("generic", "tensorrt"), default="generic",
+    parser.add_argument("--target", choices=KINDS, default="generic",
                         help="what FP16 runs on: generic (default: every op computes in FP32 and "
                              "stores FP16, as GPU kernels that accumulate in FP32 do) or tensorrt (ops its "
                              "ONNX parser builds from several layers, e.g. ReduceL2, LogSoftmax, CumSum, are "
@@ -165,7 +165,7 @@ def _trt_version(text: str) -> TrtVersion:
 
 def target(args: argparse.Namespace) -> Target:
     """The target of ``--target`` (and ``--trt-version``)."""
-    return TensorRTTarget(args.trt_version) if args.target == "tensorrt" else GENERIC
+    return target_named(args.target, args.trt_version)
 
 
 def _per_output(parse: Callable[[str], Any]) -> Callable[[str], tuple[str | None, Any]]:

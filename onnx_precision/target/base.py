@@ -14,7 +14,7 @@ from typing import Protocol
 
 import onnx
 
-from ..float_types import FP16, LowPrecision
+from ..float_types import LowPrecision
 from ..plan import PrecisionPlan
 from ..tolerance import Tolerance
 
@@ -57,9 +57,9 @@ class OneOp(Spelling):
 
 
 class Target(ABC):
-    """Where the written model runs (see the module docstring)."""
+    """Where the written model runs (see the module docstring); ``low`` is its 16-bit type."""
 
-    low: LowPrecision = FP16
+    low: LowPrecision
 
     @property
     @abstractmethod

@@ -8,11 +8,14 @@ from dataclasses import dataclass
 
 import onnx
 
+from ..float_types import FP16, LowPrecision
 from .base import Fresh, OneOp, Spelling, Target
 
 
 @dataclass(frozen=True)
 class GenericTarget(Target):
+    low: LowPrecision = FP16
+
     @property
     def name(self) -> str:
         return "generic"

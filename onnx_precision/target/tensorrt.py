@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import onnx
 
+from ..float_types import FP16, LowPrecision
 from ..graph import is_onnx_domain, onnx_opset
 from ..trt.ops import decompose
 from ..trt.spell import DecompositionError
@@ -34,6 +35,7 @@ _LAYERED = {"ReduceL2": "stores it in {low}", "ReduceLogSumExp": "stores it in {
 @dataclass(frozen=True)
 class TensorRTTarget(Target):
     version: TrtVersion = NEWEST
+    low: LowPrecision = FP16
 
     @property
     def name(self) -> str:
