@@ -122,7 +122,8 @@ def load(model_dir: str):
 
 
 def twin(model_dir: str, profile: bool) -> None:
-    from onnx_precision.oracle import Emulator, plans
+    from onnx_precision.oracle import Emulator
+    from onnx_precision.oracle import emulator as plans
     ctx, samples = load(model_dir)
     plan = policy.resolve(ctx, ctx.all_fp16_plan())
     ctx.typing  # noqa: B018  (typing is not the twin's cost)

@@ -117,12 +117,12 @@ if mode == "memory":
         return wrapped
 
     targets = [
-        ("model_io", "load_model"), ("typing_rules", "tensor_types"), ("typing_rules", "model_typing"),
-        ("typing_rules", "resolve_plan"), ("oracle", "forced_fp32_nodes"), ("oracle", "as_fp32"),
-        ("emulation", "build_switch_model"), ("emulation", "emulate_model"), ("oracle", "make_session"),
-        ("stats", "reference_stats"), ("stats", "layerwise"), ("stats", "inspect_plan"),
-        ("auto", "headroom_pins"), ("auto", "_flagged"), ("rules", "run_rules"),
-        ("rewriter", "rewrite"), ("model_io", "save_model"), ("check", "verify_output"),
+        ("context", "load_model"), ("typing_rules", "tensor_types"), ("typing_rules", "model_typing"),
+        ("policy", "resolve_plan"), ("policy", "forced_fp32"), ("oracle", "as_fp32"),
+        ("oracle", "build_switch_model"), ("oracle", "emulate_model"), ("oracle", "make_session"),
+        ("oracle", "reference_stats"), ("oracle", "layerwise"), ("oracle", "inspect_plan"),
+        ("policy", "headroom_pins"), ("policy", "flagged"), ("rules", "run_rules"),
+        ("rewriter", "rewrite"), ("storage", "save_model"), ("oracle", "verify_output"),
         ("oracle", "run_emulated"), ("data", "load_samples"), ("helper_sessions", "probe"),
         ("analysis", "build_rows"), ("report", "write_reports"),
     ]
@@ -177,7 +177,7 @@ SWITCH = r"""
 import json, sys, time
 import numpy as np
 import onnx
-from onnx_precision import emulation, model_io, oracle, typing_rules
+from onnx_precision import context, graph, oracle, policy, typing_rules
 
 def rss():
     with open("/proc/self/status") as f:
@@ -185,7 +185,7 @@ def rss():
 
 model_path, data, group, capture = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 feed = dict(np.load(data))
-loaded = model_io.load_model(model_path)
+loaded = context.load_model(model_path)
 out = {}
 if group == 0:  # the model itself, with the oracle's session options
     start, before = time.perf_counter(), rss()
@@ -199,14 +199,13 @@ if group == 0:  # the model itself, with the oracle's session options
     session.run(names, feed)
     out["run"] = time.perf_counter() - start
 else:
-    types = typing_rules.tensor_types(loaded.model)
-    typing = typing_rules.model_typing(loaded.model, types)
-    forced = oracle.forced_fp32_nodes(loaded.model, loaded.base_dir, typing, types)
+    types, typing = loaded.types, loaded.typing
+    forced = policy.forced_fp32(loaded)
     start = time.perf_counter()
-    sm = emulation.build_switch_model(loaded.model, typing, loaded.base_dir, capture == "all", types,
-                                      fixed=forced, group_size=group)
+    sm = oracle.build_switch_model(loaded.model, typing, loaded.base_dir, capture == "all", types,
+                                   fixed=forced, group_size=group)
     out["switch_graph"] = time.perf_counter() - start
-    graphs = list(model_io.graphs(sm.model.graph))
+    graphs = list(graph.graphs(sm.model.graph))
     out.update(nodes=sum(len(g.node) for g in graphs), subgraphs=len(graphs) - 1,
                ifs=sum(n.op_type == "If" for g in graphs for n in g.node), mb=sm.model.ByteSize() / 1e6,
                outputs=len(sm.model.graph.output))

@@ -278,17 +278,31 @@ def test_the_default_load_runs_the_staged_file_in_a_child(tmp_path, capsys, monk
 
     from onnx_precision.oracle import default_load
     seen = []
-    real = subprocess.run
+    real = subprocess.Popen
 
-    def run(cmd, **kwargs):
+    def popen(cmd, **kwargs):
         seen.append(cmd[3])
         assert os.path.isfile(cmd[3]) and not os.path.exists(tmp_path / "o.onnx")  # staged, not yet in place
         return real(cmd, **kwargs)
 
-    monkeypatch.setattr(default_load.subprocess, "run", run)
+    monkeypatch.setattr(default_load.subprocess, "Popen", popen)
     path = _save(tmp_path, _model([N("Relu", ["x"], ["y"], name="r")]))
     assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "-q"]) == 0
     assert len(seen) == 1 and os.path.basename(seen[0]) == "o.onnx"
+
+
+def test_the_default_load_starts_at_once_and_is_waited_for_or_cancelled(tmp_path):
+    from onnx_precision.oracle import DefaultLoad
+
+    path = _save(tmp_path, _model([N("Relu", ["x"], ["y"], name="r")]))
+    assert DefaultLoad(path).problem() == ""
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a model")
+    assert DefaultLoad(str(broken)).problem().startswith("with default session options onnxruntime cannot load it")
+    cancelled = DefaultLoad(path)
+    cancelled.cancel()
+    with pytest.raises(ValueError, match="cancelled"):
+        cancelled.problem()
 
 
 def default_load_label() -> str:

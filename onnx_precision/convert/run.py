@@ -9,6 +9,7 @@ written atomically, so a failing run leaves nothing half-written.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _MAX_LISTED_PINS = 20
+OVERLAPPED_LOAD_BYTES = 1 << 30  # written models below this are loaded by onnxruntime during verification
 
 
 @dataclass(frozen=True)
@@ -265,16 +267,32 @@ def verify(ctx: ModelContext, staged_model: str, auto_result: AutoResult, option
     when both pass, loaded by onnxruntime at its default options in a child process."""
     from .. import oracle
 
-    with oracle.blame(ctx, auto_result.samples):
-        verified, native, phases = oracle.verify_output(staged_model, auto_result.samples.feeds,
-                                                        auto_result.reference_outputs, options.tolerance,
-                                                        options.oracle, ctx.custom_op_libraries, ctx.target)
-    default_load = ""
-    if auto_result.passed and verified.passed and (native is None or native.passed):
-        started = time.perf_counter()
-        default_load = oracle.default_load_problem(staged_model, ctx.custom_op_libraries)
-        phases += (PhaseCost("default load", time.perf_counter() - started),)
+    # A small model's default load runs in a child while this process verifies (a large one's after
+    # it: two copies of its weights at once would double the run's memory); it is waited for only
+    # when everything else passed.
+    early = auto_result.passed and _stored_bytes(staged_model) < OVERLAPPED_LOAD_BYTES
+    loading = oracle.DefaultLoad(staged_model, ctx.custom_op_libraries) if early else None
+    try:
+        with oracle.blame(ctx, auto_result.samples):
+            verified, native, phases = oracle.verify_output(
+                staged_model, auto_result.samples.feeds, auto_result.reference_outputs, options.tolerance,
+                options.oracle, ctx.custom_op_libraries, ctx.target)
+        default_load = ""
+        if auto_result.passed and verified.passed and (native is None or native.passed):
+            started = time.perf_counter()
+            loading = loading or oracle.DefaultLoad(staged_model, ctx.custom_op_libraries)
+            default_load = loading.problem()
+            phases += (PhaseCost("default load", time.perf_counter() - started),)
+    finally:
+        if loading is not None:
+            loading.cancel()
     return Verification(verified, native, default_load, (write,) + phases)
+
+
+def _stored_bytes(model_path: str) -> int:
+    """The written model's bytes on disk, its external data file included."""
+    data = model_path + ".data"
+    return os.path.getsize(model_path) + (os.path.getsize(data) if os.path.exists(data) else 0)
 
 
 def _outcome(auto_result: AutoResult, plan: PrecisionPlan, options: ConvertOptions,

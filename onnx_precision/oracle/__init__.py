@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 from .blame import blame, is_ort_error
-from .default_load import default_load_problem
+from .default_load import DefaultLoad, default_load_problem
 from .emulation import EMULATE, EmulationSession, as_fp32
 from .emulator import Emulator
 from .inspection import (
@@ -54,7 +54,8 @@ from .verify import ORACLES, require_oracle, run_candidate, verify_output, verif
 from .written import emulate_model
 
 __all__ = [
-    "blame", "is_ort_error", "default_load_problem", "EMULATE", "EmulationSession", "as_fp32", "Emulator",
+    "blame", "is_ort_error", "DefaultLoad", "default_load_problem", "EMULATE", "EmulationSession", "as_fp32",
+    "Emulator",
     "Inspection", "Inspector", "LayerwiseResult", "NodeError", "NodeStats", "ReferenceResult", "TensorStats",
     "first_nonfinite_output", "inspect_plan", "layerwise", "reference_stats", "tensor_stats", "round_fp16",
     "PlanRunner", "WrittenPlanRunner", "native_runner", "plan_runner", "reference_runner",

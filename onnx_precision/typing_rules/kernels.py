@@ -207,11 +207,58 @@ def model_typing(
     types = tensor_types(model) if types is None else types
     opsets = opset_map(model)
     refs = list(walk_nodes(model.graph))
-    typings = {ref.name: schema_typing(ref.node, opsets, types) for ref in refs}
-    probes = _probe_together(model, types, refs, typings, onnxruntime)
-    return {ref.name: node_typing(ref.node, opsets, types, model, typings[ref.name], probes.get(ref.name),
-                                  onnxruntime)
-            for ref in refs}
+    # Nodes of one signature (a stack of identical blocks: most of a large model) are typed once.
+    signatures = [_signature(ref.node, types) for ref in refs]
+    by_signature: dict[tuple, NodeTyping] = {}
+    typings: dict[str, NodeTyping] = {}
+    for ref, signature in zip(refs, signatures):
+        if signature is None:
+            typings[ref.name] = schema_typing(ref.node, opsets, types)
+        else:
+            if signature not in by_signature:
+                by_signature[signature] = schema_typing(ref.node, opsets, types)
+            typings[ref.name] = by_signature[signature]
+    probes = _probe_together(model, types, refs, typings, onnxruntime, signatures)
+    done: dict[tuple, NodeTyping] = {}
+    out: dict[str, NodeTyping] = {}
+    for ref, signature in zip(refs, signatures):
+        if signature is not None and signature in done:
+            out[ref.name] = done[signature]
+            continue
+        probe = probes.get(ref.name)
+        out[ref.name] = node_typing(ref.node, opsets, types, model, typings[ref.name], probe, onnxruntime)
+        # a probe the ranks leave open ("?") was answered at this node's exact shapes: not shared
+        if signature is not None and (probe is None or _PROBES.get((probe.key, onnxruntime)) != "?"):
+            done[signature] = out[ref.name]
+    return out
+
+
+def _signature(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto]) -> tuple | None:
+    """What a node's typing and its rank probe depend on: op, attributes, and each input's and
+    output's element type and rank (names only as which positions share a value); None for a
+    node with subgraphs or a value of unknown type (typed on its own)."""
+    if has_subgraphs(node):
+        return None
+    first: dict[str, int] = {}
+    values: list[tuple | None] = []
+    for name in list(node.input) + list(node.output):
+        if not name:
+            values.append(None)
+            continue
+        tp = types.get(name)
+        if tp is None:
+            return None
+        first.setdefault(name, len(first))
+        values.append((first[name], _type_key(tp)))
+    attributes = tuple(a.SerializeToString(deterministic=True) for a in node.attribute)
+    return node.domain, node.op_type, len(node.input), attributes, tuple(values)
+
+
+def _type_key(tp: onnx.TypeProto) -> tuple | bytes:
+    if tp.WhichOneof("value") == "tensor_type":
+        t = tp.tensor_type
+        return t.elem_type, len(t.shape.dim) if t.HasField("shape") else None
+    return rank_only(tp).SerializeToString(deterministic=True)
 
 
 def _probe_together(
@@ -220,6 +267,7 @@ def _probe_together(
     refs: list,
     typings: Mapping[str, NodeTyping],
     onnxruntime: bool,
+    signatures: list[tuple | None],
 ) -> dict[str, _Probe]:
     """Probe every not yet cached node signature in one model: in the usual case, where
     onnxruntime loads them all in float16, one session answers for all of them; otherwise the
@@ -227,7 +275,8 @@ def _probe_together(
     node's rank probe, made once here."""
     pending: dict[bytes, onnx.ModelProto] = {}
     probes: dict[str, _Probe] = {}
-    for ref in refs:
+    made: dict[tuple, _Probe | None] = {}  # signature -> its rank probe
+    for ref, signature in zip(refs, signatures):
         node, typing = ref.node, typings[ref.name]
         if has_subgraphs(node):
             continue
@@ -235,7 +284,12 @@ def _probe_together(
             typing.convertible_inputs or typing.convertible_outputs or typing.flexible_inputs
         ):
             continue
-        probe = _rank_probe(node, typing, types, model)
+        if signature is not None and signature in made:
+            probe = made[signature]
+        else:
+            probe = _rank_probe(node, typing, types, model)
+            if signature is not None:
+                made[signature] = probe
         if probe is None:
             continue
         probes[ref.name] = probe
