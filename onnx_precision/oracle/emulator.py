@@ -38,6 +38,8 @@ from .switch import SwitchBuilder
 from .switch_graph import captured
 from .twin import TwinModel, TwinUnavailable, build_twin_model
 
+# Searches on baked sessions are considered only where a baked session takes this long to build.
+SLOW_BUILD_S = 0.05
 # Baked sessions kept at once: the caller's plan and the one with headroom pins (auto runs both).
 KEPT = 2
 # Bytes of intermediates one capturing run may expose: at least this, or a quarter of the weights
@@ -90,7 +92,10 @@ class Emulator:
     def _rebuilding_pays(self) -> bool:
         if not self._baked_builds or not self._baked_runs:
             return False
-        return max(self._baked_builds) <= sorted(self._baked_runs)[len(self._baked_runs) // 2]
+        build = max(self._baked_builds)
+        # A build of milliseconds is a small model's: its switch graph is as cheap, and a choice made
+        # on millisecond timings would flip with the machine's load (and change the report).
+        return SLOW_BUILD_S <= build <= sorted(self._baked_runs)[len(self._baked_runs) // 2]
 
     @cached_property
     def switchable(self) -> frozenset[str]:

@@ -92,9 +92,11 @@ def _constant_type(node: onnx.NodeProto) -> onnx.TypeProto | None:
 
 def _complete_types(model: onnx.ModelProto, types: dict[str, onnx.TypeProto]) -> None:
     """Give values that inference left untyped (often inside subgraphs) the type of another value
-    bound to the same homogeneous type variable of a node: the schema says they are equal."""
+    bound to the same homogeneous type variable of a node: the schema says they are equal. Only
+    nodes touching an untyped value are swept (in a model inference types fully: none)."""
     opsets = opset_map(model)
-    refs = list(walk_nodes(model.graph))
+    refs = [ref for ref in walk_nodes(model.graph)
+            if any(elem_type(types.get(n)) is None for n in (*ref.node.input, *ref.node.output))]
     for _ in range(2):  # a second sweep carries types backwards through the node order
         for ref in refs:
             node = ref.node
