@@ -6,20 +6,9 @@
   progress and the trade-off points.
 """
 
-from .driver import (
-    DIFFUSE_PROBES,
-    FlopShare,
-    Progress,
-    SearchBudget,
-    SearchResult,
-    SearchSpace,
-    is_diffuse,
-    run_search,
-    widen_order,
-)
-from .prober import Prober, failure
-from .state import CANDIDATES, SHRINK, START, WIDEN, PinSearch, Probe, SearchOutcome, Verdict
+from .driver import SearchBudget, SearchSpace, run_search
+from .prober import Prober
+from .state import CANDIDATES, SHRINK, START, WIDEN, PinSearch, SearchOutcome
 
-__all__ = ["DIFFUSE_PROBES", "FlopShare", "Progress", "SearchBudget", "SearchResult", "SearchSpace",
-           "is_diffuse", "run_search", "widen_order", "Prober", "failure", "CANDIDATES", "SHRINK", "START",
-           "WIDEN", "PinSearch", "Probe", "SearchOutcome", "Verdict"]
+__all__ = ["SearchBudget", "SearchSpace", "run_search", "Prober", "CANDIDATES", "SHRINK", "START", "WIDEN",
+           "PinSearch", "SearchOutcome"]
