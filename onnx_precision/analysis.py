@@ -30,8 +30,8 @@ from dataclasses import dataclass, field, replace
 import onnx
 
 from . import compare, oracle, policy, rules
-from .context import load_model
-from .data import SampleSpec, load_samples
+from .context import ModelContext, load_model
+from .data import SampleSpec, SymbolicDimensions, load_samples
 from .format import number
 from .metrics import Comparison, OutputMetrics
 from .oracle import NodeError, TensorStats
@@ -95,7 +95,7 @@ class AnalysisResult:
     sample_count: int
     tolerance: Tolerance
     rows: tuple[NodeRow, ...]
-    all_fp16: Comparison                 # the all-FP16 (resolved) plan's outputs against FP32
+    all_fp16: Comparison | None          # the all-FP16 plan's outputs against FP32 (None: unmeasured)
     fp32_nonfinite: str | None           # first FP32 node turning non-finite, if any
     warnings: tuple[str, ...] = ()
     oracle: str = oracle.EMULATE
@@ -104,6 +104,7 @@ class AnalysisResult:
     seconds: Mapping[str, float] = field(default_factory=dict, compare=False)
     skipped: tuple[rules.Skipped, ...] = ()  # (node, rule) pairs where a rule looked and found nothing
     target: str = "generic"  # what the emulation followed ("generic" or "tensorrt X.Y")
+    unmeasured: str = ""  # why nothing was run (the static rules alone judged); "" when measured
 
     def row(self, node: str) -> NodeRow:
         for r in self.rows:
@@ -126,6 +127,11 @@ class AnalysisResult:
             r = self.row(self.fp32_nonfinite)
             lines.append(f"the FP32 model itself produces NaN/Inf, first at node '{r.node}' ({r.op_type}): "
                          "fix the model or the data; FP16 is not the cause")
+        if self.all_fp16 is None:
+            lines.append(f"measured nothing, static rules only: {self.unmeasured}")
+            counts = {v: sum(1 for r in self.rows if r.verdict == v) for v in VERDICT_ORDER}
+            lines.append("verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n))
+            return lines
         failing = [m for m in self.all_fp16.outputs if not m.passed]
         verdict = "fails" if failing else "passes"
         if self.fp32_nonfinite is not None:
@@ -177,7 +183,8 @@ class AnalysisResult:
                         "count": self.sample_count, "warnings": list(self.warnings)},
             "tolerance": self.tolerance.to_json(),
             "fp32_nonfinite": self.fp32_nonfinite,
-            "all_fp16": self.all_fp16.to_json(),
+            "all_fp16": None if self.all_fp16 is None else self.all_fp16.to_json(),
+            "unmeasured": self.unmeasured or None,
             "verdicts": {v: [r.node for r in self.rows if r.verdict == v]
                          for v in VERDICT_ORDER if v != SAFE},
             "sessions_built": self.sessions_built,
@@ -296,7 +303,10 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
     start = time.perf_counter()
     ctx = load_model(model_path, custom_op_libraries, target)
     tol.require_outputs([o.name for o in ctx.model.graph.output], model_path)
-    samples = load_samples(ctx.model, spec)
+    try:
+        samples = load_samples(ctx.model, spec)
+    except SymbolicDimensions as e:  # nothing to run the model on: the static rules still say much
+        return _static_only(ctx, tol, str(e), seconds)
     seconds["load"] = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -327,6 +337,17 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
                           outputs, reference.first_nonfinite, tuple(warnings), oracle.EMULATE,
                           session.sessions_built, session.probes_run, seconds, rule_run.skipped,
                           ctx.target.name)
+
+
+def _static_only(ctx: ModelContext, tol: Tolerance, why: str, seconds: dict[str, float]) -> AnalysisResult:
+    """The analysis of a model that cannot be run: every static rule, no range, no error."""
+    plan = policy.resolve(ctx, ctx.all_fp16_plan())
+    facts = rules.ModelFacts(ctx)
+    rule_run = rules.run_rules(facts)
+    nothing = oracle.ReferenceResult({}, {}, None, ())
+    rows = build_rows(facts, rule_run.findings, plan, nothing, oracle.LayerwiseResult({}, ()))
+    return AnalysisResult(ctx.path, "none", False, 0, tol, rows, None, None, (), oracle.EMULATE, 0, 0,
+                          seconds, rule_run.skipped, ctx.target.name, why)
 
 
 def build_rows(facts: rules.ModelFacts, findings: Sequence[rules.Finding], plan: PrecisionPlan,

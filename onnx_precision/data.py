@@ -5,9 +5,11 @@ file-name order), or a Polygraphy JSON as ``polygraphy run --save-inputs`` write
 feeds, read with Polygraphy's own loader). Without ``--inputs`` one feed is synthesised from the
 model's input metadata with a seeded generator: floats uniform in ``[0, 1)`` and integers in
 ``[0, 100)`` (or below the size of the table an integer input indexes) unless ``--input-range``
-says otherwise, symbolic dimensions from ``--input-shape`` (1 when not given, with a warning). What
-overflows depends on the ranges, so synthetic data is always labelled. A file's format is told from
-its content, whatever its name.
+says otherwise, symbolic dimensions from ``--input-shape``. A size is never invented but for a
+leading batch dimension (axis 0 of an input of rank 2 or more), which is 1 unless given and said so
+in the samples' description: a detector verified on a 1x1 image is not verified
+(:class:`SymbolicDimensions`, exit 2). What overflows depends on the ranges, so synthetic data is
+always labelled. A file's format is told from its content, whatever its name.
 
 Every feed is checked against the model: names, dtypes, ranks and fixed dimensions; a mismatch is
 a one-line :class:`DataError` naming the source and the input. NaN inside sample data is a
@@ -54,7 +56,7 @@ class Samples:
     synthetic: bool
     source: str  # a one-line description for reports ("synthetic, seed 0, uniform [0, 1)", "data.npz")
     warnings: tuple[str, ...] = ()
-    # (input, model shape) of each synthetic input whose symbolic dimensions were set to 1
+    # (input, model shape) of each synthetic input whose batch dimension was set to 1
     guessed_shapes: tuple[tuple[str, str], ...] = ()
 
 
@@ -273,16 +275,22 @@ def synthetic_samples(inputs: list[InputInfo], spec: SampleSpec, bounds: Mapping
             if name not in known:
                 raise DataError(f"{flag} {name}: the model has no input '{name}' (model inputs: "
                                 f"{', '.join(sorted(known)) or 'none'})")
+    unsized = [(info, axes) for info in inputs if info.name not in spec.input_shapes
+               and (axes := unsized_axes(info))]
+    if unsized:
+        raise SymbolicDimensions(unsized)
     rng = np.random.default_rng(spec.seed)
     feed: dict[str, np.ndarray] = {}
     warnings: list[str] = []
     guessed = []
+    batches = []
     int_ranges: dict[str, tuple[float, float]] = {}
     for info in inputs:
         given = spec.input_shapes.get(info.name)
-        shape = _synthetic_shape(info, given, warnings)
-        if given is None and info.dims is not None and any(not isinstance(d, int) for d in info.dims):
+        shape = _synthetic_shape(info, given)
+        if given is None and info.dims is not None and info.dims and not _sized(info.dims[0]):
             guessed.append((info.name, info.shape_text()))
+            batches.append(f"'{info.name}' batch dimension {info.dims[0]} set to 1")
         lo, hi = spec.input_ranges.get(info.name) or _default_range(info, bounds)
         if info.name not in spec.input_ranges and np.issubdtype(info.dtype, np.integer):
             int_ranges[info.name] = (lo, hi)
@@ -294,7 +302,8 @@ def synthetic_samples(inputs: list[InputInfo], spec: SampleSpec, bounds: Mapping
     shown = {**spec.input_ranges, **int_ranges}
     ranges = ", ".join(f"{n}: [{lo:g}, {hi:g})" for n, (lo, hi) in shown.items())
     source = f"synthetic, seed {spec.seed}, uniform [{DEFAULT_RANGE[0]:g}, {DEFAULT_RANGE[1]:g})" + \
-             (f" ({ranges})" if ranges else "") + "; the ranges decide what overflows"
+             (f" ({ranges})" if ranges else "") + "".join(f"; {b}" for b in batches) + \
+             "; the ranges decide what overflows"
     return Samples((feed,), True, source, tuple(warnings), tuple(guessed))
 
 
@@ -304,7 +313,38 @@ def _default_range(info: InputInfo, bounds: Mapping[str, int]) -> tuple[float, f
     return DEFAULT_RANGE
 
 
-def _synthetic_shape(info: InputInfo, given: tuple[int, ...] | None, warnings: list[str]) -> tuple[int, ...]:
+def _sized(dim: int | str) -> bool:
+    return isinstance(dim, int) and dim > 0
+
+
+def unsized_axes(info: InputInfo) -> tuple[int, ...]:
+    """The axes of ``info`` whose size the model leaves open and no default may invent: every
+    symbolic dimension but a leading batch dimension (axis 0 of an input of rank 2 or more)."""
+    if not info.dims:
+        return ()
+    first = 1 if len(info.dims) >= 2 else 0
+    return tuple(axis for axis, d in enumerate(info.dims) if axis >= first and not _sized(d))
+
+
+class SymbolicDimensions(DataError):
+    """Symbolic dimensions that synthetic data would have to invent a size for."""
+
+    def __init__(self, unsized: list[tuple[InputInfo, tuple[int, ...]]]) -> None:
+        self.unsized = [(info.name, axes) for info, axes in unsized]
+        named = "; ".join(f"input '{info.name}' ({info.shape_text()}): "
+                          + ", ".join(f"{_dims(info)[a]} (axis {a})" for a in axes) for info, axes in unsized)
+        example = " ".join(f"--input-shape {info.name}:" + "x".join(
+            str(d) if _sized(d) else ("1" if a == 0 and a not in axes else f"<{d}>")
+            for a, d in enumerate(_dims(info))) for info, axes in unsized)
+        super().__init__(f"symbolic dimensions with no size to verify at: {named}; give sample data "
+                         f"(--inputs DATA) or the sizes ({example})")
+
+
+def _dims(info: InputInfo) -> tuple[int | str, ...]:
+    return info.dims or ()
+
+
+def _synthetic_shape(info: InputInfo, given: tuple[int, ...] | None) -> tuple[int, ...]:
     if given is not None:
         if info.dims is not None and len(given) != len(info.dims):
             raise DataError(f"--input-shape {info.name}:{_shape(given)}: rank {len(given)}, but the model "
@@ -322,11 +362,7 @@ def _synthetic_shape(info: InputInfo, given: tuple[int, ...] | None, warnings: l
         raise DataError(f"input '{info.name}' has a zero-size dimension in the model ({info.shape_text()}): "
                         f"onnxruntime accepts only empty tensors for it, so there is nothing to measure; "
                         f"make that dimension symbolic or its real size, or convert with --mode all-fp16")
-    symbolic = [d for d in info.dims if not (isinstance(d, int) and d > 0)]
-    if symbolic:
-        warnings.append(f"input '{info.name}' has symbolic dimensions ({info.shape_text()}); "
-                        f"using 1 for them "
-                        f"(give --input-shape {info.name}:...)")
+    # only a batch dimension is left to 1 here (the others were refused before)
     return tuple(d if isinstance(d, int) and d > 0 else 1 for d in info.dims)
 
 

@@ -336,7 +336,7 @@ def test_convert_static_mode_and_quiet(tmp_path, capsys):
     model, data = shipped("log_underflow")
     out = str(tmp_path / "s.onnx")
     assert main(["convert", model, "-o", out, "--inputs", data, "--mode", "static", "-q"]) == 0
-    assert capsys.readouterr().out == ""
+    assert capsys.readouterr().out == f"{model} -> {out}: passed\n"  # -q: the verdict line alone
     import json
     report = json.load(open(str(tmp_path / "s.report.json")))
     assert report["mode"] == "static" and [p["node"] for p in report["pinned"]] == ["probs", "log_probs"]
@@ -522,3 +522,21 @@ def test_a_search_on_baked_sessions_finds_what_the_switch_graph_finds(name, tmp_
     phases = {p.name: p for p in baked.phases}
     assert phases["switch graph"].sessions == 0
     assert phases["search"].sessions == phases["search"].probes > 0  # each probe a plan of its own
+
+
+def test_quiet_prints_the_verdict_line_of_every_ending(tmp_path, capsys, monkeypatch):
+    """-q keeps one line on stdout: passed, written unverified (all-fp16), or the default-load failure
+    that exits 3 (which used to print nothing at all)."""
+    from onnx_precision.cli import main
+    from onnx_precision.oracle import default_load
+
+    model, data = shipped("l2_normalize")
+    out = str(tmp_path / "a.onnx")
+    assert main(["convert", model, "-o", out, "--inputs", data, "--mode", "all-fp16", "-q"]) == 0
+    assert capsys.readouterr().out == f"{model} -> {out}: written, not verified (--mode all-fp16 runs nothing)\n"
+    monkeypatch.setattr(default_load, "_outcome", lambda child: child.kill() or "onnxruntime crashes (SIGSEGV) loading it")
+    out = str(tmp_path / "b.onnx")
+    assert main(["convert", model, "-o", out, "--inputs", data, "-q"]) == 3
+    line = capsys.readouterr().out
+    assert line.startswith(f"{model} -> {out}: ort-load-failed (the written model passes, but with default "
+                           f"session options onnxruntime crashes (SIGSEGV) loading it") and line.count("\n") == 1

@@ -62,11 +62,35 @@ def test_synthetic_feeds_are_seeded_and_labelled():
     assert other.feeds[0]["x"].tobytes() != x.tobytes()
 
 
-def test_symbolic_dimensions_default_to_one_with_a_warning():
+def test_a_batch_dimension_alone_defaults_to_one_and_the_samples_say_so():
     samples = load_samples(MODEL, SampleSpec())
     assert samples.feeds[0]["x"].shape == (1, 4)
-    assert samples.warnings == ("input 'x' has symbolic dimensions (batchx4); using 1 for them "
-                                "(give --input-shape x:...)",)
+    assert "; 'x' batch dimension batch set to 1;" in samples.source and samples.warnings == ()
+    assert samples.guessed_shapes == (("x", "batchx4"),)
+
+
+def test_other_symbolic_dimensions_are_never_invented():
+    """A detector with dynamic H and W verified on a 1x3x1x1 image is not verified: refused, naming each."""
+    from onnx import TensorProto, helper
+
+    from onnx_precision.data import SymbolicDimensions
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Relu", ["t"], ["u"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"]),
+         helper.make_tensor_value_info("t", TensorProto.FLOAT, ["seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("u", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph)
+    with pytest.raises(SymbolicDimensions) as refused:
+        load_samples(model, SampleSpec())
+    assert str(refused.value) == (
+        "symbolic dimensions with no size to verify at: input 'x' (Nx3xHxW): H (axis 2), W (axis 3); "
+        "input 't' (seq): seq (axis 0); give sample data (--inputs DATA) or the sizes "
+        "(--input-shape x:1x3x<H>x<W> --input-shape t:<seq>)")
+    assert refused.value.exit_code == 2
+    given = load_samples(model, SampleSpec(input_shapes={"x": (1, 3, 8, 8), "t": (5,)}))
+    assert given.feeds[0]["x"].shape == (1, 3, 8, 8) and given.feeds[0]["t"].shape == (5,)
 
 
 def test_synthetic_shape_too_big_to_allocate_is_a_data_error():

@@ -96,7 +96,8 @@ def test_a_polygraphy_json_is_read_whatever_its_name_and_quietly(tmp_path, capsy
     capsys.readouterr()
     assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--inputs", data, "-q"]) == 0
     captured = capsys.readouterr()
-    assert captured.out == "" and captured.err == ""  # no [I]/[W] lines from Polygraphy under -q
+    # the verdict line alone, and no [I]/[W] lines from Polygraphy under -q
+    assert captured.out == f"{path} -> {tmp_path / 'o.onnx'}: passed\n" and captured.err == ""
 
 
 def test_an_npz_is_read_whatever_its_name(tmp_path):

@@ -67,7 +67,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     common.add_sample_args(p)
     common.add_tolerance_args(p)
     common.add_runtime_args(p)
-    common.add_verbosity_args(p)
+    common.add_verbosity_args(p, quiet_help="print only the verdict line (and errors)")
     p.set_defaults(run=run)
 
 
@@ -99,8 +99,7 @@ def run(args: argparse.Namespace) -> int:
         result = convert_lib.convert(args.model, args.output, options, progress)
     finally:
         progress.close()
-    if not args.quiet:
-        for line in result.summary_lines():
-            print(line)
+    for line in [result.verdict_line()] if args.quiet else result.summary_lines():
+        print(line)
     common.print_warnings(result.all_warnings, args)
     return result.exit_code

@@ -87,6 +87,15 @@ class ConvertResult:
             return 0
         return {"passed": 0, "ort-load-failed": 3}.get(self.report.status, 1)
 
+    def verdict_line(self) -> str:
+        """The one line ``-q`` prints: what was written and whether it passed (and why not)."""
+        if self.report is None:
+            return (f"{self.model_path} -> {self.output_path}: written, not verified (--mode all-fp16 runs "
+                    f"nothing)")
+        from ..report import summary_lines
+
+        return summary_lines(self.report)[0]
+
     def summary_lines(self) -> list[str]:
         plan = self.plan
         fp32 = plan.fp32_nodes
@@ -116,7 +125,7 @@ class ConvertResult:
             lines.append(f"  ... and {len(fp32) - _MAX_LISTED_PINS} more FP32 node(s) (see --save-plan)")
         lines.extend(f"note: {n}" for n in self.rewrite.notes)
         lines.extend(f"wrote {p}" for p in self.written[1:])
-        return lines
+        return lines + ["not verified: --mode all-fp16 runs nothing (--mode auto or static verify the model)"]
 
 
 def base_plan(ctx: ModelContext, options: ConvertOptions) -> tuple[PrecisionPlan, list[str]]:

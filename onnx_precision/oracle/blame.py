@@ -79,14 +79,14 @@ def load_error(ctx: ModelContext, e: BaseException) -> ModelLoadError:
 
 def run_error(ctx: ModelContext, samples: Samples, index: int, e: BaseException) -> DataError:
     """One line for a model that loads but fails on sample ``index``: on a synthetic feed whose
-    symbolic dimensions were guessed, it names the input to give a shape."""
+    batch dimension was set to 1, it names the input to give a shape."""
     message = ort_message(e)
     if samples.synthetic and samples.guessed_shapes:
         name, dims = samples.guessed_shapes[0]
         return DataError(
             f"{ctx.path}: onnxruntime cannot run the model on the synthetic feed, where input '{name}' "
-            f"({dims}) got 1 for its symbolic dimensions ({message}); give its real shape with "
-            f"--input-shape {name}:{dims}, each symbolic dimension replaced by its size (or real data with "
+            f"({dims}) got 1 for its batch dimension ({message}); give its real shape with "
+            f"--input-shape {name}:{dims}, the symbolic dimension replaced by its size (or real data with "
             f"--inputs)")
     if samples.synthetic:
         return DataError(f"{ctx.path}: onnxruntime cannot run the model on the synthetic feed ({message}); "
