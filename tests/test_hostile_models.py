@@ -404,3 +404,47 @@ def test_a_damaged_npz_member_is_one_line(tmp_path, capsys):
     argv = ["convert", path, "-o", str(out / "o.onnx"), "--inputs", str(tmp_path / "d.npz")]
     line = refused(argv, capsys, out)
     assert "d.npz: cannot read as .npz" in line
+
+
+# --- issue 18: a symbolic dimension is never silently 1 -------------------------------------------------
+
+def _detector(tmp_path) -> str:
+    """A detector with dynamic N, H and W: verified on a 1x3x1x1 image it would be verified on nothing."""
+    nodes = [N("Relu", ["x"], ["h"], name="r"), N("ReduceSum", ["h"], ["y"], name="s", keepdims=0)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return _save(tmp_path, model)
+
+
+@pytest.mark.parametrize("command", ["convert static", "convert auto", "check"])
+def test_symbolic_dimensions_without_data_stop_before_any_work(tmp_path, capsys, command):
+    path = _detector(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    line = refused([a.format(m=path, out=out) for a in COMMANDS[command]], capsys, out, (path,))
+    assert line == ("onnx-precision: error: symbolic dimensions with no size to verify at: input 'x' (Nx3xHxW): "
+                    "H (axis 2), W (axis 3); give sample data (--inputs DATA) or the sizes "
+                    "(--input-shape x:1x3x<H>x<W>)")
+    sized = [a.format(m=path, out=out) for a in COMMANDS[command]] + ["--input-shape", "x:1x3x16x16", "-q"]
+    assert main(sized) == 0
+
+
+def test_analyze_without_sizes_runs_the_static_rules_alone_and_says_why(tmp_path, capsys):
+    import json
+
+    path = _detector(tmp_path)
+    assert main(["analyze", path, "--json", str(tmp_path / "a.json")]) == 0
+    out = capsys.readouterr().out
+    assert "measured nothing, static rules only: symbolic dimensions with no size to verify at" in out
+    report = json.load(open(tmp_path / "a.json"))
+    assert report["all_fp16"] is None and report["unmeasured"].startswith("symbolic dimensions")
+    sums = [r for r in report["rows"] if r["node"] == "s"][0]
+    assert sums["fp32_range"] is None and sums["findings"]  # a reduction is still flagged, unconfirmed
+
+
+def test_all_fp16_still_converts_a_model_with_symbolic_dimensions_and_says_nothing_was_verified(tmp_path, capsys):
+    path = _detector(tmp_path)
+    assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--mode", "all-fp16"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("not verified: --mode all-fp16 runs nothing")
