@@ -65,7 +65,7 @@ class CheckResult:
         out = [f"check {self.candidate} against {self.model}",
                f"oracle: {_oracle_text(self.oracle)}; target: {self.target}",
                f"samples: {len(self.samples.feeds)} ({self.samples.source})"]
-        out += [f"  {m.name}: {m.summary()}  {'pass' if m.passed else 'FAIL'}"
+        out += [f"  {m.name}: {m.summary()}  {m.verdict()}"
                 for m in self.comparison.outputs]
         out.append("PASS: within tolerance" if self.passed else "FAIL: out of tolerance or non-finite")
         return out

@@ -22,7 +22,7 @@ from . import task_checks
 from .metrics import Comparison, OutputMetrics
 from .task_checks import TaskResult
 from .tolerance import SLICE_MIN_ELEMENTS, Tolerance
-from .verdict import judge
+from .verdict import judge, passed_by
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -111,7 +111,8 @@ def compare_array(name: str, ref: np.ndarray, cand: np.ndarray, tol: Tolerance) 
         tasks=_tasks(ref, cand, tol),
     )
     failures = judge(metrics, tol)
-    return replace(metrics, passed=not failures, failures=failures)
+    return replace(metrics, passed=not failures, failures=failures,
+                   passed_by="" if failures else passed_by(metrics, tol))
 
 
 def _row_width(shape: tuple[int, ...]) -> int:
@@ -179,7 +180,7 @@ def _failed(name: str, why: str) -> OutputMetrics:
 
 def _compare_exact(name: str, ref: np.ndarray, cand: np.ndarray) -> OutputMetrics:
     if np.array_equal(ref, cand):
-        return OutputMetrics(name, 0.0, 0.0, 1.0, 0, True, elements=int(ref.size))
+        return OutputMetrics(name, 0.0, 0.0, 1.0, 0, True, elements=int(ref.size), passed_by="exact match")
     try:
         diff = float(np.abs(ref.astype(np.float64) - cand.astype(np.float64)).max())
     except (TypeError, ValueError):
@@ -264,6 +265,7 @@ def _merge_output(group: Sequence[OutputMetrics]) -> OutputMetrics:
         fp32_nonfinite=sum(m.fp32_nonfinite for m in group),
         failures=tuple(failures),
         tasks=tasks,
+        passed_by="" if failures else " / ".join(dict.fromkeys(m.passed_by for m in group if m.passed_by)),
     )
 
 

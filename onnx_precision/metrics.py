@@ -43,10 +43,29 @@ class OutputMetrics:
     fp32_nonfinite: int = 0  # elements left out because FP32 itself is NaN/Inf there
     failures: tuple[str, ...] = ()  # why it fails; () when it passes
     tasks: tuple[TaskResult, ...] = ()
+    passed_by: str = ""  # the clause it passes under ("all |err| <= atol 0.001", ...); "" when it fails
 
     @property
     def outside_fraction(self) -> float:
         return self.outside_bound / self.elements if self.elements else 0.0
+
+    @property
+    def finite_note(self) -> str:
+        """Where NaN/Inf were left out of the statistics, how many elements they cover; "" otherwise."""
+        if not (self.new_nonfinite or self.fp32_nonfinite):
+            return ""
+        return (f"statistics over the {self.elements - self.new_nonfinite} of "
+                f"{self.elements + self.fp32_nonfinite} elements finite in both")
+
+    def other_failures(self) -> tuple[str, ...]:
+        """The failures but the new-NaN/Inf count, which the statistics line already gives."""
+        return tuple(f for f in self.failures if f != f"{self.new_nonfinite} new NaN/Inf")
+
+    def verdict(self) -> str:
+        """"pass (the clause it passes under)" or "FAIL"."""
+        if not self.passed:
+            return "FAIL"
+        return f"pass ({self.passed_by})" if self.passed_by else "pass"
 
     def summary(self) -> str:
         """One line: the main statistics, then the task checks and, when it fails, why."""
@@ -56,8 +75,11 @@ class OutputMetrics:
                 f"cosine {self.cosine:.6f}, {self.outside_bound}/{self.elements} outside bound")
         if self.new_nonfinite:
             text += f", {self.new_nonfinite} new NaN/Inf"
+        if self.finite_note:
+            text += f" ({self.finite_note})"
         text += "".join(f", {t.summary()}" for t in self.tasks)
-        return text + ("" if self.passed else f" [{'; '.join(self.failures)}]")
+        others = self.other_failures()
+        return text + (f" [{'; '.join(others)}]" if not self.passed and others else "")
 
     def to_json(self) -> dict:
         out: dict[str, Any] = {}

@@ -88,6 +88,25 @@ from .tolerance import Tolerance, stat_name
 COSINE_SLACK = 4 * 2.0**-24
 
 
+def passed_by(m: OutputMetrics, tol: Tolerance) -> str:
+    """The clause under which output ``m`` passes (it passes: :func:`judge` found nothing): reports
+    name it, since a pass through "all |err| <= atol" says nothing of the relative error."""
+    if tol.error_stat == "rms":
+        clause = (f"all |err| <= atol {tol.atol:g}" if m.max_abs_err <= tol.atol else
+                  f"rel RMS err <= {tol.max_rel_rms:g}, every slice <= {tol.max_slice_rel_rms:g}")
+    elif tol.error_stat == "elemwise":
+        clause = (f"at most {tol.max_outside_fraction:g} of the elements outside atol {tol.atol:g} + rtol "
+                  f"{tol.rtol:g} x |ref|")
+    else:
+        clause = (f"{stat_name(tol)} abs err <= atol {tol.atol:g} + rtol {tol.rtol:g} x max|ref|, cosine >= "
+                  f"{tol.min_cosine:g}")
+    if tol.top_k:
+        clause += f", top-{tol.top_k} agreement >= {tol.min_top_k_agreement:g}"
+    if tol.threshold is not None:
+        clause += f", IoU at {tol.threshold:g} >= {tol.min_iou:g}"
+    return clause
+
+
 def judge(m: OutputMetrics, tol: Tolerance) -> tuple[str, ...]:
     """Why output ``m`` fails under ``tol`` (already chosen for this output): () when it passes."""
     failures: list[str] = []

@@ -31,7 +31,8 @@ l2 (float[N, 64] x) => (float[N, 64] y) {
 
 def metrics(name, err, cosine, nonfinite=0, passed=True):
     return OutputMetrics(name=name, max_abs_err=err, max_rel_err=err, cosine=cosine,
-                         new_nonfinite=nonfinite, passed=passed)
+                         new_nonfinite=nonfinite, passed=passed, elements=64,
+                         failures=() if passed else ((f"{nonfinite} new NaN/Inf",) if nonfinite else ("bad",)))
 
 
 def make_report(**overrides) -> rep.RunReport:
@@ -97,7 +98,9 @@ def test_summary_is_short_and_says_what_matters():
     text = "\n".join(lines)
     assert "FP16: 3/5 nodes (60.0%)" in text
     assert "FP32 pins (2): sumsq (range/search), norm (search)" in text
-    assert "before: FAIL (worst y: rel RMS err 0, max abs err nan, cosine 0.000000, 64 new NaN/Inf)" in text
+    # the NaN count once, and the statistics said to cover what is finite in both (none here)
+    assert ("before: FAIL (worst y: rel RMS err 0, max abs err nan, cosine 0.000000, 64 new NaN/Inf "
+            "(statistics over the 0 of 64 elements finite in both))") in text
     assert "verified: pass" in text
     assert "cost: 2 session(s), 9 probe(s), 0.85 s; report: l2.fp16.report.json" in text
 

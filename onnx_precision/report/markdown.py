@@ -91,7 +91,7 @@ def to_markdown(report: RunReport) -> str:
             "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for m in comparison.outputs:
-            verdict = "pass" if m.passed else "FAIL: " + _md_cell("; ".join(m.failures))
+            verdict = _md_cell(m.verdict()) if m.passed else "FAIL: " + _md_cell("; ".join(m.failures))
             lines.append(
                 f"| `{m.name}` | {number(m.rel_rms_err)} | {number(m.worst_slice_rel_rms)} | "
                 f"{number(m.max_abs_err)} | {number(m.max_rel_err)} | {number(m.p99_abs_err)} | "
@@ -175,8 +175,14 @@ def _comparison_line(comparison: Comparison) -> str:
               f"{number(worst.max_abs_err)}, cosine {cosine_text(worst.cosine)}")
     if worst.new_nonfinite:
         detail += f", {worst.new_nonfinite} new NaN/Inf"
-    if worst.failures:
-        detail += f"; {worst.failures[0]}"
+    if worst.finite_note:
+        detail += f" ({worst.finite_note})"
+    others = worst.other_failures()
+    if others:
+        detail += f"; {others[0]}"
+    clauses = " / ".join(dict.fromkeys(m.passed_by for m in comparison.outputs if m.passed_by))
+    if comparison.passed and clauses:
+        detail = f"{clauses}; {detail}"
     return f"{verdict} ({detail})"
 
 
