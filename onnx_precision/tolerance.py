@@ -79,6 +79,19 @@ class Tolerance:
             parts.append("compared only where FP32 is finite")
         return "; ".join(parts)
 
+    def cli_args(self) -> list[str]:
+        """The command-line options that give this tolerance (settings at their default left out)."""
+        out: list[str] = []
+        for f in fields(self):
+            if f.name in ("per_output", "allow_fp32_nonfinite"):
+                continue
+            flag = "--" + f.name.replace("_", "-")
+            if getattr(self, f.name) != getattr(_DEFAULT, f.name):
+                out += [flag, _arg(getattr(self, f.name))]
+            out += [arg for name, tol in self.per_output if getattr(tol, f.name) != getattr(self, f.name)
+                    for arg in (flag, f"{name}:{_arg(getattr(tol, f.name))}")]
+        return out + (["--allow-fp32-nonfinite"] if self.allow_fp32_nonfinite else [])
+
     def to_json(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "per_output"}
         out["per_output"] = {name: {k: v for k, v in tol.to_json().items() if k != "per_output"}
@@ -92,6 +105,13 @@ class Tolerance:
         per = tuple((name, Tolerance(**{k: v for k, v in values.items() if k in known}))
                     for name, values in dict(data.get("per_output", {})).items())
         return replace(base, per_output=per)
+
+
+_DEFAULT = Tolerance()
+
+
+def _arg(value: object) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def _settings_text(tol: Tolerance) -> str:

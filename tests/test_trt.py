@@ -125,13 +125,46 @@ def test_text_has_both_generations_with_comments():
         "polygraphy", "convert", "in dir/model.onnx", "--fp16", "--precision-constraints", "obey",
         "--layer-precisions", "node_of_norm:float32", "--trt-min-shapes", "x:[2,4]", "--trt-opt-shapes", "x:[2,4]",
         "--trt-max-shapes", "x:[8,4]", "-o", "in dir/model.engine"]
-    assert shlex.split(lines[9]) == [
-        "polygraphy", "run", "in dir/model.onnx", "--trt", "--onnxrt", "--fp16", "--precision-constraints", "obey",
+    assert lines[8] == ("polygraphy convert out.onnx --strongly-typed --trt-min-shapes 'x:[2,4]' "
+                        "--trt-opt-shapes 'x:[2,4]' --trt-max-shapes 'x:[8,4]' -o out.engine")
+    # the verdict: the tool's own check of the written model on TensorRT, then Polygraphy's closest
+    assert lines[9].startswith("# Check the written model built by TensorRT with the verdict the conversion used")
+    assert shlex.split(lines[10]) == ["onnx-precision", "check", "in dir/model.onnx", "out.onnx", "--oracle",
+                                      "tensorrt"]
+    assert lines[11].startswith("# Polygraphy's closest check: SNR >= 26.02 dB is rel RMS err <= 0.05 over each "
+                                "whole output; it has no per-slice bound")
+    assert shlex.split(lines[12]) == [
+        "polygraphy", "run", "in dir/model.onnx", "--onnxrt", "--trt", "--fp16", "--precision-constraints", "obey",
         "--layer-precisions", "node_of_norm:float32", "--trt-min-shapes", "x:[2,4]", "--trt-opt-shapes", "x:[2,4]",
-        "--trt-max-shapes", "x:[8,4]", "--input-shapes", "x:[2,4]", "--atol", "0.001", "--rtol", "0.01"]
-    assert lines[10] == ("polygraphy convert out.onnx --strongly-typed --trt-min-shapes 'x:[2,4]' "
-                         "--trt-opt-shapes 'x:[2,4]' --trt-max-shapes 'x:[8,4]' -o out.engine")
-    assert len(lines) == 11
+        "--trt-max-shapes", "x:[8,4]", "--input-shapes", "x:[2,4]", "--compare", "snr", "--snr-threshold", "26.02"]
+    assert len(lines) == 13
+
+
+def test_the_polygraphy_snr_check_agrees_with_the_whole_output_bound():
+    """SNR (first runner's output as the signal) >= 26.02 dB is exactly rel RMS err <= 0.05."""
+    import numpy as np
+    from polygraphy.comparator.compare import SnrCompareFunc
+
+    ref = np.linspace(-3, 3, 4096, dtype=np.float32)
+    noise = np.random.default_rng(0).standard_normal(4096).astype(np.float32)
+    noise *= np.linalg.norm(ref) / np.linalg.norm(noise)
+    for rel in (0.049, 0.051):
+        snr = SnrCompareFunc()._compute_metric(ref, ref + rel * noise)
+        assert (snr >= 26.02) == (rel <= 0.05)
+
+
+def test_a_verdict_polygraphy_cannot_express_says_so_and_gives_the_tools_own_check():
+    from onnx_precision.tolerance import Tolerance
+    from onnx_precision.trt.flags import Verdict
+
+    model, plan = model_and_plan(["node_of_norm"])
+    text = trt_flags_text(model, plan, "m.onnx", "o.onnx", input_shapes={"x": [(2, 4)]},
+                          verdict=Verdict(Tolerance(error_stat="max", atol=0.01), ("--inputs", "d.npz")))
+    lines = text.splitlines()
+    assert shlex.split(lines[-2]) == ["onnx-precision", "check", "m.onnx", "o.onnx", "--oracle", "tensorrt",
+                                      "--inputs", "d.npz", "--error-stat", "max", "--atol", "0.01"]
+    assert lines[-1].startswith("# Polygraphy has no check that agrees with this one: its max check passes")
+    assert "polygraphy run" not in text
 
 
 def test_dynamic_input_without_sample_shapes_is_written_down():

@@ -246,8 +246,9 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
         from ..trt.flags import sample_shapes
 
         shapes = sample_shapes(auto_result.samples.feeds) if auto_result is not None else None
+        samples = ("--inputs", options.samples.inputs) if options.samples.inputs else ()
         outputs.stage_text(options.trt_flags_path, ctx.target.flags_text(
-            ctx, result.plan, output_path, shapes, options.tolerance))
+            ctx, result.plan, output_path, shapes, options.tolerance, samples))
     texts = tuple(p for p in (options.plan_out, options.trt_flags_path) if p)
     if auto_result is None:
         outputs.commit()

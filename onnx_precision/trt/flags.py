@@ -23,6 +23,7 @@ A problem with the flags never stops a conversion: the text says what it could n
 from __future__ import annotations
 
 import bisect
+import math
 import os
 import shlex
 from collections import Counter
@@ -34,6 +35,7 @@ import onnx
 
 from ..graph import walk_nodes
 from ..plan import PrecisionPlan
+from ..tolerance import Tolerance
 from ..typing_rules import elem_type, tensor_types
 from .naming import INTERNAL_PREFIXES, LayersCache, NodeNames, trt_layer_names
 from .versions import (
@@ -363,7 +365,7 @@ def _engine_path(model_path: str) -> str:
 
 def _polygraphy_lines(names: Sequence[NodeNames], plan_pinned: frozenset[str], profile: ShapeProfile,
                       original_path: str, converted_path: str, fp16_io: bool, io_names: list[str],
-                      atol: float, rtol: float) -> list[str]:
+                      verdict: Verdict) -> list[str]:
     exact, unnamed_extra = [], []
     for n in names:
         if n.node not in plan_pinned:
@@ -386,24 +388,56 @@ def _polygraphy_lines(names: Sequence[NodeNames], plan_pinned: frozenset[str], p
     lines.append(_quote(["polygraphy", "convert", original_path, *constraints, *io,
                          *profile.polygraphy_args(),
                          "-o", _engine_path(original_path)]))
-    lines.append("# Compare that engine's outputs with onnxruntime in FP32:")
-    lines.append(_quote(["polygraphy", "run", original_path, "--trt", "--onnxrt", *constraints,
-                         *profile.polygraphy_args(run=True), "--atol", f"{atol:g}", "--rtol", f"{rtol:g}"]))
     lines.append(_quote(["polygraphy", "convert", converted_path, "--strongly-typed",
                          *profile.polygraphy_args(),
                          "-o", _engine_path(converted_path)]))
-    return lines
+    return lines + verdict.lines(original_path, converted_path, constraints, profile)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How to check an engine by the tool's own verdict (``tolerance``; ``samples``: the sample data's
+    command-line options), and what Polygraphy's own check can say of it."""
+
+    tolerance: Tolerance
+    samples: tuple[str, ...] = ()
+
+    def lines(self, original_path: str, converted_path: str, constraints: Sequence[str],
+              profile: ShapeProfile) -> list[str]:
+        tol = self.tolerance
+        check = ["onnx-precision", "check", original_path, converted_path, "--oracle", "tensorrt",
+                 *self.samples, *tol.cli_args()]
+        lines = [f"# Check the written model built by TensorRT with the verdict the conversion used "
+                 f"({tol.describe()}), through onnxruntime's TensorRT provider:", _quote(check)]
+        if tol.error_stat != "rms" or tol.per_output:
+            return lines + [f"# Polygraphy has no check that agrees with this one: its {tol.error_stat} "
+                            f"check passes an element (elemwise) or an output (max, mean, median, quantile) "
+                            f"within atol OR within rtol of each element, where this verdict bounds atol + "
+                            f"rtol x |ref| (elemwise) or atol + rtol x max|ref| and the cosine; use the line "
+                            f"above."]
+        snr = -20 * math.log10(tol.max_rel_rms) if tol.max_rel_rms > 0 else math.inf
+        return lines + [
+            f"# Polygraphy's closest check: SNR >= {snr:.2f} dB is rel RMS err <= {tol.max_rel_rms:g} over "
+            f"each whole output; it has no per-slice bound (every slice <= {tol.max_slice_rel_rms:g}) and no "
+            f"pass by all |err| <= atol {tol.atol:g}, so where those decide it can disagree with the verdict "
+            f"(its default, elementwise atol/rtol, fails engines that match the emulation):",
+            # onnxruntime first: Polygraphy takes the first runner's output as the signal
+            _quote(["polygraphy", "run", original_path, "--onnxrt", "--trt", *constraints,
+                    *profile.polygraphy_args(run=True), "--compare", "snr", "--snr-threshold", f"{snr:.2f}"])]
+
+
+DEFAULT_VERDICT = Verdict(Tolerance())
 
 
 def trt_flags_text(model: onnx.ModelProto, plan: PrecisionPlan, original_path: str, converted_path: str, *,
                    renamed: Sequence[tuple[str, str]] = (),
                    input_shapes: Mapping[str, Sequence[Sequence[int]]] | None = None,
-                   atol: float = 1e-3, rtol: float = 1e-2,
+                   verdict: Verdict = DEFAULT_VERDICT,
                    types: Mapping[str, onnx.TypeProto] | None = None) -> str:
     """The --trt-flags file: trtexec lines per TensorRT generation (and per release where the flags
     differ), each with a comment saying which releases it is for, then the Polygraphy equivalents.
     ``input_shapes`` holds the sample shapes of each input (:func:`sample_shapes`), from which the
-    dynamic inputs get their min/opt/max shapes; ``atol``/``rtol`` go to the comparison line."""
+    dynamic inputs get their min/opt/max shapes; ``verdict`` spells the comparison lines."""
     by_release = flags_by_release(model, plan, renamed=renamed, types=types)
     profile = shape_profile(model, input_shapes)
     shapes = profile.trtexec_args()
@@ -427,7 +461,6 @@ def trt_flags_text(model: onnx.ModelProto, plan: PrecisionPlan, original_path: s
     io_names = [vi.name for vi in _graph_inputs(model) + list(model.graph.output)
                 if vi.type.tensor_type.elem_type in _FLOAT_TYPES]
     lines += _polygraphy_lines(by_release.names, by_release.pinned, profile, original_path, converted_path,
-                               plan.fp16_io, io_names, atol,
-                               rtol)
+                               plan.fp16_io, io_names, verdict)
     return "\n".join(lines) + "\n"
 
