@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import shlex
 
+import onnx
+import pytest
+
 from conftest import parse
 
 from onnx_precision.errors import PlanError
@@ -110,7 +113,11 @@ def test_colon_in_a_name_is_fine_comma_and_quote_are_written_down_not_raised():
 def test_text_has_both_generations_with_comments():
     model, plan = model_and_plan(["node_of_norm"])
     text = trt_flags_text(model, plan, "in dir/model.onnx", "out.onnx", input_shapes={"x": [(2, 4), (8, 4), (2, 4)]})
-    lines = text.splitlines()
+    assert text.splitlines()[1:3] == [
+        "# Shape profile: 'x' min the samples' smallest, opt the samples' most common, max the samples' largest.",
+        "# An engine built on a range read off the samples rejects every shape outside it: give the deployment's "
+        "with --trt-min-shapes/--trt-opt-shapes/--trt-max-shapes."]
+    lines = [line for i, line in enumerate(text.splitlines()) if i not in (1, 2)]
     assert lines[0] == "# onnx-precision: TensorRT flags for 1 node(s) pinned to FP32."
     assert lines[1].startswith("# TensorRT 8.6 to 10.11 (weakly typed")
     assert shlex.split(lines[3]) == [
@@ -186,3 +193,45 @@ def test_fp16_io_gives_io_formats_per_input_and_output():
     text = trt_flags_text(model, plan, "m.onnx", "o.onnx")
     assert ("polygraphy convert m.onnx --fp16 --tensor-datatypes x:float16 v:float16 -o m.engine"
             in text.splitlines())
+
+
+def test_a_given_profile_is_written_in_every_line_and_said_to_be_given():
+    model, plan = model_and_plan(["node_of_norm"])
+    given = {"x": {"min": (1, 4), "opt": (4, 4), "max": (64, 4)}}
+    text = trt_flags_text(model, plan, "m.onnx", "o.onnx", input_shapes={"x": [(2, 4)]}, profile=given)
+    assert text.splitlines()[1] == "# Shape profile: 'x' min, opt, max as given."
+    trtexec = [line for line in text.splitlines() if line.startswith("trtexec")]
+    assert trtexec and all("--minShapes=x:1x4 --optShapes=x:4x4 --maxShapes=x:64x4" in line for line in trtexec)
+    polygraphy = [line for line in text.splitlines() if line.startswith("polygraphy")]
+    assert polygraphy and all("--trt-max-shapes 'x:[64,4]'" in line for line in polygraphy)
+
+
+def test_a_profile_that_does_not_fit_the_model_is_refused():
+    from onnx_precision.errors import UsageError
+    from onnx_precision.trt.flags import check_given_profile
+
+    model, _ = model_and_plan(["node_of_norm"])
+    check_given_profile(model, {"x": {"min": (1, 4), "max": (8, 4)}})
+    with pytest.raises(UsageError, match=r"^--trt-\*-shapes y: the model has no input 'y' \(inputs: x\)$"):
+        check_given_profile(model, {"y": {"max": (8, 4)}})
+    with pytest.raises(UsageError, match=r"^--trt-max-shapes x:8x5: the model's input is \?x4$"):
+        check_given_profile(model, {"x": {"max": (8, 5)}})
+    with pytest.raises(UsageError, match=r"min 9x4, max 8x4: each must be <= the next"):
+        check_given_profile(model, {"x": {"min": (9, 4), "max": (8, 4)}})
+
+
+def test_the_profile_options_take_polygraphy_and_trtexec_spellings(tmp_path, capsys):
+    from onnx_precision.cli import main
+
+    model, _ = model_and_plan(["node_of_norm"])
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    flags = str(tmp_path / "f.txt")
+    assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--mode", "all-fp16", "--trt-flags", flags,
+                 "--trt-min-shapes", "x:[1,4]", "--optShapes=x:2x4", "--trt-max-shapes", "x:[16,4]"]) == 0
+    text = open(flags).read()
+    assert "--minShapes=x:1x4 --optShapes=x:2x4 --maxShapes=x:16x4" in text and "as given" in text
+    assert main(["convert", path, "-o", str(tmp_path / "p.onnx"), "--mode", "all-fp16", "--trt-flags", flags,
+                 "--trt-max-shapes", "x:[16,5]"]) == 2
+    assert capsys.readouterr().err.strip().endswith("--trt-max-shapes x:16x5: the model's input is ?x4")
+

@@ -52,7 +52,7 @@ def _numbers(value: str, separator: str) -> list[str]:
     return value.lower().split(separator)
 
 
-def _shapes(text: str) -> list[tuple[str, tuple[int, ...]]]:
+def shapes(text: str) -> list[tuple[str, tuple[int, ...]]]:
     out = []
     for name, dims in _entries(text):
         try:
@@ -119,10 +119,10 @@ def add_sample_args(parser: argparse.ArgumentParser) -> None:
                        help="an .npz (one feed), a directory of .npz files (one feed each), or a "
                             "Polygraphy JSON from 'polygraphy run --save-inputs'; default: synthetic feeds")
     group.add_argument("--seed", type=_seed, default=0, help="seed for synthetic feeds (default 0)")
-    group.add_argument("--input-shape", type=_shapes, action="append", default=[], metavar="NAME:1x3x224x224",
+    group.add_argument("--input-shape", type=shapes, action="append", default=[], metavar="NAME:1x3x224x224",
                        help="shape of a synthetic input with symbolic dimensions; also NAME:[1,3,224,224] "
                             "and comma lists (x:1x3,y:1x10); repeatable")
-    group.add_argument("--input-shapes", dest="input_shape", type=_shapes, action="extend", nargs="+",
+    group.add_argument("--input-shapes", dest="input_shape", type=shapes, action="extend", nargs="+",
                        metavar="NAME:[1,3,224,224]", help="the same, as Polygraphy spells it")
     group.add_argument("--input-range", type=_ranges, action="append", default=[], metavar="NAME:LO,HI",
                        help="value range of a synthetic input; also NAME:[LO,HI] and comma lists; "

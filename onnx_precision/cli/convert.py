@@ -36,6 +36,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="write weights to OUTPUT.data beside the model (always on for models over 2 GB)",
     )
     p.add_argument("--trt-flags", metavar="FILE", help="write TensorRT flags for the plan to FILE")
+    for which, default in (("min", "smallest"), ("opt", "most common"), ("max", "largest")):
+        p.add_argument(f"--trt-{which}-shapes", f"--{which}Shapes", dest=f"trt_{which}_shapes",
+                       type=common.shapes, action="extend", nargs="+", default=[],
+                       metavar="NAME:[1,3,224,224]",
+                       help=f"the {which} shape of a dynamic input in the TensorRT flags' profile "
+                            f"(Polygraphy's syntax, or trtexec's NAME:1x3x224x224 and comma lists); default: "
+                            f"the samples' {default} shape")
     p.add_argument(
         "--headroom",
         type=float,
@@ -89,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         oracle=args.oracle,
         custom_op_libraries=common.custom_op_libraries(args),
         target=common.target(args),
+        trt_profile=_profile(args),
         max_probes=args.max_probes,
         time_budget=args.time_budget,
     )
@@ -103,3 +111,13 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     common.print_warnings(result.all_warnings, args)
     return result.exit_code
+
+
+def _profile(args: argparse.Namespace) -> dict[str, dict[str, tuple[int, ...]]]:
+    """--trt-min-shapes/--trt-opt-shapes/--trt-max-shapes as input -> {"min"|"opt"|"max": shape}."""
+    profile: dict[str, dict[str, tuple[int, ...]]] = {}
+    for which in ("min", "opt", "max"):
+        for entries in getattr(args, f"trt_{which}_shapes"):
+            for name, shape in entries:
+                profile.setdefault(name, {})[which] = shape
+    return profile

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -55,6 +56,8 @@ class ConvertOptions:
     oracle: OracleName = "emulate"
     custom_op_libraries: tuple[str, ...] = ()  # registered on every onnxruntime session of the model
     target: Target = GENERIC  # where the written model runs (--target)
+    # the TensorRT shape profile per input, {"min"|"opt"|"max": shape} (--trt-*-shapes); else the samples'
+    trt_profile: Mapping[str, Mapping[str, tuple[int, ...]]] = field(default_factory=dict)
     max_probes: int | None = None  # search budgets (auto mode): on exhaustion the cheapest passing
     time_budget: float | None = None  # plan probed so far is kept, marked as such
 
@@ -210,6 +213,10 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
         logger.debug("named %d unnamed node(s) (node_of_<first output>)", len(ctx.renamed))
     plan, warnings = base_plan(ctx, options)
     options.tolerance.require_outputs([o.name for o in ctx.model.graph.output], model_path)
+    if options.trt_profile:
+        from ..trt.flags import check_given_profile
+
+        check_given_profile(ctx.model, options.trt_profile)
     if ctx.nothing_to_convert:
         warnings.append(f"{ctx.nothing_to_convert}: nothing to convert")
     if not measuring and (options.report_json or options.report_md):
@@ -248,7 +255,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
         shapes = sample_shapes(auto_result.samples.feeds) if auto_result is not None else None
         samples = ("--inputs", options.samples.inputs) if options.samples.inputs else ()
         outputs.stage_text(options.trt_flags_path, ctx.target.flags_text(
-            ctx, result.plan, output_path, shapes, options.tolerance, samples))
+            ctx, result.plan, output_path, shapes, options.tolerance, samples, options.trt_profile))
     texts = tuple(p for p in (options.plan_out, options.trt_flags_path) if p)
     if auto_result is None:
         outputs.commit()

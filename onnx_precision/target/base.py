@@ -91,14 +91,17 @@ class Target(ABC):
 
     def flags_text(self, model: LoadedModel, plan: PrecisionPlan, converted_path: str,
                    input_shapes: Mapping[str, Sequence[Sequence[int]]] | None, tolerance: Tolerance,
-                   samples: Sequence[str] = ()) -> str:
+                   samples: Sequence[str] = (),
+                   profile: Mapping[str, Mapping[str, tuple[int, ...]]] | None = None) -> str:
         """The ``--trt-flags`` file: TensorRT's flags for the plan, per release, whatever the target
         the plan was measured on (a generic plan is also a TensorRT user's starting point), and the
-        lines that check an engine by ``tolerance`` on the samples (``samples``: their options)."""
+        lines that check an engine by ``tolerance`` on the samples (``samples``: their options);
+        ``profile``: the shape profile given per input, else the samples' range."""
         from ..trt.flags import Verdict, trt_flags_text
 
         return trt_flags_text(model.model, plan, model.path, converted_path, renamed=model.renamed,
-                              input_shapes=input_shapes, verdict=Verdict(tolerance, tuple(samples)),
+                              input_shapes=input_shapes, profile=profile,
+                              verdict=Verdict(tolerance, tuple(samples)),
                               types=model.types)
 
     def __str__(self) -> str:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
+from ..errors import UsageError
 from ..graph import walk_nodes
 from ..plan import PrecisionPlan
 from ..tolerance import Tolerance
@@ -98,12 +99,40 @@ class TrtFlags:
         return args
 
 
+PROFILE = ("min", "opt", "max")
+_SAMPLED = {"min": "smallest", "opt": "most common", "max": "largest"}
+# input -> {"min"|"opt"|"max": shape}: a profile as the user gives it (--trt-min-shapes ...)
+GivenProfile = Mapping[str, Mapping[str, tuple[int, ...]]]
+
+
 @dataclass(frozen=True)
 class ShapeProfile:
-    """One optimization profile for the dynamic inputs: (input, (min, opt, max) shapes)."""
+    """One optimization profile for the dynamic inputs: (input, (min, opt, max) shapes); ``from_samples``
+    names the inputs whose range was taken from the samples rather than given."""
 
     inputs: tuple[tuple[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]], ...]
     problems: tuple[str, ...] = ()
+    from_samples: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (input, which of min/opt/max) sampled
+
+    def comment(self) -> list[str]:
+        """Where the profile came from, for the flags file: given, or read off the samples (and what
+        that means for the engine)."""
+        if not self.inputs:
+            return []
+        sampled = dict(self.from_samples)
+        parts = []
+        for name, _ in self.inputs:
+            taken = sampled.get(name, ())
+            given = [w for w in PROFILE if w not in taken]
+            text = f"'{name}' " + "; ".join(
+                ([f"{', '.join(given)} as given"] if given else [])
+                + ([", ".join(f"{w} the samples' {_SAMPLED[w]}" for w in taken)] if taken else []))
+            parts.append(text)
+        lines = [f"# Shape profile: {'; '.join(parts)}."]
+        if any(w != "opt" for taken in sampled.values() for w in taken):
+            lines.append("# An engine built on a range read off the samples rejects every shape outside it: "
+                         "give the deployment's with --trt-min-shapes/--trt-opt-shapes/--trt-max-shapes.")
+        return lines
 
     def trtexec_args(self) -> list[str]:
         if not self.inputs:
@@ -137,30 +166,65 @@ def _is_dynamic(vi: onnx.ValueInfoProto) -> bool:
 
 
 def shape_profile(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[Sequence[int]]] | None,
-                  ) -> ShapeProfile:
-    """min/opt/max shapes for the model's dynamic inputs from the shapes of the samples: min and max
-    per dimension, opt the most common sample shape (the largest of equally common ones)."""
-    inputs, problems = [], []
+                  given: GivenProfile | None = None) -> ShapeProfile:
+    """min/opt/max shapes for the model's dynamic inputs: as ``given`` (checked by
+    :func:`check_given_profile`), else from the shapes of the samples: min and max per dimension,
+    opt the most common sample shape (the largest of equally common ones)."""
+    inputs, problems, from_samples = [], [], []
+    given = given or {}
     for vi in _graph_inputs(model):
         if not _is_dynamic(vi):
             continue
         shapes = [tuple(int(d) for d in s) for s in (input_shapes or {}).get(vi.name, ())]
+        own = given.get(vi.name, {})
         bad = _unparseable(vi.name)
         if bad:
             problems.append(f"input '{vi.name}' cannot be named in trtexec's shape flags ({bad})")
-        elif not shapes:
-            problems.append(f"input '{vi.name}' has dynamic dimensions and no sample shapes were given: "
-                            f"add --minShapes/--optShapes/--maxShapes for it")
-        elif len({len(s) for s in shapes}) > 1:
+            continue
+        sampled: dict[str, tuple[int, ...]] = {}
+        if shapes and len({len(s) for s in shapes}) == 1:
+            counts = Counter(shapes)
+            sampled = {"min": tuple(min(dims) for dims in zip(*shapes)),
+                       "opt": max(counts, key=lambda s: (counts[s], int(np.prod(s, dtype=np.int64)), s)),
+                       "max": tuple(max(dims) for dims in zip(*shapes))}
+        lo, opt, hi = (own.get(which, sampled.get(which)) for which in PROFILE)
+        if lo is not None and opt is not None and hi is not None:
+            inputs.append((vi.name, (lo, opt, hi)))
+            if len(own) < len(PROFILE):
+                from_samples.append((vi.name, tuple(w for w in PROFILE if w not in own)))
+            if len({len(lo), len(opt), len(hi)}) > 1 or any(
+                    a > b for x, y in ((lo, opt), (opt, hi)) for a, b in zip(x, y)):
+                problems.append(f"input '{vi.name}': min {_dims(lo)}, opt {_dims(opt)}, max {_dims(hi)} (the "
+                                f"samples' and the given) do not grow: TensorRT refuses this profile")
+        elif shapes and not sampled:
             ranks = sorted({len(s) for s in shapes})
             problems.append(f"input '{vi.name}': the samples have different ranks {ranks}")
         else:
-            counts = Counter(shapes)
-            opt = max(counts, key=lambda s: (counts[s], int(np.prod(s, dtype=np.int64)), s))
-            lo = tuple(min(dims) for dims in zip(*shapes))
-            hi = tuple(max(dims) for dims in zip(*shapes))
-            inputs.append((vi.name, (lo, opt, hi)))
-    return ShapeProfile(tuple(inputs), tuple(problems))
+            problems.append(f"input '{vi.name}' has dynamic dimensions and no sample shapes were given: "
+                            f"add --minShapes/--optShapes/--maxShapes for it")
+    return ShapeProfile(tuple(inputs), tuple(problems), tuple(from_samples))
+
+
+def check_given_profile(model: onnx.ModelProto, given: GivenProfile) -> None:
+    """Refuse a profile that names no dynamic input of ``model``, or whose min, opt and max disagree
+    with the model's rank and fixed dimensions or do not grow min <= opt <= max."""
+    inputs = {vi.name: vi for vi in _graph_inputs(model)}
+    for name, shapes in given.items():
+        vi = inputs.get(name)
+        if vi is None:
+            raise UsageError(f"--trt-*-shapes {name}: the model has no input '{name}' (inputs: "
+                             f"{', '.join(inputs) or 'none'})")
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+        for which, shape in shapes.items():
+            wrong = len(shape) != len(dims) or any(d is not None and d != s for d, s in zip(dims, shape))
+            if vi.type.tensor_type.HasField("shape") and wrong:
+                model_dims = "x".join(str(d) if d is not None else "?" for d in dims)
+                raise UsageError(f"--trt-{which}-shapes {name}:{_dims(shape)}: the model's input is "
+                                 f"{model_dims}")
+        ordered = [shapes[w] for w in PROFILE if w in shapes]
+        if any(any(a > b for a, b in zip(lo, hi)) for lo, hi in zip(ordered, ordered[1:])):
+            listed = ", ".join(f"{w} {_dims(shapes[w])}" for w in PROFILE if w in shapes)
+            raise UsageError(f"--trt-*-shapes {name}: {listed}: each must be <= the next")
 
 
 def sample_shapes(feeds: Iterable[Mapping[str, np.ndarray]]) -> dict[str, list[tuple[int, ...]]]:
@@ -432,16 +496,17 @@ DEFAULT_VERDICT = Verdict(Tolerance())
 def trt_flags_text(model: onnx.ModelProto, plan: PrecisionPlan, original_path: str, converted_path: str, *,
                    renamed: Sequence[tuple[str, str]] = (),
                    input_shapes: Mapping[str, Sequence[Sequence[int]]] | None = None,
-                   verdict: Verdict = DEFAULT_VERDICT,
+                   profile: GivenProfile | None = None, verdict: Verdict = DEFAULT_VERDICT,
                    types: Mapping[str, onnx.TypeProto] | None = None) -> str:
     """The --trt-flags file: trtexec lines per TensorRT generation (and per release where the flags
     differ), each with a comment saying which releases it is for, then the Polygraphy equivalents.
     ``input_shapes`` holds the sample shapes of each input (:func:`sample_shapes`), from which the
     dynamic inputs get their min/opt/max shapes; ``verdict`` spells the comparison lines."""
     by_release = flags_by_release(model, plan, renamed=renamed, types=types)
-    profile = shape_profile(model, input_shapes)
-    shapes = profile.trtexec_args()
+    shape_range = shape_profile(model, input_shapes, profile)
+    shapes = shape_range.trtexec_args()
     lines = [f"# onnx-precision: TensorRT flags for {len(by_release.pinned)} node(s) pinned to FP32."]
+    lines += shape_range.comment()
     for i, group in enumerate(by_release.groups):
         span = span_text(list(group.releases))
         lines.append(f"# TensorRT {span} (weakly typed; these flags are deprecated in 10.12 and removed in "
@@ -457,10 +522,10 @@ def trt_flags_text(model: onnx.ModelProto, plan: PrecisionPlan, original_path: s
                  "model as "
                  "written:")
     lines.append(_quote(["trtexec", f"--onnx={converted_path}", "--stronglyTyped", *shapes]))
-    lines += [f"#   not expressed: {p}" for p in profile.problems]
+    lines += [f"#   not expressed: {p}" for p in shape_range.problems]
     io_names = [vi.name for vi in _graph_inputs(model) + list(model.graph.output)
                 if vi.type.tensor_type.elem_type in _FLOAT_TYPES]
-    lines += _polygraphy_lines(by_release.names, by_release.pinned, profile, original_path, converted_path,
-                               plan.fp16_io, io_names, verdict)
+    lines += _polygraphy_lines(by_release.names, by_release.pinned, shape_range, original_path,
+                               converted_path, plan.fp16_io, io_names, verdict)
     return "\n".join(lines) + "\n"
 
