@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import onnx
 from conftest import parse
 
 import models
@@ -110,3 +111,50 @@ def test_oracle_reference_drives_the_search_of_convert(tmp_path):
     assert [outputs[k]["oracle"] for k in ("before", "after", "verified", "native")] == \
         ["reference", "reference", "emulate", "reference"]
     assert not outputs["before"]["passed"] and outputs["after"]["passed"]
+
+
+def _layer_norm(dtype: int, opset: int = 17):
+    from onnx import helper
+
+    scale = onnx.numpy_helper.from_array(np.ones(64, onnx.helper.tensor_dtype_to_np_dtype(dtype)), "s")
+    bias = onnx.numpy_helper.from_array(np.zeros(64, onnx.helper.tensor_dtype_to_np_dtype(dtype)), "b")
+    node = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], name="ln", axis=-1)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", dtype, [2, 64])],
+                              [helper.make_tensor_value_info("y", dtype, [2, 64])], [scale, bias])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def _wide_rows() -> np.ndarray:
+    """Rows whose RMS deviation (~100) is past sqrt(65504 / 64) = 32: their FP16 sum of squares overflows."""
+    return (np.random.default_rng(0).standard_normal((2, 64)) * 100).astype(np.float32)
+
+
+def test_the_reference_oracle_computes_layer_norm_statistics_in_stash_type():
+    from onnx import TensorProto
+    from onnx.reference import ReferenceEvaluator
+
+    from onnx_precision.oracle import run_reference
+
+    x = _wide_rows()
+    fp16 = _layer_norm(TensorProto.FLOAT16)
+    with np.errstate(all="ignore"):
+        stock = ReferenceEvaluator(fp16).run(None, {"x": x.astype(np.float16)})[0]
+    assert not np.isfinite(stock).all() or not np.any(stock)  # onnx.reference: variance in FP16, inf
+    ours = run_reference(ModelContext.of(fp16), [{"x": x}]).outputs[0]["y"].astype(np.float64)
+    want = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+    assert np.abs(ours - want).max() < 5e-3  # FP16 rounding of the normalised values only
+
+
+def test_oracle_reference_passes_a_layer_norm_whose_fp16_statistics_would_overflow(tmp_path):
+    from onnx import TensorProto
+
+    path, data = tmp_path / "ln.onnx", tmp_path / "ln.npz"
+    onnx.save(_layer_norm(TensorProto.FLOAT), str(path))
+    np.savez(data, x=_wide_rows())
+    assert main(["convert", str(path), "-o", str(tmp_path / "o.onnx"), "--inputs", str(data), "-q",
+                 "--oracle", "reference", "--headroom", "0"]) == 0
+    report = json.loads((tmp_path / "o.report.json").read_text())
+    assert report["pinned"] == [] and report["outputs"]["before"]["passed"]
+    assert report["outputs"]["native"]["oracle"] == "reference" and report["outputs"]["native"]["passed"]

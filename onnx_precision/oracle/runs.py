@@ -23,6 +23,7 @@ from ..context import ModelContext
 from ..storage import is_external, model_tensors, read_array
 from ..vocab import OracleName
 from .emulation import EMULATE, as_fp32
+from .reference_ops import SPEC_OPS
 from .sessions import Feed, cast_feed, input_dtypes, make_session, run_session
 from .written import emulate_model
 
@@ -94,7 +95,9 @@ def reference_executor(ctx: ModelContext) -> Executor:
 
     Known limits: it is slow (numpy, op by op); some ops compute internally in FP32 or FP64 there
     too (BatchNormalization's statistics, reductions numpy upcasts), so it is not pessimistic
-    everywhere; it needs the weights in memory (fine for models well under the machine's memory)."""
+    everywhere; it needs the weights in memory (fine for models well under the machine's memory).
+    LayerNormalization and RMSNormalization compute their statistics in ``stash_type``, as the
+    specification says and onnx.reference does not (:mod:`.reference_ops`)."""
     from onnx.reference import ReferenceEvaluator
     model = ctx.model
     if any(is_external(t) for t in model_tensors(model)):
@@ -104,7 +107,7 @@ def reference_executor(ctx: ModelContext) -> Executor:
             if is_external(tensor):
                 tensor.CopyFrom(onnx.numpy_helper.from_array(np.array(read_array(tensor, ctx.base_dir)),
                                                              tensor.name))
-    evaluator = ReferenceEvaluator(model)
+    evaluator = ReferenceEvaluator(model, new_ops=list(SPEC_OPS))
     dtypes = input_dtypes(model)
     names = [o.name for o in model.graph.output]
 
