@@ -65,6 +65,7 @@ class NodeRow:
     forced_fp32: Reason | None = None    # why the node cannot be FP16 at all (type, constant)
     graph_path: tuple[tuple[str, str], ...] = ()
     note: str = ""
+    margins: tuple[float, float] | None = None  # binades to overflow and to underflow in the 16-bit type
 
     @property
     def active_findings(self) -> tuple[rules.Finding, ...]:
@@ -84,6 +85,9 @@ class NodeRow:
             out["subgraph_of"] = [list(step) for step in self.graph_path]
         if self.note:
             out["note"] = self.note
+        if self.margins is not None:
+            out["margins"] = {"overflow_binades": round(self.margins[0], 3),
+                              "underflow_binades": round(self.margins[1], 3)}
         return out
 
 
@@ -141,7 +145,20 @@ class AnalysisResult:
                      + (": " + ", ".join(_output_summary(m) for m in failing) if failing else ""))
         counts = {v: sum(1 for r in self.rows if r.verdict == v) for v in VERDICT_ORDER}
         lines.append("verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n))
+        near = self.nearest_limits()
+        if near:
+            shown = ", ".join(f"{r.node} ({_margin_text(r.margins)})" for r in near[:MARGINS_SHOWN]
+                              if r.margins)
+            more = f", and {len(near) - MARGINS_SHOWN} more" if len(near) > MARGINS_SHOWN else ""
+            lines.append(f"within one binade of the 16-bit limits on the samples: {shown}{more}")
         return lines
+
+    def nearest_limits(self) -> list[NodeRow]:
+        """Nodes that can run in 16 bits whose outputs come within one binade of overflowing or
+        flushing on the samples (inputs twice as large, or half as small, would cross), nearest first."""
+        near = [r for r in self.rows
+                if r.margins is not None and r.forced_fp32 is None and min(r.margins) < 1]
+        return sorted(near, key=lambda r: min(r.margins or (0.0, 0.0)))
 
     def table(self, all_rows: bool = False) -> str:
         """A readable table: problems first (where the trouble starts at the top), then the rest."""
@@ -202,6 +219,16 @@ class AnalysisResult:
 
 
 # --- presentation ---------------------------------------------------------------------------------
+
+MARGINS_SHOWN = 5
+
+
+def _margin_text(margins: tuple[float, float]) -> str:
+    over, under = margins
+    if over <= under:
+        return f"{over:.2f} binade(s) to overflow" if over >= 0 else f"{-over:.2f} binade(s) past the maximum"
+    return f"{under:.2f} binade(s) to underflow" if under >= 0 else f"{-under:.2f} binade(s) into the flush"
+
 
 def _output_summary(m: OutputMetrics) -> str:
     return f"{m.name}: {'; '.join(m.failures)}"
@@ -383,7 +410,9 @@ def build_rows(facts: rules.ModelFacts, findings: Sequence[rules.Finding], plan:
             verdict = suspect
             note = f"inside '{ref.graph_path[0][0]}', whose output diverges; subgraph values are not recorded"
         forced = plan.decisions[node.name].reasons[0] if plan.precision(node.name) is Precision.FP32 else None
+        margins = (None if fp32_range is None else
+                   facts.low.margins(fp32_range.max_abs, fp32_range.min_nonzero_abs))
         rows.append(NodeRow(node.name, node.op_type, verdict, findings, fp32_range, error,
-                            node.name in diverging, forced, ref.graph_path, note))
+                            node.name in diverging, forced, ref.graph_path, note, margins))
     ordered = sorted(enumerate(rows), key=lambda pair: _sort_key(*pair))
     return tuple(r for _, r in ordered)

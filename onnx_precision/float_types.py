@@ -6,6 +6,7 @@ Rules, range flags, the oracle's statistics and the rewriter read a type's facts
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import onnx
@@ -26,6 +27,17 @@ class LowPrecision:
     def flush(self) -> float:
         """|x| at or below this rounds to zero (half the smallest subnormal: the tie goes to even, 0)."""
         return self.min_subnormal / 2
+
+    def margins(self, max_abs: float, min_nonzero_abs: float) -> tuple[float, float]:
+        """(binades to overflow, binades to underflow) of values with this range: how many doublings
+        the largest |x| takes to pass the maximum, and how many halvings the smallest nonzero |x|
+        takes to flush to zero; negative where they are past it already, inf where there is no value."""
+        if 0 < max_abs < math.inf:
+            over = math.log2(self.max / max_abs)
+        else:
+            over = math.inf if max_abs == 0 else -math.inf
+        under = math.log2(min_nonzero_abs / self.flush) if 0 < min_nonzero_abs < math.inf else math.inf
+        return over, under
 
     @property
     def exact_int(self) -> int:

@@ -274,3 +274,33 @@ def test_nan_in_the_data_is_a_warning_not_a_node_verdict(tmp_path):
     result = analysis.analyze(model_path("l2_normalize"), SampleSpec(inputs=str(data)))
     assert result.fp32_nonfinite is None and result.problems == ()
     assert any("'x'" in w and "NaN" in w for w in result.warnings), result.warnings
+
+
+def test_margins_to_the_16_bit_limits_are_reported_nearest_first(tmp_path, capsys):
+    """x*x reaching 40000 is 0.71 binade from FP16's 65504: an input 1.7x larger overflows."""
+    import json
+
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    from onnx_precision.cli import main
+
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["sq"], name="square"),
+                               helper.make_node("Sqrt", ["sq"], ["y"], name="root")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path, data = str(tmp_path / "m.onnx"), str(tmp_path / "d.npz")
+    onnx.save(model, path)
+    np.savez(data, x=np.array([1, 2, 100, 200], np.float32))
+    assert main(["analyze", path, "--inputs", data, "--json", str(tmp_path / "a.json")]) == 0
+    assert "within one binade of the 16-bit limits on the samples: square (0.71 binade(s) to overflow)" in \
+        capsys.readouterr().out
+    rows = {r["node"]: r for r in json.load(open(tmp_path / "a.json"))["rows"]}
+    assert rows["square"]["margins"] == {"overflow_binades": 0.712, "underflow_binades": 25.0}
+    # convert: the JSON report lists every FP16 node's margins, the nearest first
+    assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--inputs", data, "-q", "--headroom", "0"]) == 0
+    report = json.load(open(tmp_path / "o.report.json"))
+    assert [m["node"] for m in report["margins"]] == ["square", "root"]
+    assert report["margins"][0] == {"node": "square", "overflow_binades": 0.712, "underflow_binades": 25.0}

@@ -56,6 +56,11 @@ def to_json(report: RunReport) -> dict:
                 name: {"op": op, "flops": report.node_flops.get(name)} for name, op in report.node_ops.items()
             },
             "node_stats": {name: _stats_json(s) for name, s in report.node_stats.items()},
+            # the FP16 nodes nearest to the 16-bit type's limits first (within one binade: at risk on
+            # inputs twice as large, or half as small, as the samples)
+            "margins": [
+                {"node": name, "overflow_binades": round(over, 3), "underflow_binades": round(under, 3)}
+                for name, (over, under) in report.margins.items()],
             "notes": list(report.notes),
             "tradeoff": {
                 "statistic": statistic(report),
@@ -132,6 +137,8 @@ def from_json(obj: Mapping) -> RunReport:
         nothing_to_convert=obj["nothing_to_convert"] or "",
         before_plan=obj["before_plan"],
         target=obj["target"],
+        margins={m["node"]: (float(m["overflow_binades"]), float(m["underflow_binades"]))
+                 for m in obj.get("margins", ())},
     )
 
 

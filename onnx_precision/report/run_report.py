@@ -10,6 +10,7 @@ import numpy as np
 from ..context import ModelContext
 from ..convert.outcome import ConversionOutcome
 from ..costs import PhaseCost, PhaseTotals
+from ..float_types import LowPrecision
 from ..flops import estimate_flops
 from ..metrics import Comparison
 from ..oracle.inspection import NodeStats
@@ -51,6 +52,8 @@ class RunReport(PhaseTotals):
     points: tuple[PlanPoint, ...] = ()  # every plan the search evaluated
     notes: tuple[str, ...] = ()
     tradeoff_svg: str | None = None  # the trade-off picture beside the Markdown report, if written
+    # FP16 node -> (binades to overflow, binades to underflow) of its outputs on the samples
+    margins: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def fp32_nodes(self) -> tuple[str, ...]:
@@ -103,7 +106,16 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         nothing_to_convert=ctx.nothing_to_convert,
         target=ctx.target.name,
         before_plan=outcome.before_plan,
+        margins=_margins(outcome.plan, auto.node_stats, ctx.target.low),
     )
+
+
+def _margins(plan: PrecisionPlan, stats: Mapping[str, NodeStats], low: LowPrecision,
+             ) -> dict[str, tuple[float, float]]:
+    """Each FP16 node's margins on the samples (:meth:`LowPrecision.margins`), the nearest first."""
+    margins = {n: low.margins(s.max_abs, s.min_nonzero_abs) for n, s in stats.items()
+               if plan.is_fp16(n) and s.max_abs is not None and s.min_nonzero_abs is not None}
+    return dict(sorted(margins.items(), key=lambda item: min(item[1])))
 
 
 def default_paths(output_path: str, report_json: str | None, report_md: str | None) -> tuple[str, str]:
