@@ -121,6 +121,16 @@ class Comparison:
     oracle: str  # which oracle produced the candidate: "emulate", "native:<provider>", "reference"
     samples: int = 1
 
+    def failure(self, sample: int = 0, samples: int = 1) -> str:
+        """One phrase naming the first failing output and how it failed (``sample`` of ``samples``:
+        which feed this comparison is of)."""
+        bad = next(m for m in self.outputs if not m.passed)
+        # the verdict's own words name the criterion that failed, with the digits that show it
+        what = (f"{bad.new_nonfinite} new NaN/Inf" if bad.new_nonfinite
+                else "; ".join(bad.failures) or f"max abs err {bad.max_abs_err:.3g}, cosine {bad.cosine:.4f}")
+        where = f"sample {sample}, " if samples > 1 else ""
+        return f"{where}output '{bad.name}' {what}"
+
     def metrics(self, name: str) -> OutputMetrics:
         for m in self.outputs:
             if m.name == name:

@@ -540,3 +540,37 @@ def test_quiet_prints_the_verdict_line_of_every_ending(tmp_path, capsys, monkeyp
     line = capsys.readouterr().out
     assert line.startswith(f"{model} -> {out}: ort-load-failed (the written model passes, but with default "
                            f"session options onnxruntime crashes (SIGSEGV) loading it") and line.count("\n") == 1
+
+
+def test_a_held_out_sample_that_fails_the_plan_fails_the_run_and_is_named(tmp_path, capsys):
+    """x*x/1000: the search's sample (|x| <= 100) fits FP16 all through; the second held-out one
+    (|x| = 300) squares to 90000 and overflows: verified on it, the run fails naming that sample."""
+    import json
+
+    from onnx import TensorProto, helper
+
+    from onnx_precision.cli import main
+
+    thousand = onnx.numpy_helper.from_array(np.array(1000, np.float32), "k")
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["sq"], name="square"),
+                               helper.make_node("Div", ["sq", "k"], ["y"], name="scale")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8])], [thousand])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    np.savez(tmp_path / "search.npz", x=np.linspace(-100, 100, 8, dtype=np.float32))
+    held_out = tmp_path / "held_out"
+    held_out.mkdir()
+    np.savez(held_out / "a.npz", x=np.linspace(-50, 50, 8, dtype=np.float32))
+    np.savez(held_out / "b.npz", x=np.linspace(-300, 300, 8, dtype=np.float32))
+    argv = ["convert", path, "-o", str(tmp_path / "o.onnx"), "--inputs", str(tmp_path / "search.npz"),
+            "--headroom", "0", "--validation-inputs", str(held_out)]
+    assert main(argv) == 1
+    report = json.load(open(tmp_path / "o.report.json"))
+    assert report["status"] == "failed" and report["pinned"] == []
+    assert report["message"] == (f"the written model fails held-out sample 1, output 'y' 2 new NaN/Inf "
+                                 f"({held_out})")
+    assert report["outputs"]["verified"]["passed"] and not report["outputs"]["validation"]["passed"]
+    assert "validation: FAIL" in capsys.readouterr().out

@@ -72,6 +72,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--time-budget", type=common.positive_float, metavar="SECONDS",
                    help="auto: stop the search after this long and keep the cheapest passing plan found")
     common.add_sample_args(p)
+    p.add_argument("--validation-inputs", metavar="DATA",
+                   help="held-out samples (as --inputs) that the search never sees: the written model is "
+                        "verified on them too, reported apart, and a failing one fails the run")
     common.add_tolerance_args(p)
     common.add_runtime_args(p)
     common.add_verbosity_args(p, quiet_help="print only the verdict line (and errors)")
@@ -89,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         trt_flags_path=args.trt_flags,
         plan_out=args.save_plan,
         samples=common.sample_spec(args),
+        validation_inputs=args.validation_inputs,
         tolerance=common.tolerance(args),
         headroom=args.headroom,
         report_json=args.report,

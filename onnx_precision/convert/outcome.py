@@ -24,6 +24,8 @@ class Verification:
     native: Comparison | None = None  # on --oracle's provider (or onnx.reference)
     default_load: str = ""  # why onnxruntime at its default options cannot load it ("" when it can)
     phases: tuple[PhaseCost, ...] = ()  # writing, verifying, loading
+    validation: Comparison | None = None  # emulated, on held-out samples (--validation-inputs)
+    validation_failure: str = ""  # which held-out sample fails, and how ("" when none does)
 
 
 @dataclass(frozen=True)

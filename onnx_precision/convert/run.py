@@ -20,6 +20,7 @@ from ..context import ModelContext, load_model
 from ..costs import PhaseCost
 from ..data import SampleSpec, sample_files
 from ..errors import CustomOpError, InternalError, SearchError
+from ..metrics import Comparison
 from ..plan import PrecisionPlan, Reason, apply_user_choices
 from ..rewriter import RewriteResult, rewrite
 from ..target import GENERIC, Target
@@ -49,6 +50,7 @@ class ConvertOptions:
     trt_flags_path: str | None = None
     plan_out: str | None = None  # write the final plan as JSON
     samples: SampleSpec = field(default_factory=SampleSpec)
+    validation_inputs: str | None = None  # held-out samples: verified, never searched on
     tolerance: Tolerance = field(default_factory=Tolerance)
     headroom: float = 2.0  # auto.DEFAULT_HEADROOM: one binade of margin over the samples (0: off)
     report_json: str | None = None
@@ -161,7 +163,8 @@ def plan_to_write(
 def _input_paths(model_path: str, options: ConvertOptions) -> tuple[str, ...]:
     """Every file the run reads (the model, --plan, the sample data): no output may overwrite one."""
     plan = (options.plan_path,) if options.plan_path else ()
-    return (model_path,) + plan + sample_files(options.samples)
+    held_out = sample_files(SampleSpec(inputs=options.validation_inputs)) if options.validation_inputs else ()
+    return (model_path,) + plan + sample_files(options.samples) + held_out
 
 
 def _output_paths(output_path: str, options: ConvertOptions) -> list[str]:
@@ -303,7 +306,25 @@ def verify(ctx: ModelContext, staged_model: str, auto_result: AutoResult, option
     finally:
         if loading is not None:
             loading.cancel()
-    return Verification(verified, native, default_load, (write,) + phases)
+    validation, failure = None, ""
+    if options.validation_inputs:
+        started = time.perf_counter()
+        validation, failure = _validate(ctx, staged_model, options.validation_inputs, options.tolerance)
+        phases += (PhaseCost("validation", time.perf_counter() - started, sessions=2, probes=2),)
+    return Verification(verified, native, default_load, (write,) + phases, validation, failure)
+
+
+def _validate(ctx: ModelContext, staged_model: str, inputs: str, tolerance: Tolerance,
+              ) -> tuple[Comparison, str]:
+    """The written model on the held-out samples ``inputs``, against the FP32 model on them."""
+    from .. import data, oracle
+
+    held_out = data.load_samples(ctx.model, SampleSpec(inputs=inputs))
+    with oracle.blame(ctx, held_out):
+        refs = oracle.run_fp32(ctx, held_out.feeds).outputs
+        comparison, failure = oracle.validate_written(staged_model, held_out.feeds, refs, tolerance,
+                                                      ctx.custom_op_libraries, ctx.target)
+    return comparison, failure and f"held-out {failure} ({inputs})"
 
 
 def _stored_bytes(model_path: str) -> int:
@@ -334,6 +355,8 @@ def conversion_status(auto_result: AutoResult, verification: Verification | None
     native = verification.native
     if native is not None and not native.passed:
         return "failed", f"the written model fails on {native.oracle} (passes emulated)", ()
+    if verification.validation_failure:
+        return "failed", f"the written model fails {verification.validation_failure}", ()
     if verification.default_load:
         if target.onnxruntime_kernels:
             return "ort-load-failed", f"the written model passes, but {verification.default_load}", ()

@@ -50,7 +50,7 @@ from .runs import (
 from .sessions import Feed, make_session, ort_message, session_options
 from .switch import build_switch_model
 from .switch_graph import SwitchGroup, SwitchModel
-from .verify import ORACLES, require_oracle, run_candidate, verify_output, verify_written
+from .verify import ORACLES, require_oracle, run_candidate, validate_written, verify_output, verify_written
 from .written import emulate_model
 
 __all__ = [
@@ -61,6 +61,6 @@ __all__ = [
     "PlanRunner", "WrittenPlanRunner", "native_runner", "plan_runner", "reference_runner",
     "NATIVE_PROVIDERS", "REFERENCE", "OracleRun", "native_oracle", "run_emulated", "run_fp32", "run_native",
     "run_reference", "Feed", "make_session", "ort_message", "session_options", "build_switch_model",
-    "SwitchGroup", "SwitchModel", "ORACLES", "require_oracle", "run_candidate", "verify_output",
-    "verify_written", "emulate_model",
+    "SwitchGroup", "SwitchModel", "ORACLES", "require_oracle", "run_candidate", "validate_written",
+    "verify_output", "verify_written", "emulate_model",
 ]

@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..compare import compare_samples
+from ..compare import compare_outputs, compare_samples, merge_comparisons
 from ..context import ModelContext, load_model
 from ..costs import PhaseCost
 from ..errors import OracleUnavailable
@@ -93,6 +93,20 @@ def verify_output(
         native = verify_written(written, feeds, reference_outputs, tol, oracle)
         phases.append(PhaseCost(f"native {oracle}", time.perf_counter() - started, sessions=1, probes=1))
     return verified, native, tuple(phases)
+
+
+def validate_written(output_path: str, feeds: Sequence[Feed], reference_outputs: Sequence[Mapping],
+                     tol: Tolerance, custom_op_libraries: tuple[str, ...] = (),
+                     target: Target = GENERIC) -> tuple[Comparison, str]:
+    """The written model, emulated, on held-out samples the search never saw: the comparison over
+    them all and, where one fails, which sample and how ("" when all pass)."""
+    written = load_model(output_path, custom_op_libraries, target)
+    run = run_candidate(written, feeds)
+    per_sample = [compare_outputs(ref, cand, tol, run.oracle) for ref, cand in
+                  zip(reference_outputs, only_reference_outputs(run, reference_outputs))]
+    failing = next((i for i, c in enumerate(per_sample) if not c.passed), None)
+    failure = "" if failing is None else per_sample[failing].failure(failing, len(per_sample))
+    return merge_comparisons(per_sample, run.oracle), failure
 
 
 def only_reference_outputs(run: OracleRun, refs: Sequence[Mapping]) -> list[dict[str, np.ndarray]]:

@@ -125,6 +125,7 @@ def from_json(obj: Mapping) -> RunReport:
         after=comparisons.get("after"),
         verified=comparisons.get("verified"),
         native=comparisons.get("native"),
+        validation=comparisons.get("validation"),
         phases=tuple(
             PhaseCost(p["name"], float(p["seconds"]), int(p["sessions"]), int(p["probes"]))
             for p in cost["phases"]

@@ -33,6 +33,7 @@ _COMPARISON_TITLES = {
     "after": "After: the chosen plan (emulated)",
     "verified": "Verified: the written model (emulated)",
     "native": "The written model under --oracle",
+    "validation": "Validation: the written model on held-out samples (emulated)",
 }
 
 

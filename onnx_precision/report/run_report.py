@@ -43,6 +43,7 @@ class RunReport(PhaseTotals):
     after: Comparison | None = None  # the chosen plan, emulated
     verified: Comparison | None = None  # the written model, emulated
     native: Comparison | None = None  # the written model on a GPU provider (--oracle cuda/tensorrt)
+    validation: Comparison | None = None  # the written model on held-out samples (--validation-inputs)
     phases: tuple[PhaseCost, ...] = ()
     headroom: float | None = None
     helper_sessions: int = 0  # small sessions (FP16 kernel probes, fast casts) built during the run
@@ -97,6 +98,7 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         after=auto.after,
         verified=None if verification is None else verification.verified,
         native=None if verification is None else verification.native,
+        validation=None if verification is None else verification.validation,
         phases=tuple(auto.phases) + (() if verification is None else verification.phases),
         headroom=auto.headroom,
         helper_sessions=outcome.helper_sessions,
@@ -145,6 +147,7 @@ def comparisons(report: RunReport) -> list[tuple[str, Comparison]]:
         ("after", report.after),
         ("verified", report.verified),
         ("native", report.native),
+        ("validation", report.validation),
     ]
     return [(key, c) for key, c in labelled if c is not None]
 

@@ -58,7 +58,7 @@ class Prober:
             if not comparison.passed:
                 self.order.remove(i)
                 self.order.insert(0, i)
-                self.last_detail = failure(comparison, i, len(self.feeds))
+                self.last_detail = comparison.failure(i, len(self.feeds))
                 return False, self.last_detail
         return True, ""
 
@@ -68,15 +68,5 @@ class Prober:
         per_sample = [self._compare(plan, i) for i in range(len(self.feeds))]
         failing = [i for i, c in enumerate(per_sample) if not c.passed]
         if failing:
-            self.last_detail = failure(per_sample[failing[0]], failing[0], len(self.feeds))
+            self.last_detail = per_sample[failing[0]].failure(failing[0], len(self.feeds))
         return merge_comparisons(per_sample, self.runner.oracle)
-
-
-def failure(comparison: Comparison, sample: int, samples: int) -> str:
-    """One phrase naming the first failing output of a comparison, and how it failed."""
-    bad = next(m for m in comparison.outputs if not m.passed)
-    # the verdict's own words name the criterion that failed, with the digits that show it
-    what = (f"{bad.new_nonfinite} new NaN/Inf" if bad.new_nonfinite
-            else "; ".join(bad.failures) or f"max abs err {bad.max_abs_err:.3g}, cosine {bad.cosine:.4f}")
-    where = f"sample {sample}, " if samples > 1 else ""
-    return f"{where}output '{bad.name}' {what}"
