@@ -67,7 +67,7 @@ class _Scope:
 
 
 class _Rewriter:
-    def __init__(self, model: onnx.ModelProto, plan: PrecisionPlan, ctx: ModelContext) -> None:
+    def __init__(self, model: onnx.ModelProto, plan: PrecisionPlan, ctx: ModelContext, fuse: bool) -> None:
         self.model = model  # the copy being written
         self.index = ctx.index  # the original's producers: same names, same outputs
         self.plan = plan
@@ -88,6 +88,10 @@ class _Rewriter:
         self.notes: list[str] = []
         self.weight_inputs_converted = 0
         self.onnx_opset = tr.opset_map(model).get("", 13)
+        # decomposed LayerNorms written as one LayerNormalization, by their last node
+        self.layer_norms = {ln.add: ln for ln in policy.decomposed_layer_norms(ctx)} if fuse else {}
+        self.fused = 0
+        self.added_casts: set[str] = set()
 
     # --- what each side needs --------------------------------------------------------------
 
@@ -193,6 +197,7 @@ class _Rewriter:
         # Cast-1 (opsets before 6) names its target type with a string
         target = to if self.onnx_opset >= 6 else TensorProto.DataType.Name(to)
         scope.nodes.append(helper.make_node("Cast", [source], [out], name=node_name, to=target))
+        self.added_casts.add(node_name)
         scope.local.add(out)
         self.written[out] = to
         src_type = self.types.get(source) or self.new_value_info.get(source)
@@ -326,6 +331,31 @@ class _Rewriter:
         ):
             self.widened_from[node.output[0]] = node.input[0]
         scope.nodes.append(node)
+        if scope.parent is None and node.name in self.layer_norms:
+            self.fuse(scope, self.layer_norms[node.name])
+
+    def fuse(self, scope: _Scope, ln: policy.DecomposedLayerNorm) -> None:
+        """Replace ``ln``'s nine written nodes by one LayerNormalization in the type of its tail (the
+        plan gives Mul and Add one type, :func:`policy.layer_norm_pins`), named after the last Add."""
+        # the nine nodes were just written: look back from the end (a full scan per LayerNorm would
+        # make a stack of thousands quadratic)
+        at = {}
+        for k in range(len(scope.nodes) - 1, -1, -1):
+            if scope.nodes[k].name in ln.nodes:
+                at[scope.nodes[k].name] = k
+                if len(at) == len(ln.nodes):
+                    break
+        mul, add = scope.nodes[at[ln.mul]], scope.nodes[at[ln.add]]
+        to = self.written.get(add.output[0], FLOAT)
+        scale, bias = mul.input[ln.scale_index], add.input[ln.bias_index]
+        if self.written.get(scale, self.orig(scale)) != to or self.written.get(bias, self.orig(bias)) != to:
+            return  # a constant kept in the other type: the nodes stay as they are
+        x = self.version(scope, ln.x, to)
+        for k in sorted(at.values(), reverse=True):
+            del scope.nodes[k]
+        scope.nodes.append(helper.make_node("LayerNormalization", [x, scale, bias], [add.output[0]],
+                                            name=ln.add, axis=ln.axis, epsilon=ln.epsilon, stash_type=1))
+        self.fused += 1
 
     def finish_outputs(self, scope: _Scope, owner: onnx.NodeProto | None) -> None:
         """Graph outputs get the type their consumer (the application or the owner node) expects."""
@@ -355,6 +385,11 @@ class _Rewriter:
         self.plan_constants()
         self.plan_main_outputs()
         self.rewrite_graph(self.model.graph, None, None)
+        if self.fused:
+            self.casts_added -= _drop_dead_casts(self.model.graph, self.added_casts)
+            self.notes.append(f"{self.fused} decomposed LayerNorm(s) written as one LayerNormalization each, "
+                              f"named after their last Add (statistics in FP32, stash_type 1), so that "
+                              f"onnxruntime's LayerNormFusion cannot bind mixed types")
         if self.weight_inputs_converted:
             self.notes.append(
                 f"{self.weight_inputs_converted} initializer(s) also listed as graph inputs "
@@ -364,6 +399,25 @@ class _Rewriter:
             version = _default_opset_for(self.model)
             self.model.opset_import.append(helper.make_opsetid("", version))
             self.notes.append(f"the model imports no ai.onnx opset; added opset {version} for the Casts")
+
+
+def _drop_dead_casts(graph: onnx.GraphProto, added: set[str]) -> int:
+    """Remove the Casts of ``added`` nothing reads any more (a fusion took their readers); returns
+    how many."""
+    dropped = 0
+    while True:
+        read = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+        dead = [n for n in graph.node if n.name in added and n.output[0] not in read]
+        if not dead:
+            break
+        for n in dead:
+            graph.node.remove(n)
+        dropped += len(dead)
+    produced = {o for n in graph.node for o in n.output} | {i.name for i in graph.input}
+    kept = [vi for vi in graph.value_info if vi.name in produced]
+    del graph.value_info[:]
+    graph.value_info.extend(kept)
+    return dropped
 
 
 def _default_opset_for(model: onnx.ModelProto) -> int:
@@ -400,18 +454,19 @@ def _flush_notes(plan: PrecisionPlan, shown: int = 3) -> list[str]:
     return [f"{len(flushed)} FP16 node(s) have weights whose tiniest values flush to zero: {listed}{more}"]
 
 
-def rewrite(ctx: ModelContext, plan: PrecisionPlan) -> RewriteResult:
+def rewrite(ctx: ModelContext, plan: PrecisionPlan, fuse_layer_norms: bool = True) -> RewriteResult:
     """Write ``plan`` into a copy of ``ctx``'s model.
 
     The rewriter writes resolved plans only: an unresolved one is resolved first
     (:func:`onnx_precision.policy.resolve`), so nodes that cannot be FP16 are written FP32 with their
     reason; the resolved plan comes back in the result. Nodes the plan does not name stay as they
-    are.
+    are. ``fuse_layer_norms``: decomposed LayerNorms are written as one LayerNormalization from opset
+    17 (:mod:`onnx_precision.policy.layer_norm`); off, every node is written as it is.
     """
     resolved = policy.resolve(ctx, plan)
     out = onnx.ModelProto()
     out.CopyFrom(ctx.model)
-    rewriter = _Rewriter(out, resolved, ctx)
+    rewriter = _Rewriter(out, resolved, ctx, fuse_layer_norms)
     rewriter.run()
     forced = [n for n in resolved.fp32_nodes if plan.is_fp16(n)]
     notes = list(rewriter.notes)

@@ -148,7 +148,7 @@ def plan_to_write(
     """The plan to write, resolved: ``plan`` itself in all-fp16 mode; static/auto modes ask
     :func:`.choose.choose_plan` (which returns an AutoResult, also returned)."""
     if options.mode == "all-fp16":
-        return policy.resolve(ctx, plan), None
+        return policy.resolve(ctx, policy.layer_norm_pins(ctx, policy.resolve(ctx, plan))), None
     from .. import data, oracle  # the oracle stack is only needed by the measuring modes
     from . import choose as auto
 
@@ -157,7 +157,8 @@ def plan_to_write(
     with oracle.blame(ctx, samples):
         result = auto.choose_plan(ctx, plan, samples, options.tolerance, options.headroom, options.mode,
                                   progress, budget, oracle.plan_runner(options.oracle, ctx))
-    return policy.resolve(ctx, policy.target_reasons(ctx, result.plan)), result
+    plan = policy.layer_norm_pins(ctx, policy.target_reasons(ctx, result.plan))
+    return policy.resolve(ctx, plan), result
 
 
 def _input_paths(model_path: str, options: ConvertOptions) -> tuple[str, ...]:

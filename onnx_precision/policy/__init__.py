@@ -1,9 +1,11 @@
 """Plan policy over the model context: what a plan must pin before, and whatever, the search finds.
 
 * :mod:`.resolution`: a requested plan made writable (nodes that cannot be FP16 become FP32, with why);
-* :mod:`.pins`: headroom, range, rule and target pins, each with its reason.
+* :mod:`.pins`: headroom, range, rule and target pins, each with its reason;
+* :mod:`.layer_norm`: decomposed LayerNorms, written as one LayerNormalization from opset 17.
 """
 
+from .layer_norm import DecomposedLayerNorm, decomposed_layer_norms, fused_names, layer_norm_pins
 from .pins import (
                    FLUSH_SHARE,
                    flagged,
@@ -17,6 +19,7 @@ from .pins import (
 )
 from .resolution import NodeBlockers, blockers, forced_fp32, node_blockers, resolve, resolve_plan
 
-__all__ = ["FLUSH_SHARE", "fp16_holders", "flagged", "headroom_pins", "range_flags", "rule_pins",
+__all__ = ["DecomposedLayerNorm", "decomposed_layer_norms", "fused_names", "layer_norm_pins",
+           "FLUSH_SHARE", "fp16_holders", "flagged", "headroom_pins", "range_flags", "rule_pins",
            "target_reasons", "unmeasured_static_plan", "with_flags", "NodeBlockers", "blockers",
            "forced_fp32", "node_blockers", "resolve", "resolve_plan"]

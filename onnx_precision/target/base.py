@@ -84,6 +84,12 @@ class Target(ABC):
         """How ``model``'s FP16 nodes compute here (``types``: every value's type, or None to infer
         them when needed)."""
 
+    @property
+    def normalizes_in_input_precision(self) -> bool:
+        """Whether a normalisation (LayerNormalization) fed FP16 computes its statistics in FP16 here,
+        whatever its ``stash_type`` says (then statistics FP16 cannot hold need it fed FP32)."""
+        return False
+
     def stored_in_layers(self, op_type: str) -> str:
         """Where an op's internal values are stored in the low precision between layers (a phrase
         for a rule's message), or "" where the op computes internally in FP32."""

@@ -54,6 +54,19 @@ class TensorRTTarget(Target):
         return TrtLayers(model, self.version, base_dir, tensor_types(model) if types is None else types,
                          fresh)
 
+    @property
+    def normalizes_in_input_precision(self) -> bool:
+        # onnx-tensorrt's LayerNormalization importer reads stash_type but, strongly typed, neither
+        # casts X to it nor may call setComputePrecision (10.6 onnxOpImporters.cpp: "if
+        # (!stronglyTyped) { layer->setComputePrecision(computeType); }"; 10.15 the same through
+        # ctx->isStronglyTyped(); InstanceNormalization and GroupNormalization, normalizationHelper in
+        # importerUtils.cpp, never read it); NvInfer.h from 10.1: "Strongly typed network rejects
+        # calls to this method since the compute precision is typically controlled by casting the
+        # input tensors", and 11.0 removes the method. Only RMSNormalization (10.15) casts to
+        # stash_type. The Cast-pinned model is built strongly typed: its FP16 LayerNorms are taken to
+        # compute their statistics in FP16.
+        return True
+
     def stored_in_layers(self, op_type: str) -> str:
         where = _LAYERED.get(op_type)
         return f"{self.title} {where.format(low=self.low.name)}" if where else ""

@@ -1,0 +1,191 @@
+"""Decomposed LayerNorms: found in the model, written as one ``LayerNormalization`` (opset 17 and later).
+
+An exporter below opset 17 (or TorchScript) writes LayerNorm as ReduceMean, Sub, Pow, ReduceMean,
+Add, Sqrt, Div, Mul, Add. onnxruntime's LayerNormFusion folds that pattern back into one node at its
+default options, and drops the Casts around it as it does: the leading Cast of X, the Cast between
+Div and Mul, the Cast before Pow (``onnxruntime/core/optimizer/layer_norm_fusion.cc``, the Apex O2
+cases). Where those Casts changed the type, the fused node binds X and Scale to different types and
+the written model does not load (``Type parameter (T) of Optype (LayerNormalization) bound to
+different types``): a stack of FP16 LayerNorms fed by an FP32 graph input fails so. So from opset 17
+the rewriter writes each pattern as one ``LayerNormalization`` itself, named after the pattern's last
+Add (whose output it keeps), with ``stash_type`` 1: statistics in FP32, as onnxruntime's kernels and
+TensorRT's weakly typed builds compute them, and as TensorRT recommends.
+
+The fused node has one type for X, Scale and B: the type of the pattern's tail (Mul and the last
+Add). :func:`layer_norm_pins` makes the plan fit that: a tail split between FP16 and FP32 is pinned
+FP32, and where the target computes a normalisation's statistics in its input's precision (TensorRT
+strongly typed: its importer casts nothing to ``stash_type``, see :mod:`onnx_precision.target.tensorrt`)
+and the plan keeps the statistics FP32, the whole pattern is pinned FP32, so the node is fed FP32.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..context import ModelContext
+from ..graph import onnx_opset
+from ..plan import Precision, PrecisionPlan, Reason
+from ..storage import read_array
+
+MIN_OPSET = 17  # LayerNormalization's first opset
+
+
+@dataclass(frozen=True)
+class DecomposedLayerNorm:
+    """One LayerNorm written as its nine nodes (names), with what one node needs to replace them."""
+
+    mean: str
+    sub: str
+    pow: str
+    var: str
+    add_eps: str
+    sqrt: str
+    div: str
+    mul: str
+    add: str  # the last node: the fused node takes its name and its output
+    x: str
+    scale_index: int  # which input of the Mul is the scale
+    bias_index: int  # which input of the last Add is the bias
+    axis: int
+    epsilon: float
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return (self.mean, self.sub, self.pow, self.var, self.add_eps, self.sqrt, self.div, self.mul,
+                self.add)
+
+    @property
+    def statistics(self) -> tuple[str, ...]:
+        return (self.pow, self.var, self.add_eps, self.sqrt)
+
+
+def decomposed_layer_norms(ctx: ModelContext) -> tuple[DecomposedLayerNorm, ...]:
+    """The main graph's decomposed LayerNorms that one LayerNormalization can replace (opset 17 or
+    later; none below), found once per context."""
+    return ctx.memo(_find)
+
+
+def _find(ctx: ModelContext) -> tuple[DecomposedLayerNorm, ...]:
+    if onnx_opset(ctx.model) < MIN_OPSET:
+        return ()
+    found = []
+    for node in ctx.model.graph.node:
+        if node.op_type == "ReduceMean" and node.domain in ("", "ai.onnx"):
+            pattern = _match(ctx, node)
+            if pattern is not None:
+                found.append(pattern)
+    return tuple(found)
+
+
+def _only_consumer(ctx: ModelContext, value: str, op_type: str):
+    consumers = ctx.index.consumers.get(value, ())
+    outputs = {o.name for o in ctx.model.graph.output}
+    if len(consumers) != 1 or value in outputs or consumers[0].graph_path:
+        return None
+    node = consumers[0].node
+    return node if node.op_type == op_type and node.domain in ("", "ai.onnx") else None
+
+
+def _constant(ctx: ModelContext, name: str) -> np.ndarray | None:
+    tensor = ctx.constants.get(name)
+    if tensor is None or math.prod(tensor.dims) > 1 << 16:
+        return None
+    return np.asarray(read_array(tensor, ctx.base_dir))
+
+
+def _axes(ctx: ModelContext, node) -> list[int] | None:
+    for a in node.attribute:
+        if a.name == "axes":
+            return list(a.ints)
+    if len(node.input) > 1 and node.input[1]:
+        axes = _constant(ctx, node.input[1])
+        return None if axes is None else [int(v) for v in axes.ravel()]
+    return None
+
+
+def _other(node, name: str) -> tuple[int, str] | None:
+    """The index and name of ``node``'s input other than ``name`` (a binary node)."""
+    if len(node.input) != 2 or name not in node.input:
+        return None
+    i = 1 - list(node.input).index(name)
+    return i, node.input[i]
+
+
+def _match(ctx: ModelContext, mean) -> DecomposedLayerNorm | None:
+    x = mean.input[0]
+    shape = ctx.types.get(x)
+    if shape is None or not shape.tensor_type.HasField("shape"):
+        return None
+    rank = len(shape.tensor_type.shape.dim)
+    axes = _axes(ctx, mean)
+    if rank == 0 or axes is None or len(axes) != 1 or axes[0] % rank != rank - 1:
+        return None
+    sub = _only_consumer(ctx, mean.output[0], "Sub")
+    if sub is None or list(sub.input) != [x, mean.output[0]]:
+        return None
+    consumers = {ref.node.op_type: ref.node for ref in ctx.index.consumers.get(sub.output[0], ())}
+    if len(ctx.index.consumers.get(sub.output[0], ())) != 2 or set(consumers) != {"Pow", "Div"}:
+        return None
+    power, div = consumers["Pow"], consumers["Div"]
+    exponent = _constant(ctx, power.input[1]) if list(power.input)[0] == sub.output[0] else None
+    if exponent is None or exponent.size != 1 or float(exponent.ravel()[0]) != 2.0:
+        return None
+    var = _only_consumer(ctx, power.output[0], "ReduceMean")
+    if var is None or _axes(ctx, var) != axes:
+        return None
+    add_eps = _only_consumer(ctx, var.output[0], "Add")
+    if add_eps is None:
+        return None
+    eps_input = _other(add_eps, var.output[0])
+    eps = None if eps_input is None else _constant(ctx, eps_input[1])
+    if eps is None or eps.size != 1:
+        return None
+    sqrt = _only_consumer(ctx, add_eps.output[0], "Sqrt")
+    if sqrt is None or _only_consumer(ctx, sqrt.output[0], "Div") is not div or list(div.input) != [
+            sub.output[0], sqrt.output[0]]:
+        return None
+    mul = _only_consumer(ctx, div.output[0], "Mul")
+    scale = None if mul is None else _other(mul, div.output[0])
+    add = None if mul is None else _only_consumer(ctx, mul.output[0], "Add")
+    bias = None if add is None else _other(add, mul.output[0])
+    if mul is None or add is None or scale is None or bias is None:
+        return None
+    if not (_vector_like(ctx, scale[1], shape) and _vector_like(ctx, bias[1], shape)):
+        return None
+    return DecomposedLayerNorm(mean.name, sub.name, power.name, var.name, add_eps.name, sqrt.name, div.name,
+                               mul.name, add.name, x, scale[0], bias[0], rank - 1, float(eps.ravel()[0]))
+
+
+def _vector_like(ctx: ModelContext, name: str, x_type) -> bool:
+    """A constant vector as long as X's last axis (what LayerNormalization's Scale and B may be)."""
+    tensor = ctx.constants.get(name)
+    last = x_type.tensor_type.shape.dim[-1]
+    return (tensor is not None and len(tensor.dims) == 1 and last.HasField("dim_value")
+            and tensor.dims[0] == last.dim_value)
+
+
+def layer_norm_pins(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
+    """``plan`` with what a fused LayerNormalization needs pinned (see the module docstring)."""
+    pins: dict[str, list[Reason]] = {}
+    for ln in decomposed_layer_norms(ctx):
+        tail = {plan.precision(ln.mul), plan.precision(ln.add)}
+        stats_fp32 = any(not plan.is_fp16(n) for n in ln.statistics)
+        if ctx.target.normalizes_in_input_precision and stats_fp32 and Precision.FP16 in tail:
+            why = Reason("target", f"{ctx.target.title} computes a LayerNormalization's statistics in its "
+                                   f"input's precision when strongly typed; they need FP32 here, so the node "
+                                   f"written for '{ln.add}' is fed FP32")
+            pins.update({n: [why] for n in ln.nodes if plan.is_fp16(n)})
+        elif len(tail) > 1:
+            why = Reason("type", f"written as one LayerNormalization ('{ln.add}'), whose scale and bias "
+                                 f"share one type")
+            pins.update({n: [why] for n in (ln.mul, ln.add) if plan.is_fp16(n)})
+    return plan.with_fp32_reasons(pins) if pins else plan
+
+
+def fused_names(patterns: tuple[DecomposedLayerNorm, ...]) -> Mapping[str, str]:
+    """Node -> the name of the LayerNormalization that replaces it in the written model."""
+    return {node: ln.add for ln in patterns for node in ln.nodes}
