@@ -6,6 +6,7 @@ round-trip through JSON (reports are read back by ``--plan REPORT.json@K`` and b
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -120,6 +121,8 @@ class Comparison:
     passed: bool
     oracle: str  # which oracle produced the candidate: "emulate", "native:<provider>", "reference"
     samples: int = 1
+    # samples of several input shapes: (the shapes, as "x:1x3x256x256", the comparison of those samples)
+    by_shape: tuple[tuple[str, Comparison], ...] = ()
 
     def failure(self, sample: int = 0, samples: int = 1) -> str:
         """One phrase naming the first failing output and how it failed (``sample`` of ``samples``:
@@ -138,10 +141,24 @@ class Comparison:
         raise KeyError(name)
 
     def to_json(self) -> dict:
-        return {"oracle": self.oracle, "passed": self.passed, "samples": self.samples,
-                "outputs": [m.to_json() for m in self.outputs]}
+        out = {"oracle": self.oracle, "passed": self.passed, "samples": self.samples,
+               "outputs": [m.to_json() for m in self.outputs]}
+        if self.by_shape:
+            out["by_shape"] = [{"shapes": shapes, **c.to_json()} for shapes, c in self.by_shape]
+        return out
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> Comparison:
+        by_shape = tuple((str(s["shapes"]), Comparison.from_json(s)) for s in data.get("by_shape", ()))
         return Comparison(tuple(OutputMetrics.from_json(m) for m in data["outputs"]), bool(data["passed"]),
-                          str(data["oracle"]), int(data.get("samples", 1)))
+                          str(data["oracle"]), int(data.get("samples", 1)), by_shape)
+
+    def worst(self) -> OutputMetrics | None:
+        """The output furthest from FP32: a failing one first, then by new NaN/Inf and relative error."""
+        pool = [m for m in self.outputs if not m.passed] or list(self.outputs)
+        return max(pool, key=lambda m: (m.new_nonfinite, _sortable(m.rel_rms_err), _sortable(m.max_abs_err)),
+                   default=None)
+
+
+def _sortable(x: float | None) -> float:
+    return math.inf if x is None or math.isnan(x) else float(x)

@@ -229,3 +229,33 @@ def test_a_written_report_reads_back_into_the_same_value(tmp_path):
     assert back.plan.fp32_nodes == tuple(p["node"] for p in written["pinned"])
     assert back.points and back.verified is not None and back.verified.passed
     assert rep.to_markdown(back) == open(tmp_path / "o.report.md").read()
+
+
+def test_samples_of_several_shapes_are_reported_per_shape(tmp_path, capsys):
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    from onnx_precision.cli import main
+
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["sq"], name="square"),
+                               helper.make_node("ReduceSum", ["sq"], ["y"], name="sum", keepdims=1)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "L"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    data = tmp_path / "data"
+    data.mkdir()
+    rng = np.random.default_rng(0)
+    for i, length in enumerate((16, 64, 64)):
+        np.savez(data / f"s{i}.npz", x=rng.standard_normal((1, length)).astype(np.float32))
+    assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--inputs", str(data)]) == 0
+    verified = [line for line in capsys.readouterr().out.splitlines() if line.startswith("verified:")][0]
+    assert "; x:1x16 (1 sample(s)): y rel RMS err " in verified and "; x:1x64 (2 sample(s)): y rel RMS err" in verified
+    report = json.load(open(tmp_path / "o.report.json"))
+    by_shape = report["outputs"]["verified"]["by_shape"]
+    assert [(s["shapes"], s["samples"], s["passed"]) for s in by_shape] == [("x:1x16", 1, True), ("x:1x64", 2, True)]
+    assert "- by shape: x:1x64 (2 sample(s))" in open(tmp_path / "o.report.md").read()
+    assert rep.from_json(report).verified.by_shape[1][1].samples == 2  # the report reads it back

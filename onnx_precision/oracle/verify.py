@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..compare import compare_outputs, compare_samples, merge_comparisons
+from ..compare import compare_by_shape, compare_outputs, merge_comparisons
 from ..context import ModelContext, load_model
 from ..costs import PhaseCost
 from ..errors import OracleUnavailable
@@ -67,9 +67,8 @@ def verify_written(
     """Run what was WRITTEN (emulated, or natively on a GPU provider) against the FP32 outputs the
     search already computed: one session, whatever happened before."""
     run = run_candidate(written, feeds, oracle)
-    return compare_samples(
-        list(reference_outputs), only_reference_outputs(run, reference_outputs), tol, run.oracle
-    )
+    candidates = only_reference_outputs(run, reference_outputs)
+    return compare_by_shape(feeds, list(reference_outputs), candidates, tol, run.oracle)
 
 
 def verify_output(

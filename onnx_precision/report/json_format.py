@@ -167,8 +167,11 @@ def _pin_json(report: RunReport, name: str) -> dict:
 
 
 def _comparison_json(comparison: Comparison) -> dict:
-    return {
+    out = {
         "oracle": comparison.oracle,
         "passed": comparison.passed,
         "outputs": [m.to_json() for m in comparison.outputs],
     }
+    if comparison.by_shape:
+        out["by_shape"] = [{"shapes": shapes, **c.to_json()} for shapes, c in comparison.by_shape]
+    return out

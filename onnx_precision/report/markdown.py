@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..format import cosine_text, number
@@ -99,6 +98,8 @@ def to_markdown(report: RunReport) -> str:
                 f"{number(m.p999_abs_err)} | {cosine_text(m.cosine)} | {m.outside_bound}/{m.elements} | "
                 f"{m.new_nonfinite} | {verdict} |"
             )
+        lines += [""] + [f"- by shape: {_md_cell(line)}" for line in _by_shape_lines(comparison)] \
+            if comparison.by_shape else []
     if report.notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in report.notes]
     if len(report.points) > 1:
@@ -169,7 +170,7 @@ def _pins_line(report: RunReport, limit: int = 6) -> str:
 
 def _comparison_line(comparison: Comparison) -> str:
     verdict = "pass" if comparison.passed else "FAIL"
-    worst = _worst_output(comparison.outputs)
+    worst = comparison.worst()
     if worst is None:
         return verdict
     detail = (f"worst {worst.name}: rel RMS err {number(worst.rel_rms_err)}, max abs err "
@@ -184,22 +185,19 @@ def _comparison_line(comparison: Comparison) -> str:
     clauses = " / ".join(dict.fromkeys(m.passed_by for m in comparison.outputs if m.passed_by))
     if comparison.passed and clauses:
         detail = f"{clauses}; {detail}"
-    return f"{verdict} ({detail})"
+    return f"{verdict} ({detail})" + "".join(f"; {line}" for line in _by_shape_lines(comparison))
 
 
-def _worst_output(outputs: Iterable):
-    outputs = list(outputs)
-    if not outputs:
-        return None
-    failing = [m for m in outputs if not m.passed]
-    pool = failing or outputs
-    return max(pool, key=lambda m: (m.new_nonfinite, _sortable(m.rel_rms_err), _sortable(m.max_abs_err)))
-
-
-def _sortable(x: float | None) -> float:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return math.inf
-    return float(x)
+def _by_shape_lines(comparison: Comparison) -> list[str]:
+    """One phrase per input shape of the samples: its samples' worst output and verdict."""
+    lines = []
+    for shapes, c in comparison.by_shape:
+        worst = c.worst()
+        if worst is not None:
+            lines.append(f"{shapes} ({c.samples} sample(s)): {worst.name} rel RMS err "
+                         f"{number(worst.rel_rms_err)}, max abs err {number(worst.max_abs_err)}, "
+                         f"{'pass' if c.passed else 'FAIL'}")
+    return lines
 
 
 def _pct(share: float) -> str:
