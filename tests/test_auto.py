@@ -577,3 +577,33 @@ def test_a_held_out_sample_that_fails_the_plan_fails_the_run_and_is_named(tmp_pa
                                  f"({held_out})")
     assert report["outputs"]["verified"]["passed"] and not report["outputs"]["validation"]["passed"]
     assert "validation: FAIL" in capsys.readouterr().out
+
+
+def test_a_profile_longer_than_the_samples_pins_the_sums_it_would_grow_past_the_headroom(tmp_path, capsys):
+    """sum(x*x) over L=64 values ~N(0, 10): 6 400 on the samples, safe; at --trt-max-shapes x:[1,1024] it
+    can grow 16-fold to 1e5, over 65504/2: pinned, with the factor in its reason."""
+    import json
+
+    from onnx import TensorProto, helper
+
+    from onnx_precision.cli import main
+
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["sq"], name="square"),
+                               helper.make_node("ReduceSum", ["sq"], ["s"], name="sum", keepdims=1),
+                               helper.make_node("Sqrt", ["s"], ["y"], name="root")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "L"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path, data = str(tmp_path / "m.onnx"), str(tmp_path / "d.npz")
+    onnx.save(model, path)
+    np.savez(data, x=(np.random.default_rng(0).standard_normal((1, 64)) * 10).astype(np.float32))
+    argv = ["convert", path, "-o", str(tmp_path / "o.onnx"), "--inputs", data, "-q"]
+    assert main(argv) == 0
+    assert json.load(open(tmp_path / "o.report.json"))["pinned"] == []
+    assert main(argv + ["--trt-max-shapes", "x:[1,1024]"]) == 0
+    pinned = {p["node"]: p for p in json.load(open(tmp_path / "o.report.json"))["pinned"]}
+    assert set(pinned) == {"sum", "root"}  # the sum, and the node that reads it in FP16
+    why = pinned["sum"]["reasons"][0]
+    assert why["source"] == "headroom" and "summing over 64 elements" in why["detail"]
+    assert "make it 1024 (16x)" in why["detail"] and why["evidence"]["factor"] == "16"

@@ -110,13 +110,16 @@ class AutoResult(PhaseTotals):
 def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
                 tolerance: Tolerance, headroom: float = DEFAULT_HEADROOM, mode: MeasuringMode = "auto",
                 progress: Progress | None = None, budget: SearchBudget = NO_BUDGET,
-                runner: PlanRunner | None = None) -> AutoResult:
+                runner: PlanRunner | None = None, profile_max: Mapping[str, tuple[int, ...]] | None = None,
+                ) -> AutoResult:
     """Pick the plan for ``ctx``'s model starting from ``base_plan`` (see the module docstring).
 
     ``headroom`` 0 turns headroom pins off; otherwise it must be at least 1 (1: pin only what
     overflows on the samples). ``budget`` bounds the search (see :class:`SearchBudget`).
     ``runner`` runs the probes (default: the emulation); where it cannot see inside a plan (a
     native provider, onnx.reference), the ranges and the layerwise ranking come from the emulation.
+    ``profile_max``: the deployment profile's largest input shapes, where they pass the samples'
+    (:mod:`onnx_precision.policy.shape_headroom`).
     """
     if headroom != 0 and not headroom >= 1.0:
         raise PrecisionError(f"--headroom {headroom:g}: must be 0 (off) or at least 1 "
@@ -138,8 +141,12 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
     if nonfinite and not tolerance.allow_fp32_nonfinite:
         return run.finish(_Ending(user, FP32_NONFINITE, nonfinite))
 
-    base = user.with_fp32_reasons({node: (reason,) for node, reason in
-                                   policy.headroom_pins(ctx, user, reference.stats, headroom).items()})
+    pins = policy.headroom_pins(ctx, user, reference.stats, headroom)
+    if profile_max:
+        largest = policy.largest({k: [np.shape(f[k]) for f in samples.feeds] for k in samples.feeds[0]})
+        grown = policy.shape_headroom_pins(ctx, user, reference.stats, largest, profile_max, headroom)
+        pins.update({node: reason for node, reason in grown.items() if node not in pins})
+    base = user.with_fp32_reasons({node: (reason,) for node, reason in pins.items()})
     flagged = policy.flagged(ctx, user, reference.stats, static=mode == "static")
     prober = Prober(runner, samples.feeds, reference.outputs, tolerance)
     with clock.phase("before") as phase:

@@ -156,7 +156,8 @@ def plan_to_write(
     budget = auto.SearchBudget(options.max_probes, options.time_budget)
     with oracle.blame(ctx, samples):
         result = auto.choose_plan(ctx, plan, samples, options.tolerance, options.headroom, options.mode,
-                                  progress, budget, oracle.plan_runner(options.oracle, ctx))
+                                  progress, budget, oracle.plan_runner(options.oracle, ctx),
+                                  {name: p["max"] for name, p in options.trt_profile.items() if "max" in p})
     plan = policy.layer_norm_pins(ctx, policy.target_reasons(ctx, result.plan))
     return policy.resolve(ctx, plan), result
 

@@ -2,6 +2,7 @@
 
 * :mod:`.resolution`: a requested plan made writable (nodes that cannot be FP16 become FP32, with why);
 * :mod:`.pins`: headroom, range, rule and target pins, each with its reason;
+* :mod:`.shape_headroom`: what a longer axis than the samples' can make overflow;
 * :mod:`.layer_norm`: decomposed LayerNorms, written as one LayerNormalization from opset 17.
 """
 
@@ -18,8 +19,9 @@ from .pins import (
                    with_flags,
 )
 from .resolution import NodeBlockers, blockers, forced_fp32, node_blockers, resolve, resolve_plan
+from .shape_headroom import largest, shape_headroom_pins
 
 __all__ = ["DecomposedLayerNorm", "decomposed_layer_norms", "fused_names", "layer_norm_pins",
            "FLUSH_SHARE", "fp16_holders", "flagged", "headroom_pins", "range_flags", "rule_pins",
            "target_reasons", "unmeasured_static_plan", "with_flags", "NodeBlockers", "blockers",
-           "forced_fp32", "node_blockers", "resolve", "resolve_plan"]
+           "forced_fp32", "node_blockers", "resolve", "resolve_plan", "largest", "shape_headroom_pins"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 import onnx
 
@@ -44,6 +45,19 @@ def tensor_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
                         types.setdefault(node.output[0], t)
     _complete_types(model, types)
     return types
+
+
+def tensor_types_at(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]],
+                    ) -> dict[str, onnx.TypeProto]:
+    """:func:`tensor_types` with the graph inputs named in ``shapes`` at those sizes."""
+    fixed = weightless(model)
+    for vi in fixed.graph.input:
+        if vi.name in shapes and vi.type.HasField("tensor_type"):
+            dims = vi.type.tensor_type.shape.dim
+            del dims[:]
+            for size in shapes[vi.name]:
+                dims.add().dim_value = int(size)
+    return tensor_types(fixed)
 
 
 # Initializers up to this many elements keep their values for inference (Reshape targets, axes).
