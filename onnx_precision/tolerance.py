@@ -114,21 +114,27 @@ def _arg(value: object) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def _settings_text(tol: Tolerance) -> str:
+def clauses(tol: Tolerance) -> tuple[str, str]:
+    """The check's clause, and (rms only) the other way to pass: all |err| within atol; each in the
+    words reports use, the task checks appended to the first."""
     if tol.error_stat == "rms":
-        text = (f"rms: rel RMS err <= {tol.max_rel_rms:g}, every slice <= {tol.max_slice_rel_rms:g} "
-                f"(or all |err| <= atol {tol.atol:g})")
+        main = f"rel RMS err <= {tol.max_rel_rms:g}, every slice <= {tol.max_slice_rel_rms:g}"
     elif tol.error_stat == "elemwise":
-        text = (f"elemwise: at most {tol.max_outside_fraction:g} of the elements outside "
-                f"atol {tol.atol:g} + rtol {tol.rtol:g} x |ref|")
+        main = (f"at most {tol.max_outside_fraction:g} of the elements outside atol {tol.atol:g} + rtol "
+                f"{tol.rtol:g} x |ref|")
     else:
-        text = (f"{stat_name(tol)}: {stat_name(tol)} |err| <= atol {tol.atol:g} + rtol {tol.rtol:g} "
-                f"x max|ref|, cosine >= {tol.min_cosine:g}")
+        main = (f"{stat_name(tol)} |err| <= atol {tol.atol:g} + rtol {tol.rtol:g} x max|ref|, cosine >= "
+                f"{tol.min_cosine:g}")
     if tol.top_k:
-        text += f", top-{tol.top_k} agreement >= {tol.min_top_k_agreement:g}"
+        main += f", top-{tol.top_k} agreement >= {tol.min_top_k_agreement:g}"
     if tol.threshold is not None:
-        text += f", IoU at {tol.threshold:g} >= {tol.min_iou:g}"
-    return text
+        main += f", IoU at {tol.threshold:g} >= {tol.min_iou:g}"
+    return main, (f"all |err| <= atol {tol.atol:g}" if tol.error_stat == "rms" else "")
+
+
+def _settings_text(tol: Tolerance) -> str:
+    main, escape = clauses(tol)
+    return f"{stat_name(tol)}: {main}" + (f" (or {escape})" if escape else "")
 
 
 def stat_name(tol: Tolerance) -> str:

@@ -81,7 +81,7 @@ import math
 
 from .format import cosine_text, number
 from .metrics import OutputMetrics
-from .tolerance import Tolerance, stat_name
+from .tolerance import Tolerance, clauses, stat_name
 
 # Outputs are float32: a cosine that should be 1 lands an ulp or two below it (0.99999994), so a
 # minimum cosine is met within a few float32 ulps (--min-cosine 1 can pass).
@@ -91,20 +91,8 @@ COSINE_SLACK = 4 * 2.0**-24
 def passed_by(m: OutputMetrics, tol: Tolerance) -> str:
     """The clause under which output ``m`` passes (it passes: :func:`judge` found nothing): reports
     name it, since a pass through "all |err| <= atol" says nothing of the relative error."""
-    if tol.error_stat == "rms":
-        clause = (f"all |err| <= atol {tol.atol:g}" if m.max_abs_err <= tol.atol else
-                  f"rel RMS err <= {tol.max_rel_rms:g}, every slice <= {tol.max_slice_rel_rms:g}")
-    elif tol.error_stat == "elemwise":
-        clause = (f"at most {tol.max_outside_fraction:g} of the elements outside atol {tol.atol:g} + rtol "
-                  f"{tol.rtol:g} x |ref|")
-    else:
-        clause = (f"{stat_name(tol)} abs err <= atol {tol.atol:g} + rtol {tol.rtol:g} x max|ref|, cosine >= "
-                  f"{tol.min_cosine:g}")
-    if tol.top_k:
-        clause += f", top-{tol.top_k} agreement >= {tol.min_top_k_agreement:g}"
-    if tol.threshold is not None:
-        clause += f", IoU at {tol.threshold:g} >= {tol.min_iou:g}"
-    return clause
+    main, escape = clauses(tol)
+    return escape if escape and m.max_abs_err <= tol.atol else main
 
 
 def judge(m: OutputMetrics, tol: Tolerance) -> tuple[str, ...]:

@@ -41,29 +41,10 @@ from onnx import numpy_helper as nh
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def lnstack(blocks: int, hidden: int = 64) -> onnx.ModelProto:
-    nodes, inits, x = [], [nh.from_array(np.array(2, np.float32), "two"),
-                           nh.from_array(np.array(1e-5, np.float32), "eps")], "x"
-    for k in range(blocks):
-        p = f"b{k}_"
-        nodes += [h.make_node("ReduceMean", [x], [p + "m"], name=p + "mean", axes=[-1]),
-                  h.make_node("Sub", [x, p + "m"], [p + "d"], name=p + "sub"),
-                  h.make_node("Pow", [p + "d", "two"], [p + "sq"], name=p + "pow"),
-                  h.make_node("ReduceMean", [p + "sq"], [p + "v"], name=p + "var", axes=[-1]),
-                  h.make_node("Add", [p + "v", "eps"], [p + "ve"], name=p + "add_eps"),
-                  h.make_node("Sqrt", [p + "ve"], [p + "s"], name=p + "sqrt"),
-                  h.make_node("Div", [p + "d", p + "s"], [p + "n"], name=p + "div"),
-                  h.make_node("Mul", [p + "n", p + "g"], [p + "sc"], name=p + "scale"),
-                  h.make_node("Add", [p + "sc", p + "b"], [p + "y"], name=p + "shift")]
-        # torch's LayerNorm as initialised (weight 1, bias 0): each block renormalises, errors do not add up
-        inits += [nh.from_array(np.ones(hidden, np.float32), p + "g"), nh.from_array(np.zeros(hidden, np.float32),
-                                                                                   p + "b")]
-        x = p + "y"
-    graph = h.make_graph(nodes, "lnstack", [h.make_tensor_value_info("x", TensorProto.FLOAT, [4, hidden])],
-                         [h.make_tensor_value_info(x, TensorProto.FLOAT, [4, hidden])], inits)
-    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+def lnstack(blocks: int) -> onnx.ModelProto:
+    from models.stacks import layer_norm_stack
+
+    return layer_norm_stack(blocks, rows=4, tail="")
 
 
 def transformer14(layers: int = 2, hidden: int = 64, seq: int = 16, heads: int = 4) -> onnx.ModelProto:

@@ -6,10 +6,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto
-from onnx import helper as h
-from onnx import numpy_helper as nh
 
+from models.stacks import layer_norm_stack
 from onnx_precision import policy
 from onnx_precision.cli import main
 from onnx_precision.context import ModelContext
@@ -21,30 +19,7 @@ H = 64
 
 
 def stack(blocks: int, opset: int = 17) -> onnx.ModelProto:
-    """``blocks`` decomposed LayerNorms in a row, the first fed by the graph input (as TorchScript
-    exports LayerNorm below opset 17): ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add."""
-    nodes, inits, x = [], [nh.from_array(np.array(2, np.float32), "two"),
-                           nh.from_array(np.array(1e-5, np.float32), "eps")], "x"
-    for k in range(blocks):
-        p = f"b{k}_"
-        nodes += [h.make_node("ReduceMean", [x], [p + "m"], name=p + "mean", axes=[-1]),
-                  h.make_node("Sub", [x, p + "m"], [p + "d"], name=p + "sub"),
-                  h.make_node("Pow", [p + "d", "two"], [p + "sq"], name=p + "pow"),
-                  h.make_node("ReduceMean", [p + "sq"], [p + "v"], name=p + "var", axes=[-1]),
-                  h.make_node("Add", [p + "v", "eps"], [p + "ve"], name=p + "add_eps"),
-                  h.make_node("Sqrt", [p + "ve"], [p + "s"], name=p + "sqrt"),
-                  h.make_node("Div", [p + "d", p + "s"], [p + "n"], name=p + "div"),
-                  h.make_node("Mul", [p + "n", p + "g"], [p + "sc"], name=p + "scale"),
-                  h.make_node("Add", [p + "sc", p + "b"], [p + "y"], name=p + "shift")]
-        inits += [nh.from_array(np.linspace(0.5, 1.5, H, dtype=np.float32), p + "g"),
-                  nh.from_array(np.linspace(-0.1, 0.1, H, dtype=np.float32), p + "b")]
-        x = p + "y"
-    nodes.append(h.make_node("Relu", [x], ["y"], name="out"))
-    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TensorProto.FLOAT, [2, H])],
-                         [h.make_tensor_value_info("y", TensorProto.FLOAT, [2, H])], inits)
-    model = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
-    model.ir_version = 8
-    return model
+    return layer_norm_stack(blocks, H, opset=opset, ramp=True)
 
 
 def test_the_patterns_are_found_with_what_one_node_needs():
