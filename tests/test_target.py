@@ -138,7 +138,7 @@ def test_a_16_bit_type_is_one_row_every_limit_is_read_from():
     ctx = ModelContext.of(model)
     ctx.target = GenericTarget(low=narrow)
     flags = policy.range_flags(ctx, ctx.all_fp16_plan(), stats)
-    assert [r.detail for r in flags["square"]] == ["'y' reaches 1200, over the FP12 maximum 1000"]
+    assert [r.detail for r in flags["square"]] == ["'y' reaches 1200 in FP32, over the FP12 maximum 1000"]
     pins = policy.headroom_pins(ctx, ctx.all_fp16_plan(), stats, 2.0)
     assert pins["square"].source == "range"
 

@@ -124,7 +124,7 @@ def test_text_has_both_generations_with_comments():
         "trtexec", "--onnx=in dir/model.onnx", "--fp16", "--precisionConstraints=obey",
         "--layerPrecisions=node_of_norm:fp32", "--layerOutputTypes=node_of_norm:fp32",
         "--minShapes=x:2x4", "--optShapes=x:2x4", "--maxShapes=x:8x4"]
-    assert lines[4].startswith("# TensorRT 10.12 and later")
+    assert lines[4].startswith("# TensorRT 9.0 and later, strongly typed (the way from 10.12, the only one in 11.x)")
     assert lines[5] == "trtexec --onnx=out.onnx --stronglyTyped --minShapes=x:2x4 --optShapes=x:2x4 --maxShapes=x:8x4"
     assert lines[6] == "# Polygraphy: the same pins by exact layer name (it has no patterns; names as TensorRT 10.11 " \
                        "gives them):"

@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import rules
 from ..context import ModelContext
+from ..float_types import LowPrecision
 from ..plan import PrecisionPlan, Reason
 from .resolution import resolve
 
@@ -65,12 +66,18 @@ def headroom_pins(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping, headro
             if plan.is_fp16(node) and node not in pins:
                 evidence = (("tensor", tensor), ("max_abs", f"{s.max_abs:.6g}"))
                 if s.max_abs > low.max:
-                    pins[node] = Reason("range", f"'{tensor}' reaches {s.max_abs:.4g} in FP32, over the "
-                                                 f"{low.name} maximum {low.max:g}", evidence)
+                    pins[node] = overflow_reason(tensor, s.max_abs, low)
                 else:
                     pins[node] = Reason("headroom", f"'{tensor}' reaches {s.max_abs:.4g} in FP32, over "
                                                     f"{low.max:g}/{headroom:g} = {limit:.6g}", evidence)
     return pins
+
+
+def overflow_reason(tensor: str, max_abs: float, low: LowPrecision) -> Reason:
+    """Why a node holding ``tensor`` stays FP32: it passes the type's maximum on the samples (one
+    text for the headroom and the range flags, so a node flagged by both gets the reason once)."""
+    return Reason("range", f"'{tensor}' reaches {max_abs:.4g} in FP32, over the {low.name} maximum "
+                           f"{low.max:g}", (("tensor", tensor), ("max_abs", f"{max_abs:.6g}")))
 
 
 def range_flags(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping) -> Flags:
@@ -87,8 +94,7 @@ def range_flags(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping) -> Flags
                                      f"flush to zero in {low.name} (smallest |x| {s.min_nonzero_abs:.3g})",
                             (("tensor", tensor), ("flush_fraction", f"{s.flush_fraction:.4g}")))
         elif np.isfinite(s.max_abs) and s.max_abs > low.max:
-            reason = Reason("range", f"'{tensor}' reaches {s.max_abs:.4g}, over the {low.name} maximum "
-                                     f"{low.max:g}", (("tensor", tensor), ("max_abs", f"{s.max_abs:.6g}")))
+            reason = overflow_reason(tensor, s.max_abs, low)
         else:
             continue
         for node in holders:

@@ -72,7 +72,7 @@ def to_markdown(report: RunReport) -> str:
         ]
         for name in report.fp32_nodes:
             stats = report.node_stats.get(name, NodeStats())
-            why = "<br>".join(_reason_text(r) for r in report.plan.decisions[name].reasons)
+            why = "<br>".join(dict.fromkeys(_reason_text(r) for r in report.plan.decisions[name].reasons))
             lines.append(
                 f"| `{name}` | {report.node_ops.get(name, '')} | {_md_cell(why)} | "
                 f"{number(stats.max_abs)} | {number(stats.min_nonzero_abs)} | "

@@ -48,18 +48,22 @@ def cumsum(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     length = dim_of(facts.shape(node.input[0]), axis) if axis is not None else None
     evidence = {"length": length, "axis": axis, **range_evidence(facts, "output", node.output[0])}
     overflow = confirm(facts, [node.output[0]], facts.overflows)
+    over = _over("running sum", length)
     if overflow:
-        yield finding(node, "cumsum", OVERFLOW, HIGH,
-                      f"running sum over {length} elements reaches beyond 65504", True, **evidence)
+        yield finding(node, "cumsum", OVERFLOW, HIGH, f"{over} reaches beyond 65504", True, **evidence)
         return
     lossy = confirm(facts, [node.input[0], node.output[0]],
                     lambda i, o: o.max_abs > facts.low.exact_int * max(i.max_abs, facts.low.min_subnormal))
-    yield finding(node, "cumsum", PRECISION, MEDIUM,
-                  f"running sum over {length} elements: increments fall below FP16 spacing", lossy,
+    yield finding(node, "cumsum", PRECISION, MEDIUM, f"{over}: increments fall below FP16 spacing", lossy,
                   **evidence)
 
 
 _REDUCE_OUTPUT_IS_SUM = {"ReduceSum", "ReduceSumSquare", "ReduceL1"}
+
+
+def _over(what: str, length: int | None) -> str:
+    """``what`` over its length where the shapes say it (never "over None elements")."""
+    return f"{what} over {length} elements" if length is not None else what
 
 
 @rule("ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp")
@@ -76,7 +80,7 @@ def reduction(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
         what = "sum of squares" if squares else "sum"
         verb = "exceeds" if confirmed else "can exceed"
         yield finding(node, "reduction-overflow", OVERFLOW, severity,
-                      f"{what} over {length} elements {verb} 65504", confirmed, **evidence)
+                      f"{_over(what, length)} {verb} 65504", confirmed, **evidence)
         return
     # The output is a mean, a norm or a log: estimate the internal sum from it.
     def internal(s: Stats) -> float:
@@ -93,7 +97,7 @@ def reduction(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     stored = facts.ctx.target.stored_in_layers(node.op_type)
     where = stored or "kernels accumulate in FP16"
     yield finding(node, "reduction-accumulator", OVERFLOW, HIGH if stored else LOW,
-                  f"internal sum over {length} elements can exceed 65504 where {where}",
+                  f"{_over('internal sum', length)} can exceed 65504 where {where}",
                   confirmed, **evidence)
 
 

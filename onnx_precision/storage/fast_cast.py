@@ -46,7 +46,7 @@ def _session():  # -> onnxruntime.InferenceSession | None
         import onnxruntime as ort
         from onnx import TensorProto, helper
 
-        from . import helper_sessions
+        from .. import helper_sessions
 
         graph = helper.make_graph(
             [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT16)], "to_float16",

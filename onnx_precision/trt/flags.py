@@ -518,9 +518,10 @@ def trt_flags_text(model: onnx.ModelProto, plan: PrecisionPlan, original_path: s
         lines.append(_quote(["trtexec", f"--onnx={original_path}", *group.flags.weakly_typed_args(),
                              *shapes]))
         lines += [f"#   not expressed: {p}" for p in group.flags.problems]
-    lines.append("# TensorRT 10.12 and later, and 11.x (strong typing always on): build the Cast-pinned "
-                 "model as "
-                 "written:")
+    # kSTRONGLY_TYPED exists from TensorRT 9.0 (onnxruntime's TensorRT provider sets it "#if
+    # NV_TENSORRT_MAJOR > 8"); 10.12 deprecates the weakly typed flags and 11.0 builds only so.
+    lines.append("# TensorRT 9.0 and later, strongly typed (the way from 10.12, the only one in 11.x): build "
+                 "the Cast-pinned model as written:")
     lines.append(_quote(["trtexec", f"--onnx={converted_path}", "--stronglyTyped", *shapes]))
     lines += [f"#   not expressed: {p}" for p in shape_range.problems]
     io_names = [vi.name for vi in _graph_inputs(model) + list(model.graph.output)

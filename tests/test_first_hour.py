@@ -1,0 +1,42 @@
+"""Issue 20's small bugs, each with the behaviour that shows it fixed."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from models import generate
+from onnx_precision import rules
+from onnx_precision.cli import main
+from onnx_precision.context import ModelContext
+
+
+def test_the_fast_fp16_cast_runs():
+    """storage.fast_cast imported helper_sessions from the wrong package: the fast path never ran."""
+    from onnx_precision.storage import fast_cast
+
+    fast_cast._session.cache_clear()
+    assert fast_cast._session() is not None
+
+
+def test_a_rule_never_says_over_none_elements():
+    """A CumSum whose length the shapes do not give is a "running sum", not one "over None elements"."""
+    node = helper.make_node("CumSum", ["x", "axis"], ["y"], name="cs")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [onnx.numpy_helper.from_array(np.array(0, np.int64), "axis")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    findings = rules.run_rules(rules.ModelFacts(ModelContext.of(model))).findings
+    assert [f.message for f in findings] == ["running sum: increments fall below FP16 spacing"]
+
+
+def test_a_pin_found_by_the_headroom_and_the_range_flags_carries_the_reason_once(tmp_path):
+    out = str(tmp_path / "o.onnx")
+    name = "l2_normalize"
+    assert main(["convert", generate.model_path(name), "-o", out, "--inputs", generate.data_path(name), "-q"]) == 0
+    reasons = json.load(open(tmp_path / "o.report.json"))["pinned"][0]["reasons"]
+    details = [r["detail"] for r in reasons]
+    assert len(details) == len(set(details)) and sum("over the FP16 maximum" in d for d in details) == 1
