@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import zipfile
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -116,6 +117,9 @@ def sample_files(spec: SampleSpec) -> tuple[str, ...]:
 def _read_feeds(path: str) -> tuple[list[tuple[str, dict[str, np.ndarray]]], str]:
     """(where, feed) pairs, ``where`` naming the file (and the feed's index in a JSON list)."""
     if not os.path.exists(path):
+        if re.fullmatch(r"[^:\s]+:\[?\d+([x,]\d+)*\]?(,[^:\s]+:\[?\d+([x,]\d+)*\]?)*", path):
+            raise DataError(f"{path}: no such file or directory; it reads like input shapes (Polygraphy's "
+                            f"--inputs takes shapes): give them with --input-shapes {path}")
         raise DataError(f"{path}: no such file or directory")
     if os.path.isdir(path):
         files = _npz_files(path)
@@ -172,6 +176,24 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
 def _first_line(e: Exception) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+def polygraphy_feeds_json(feeds: Sequence[Mapping[str, np.ndarray]]) -> str:
+    """The feeds as ``polygraphy run --save-inputs`` writes them (``--load-inputs`` reads them)."""
+    from polygraphy.json import to_json
+
+    return to_json([dict(feed) for feed in feeds]) + "\n"
+
+
+def polygraphy_outputs_json(outputs: Sequence[Mapping[str, np.ndarray]], runner: str) -> str:
+    """Per sample outputs as ``polygraphy run --save-outputs`` writes them (``--load-outputs`` reads
+    them): one runner, ``runner``, with one iteration per sample."""
+    from polygraphy.comparator import IterationResult, RunResults
+    from polygraphy.json import to_json
+
+    results = RunResults()
+    results.append((runner, [IterationResult(dict(out), runner_name=runner) for out in outputs]))
+    return to_json(results) + "\n"
 
 
 def _read_polygraphy_json(path: str) -> list[dict[str, np.ndarray]]:

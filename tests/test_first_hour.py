@@ -40,3 +40,36 @@ def test_a_pin_found_by_the_headroom_and_the_range_flags_carries_the_reason_once
     reasons = json.load(open(tmp_path / "o.report.json"))["pinned"][0]["reasons"]
     details = [r["detail"] for r in reasons]
     assert len(details) == len(set(details)) and sum("over the FP16 maximum" in d for d in details) == 1
+
+
+def test_saved_inputs_and_outputs_round_trip_through_polygraphys_loaders(tmp_path):
+    import onnxruntime as ort
+    from polygraphy.comparator import RunResults
+    from polygraphy.json import load_json
+
+    name = "two_culprits"
+    feeds, outs = str(tmp_path / "inputs.json"), str(tmp_path / "outputs.json")
+    assert main(["convert", generate.model_path(name), "-o", str(tmp_path / "o.onnx"), "-q",
+                 "--load-inputs", generate.data_path(name), "--save-inputs", feeds, "--save-outputs", outs]) == 0
+    data = dict(np.load(generate.data_path(name)))
+    loaded = load_json(feeds)
+    assert len(loaded) == 1 and loaded[0].keys() == data.keys()
+    assert all(np.array_equal(loaded[0][k], data[k]) for k in data)
+    results = RunResults.load(outs)
+    [(runner, iterations)] = list(results.items())
+    want = ort.InferenceSession(generate.model_path(name)).run(None, data)
+    assert runner == "onnx-precision-fp32" and len(iterations) == 1
+    assert all(np.allclose(iterations[0][o.name], w, rtol=1e-6)
+               for o, w in zip(onnx.load(generate.model_path(name)).graph.output, want))
+    # and the saved feeds are data again (--inputs reads Polygraphy JSON)
+    assert main(["convert", generate.model_path(name), "-o", str(tmp_path / "p.onnx"), "-q", "--inputs", feeds]) == 0
+
+
+def test_a_shape_given_to_inputs_says_to_use_input_shapes(tmp_path, capsys):
+    name = "dynamic_batch"
+    assert main(["convert", generate.model_path(name), "-o", str(tmp_path / "o.onnx"),
+                 "--inputs", "x:[2,64]"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "onnx-precision: error: x:[2,64]: no such file or directory; it reads like input shapes (Polygraphy's "
+        "--inputs takes shapes): give them with --input-shapes x:[2,64]")
+    assert not (tmp_path / "o.onnx").exists()

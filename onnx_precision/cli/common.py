@@ -115,7 +115,7 @@ _cosine = _float_between(-1.0, 1.0, "a cosine between -1 and 1")
 
 def add_sample_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("sample data")
-    group.add_argument("--inputs", metavar="DATA",
+    group.add_argument("--inputs", "--load-inputs", metavar="DATA",
                        help="an .npz (one feed), a directory of .npz files (one feed each), or a "
                             "Polygraphy JSON from 'polygraphy run --save-inputs'; default: synthetic feeds")
     group.add_argument("--seed", type=_seed, default=0, help="seed for synthetic feeds (default 0)")

@@ -72,6 +72,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--time-budget", type=common.positive_float, metavar="SECONDS",
                    help="auto: stop the search after this long and keep the cheapest passing plan found")
     common.add_sample_args(p)
+    p.add_argument("--save-inputs", metavar="FILE",
+                   help="static/auto: write the feeds used (read or synthesised) as Polygraphy JSON, for "
+                        "'polygraphy run --load-inputs'")
+    p.add_argument("--save-outputs", metavar="FILE",
+                   help="static/auto: write the FP32 model's outputs on them as Polygraphy JSON, for "
+                        "'polygraphy run --load-outputs'")
     p.add_argument("--validation-inputs", metavar="DATA",
                    help="held-out samples (as --inputs) that the search never sees: the written model is "
                         "verified on them too, reported apart, and a failing one fails the run")
@@ -93,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
         plan_out=args.save_plan,
         samples=common.sample_spec(args),
         validation_inputs=args.validation_inputs,
+        save_inputs=args.save_inputs,
+        save_outputs=args.save_outputs,
         tolerance=common.tolerance(args),
         headroom=args.headroom,
         report_json=args.report,

@@ -51,6 +51,8 @@ class ConvertOptions:
     plan_out: str | None = None  # write the final plan as JSON
     samples: SampleSpec = field(default_factory=SampleSpec)
     validation_inputs: str | None = None  # held-out samples: verified, never searched on
+    save_inputs: str | None = None  # the feeds the run used, as Polygraphy JSON (--save-inputs)
+    save_outputs: str | None = None  # the FP32 reference outputs, as Polygraphy JSON (--save-outputs)
     tolerance: Tolerance = field(default_factory=Tolerance)
     headroom: float = 2.0  # auto.DEFAULT_HEADROOM: one binade of margin over the samples (0: off)
     report_json: str | None = None
@@ -172,7 +174,7 @@ def _input_paths(model_path: str, options: ConvertOptions) -> tuple[str, ...]:
 def _output_paths(output_path: str, options: ConvertOptions) -> list[str]:
     svg = _tradeoff_path(options)
     return [p for p in (output_path, options.plan_out, options.trt_flags_path, options.report_json,
-                        options.report_md, svg) if p]
+                        options.report_md, svg, options.save_inputs, options.save_outputs) if p]
 
 
 def _tradeoff_path(options: ConvertOptions) -> str | None:
@@ -227,6 +229,9 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     if not measuring and (options.report_json or options.report_md):
         warnings.append("--report/--report-md apply to --mode static and auto (which verify); "
                         "no report written")
+    if not measuring and (options.save_inputs or options.save_outputs):
+        warnings.append("--save-inputs/--save-outputs apply to --mode static and auto (which run the model); "
+                        "nothing saved")
     if not measuring and options.oracle != "emulate":
         warnings.append(f"--oracle {options.oracle} applies to --mode static and auto (which verify); "
                         "not run")
@@ -239,6 +244,8 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
         warnings.append(f"{e.node_text}: onnxruntime has no kernel for it, so the static plan pins what the "
                         f"risk rules flag, unmeasured, and the written model is not verified (give "
                         f"--ort-custom-op-library PATH to measure)")
+    if auto_result is not None:
+        _stage_samples(auto_result, options, outputs)
     if auto_result is not None and not auto_result.writable:
         outcome = _outcome(auto_result, auto_result.plan, options, None, tuple(warnings),
                            helper_sessions.built() - helpers_before)
@@ -281,6 +288,18 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     outputs.commit()
     return ConvertResult(model_path, output_path, result.plan, result, outcome.warnings,
                          (output_path,) + texts + paths, auto_result, report, paths, ctx.nothing_to_convert)
+
+
+def _stage_samples(auto_result: AutoResult, options: ConvertOptions, outputs: storage.Outputs) -> None:
+    """--save-inputs/--save-outputs: the feeds and the FP32 reference, to hand a case to someone with
+    Polygraphy (``polygraphy run ... --load-inputs FEEDS --load-outputs REFERENCE``)."""
+    from ..data import polygraphy_feeds_json, polygraphy_outputs_json
+
+    if options.save_inputs:
+        outputs.stage_text(options.save_inputs, polygraphy_feeds_json(auto_result.samples.feeds))
+    if options.save_outputs:
+        outputs.stage_text(options.save_outputs,
+                           polygraphy_outputs_json(auto_result.reference_outputs, "onnx-precision-fp32"))
 
 
 def verify(ctx: ModelContext, staged_model: str, auto_result: AutoResult, options: ConvertOptions,
