@@ -19,10 +19,13 @@ from .compare import compare_samples
 from .context import ModelContext, load_model
 from .data import Samples, SampleSpec, load_samples
 from .errors import ModelLoadError, PrecisionError
+from .format import json_safe
 from .metrics import Comparison
 from .target import GENERIC, Target
 from .tolerance import Tolerance
 from .vocab import OracleName
+
+CHECK_FORMAT = "onnx-precision-check/1"
 
 
 class FP32NonFinite(PrecisionError):
@@ -42,6 +45,18 @@ class CheckResult:
     @property
     def passed(self) -> bool:
         return self.comparison.passed
+
+    def to_json(self, tol: Tolerance) -> dict:
+        """The result as ``check --json`` writes it: format ``onnx-precision-check/1``, the two
+        models, the oracle and target, the samples, the tolerance (as ``convert``'s report writes
+        it) and the comparison (per output every statistic, its verdict and the clause that passed
+        it, or its failures; ``by_shape`` where the samples have several shapes)."""
+        return json_safe({
+            "format": CHECK_FORMAT, "model": self.model, "candidate": self.candidate, "passed": self.passed,
+            "oracle": self.oracle, "target": self.target,
+            "samples": {"source": self.samples.source, "synthetic": self.samples.synthetic,
+                        "count": len(self.samples.feeds), "warnings": list(self.samples.warnings)},
+            "tolerance": tol.to_json(), "comparison": self.comparison.to_json()})
 
     @property
     def oracle(self) -> str:

@@ -73,3 +73,50 @@ def test_a_shape_given_to_inputs_says_to_use_input_shapes(tmp_path, capsys):
         "onnx-precision: error: x:[2,64]: no such file or directory; it reads like input shapes (Polygraphy's "
         "--inputs takes shapes): give them with --input-shapes x:[2,64]")
     assert not (tmp_path / "o.onnx").exists()
+
+
+def test_off_a_terminal_a_long_run_logs_its_phases_and_a_heartbeat_every_30_s_and_never_goes_back():
+    import io
+
+    from onnx_precision.cli.progress import ProgressLine
+
+    now = [0.0]
+    log = io.StringIO()
+    progress = ProgressLine(log, clock=lambda: now[0])
+    progress("load", 0, 0)
+    progress.tick()
+    assert log.getvalue() == ""  # a run under 5 s prints nothing: a quick error stays one line
+    now[0] = 6.0
+    progress.tick()
+    progress("search", 3, 7, 0.5)
+    now[0] = 20.0
+    progress.tick()  # 14 s of silence: no beat yet
+    now[0] = 37.0
+    progress.tick()
+    progress("search", 4, 1, 0.5)  # the search needs fewer probes than estimated: no line goes back
+    now[0] = 70.0
+    progress.tick()
+    assert log.getvalue().splitlines() == [
+        "progress: load (6 s elapsed)",
+        "progress: search: [######..............] probe 3 of about 10, best FP16 share 50.0% (6 s elapsed)",
+        "progress: still search (37 s elapsed, 3 probe(s) done)",
+        "progress: still search (70 s elapsed, 4 probe(s) done)"]
+    quiet = io.StringIO()
+    silent = ProgressLine(quiet, enabled=False, clock=lambda: now[0])  # -q
+    silent("search", 1, 1)
+    silent.tick()
+    assert quiet.getvalue() == ""
+
+
+def test_check_writes_its_result_as_json(tmp_path, capsys):
+    name = "l2_normalize"
+    out = str(tmp_path / "o.onnx")
+    assert main(["convert", generate.model_path(name), "-o", out, "--inputs", generate.data_path(name), "-q"]) == 0
+    path = str(tmp_path / "check.json")
+    assert main(["check", generate.model_path(name), out, "--inputs", generate.data_path(name), "--json", path]) == 0
+    result = json.load(open(path))
+    assert result["format"] == "onnx-precision-check/1" and result["passed"] is True
+    assert result["oracle"] == "emulate" and result["samples"]["count"] == 1
+    [y] = result["comparison"]["outputs"]
+    assert y["name"] == "y" and y["passed_by"] == "all |err| <= atol 0.001" and y["new_nonfinite"] == 0
+    assert result["tolerance"]["error_stat"] == "rms"

@@ -21,6 +21,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="emulate FP16 on CPU (default), run natively on a GPU provider (cuda, tensorrt), or in "
              "onnx.reference with FP16 arithmetic inside every op (reference: slow, pessimistic)",
     )
+    p.add_argument("--json", metavar="FILE",
+                   help="also write the result as JSON (format onnx-precision-check/1)")
     common.add_sample_args(p)
     common.add_tolerance_args(p)
     common.add_runtime_args(p)
@@ -36,6 +38,14 @@ def run(args: argparse.Namespace) -> int:
     result = check_lib.check(
         args.model, args.candidate, common.sample_spec(args), common.tolerance(args), oracle=args.oracle,
         custom_op_libraries=common.custom_op_libraries(args), target=common.target(args))
+    if args.json:  # before printing: a bad path fails with nothing half-done
+        import json
+
+        from ..data import sample_files
+        from ..storage import write_text
+
+        write_text(args.json, json.dumps(result.to_json(common.tolerance(args)), indent=2) + "\n",
+                   input_paths=(args.model, args.candidate) + sample_files(common.sample_spec(args)))
     for line in result.lines():
         print(line)
     if args.verbose:

@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from .progress import ProgressLine
 
-    progress = ProgressLine(enabled=False if args.quiet else None, lines=args.verbose > 0)
+    progress = ProgressLine(enabled=False if args.quiet else None, lines=args.verbose > 0).start()
     try:
         result = convert_lib.convert(args.model, args.output, options, progress)
     finally:
