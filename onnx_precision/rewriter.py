@@ -22,6 +22,7 @@ The rules (see :mod:`onnx_precision.typing_rules` for which tensors of a node co
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass, field
 
@@ -91,6 +92,7 @@ class _Rewriter:
         # decomposed LayerNorms written as one LayerNormalization, by their last node
         self.layer_norms = {ln.add: ln for ln in policy.decomposed_layer_norms(ctx)} if fuse else {}
         self.fused = 0
+        self.retyped = 0  # node outputs written in another type than they had
         self.added_casts: set[str] = set()
 
     # --- what each side needs --------------------------------------------------------------
@@ -171,8 +173,9 @@ class _Rewriter:
 
     # --- conversions ------------------------------------------------------------------------
 
-    def version(self, scope: _Scope, name: str, to: int) -> str:
-        """The name of ``name`` as element type ``to``, adding a shared Cast where needed."""
+    def version(self, scope: _Scope, name: str, to: int, reader: str = "") -> str:
+        """The name of ``name`` as element type ``to``, adding a shared Cast where needed (tagged with
+        why: the first ``reader`` that needs it, or the graph output)."""
         source = self.name_of(name)
         have = self.written.get(source, self.orig(name))
         if have == to or have not in _FLOATS:
@@ -181,13 +184,25 @@ class _Rewriter:
         if narrow is not None and to == FLOAT16:
             return narrow  # float16 -> float -> float16 is lossless: use the float16 original
         if scope.parent is not None and source not in scope.local:
-            return self.version(scope.parent, source, to)
+            return self.version(scope.parent, source, to, reader)
         key = (source, to)
         if key not in scope.casts:
-            scope.casts[key] = self.add_cast(scope, source, to)
+            scope.casts[key] = self.add_cast(scope, source, to, reader)
         return scope.casts[key]
 
-    def add_cast(self, scope: _Scope, source: str, to: int) -> str:
+    def why(self, reader: str, to: int) -> str:
+        """A Cast's tag: what the tool added it for (a later reader, or ``check``, can tell)."""
+        if not reader:
+            return f"onnx-precision: the graph's output in {'float16' if to == FLOAT16 else 'float'}"
+        decision = self.plan.decisions.get(reader)
+        sources = "/".join(dict.fromkeys(r.source for r in decision.reasons)) if decision else ""
+        kind = "FP16" if self.fp16_name(reader) else "FP32"
+        return f"onnx-precision: for {kind} node '{reader}'" + (f" ({sources})" if sources else "")
+
+    def fp16_name(self, name: str) -> bool:
+        return self.plan.is_fp16(name) and name in self.typing and not self.typing[name].fp16_blocker
+
+    def add_cast(self, scope: _Scope, source: str, to: int, reader: str = "") -> str:
         if self.types.get(source) is not None and not tr.is_tensor(self.types[source]):
             # resolve_plan keeps sequence/optional values on one side; reaching here is a bug
             raise RuntimeError(f"cannot Cast non-tensor value '{source}'")
@@ -196,7 +211,8 @@ class _Rewriter:
         node_name = self.fresh(f"{source}_cast_{_SUFFIX[to]}")
         # Cast-1 (opsets before 6) names its target type with a string
         target = to if self.onnx_opset >= 6 else TensorProto.DataType.Name(to)
-        scope.nodes.append(helper.make_node("Cast", [source], [out], name=node_name, to=target))
+        scope.nodes.append(helper.make_node("Cast", [source], [out], name=node_name, to=target,
+                                            doc_string=self.why(reader, to)))
         self.added_casts.add(node_name)
         scope.local.add(out)
         self.written[out] = to
@@ -310,7 +326,7 @@ class _Rewriter:
             if not name:
                 continue
             need = self.required(node, i)
-            node.input[i] = self.name_of(name) if need is None else self.version(scope, name, need)
+            node.input[i] = self.name_of(name) if need is None else self.version(scope, name, need, node.name)
         fp16 = self.fp16(node)
         if fp16 and any(
             self.orig(node.output[i]) == FLOAT for i in self.typing[node.name].convertible_outputs
@@ -323,6 +339,7 @@ class _Rewriter:
             node.output[i] = self.name_of(name)
             if t in _FLOATS:
                 self.written[node.output[i]] = t
+                self.retyped += int(t != self.orig(name))
         if (
             node.op_type == "Cast"
             and is_onnx_domain(node.domain)
@@ -401,6 +418,20 @@ class _Rewriter:
             self.notes.append(f"the model imports no ai.onnx opset; added opset {version} for the Casts")
 
 
+PROVENANCE = "onnx_precision."  # the prefix of the written model's metadata keys
+
+
+def _stamp(model: onnx.ModelProto, plan: PrecisionPlan, ctx: ModelContext) -> None:
+    """Record in the written model what wrote it: the tool's version, the plan's hash (its JSON's
+    sha256, as ``--save-plan`` writes it) and the target the plan was made for."""
+    from . import __version__
+
+    stamp = {"version": __version__, "plan_sha256": hashlib.sha256(plan.dumps().encode()).hexdigest(),
+             "target": ctx.target.name}
+    kept = {p.key: p.value for p in model.metadata_props if not p.key.startswith(PROVENANCE)}
+    onnx.helper.set_model_props(model, {**kept, **{PROVENANCE + k: v for k, v in stamp.items()}})
+
+
 def _drop_dead_casts(graph: onnx.GraphProto, added: set[str]) -> int:
     """Remove the Casts of ``added`` nothing reads any more (a fusion took their readers); returns
     how many."""
@@ -473,6 +504,10 @@ def rewrite(ctx: ModelContext, plan: PrecisionPlan, fuse_layer_norms: bool = Tru
     if forced:
         notes.append(f"{len(forced)} node(s) kept FP32 because FP16 is not possible there")
     notes.extend(_flush_notes(resolved))
+    changed = any((rewriter.casts_added, rewriter.converted, rewriter.duplicated, rewriter.fused,
+                   rewriter.retyped))
+    if changed or not any(p.key.startswith(PROVENANCE) for p in out.metadata_props):
+        _stamp(out, resolved, ctx)  # a model converted again and left as it was keeps its stamp
     return RewriteResult(
         out, resolved, rewriter.casts_added, rewriter.converted, rewriter.duplicated, tuple(notes)
     )

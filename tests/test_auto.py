@@ -275,7 +275,7 @@ def test_convert_verifies_and_reports_every_example(name, tmp_path, capsys, coun
     assert report["cost"]["sessions_built"] == expected == len(count_sessions)
     assert os.path.exists(str(tmp_path / f"{name}.fp16.report.md"))
     summary = capsys.readouterr().out.splitlines()
-    assert 5 <= len(summary) <= 11 and any(line.startswith("verified: pass") for line in summary)
+    assert 5 <= len(summary) <= 12 and any(line.startswith("verified: pass") for line in summary)
     assert main(["check", model, out, "--inputs", data]) == 0
 
 

@@ -120,3 +120,34 @@ def test_check_writes_its_result_as_json(tmp_path, capsys):
     [y] = result["comparison"]["outputs"]
     assert y["name"] == "y" and y["passed_by"] == "all |err| <= atol 0.001" and y["new_nonfinite"] == 0
     assert result["tolerance"]["error_stat"] == "rms"
+
+
+def test_the_written_model_says_what_wrote_it_and_every_cast_why(tmp_path):
+    import hashlib
+
+    name = "l2_normalize"
+    out, plan = str(tmp_path / "o.onnx"), str(tmp_path / "plan.json")
+    assert main(["convert", generate.model_path(name), "-o", out, "--inputs", generate.data_path(name), "-q",
+                 "--save-plan", plan]) == 0
+    model = onnx.load(out)
+    props = {p.key: p.value for p in model.metadata_props}
+    from onnx_precision import __version__
+
+    assert props["onnx_precision.version"] == __version__ and props["onnx_precision.target"] == "generic"
+    assert props["onnx_precision.plan_sha256"] == hashlib.sha256(open(plan, "rb").read()).hexdigest()
+    casts = {n.name: n.doc_string for n in model.graph.node if n.op_type == "Cast"}
+    assert casts["sq_cast_fp32"].startswith("onnx-precision: for FP32 node 'sumsq' (")
+    assert all(doc.startswith("onnx-precision: ") for doc in casts.values())
+
+
+def test_the_summary_ends_with_the_command_that_runs_the_model_on_its_target(tmp_path, capsys):
+    name = "l2_normalize"
+    model, out = generate.model_path(name), str(tmp_path / "o.onnx")
+    assert main(["convert", model, "-o", out, "--inputs", generate.data_path(name)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"next: run {out} with onnxruntime-gpu (CUDAExecutionProvider) or any FP16 runtime; "
+        f"'onnx-precision check {model} {out} --inputs {generate.data_path(name)} --oracle cuda' checks it on the GPU")
+    assert main(["convert", model, "-o", out, "--mode", "all-fp16", "--target", "tensorrt"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2] == f"next: trtexec --onnx={out} --stronglyTyped (TensorRT 9.0 and later; --trt-flags for older)"
+    assert lines[-1].startswith(f"not verified: --mode all-fp16 runs nothing ('onnx-precision check {model} {out} ")

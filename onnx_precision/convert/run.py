@@ -80,6 +80,7 @@ class ConvertResult:
     report: RunReport | None = None  # static/auto modes (verified output)
     report_paths: tuple[str, ...] = ()
     nothing_to_convert: str = ""  # why no node computes in float32 ("" when some do)
+    next_step: str = ""  # the command that builds or runs the written model on its target
 
     @property
     def all_warnings(self) -> tuple[str, ...]:
@@ -117,13 +118,11 @@ class ConvertResult:
             f"{self.output_path}: {len(plan.fp16_nodes)} node(s) FP16, {len(fp32)} FP32, "
             f"{self.rewrite.casts_added} Cast(s) added, {self.rewrite.initializers_converted} initializer(s) "
             f"converted, {self.rewrite.initializers_duplicated} kept in both precisions"]
+        nxt = [f"next: {self.next_step}"] if self.next_step else []
         if self.report is not None:  # static/auto: the report's summary says the rest
             from ..report import summary_lines
-            return (
-                lines
-                + summary_lines(self.report, self.report_paths)
-                + [f"note: {n}" for n in self.rewrite.notes]
-            )
+            return lines + summary_lines(self.report, self.report_paths) + [f"note: {n}" for n in
+                                                                          self.rewrite.notes] + nxt
         for name in fp32[:_MAX_LISTED_PINS]:
             reasons = plan.decisions[name].reasons
             why = f"{reasons[-1].source}: {reasons[-1].detail}" if reasons else "fp32"
@@ -132,7 +131,9 @@ class ConvertResult:
             lines.append(f"  ... and {len(fp32) - _MAX_LISTED_PINS} more FP32 node(s) (see --save-plan)")
         lines.extend(f"note: {n}" for n in self.rewrite.notes)
         lines.extend(f"wrote {p}" for p in self.written[1:])
-        return lines + ["not verified: --mode all-fp16 runs nothing (--mode auto or static verify the model)"]
+        return lines + nxt + [  # the warning last: it is what a user of this mode must not miss
+            f"not verified: --mode all-fp16 runs nothing ('onnx-precision check {self.model_path} "
+            f"{self.output_path} --inputs SAMPLES', or --mode auto or static, verifies it)"]
 
 
 def base_plan(ctx: ModelContext, options: ConvertOptions) -> tuple[PrecisionPlan, list[str]]:
@@ -272,7 +273,8 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     if auto_result is None:
         outputs.commit()
         return ConvertResult(model_path, output_path, result.plan, result, tuple(warnings),
-                             (output_path,) + texts, nothing_to_convert=ctx.nothing_to_convert)
+                             (output_path,) + texts, nothing_to_convert=ctx.nothing_to_convert,
+                             next_step=ctx.target.next_step(model_path, output_path, options.samples.inputs))
     write = PhaseCost("write", time.perf_counter() - started)
     if progress is not None:
         progress("verify", 0, 0, None)
@@ -287,7 +289,8 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     paths = _stage_reports(report, options, outputs)
     outputs.commit()
     return ConvertResult(model_path, output_path, result.plan, result, outcome.warnings,
-                         (output_path,) + texts + paths, auto_result, report, paths, ctx.nothing_to_convert)
+                         (output_path,) + texts + paths, auto_result, report, paths, ctx.nothing_to_convert,
+                         ctx.target.next_step(model_path, output_path, options.samples.inputs))
 
 
 def _stage_samples(auto_result: AutoResult, options: ConvertOptions, outputs: storage.Outputs) -> None:

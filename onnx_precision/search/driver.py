@@ -105,14 +105,13 @@ def run_search(prober: Prober, session: Counted, clock: Clock, space: SearchSpac
     notes = []
     max_probes = budget.max_probes
     base = space.base
+    diffuse = ("the all-FP16 error looks like diffuse rounding noise (no overflow, underflow, NaN or rule "
+               "finding; the error grows smoothly through the layers)")
     if space.diffuse:
-        notes.append("the all-FP16 error looks like diffuse rounding noise (no overflow, underflow, NaN "
-                     "or rule finding; the error grows smoothly through the layers): no small set of FP32 "
-                     "pins removes it; a statistical verdict or a looser tolerance fits such outputs")
+        log.info("note: %s", diffuse)
         if max_probes is None:
             max_probes = DIFFUSE_PROBES
             notes.append(f"searching on a budget of {DIFFUSE_PROBES} probes (--max-probes to change it)")
-        log.info("note: %s", notes[0])
     deadline = None if budget.seconds is None else time.perf_counter() + budget.seconds
     base_pins = frozenset(base.fp32_nodes)
     points = [PlanPoint(0, tuple(sorted(base_pins)), share(base), False, dict(prober.last_errors))]
@@ -137,6 +136,9 @@ def run_search(prober: Prober, session: Counted, clock: Clock, space: SearchSpac
         outcome = search.outcome()
         phase.count(session, probes=outcome.probes_run - 1)  # the start probe is counted before
     if not outcome.passed:
+        if space.diffuse:  # said only when it held: a search that passes proves a small set did remove it
+            notes.insert(0, f"{diffuse}: no small set of FP32 pins removes it; a statistical verdict or a "
+                            f"looser tolerance fits such outputs")
         if outcome.exhausted:
             message = f"{outcome.exhausted} before any plan passed; raise --max-probes or --time-budget"
         else:

@@ -90,6 +90,14 @@ class Target(ABC):
         whatever its ``stash_type`` says (then statistics FP16 cannot hold need it fed FP32)."""
         return False
 
+    def next_step(self, model_path: str, output_path: str, samples: str | None = None) -> str:
+        """What to do with the written model on this target: the command that builds or runs it
+        (``samples``: the --inputs it was verified on, for the check on the real device)."""
+        inputs = f" --inputs {samples}" if samples else ""
+        return (f"run {output_path} with onnxruntime-gpu (CUDAExecutionProvider) or any FP16 runtime; "
+                f"'onnx-precision check {model_path} {output_path}{inputs} --oracle cuda' checks it on the "
+                f"GPU")
+
     def stored_in_layers(self, op_type: str) -> str:
         """Where an op's internal values are stored in the low precision between layers (a phrase
         for a rule's message), or "" where the op computes internally in FP32."""

@@ -67,6 +67,9 @@ class TensorRTTarget(Target):
         # compute their statistics in FP16.
         return True
 
+    def next_step(self, model_path: str, output_path: str, samples: str | None = None) -> str:
+        return f"trtexec --onnx={output_path} --stronglyTyped (TensorRT 9.0 and later; --trt-flags for older)"
+
     def stored_in_layers(self, op_type: str) -> str:
         where = _LAYERED.get(op_type)
         return f"{self.title} {where.format(low=self.low.name)}" if where else ""
