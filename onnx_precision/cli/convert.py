@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .. import convert as convert_lib
+from ..trt.layer_precisions import LayerFlags
 from ..vocab import MODES, ORACLE_NAMES
 from . import common
 
@@ -25,6 +26,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a precision plan to apply (from --save-plan or by hand), or REPORT.json@POINT: a "
                         "point of a report's trade-off")
     p.add_argument("--save-plan", metavar="PLAN.json", help="write the final precision plan")
+    p.add_argument("--layer-precisions", "--layerPrecisions", dest="layer_precisions", action="extend",
+                   nargs="+", default=[], metavar="LAYER:PRECISION",
+                   help="TensorRT 10's per-layer precisions, as trtexec (--layerPrecisions=a:fp32,h*:fp32, "
+                        "one '*' per name) or Polygraphy (a:float32 b:float32) spell them: the node of "
+                        "an fp32 layer is pinned FP32; layers are named as onnx-tensorrt names them "
+                        "(node_of_<first output> for an unnamed node, <name>_<k> for further layers); a name "
+                        "that matches no layer is an error")
+    p.add_argument("--layer-output-types", "--layerOutputTypes", dest="layer_output_types", action="extend",
+                   nargs="+", default=[], metavar="LAYER:TYPES",
+                   help="the same for trtexec's --layerOutputTypes (a:fp32+int64): an fp32 output pins the "
+                        "node")
+    p.add_argument("--layer-precisions-file", metavar="FILE",
+                   help="the same flags read from FILE: a trtexec or Polygraphy command line, a build "
+                        "script, or a --trt-flags file")
     p.add_argument(
         "--fp16-io",
         action="store_true",
@@ -93,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
         keep_fp32=tuple(args.keep_fp32),
         keep_fp32_ops=tuple(args.keep_fp32_op),
         plan_path=args.plan,
+        layer_flags=LayerFlags(tuple(args.layer_precisions), tuple(args.layer_output_types),
+                               args.layer_precisions_file),
         fp16_io=args.fp16_io,
         external_data=args.external_data,
         trt_flags_path=args.trt_flags,

@@ -25,6 +25,7 @@ from ..plan import PrecisionPlan, Reason, apply_user_choices
 from ..rewriter import RewriteResult, rewrite
 from ..target import GENERIC, Target
 from ..tolerance import Tolerance
+from ..trt.layer_precisions import LayerFlags, layer_pins
 from ..vocab import MODES, Mode, OracleName, Status
 from .outcome import ConversionOutcome, Verification
 from .written_check import check_written
@@ -45,6 +46,8 @@ class ConvertOptions:
     keep_fp32: tuple[str, ...] = ()  # regexes over node names
     keep_fp32_ops: tuple[str, ...] = ()
     plan_path: str | None = None  # a plan to start from (--plan)
+    # TensorRT 10's --layerPrecisions/--layerOutputTypes, Polygraphy's --layer-precisions: FP32 layers pinned
+    layer_flags: LayerFlags = field(default_factory=LayerFlags)
     fp16_io: bool = False
     external_data: bool = False  # write weights to <output>.data (forced for models over 2 GB)
     trt_flags_path: str | None = None
@@ -137,12 +140,18 @@ class ConvertResult:
 
 
 def base_plan(ctx: ModelContext, options: ConvertOptions) -> tuple[PrecisionPlan, list[str]]:
-    """All nodes FP16, then --plan, --keep-fp32 and --keep-fp32-op; returns the plan and warnings."""
+    """All nodes FP16, then --plan, --keep-fp32, --keep-fp32-op and TensorRT 10's per-layer flags
+    (:mod:`..trt.layer_precisions`); returns the plan and warnings."""
     plan = ctx.all_fp16_plan(Reason("default", options.mode), fp16_io=options.fp16_io)
     user_plan = PrecisionPlan.load(options.plan_path) if options.plan_path else None
-    return apply_user_choices(
+    plan, warnings = apply_user_choices(
         plan, ctx.node_ops, options.keep_fp32, options.keep_fp32_ops, user_plan, options.plan_path or "plan"
     )
+    if not options.layer_flags:
+        return plan, warnings
+    pins = layer_pins(ctx.model, options.layer_flags.specs(), renamed=ctx.renamed,
+                      low=ctx.target.low.name.lower())
+    return plan.with_fp32_reasons(pins.reasons), warnings + list(pins.notes)
 
 
 def plan_to_write(
@@ -167,7 +176,7 @@ def plan_to_write(
 
 def _input_paths(model_path: str, options: ConvertOptions) -> tuple[str, ...]:
     """Every file the run reads (the model, --plan, the sample data): no output may overwrite one."""
-    plan = (options.plan_path,) if options.plan_path else ()
+    plan = tuple(p for p in (options.plan_path, options.layer_flags.file) if p)
     held_out = sample_files(SampleSpec(inputs=options.validation_inputs)) if options.validation_inputs else ()
     return (model_path,) + plan + sample_files(options.samples) + held_out
 
@@ -398,7 +407,8 @@ def _report(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
 def _before_plan(options: ConvertOptions) -> str:
     """What the search's "before" measured: all FP16, or the plan the user's options made of it."""
     flags = [flag for flag, given in (("--plan", options.plan_path), ("--keep-fp32", options.keep_fp32),
-                                      ("--keep-fp32-op", options.keep_fp32_ops)) if given]
+                                      ("--keep-fp32-op", options.keep_fp32_ops),
+                                      ("--layer-precisions", options.layer_flags)) if given]
     return f"your plan, from {', '.join(flags)}" if flags else "all FP16"
 
 

@@ -6,6 +6,7 @@
 * :mod:`.reference`: a standalone reference model of one node's layers (for bit-identity tests);
 * :mod:`.facts`: overflow, underflow and stall thresholds of those layers, for static rules;
 * :mod:`.naming`: the layer names onnx-tensorrt gives; :mod:`.flags`: the command lines built on them;
+  :mod:`.layer_precisions`: TensorRT 10's ``--layerPrecisions`` read back into FP32 pins (the inverse);
 * :mod:`.versions`, :mod:`.layers`, :mod:`.spell`, :mod:`.cumsum`: what those are made of.
 """
 
