@@ -1,5 +1,6 @@
-"""The trade-off the search explored: every plan it evaluated as a point, FP16 share of compute
-against error, and the Pareto front of those points, as a table and as a plain SVG picture.
+"""The trade-off a run explored: every plan it measured as a point, FP16 share of compute against
+error, and the Pareto front of those points, as a table (the picture is
+:mod:`onnx_precision.tradeoff_picture`).
 
 A point's error is the worst, over the samples probed, of each output's headline statistic under
 the verdict in use: the relative RMS error for the default ``rms`` verdict, the scale-relative max
@@ -12,7 +13,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from xml.sax.saxutils import escape
 
 from .format import json_safe, number
 from .metrics import Comparison
@@ -69,64 +69,63 @@ def pareto_front(points: Sequence[PlanPoint]) -> list[PlanPoint]:
     return front
 
 
-def front_table(points: Sequence[PlanPoint]) -> list[str]:
-    """The front as Markdown table rows."""
+ALL_LISTED = 12  # up to this many points, the table lists (and the picture numbers) every one
+
+
+def front_table(points: Sequence[PlanPoint], flops: Mapping[str, float] | None = None,
+                chosen: int | None = None, listed: int = 6) -> list[str]:
+    """Markdown table rows: every point where there are at most :data:`ALL_LISTED`, else the front
+    and the chosen point; the chosen one marked, each row's pins costliest first (by estimated
+    FLOPs), ``listed`` of them."""
     front = pareto_front(points)
-    lines = ["| point | FP16 share of FLOPs | worst error | passes | FP32 pins |", "|---|---|---|---|---|"]
-    for p in front:
-        more = f" (+{len(p.pinned) - 6})" if len(p.pinned) > 6 else ""
-        pins = ", ".join(f"`{n}`" for n in p.pinned[:6]) + more
-        lines.append(f"| {p.index} | {100 * p.fp16_flop_share:.1f}% | {number(p.worst_error)} | "
-                     f"{'yes' if p.passed else 'no'} | {pins or '-'} |")
+    if len(points) <= ALL_LISTED:
+        rows = sorted(points, key=lambda p: p.index)
+    else:
+        rows = front + [p for p in points if p.index == chosen and p not in front][:1]
+    lines = ["| point | FP16 share of FLOPs | worst error | passes | FP32 pins, costliest first |",
+             "|---|---|---|---|---|"]
+    for p in rows:
+        pins = costliest_first(p.pinned, flops or {})
+        more = f" (+{len(pins) - listed})" if len(pins) > listed else ""
+        label = f"**{p.index} (chosen)**" if p.index == chosen else str(p.index)
+        listed_pins = ", ".join(f"`{n}`" for n in pins[:listed]) + more
+        lines.append(f"| {label} | {share_text(p.fp16_flop_share)} | {number(p.worst_error)} | "
+                     f"{'yes' if p.passed else 'no'} | {listed_pins or '-'} |")
     return lines
 
 
-def front_svg(points: Sequence[PlanPoint], statistic: str, tolerance_error: float | None = None,
-              width: int = 640, height: int = 400) -> str:
-    """Every point (grey: failed, blue: passed) and the front (red line), FP16 share on x and the
-    worst error on a log scale on y; deterministic text."""
-    pad_l, pad_r, pad_t, pad_b = 70, 20, 30, 50
-    finite = [p.worst_error for p in points if math.isfinite(p.worst_error) and p.worst_error > 0]
-    lo = math.floor(math.log10(min(finite))) if finite else -6
-    hi = math.ceil(math.log10(max(finite))) if finite else 0
-    hi = max(hi, lo + 1)
+def share_text(share: float) -> str:
+    """A share as a percentage to one decimal, or to the decimals that keep a share short of 100%
+    (or above 0%) from reading as 100.0% (0.0%): 99.97%."""
+    digits = 1
+    while digits < 4 and 0.0 < share < 1.0 and float(f"{100 * share:.{digits}f}") in (0.0, 100.0):
+        digits += 1
+    return f"{100 * share:.{digits}f}%"
 
-    def x(share: float) -> float:
-        return pad_l + share * (width - pad_l - pad_r)
 
-    def y(error: float) -> float:
-        if not math.isfinite(error):
-            return pad_t - 10  # above the plot: broke (NaN/Inf)
-        e = math.log10(max(error, 10.0 ** lo))
-        return pad_t + (hi - e) / (hi - lo) * (height - pad_t - pad_b)
+def costliest_first(nodes: Sequence[str], flops: Mapping[str, float]) -> list[str]:
+    """``nodes`` by estimated FLOPs, most first (ties by name)."""
+    return sorted(nodes, key=lambda n: (-flops.get(n, 0.0), n))
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'font-family="sans-serif" font-size="11">',
-           f'<rect width="{width}" height="{height}" fill="white"/>',
-           f'<line x1="{pad_l}" y1="{height - pad_b}" x2="{width - pad_r}" y2="{height - pad_b}" '
-           f'stroke="black"/>',
-           f'<line x1="{pad_l}" y1="{pad_t}" x2="{pad_l}" y2="{height - pad_b}" stroke="black"/>']
-    for k in range(0, 11, 2):
-        out.append(f'<text x="{x(k / 10):.1f}" y="{height - pad_b + 15}" text-anchor="middle">'
-                   f'{10 * k}%</text>')
-    for e in range(lo, hi + 1):
-        out.append(f'<text x="{pad_l - 5}" y="{y(10.0 ** e) + 4:.1f}" text-anchor="end">1e{e}</text>')
-    out.append(f'<text x="{(width + pad_l) / 2:.0f}" y="{height - 10}" text-anchor="middle">'
-               f'FP16 share of estimated FLOPs</text>')
-    out.append(f'<text x="15" y="{height / 2:.0f}" transform="rotate(-90 15 {height / 2:.0f})" '
-               f'text-anchor="middle">worst error ({escape(statistic)})</text>')
-    if tolerance_error is not None and tolerance_error > 0:
-        ty = y(tolerance_error)
-        out.append(f'<line x1="{pad_l}" y1="{ty:.1f}" x2="{width - pad_r}" y2="{ty:.1f}" stroke="green" '
-                   f'stroke-dasharray="4 3"/>')
-    front = pareto_front(points)
-    if len(front) > 1:
-        path = " ".join(f"{x(p.fp16_flop_share):.1f},{y(p.worst_error):.1f}" for p in front)
-        out.append(f'<polyline points="{path}" fill="none" stroke="red"/>')
-    for p in sorted(points, key=lambda p: p.index):
-        colour = "#1f77b4" if p.passed else "#999999"
-        out.append(f'<circle cx="{x(p.fp16_flop_share):.1f}" cy="{y(p.worst_error):.1f}" r="3" '
-                   f'fill="{colour}"><title>point {p.index}: {100 * p.fp16_flop_share:.1f}% FP16, error '
-                   f'{number(p.worst_error)}</title></circle>')
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+
+@dataclass(frozen=True)
+class ToleranceLine:
+    """Where the tolerance sits on the error axis, and how the picture names it."""
+
+    bound: float
+    label: str
+
+
+def tolerance_line(tol: Tolerance) -> ToleranceLine:
+    """The tolerance on the error axis: the rel RMS bound for the ``rms`` verdict; for the others,
+    which bound |err| by atol + rtol x |ref| (or a quantile of it), rtol, the atol part not drawn."""
+    bound, label = _bound(tol)
+    if any(_bound(t)[0] != bound for _, t in tol.per_output):
+        label += " (some outputs differ)"
+    return ToleranceLine(bound, label)
+
+
+def _bound(tol: Tolerance) -> tuple[float, str]:
+    if tol.error_stat == "rms":
+        return tol.max_rel_rms, f"rel RMS err <= {tol.max_rel_rms:g}"
+    return tol.rtol, f"rtol {tol.rtol:g} (+ atol {tol.atol:g})"

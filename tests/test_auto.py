@@ -317,7 +317,8 @@ def test_convert_fp32_nan_model_fails_names_the_node_and_writes_the_report(tmp_p
     assert not os.path.exists(out)
     report = json.load(open(str(tmp_path / "nan.fp16.report.json")))
     assert report["status"] == "fp32-nonfinite" and "'sqrt'" in report["message"]
-    assert sorted(os.listdir(tmp_path)) == ["nan.fp16.report.json", "nan.fp16.report.md"]
+    assert sorted(os.listdir(tmp_path)) == ["nan.fp16.report.json", "nan.fp16.report.md",
+                                            "nan.fp16.report.tradeoff.svg"]  # saying no plan was measured
 
 
 def test_convert_api_returns_plan_metrics_and_paths(tmp_path):
@@ -329,7 +330,8 @@ def test_convert_api_returns_plan_metrics_and_paths(tmp_path):
     result = convert(model, out, ConvertOptions(samples=SampleSpec(inputs=data), report_json=str(tmp_path / "r.json")))
     assert result.exit_code == 0 and result.report.verified.passed
     assert result.plan.fp32_nodes == EXPECTED["two_culprits"]
-    assert result.report_paths == (str(tmp_path / "r.json"), str(tmp_path / "two.report.md"))
+    assert result.report_paths == (str(tmp_path / "r.json"), str(tmp_path / "two.report.md"),
+                                   str(tmp_path / "two.report.tradeoff.svg"))
     assert {m.name for m in result.report.after.outputs} == {"y_a", "y_b"}
 
 

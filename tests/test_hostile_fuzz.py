@@ -90,4 +90,4 @@ def test_a_damaged_input_ends_a_documented_way(tmp_path, capsys, example, suffix
     else:
         assert code == 1 and mode == "auto", (code, err)
         assert len(err) == 1 and err[0].startswith("onnx-precision: error: "), err
-        assert written == ["o.report.json", "o.report.md"]
+        assert written == ["o.report.json", "o.report.md", "o.report.tradeoff.svg"]

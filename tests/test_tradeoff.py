@@ -15,7 +15,8 @@ from onnx_precision.cli.progress import ProgressLine
 from onnx_precision.errors import PlanError
 from onnx_precision.plan import PrecisionPlan
 from onnx_precision.search import PinSearch
-from onnx_precision.tradeoff import PlanPoint, front_svg, pareto_front
+from onnx_precision.tradeoff import PlanPoint, pareto_front
+from onnx_precision.tradeoff_picture import Picture, front_svg
 
 
 def _run(search: PinSearch, passes) -> list[frozenset]:
@@ -80,10 +81,10 @@ def test_the_pareto_front_keeps_only_undominated_points():
 
 
 def test_the_picture_is_deterministic_and_marks_every_point():
-    points = [_point(0, 1.0, math.inf, False), _point(1, 0.9, 0.5), _point(2, 0.7, 0.001)]
-    svg = front_svg(points, "rel RMS err")
-    assert svg == front_svg(list(reversed(points)), "rel RMS err")
-    assert svg.startswith("<svg") and svg.count("<circle") == 3 and "<polyline" in svg
+    points = (_point(0, 1.0, math.inf, False), _point(1, 0.9, 0.5), _point(2, 0.7, 0.001))
+    svg = front_svg(Picture(points, "rel RMS err"))
+    assert svg == front_svg(Picture(tuple(reversed(points)), "rel RMS err"))
+    assert svg.startswith("<svg") and svg.count("<g><title>point ") == 3 and "<polyline" in svg
     assert "point 2: 70.0% FP16, error 0.001" in svg
 
 

@@ -58,7 +58,7 @@ from ..search.driver import (
 from ..search.prober import Prober
 from ..search.state import SearchOutcome
 from ..tolerance import Tolerance
-from ..tradeoff import PlanPoint
+from ..tradeoff import PlanPoint, output_errors
 from ..vocab import MeasuringMode, ReasonSource, Status
 
 log = logging.getLogger(__name__)
@@ -89,8 +89,10 @@ class AutoResult(PhaseTotals):
     headroom: float
     samples: Samples  # what every probe ran on (the verification runs the written model on them)
     node_flops: Mapping[str, float] = field(default_factory=dict)  # estimated, at the first sample's shapes
-    points: tuple[PlanPoint, ...] = ()  # every plan the search evaluated (the trade-off)
+    points: tuple[PlanPoint, ...] = ()  # every plan measured, searched or not (the trade-off)
     notes: tuple[str, ...] = ()
+    chosen_point: int | None = None  # the point of the plan chosen (None: none passed)
+    unsearched: str = ""  # why no search ran ("" when one did)
 
     @property
     def passed(self) -> bool:
@@ -135,11 +137,13 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
         phase.count(counted, probes=1)
     shapes = {k: np.shape(v) for k, v in samples.feeds[0].items()} if samples.feeds else {}
     flops = estimate_flops(ctx.model, shapes)
-    run = _Run(mode, headroom, clock, counted, reference, _node_stats(ctx, reference.stats), samples, flops)
+    run = _Run(mode, headroom, clock, counted, reference, _node_stats(ctx, reference.stats), samples, flops,
+               FlopShare(flops, list(ctx.node_ops)))
 
     nonfinite = _fp32_nonfinite_message(reference)
     if nonfinite and not tolerance.allow_fp32_nonfinite:
-        return run.finish(_Ending(user, FP32_NONFINITE, nonfinite))
+        return run.finish(_Ending(user, FP32_NONFINITE, nonfinite, unsearched="no plan was measured: " +
+                                  "the FP32 model itself produces NaN/Inf"))
 
     pins = policy.headroom_pins(ctx, user, reference.stats, headroom)
     if profile_max:
@@ -152,9 +156,9 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
     with clock.phase("before") as phase:
         before = prober.comparison(user)
         phase.count(counted, probes=1)
-    if mode == "static":
-        return _static(run, prober, base, flagged, before)
     start = _Start(user, base, flagged, before)
+    if mode == "static":
+        return _static(run, prober, start)
     return _search(run, prober, ctx, start, inspection, runner, progress, budget)
 
 
@@ -180,6 +184,8 @@ class _Ending:
     after: Comparison | None = None
     found: SearchResult | None = None
     layer: LayerwiseResult | None = None
+    measured: tuple[PlanPoint, ...] = ()  # without a search: the plans measured, the chosen one last
+    unsearched: str = ""  # why no search ran
 
 
 @dataclass(frozen=True)
@@ -205,26 +211,55 @@ class _Run:
     stats: Mapping[str, NodeStats]
     samples: Samples
     flops: Mapping[str, float]
+    share: FlopShare
 
     def finish(self, end: _Ending) -> AutoResult:
         node_stats = self.stats if end.layer is None else _with_layerwise(self.stats, end.layer)
         found = end.found
+        points = end.measured if found is None else found.points
         return AutoResult(end.plan, end.status, end.message, self.mode, end.before, end.after, node_stats,
                           self.clock.phases(), None if found is None else found.outcome,
                           tuple(self.reference.outputs), self.headroom, self.samples, self.flops,
-                          () if found is None else found.points, () if found is None else found.notes)
+                          points, () if found is None else found.notes, _chosen_point(end, points),
+                          end.unsearched)
+
+    def measured(self, plans: list[tuple[PrecisionPlan, Comparison]], tolerance: Tolerance,
+                 ) -> tuple[PlanPoint, ...]:
+        """The plans measured without a search as trade-off points, numbered in the order measured;
+        a plan with the same pins as the one before it is one point."""
+        points: list[PlanPoint] = []
+        for plan, comparison in plans:
+            pinned = tuple(sorted(plan.fp32_nodes))
+            if points and points[-1].pinned == pinned:
+                points.pop()
+            points.append(PlanPoint(len(points), pinned, self.share(plan), comparison.passed,
+                                    output_errors(comparison, tolerance)))
+        return tuple(points)
 
 
-def _static(run: _Run, prober: Prober, base: PrecisionPlan, flagged: Mapping[str, list[Reason]],
-            before: Comparison) -> AutoResult:
-    plan = policy.with_flags(base, flagged, flagged)
+def _chosen_point(end: _Ending, points: tuple[PlanPoint, ...]) -> int | None:
+    """The point of the plan chosen: without a search the last plan measured; after one, the first
+    passing point with the pins it found (None when nothing passed)."""
+    if end.found is None:
+        return end.measured[-1].index if end.measured else None
+    if end.found.plan is None:
+        return None
+    pinned = tuple(sorted(end.found.plan.fp32_nodes))
+    return next((p.index for p in points if p.passed and p.pinned == pinned), None)
+
+
+def _static(run: _Run, prober: Prober, start: _Start) -> AutoResult:
+    before = start.before
+    plan = policy.with_flags(start.base, start.flagged, start.flagged)
     with run.clock.phase("static") as phase:
         after = prober.comparison(plan)
         phase.count(run.counted, probes=1)
+    measured = run.measured([(start.user, before), (plan, after)], prober.tolerance)
+    unsearched = "--mode static: no search, the plan to start from and the static plan"
     if after.passed:
-        return run.finish(_Ending(plan, PASSED, "", before, after))
+        return run.finish(_Ending(plan, PASSED, "", before, after, measured=measured, unsearched=unsearched))
     message = "the static plan is out of tolerance; --mode auto searches for one that passes"
-    return run.finish(_Ending(plan, FAILED, message, before, after))
+    return run.finish(_Ending(plan, FAILED, message, before, after, measured=measured, unsearched=unsearched))
 
 
 def _search(run: _Run, prober: Prober, ctx: ModelContext, start: _Start, inspection: Inspection,
@@ -243,7 +278,9 @@ def _search(run: _Run, prober: Prober, ctx: ModelContext, start: _Start, inspect
             with clock.phase("after") as phase:
                 after = prober.comparison(plan)
                 phase.count(run.counted, probes=1)
-        return run.finish(_Ending(plan, PASSED, "", before, after))
+        measured = run.measured([(user, before), (plan, after)], prober.tolerance)
+        return run.finish(_Ending(plan, PASSED, "", before, after, measured=measured,
+                                  unsearched=_nothing_to_search(user, plan)))
     with clock.phase("layerwise") as phase:
         layer = inspection.layerwise(base, run.samples)
         phase.count(run.counted, probes=1)
@@ -260,8 +297,7 @@ def _search(run: _Run, prober: Prober, ctx: ModelContext, start: _Start, inspect
     others = [n for n in dict.fromkeys(ranked + searchable) if n not in flagged_nodes]
     space = SearchSpace(base, candidates, widen_order(others, ctx.node_ops), detail,
                         is_diffuse(flagged, layer, before))
-    found = run_search(prober, run.counted, clock, space, FlopShare(run.flops, list(ctx.node_ops)), budget,
-                       progress)
+    found = run_search(prober, run.counted, clock, space, run.share, budget, progress)
     if found.plan is None:
         return run.finish(_Ending(base, FAILED, found.message, before, None, found, layer))
     plan = policy.with_flags(found.plan, found.plan.fp32_nodes, flagged)
@@ -271,6 +307,13 @@ def _search(run: _Run, prober: Prober, ctx: ModelContext, start: _Start, inspect
     if not after.passed:  # the search keeps only sets that passed: this would be an oracle bug
         raise InternalError("the searched plan passed during the search but fails on re-evaluation")
     return run.finish(_Ending(plan, PASSED, found.message, before, after, found, layer))
+
+
+def _nothing_to_search(user: PrecisionPlan, plan: PrecisionPlan) -> str:
+    """Why no search ran when the plan to start from passed."""
+    added = len(plan.fp32_nodes) - len(user.fp32_nodes)
+    pins = f" with {added} headroom pin(s)" if added else " as it is"
+    return f"nothing needed searching: the plan to start from passes{pins}"
 
 
 # --- statistics for the report ---------------------------------------------------------------------

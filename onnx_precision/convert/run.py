@@ -188,9 +188,11 @@ def _output_paths(output_path: str, options: ConvertOptions) -> list[str]:
 
 
 def _tradeoff_path(options: ConvertOptions) -> str | None:
+    """The trade-off picture: beside the Markdown report of every measuring run (static and auto),
+    so a rerun always replaces the picture of the run before."""
     from ..report import tradeoff_path
 
-    return tradeoff_path(options.report_md) if options.report_md and options.mode == "auto" else None
+    return tradeoff_path(options.report_md) if options.report_md and options.mode != "all-fp16" else None
 
 
 def convert(model_path: str, output_path: str, options: ConvertOptions = ConvertOptions(),

@@ -10,7 +10,7 @@ from ..format import cosine_text, number
 from ..metrics import Comparison
 from ..oracle.inspection import NodeStats
 from ..storage import write_text
-from ..tradeoff import front_table
+from ..tradeoff import ALL_LISTED, front_table
 
 if TYPE_CHECKING:
     pass
@@ -102,19 +102,28 @@ def to_markdown(report: RunReport) -> str:
             if comparison.by_shape else []
     if report.notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in report.notes]
-    if len(report.points) > 1:
-        lines += ["", "## Trade-off: FP16 share of compute against error", "",
-                  f"{len(report.points)} plans evaluated; the Pareto front (error: {statistic(report)}, "
-                  f"worst output and sample). Replay a point with "
-                  f"`--plan REPORT.json@POINT --mode all-fp16`.",
-                  ""]
-        lines += front_table(report.points)
-        if report.tradeoff_svg:
-            lines += ["", f"![trade-off]({os.path.basename(report.tradeoff_svg)})"]
+    lines += _tradeoff_lines(report)
     if report.phases:
         lines += ["", "## Cost", "", "| phase | seconds | sessions | probes |", "|---|---|---|---|"]
         lines += [f"| {p.name} | {p.seconds:.3f} | {p.sessions} | {p.probes} |" for p in report.phases]
     return "\n".join(lines) + "\n"
+
+
+def _tradeoff_lines(report: RunReport) -> list[str]:
+    """The trade-off section: how its plans came to be measured, the front with the chosen point
+    marked, and the picture."""
+    note = report.tradeoff_note[:1].upper() + report.tradeoff_note[1:]
+    if not report.points:
+        return ["", "## Trade-off", "", f"{note}."] if note else []
+    rows = "all listed" if len(report.points) <= ALL_LISTED else "the Pareto front listed"
+    lines = ["", "## Trade-off: FP16 share of compute against error", "",
+             f"{note + '; ' if note else ''}{len(report.points)} plan(s) measured, {rows} (error: "
+             f"{statistic(report)}, worst output and sample), the chosen one marked. Replay a point with "
+             f"`--plan REPORT.json@POINT --mode all-fp16`.", ""]
+    lines += front_table(report.points, report.node_flops, report.chosen_point)
+    if report.tradeoff_svg:
+        lines += ["", f"![trade-off]({os.path.basename(report.tradeoff_svg)})"]
+    return lines
 
 
 def write_markdown(report: RunReport, path: str, input_paths: tuple[str, ...] = ()) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -16,7 +17,8 @@ from ..metrics import Comparison
 from ..oracle.inspection import NodeStats
 from ..plan import PrecisionPlan
 from ..tolerance import Tolerance
-from ..tradeoff import PlanPoint, error_statistic, front_svg
+from ..tradeoff import PlanPoint, error_statistic, tolerance_line
+from ..tradeoff_picture import Picture, front_svg
 from ..vocab import Mode, OracleName, Status
 
 REPORT_FORMAT = "onnx-precision-report/1"
@@ -50,9 +52,11 @@ class RunReport(PhaseTotals):
     nothing_to_convert: str = ""  # why no node computes in float32 ("" when some do)
     target: str = "generic"  # what the emulation followed: "generic" or "tensorrt X.Y"
     before_plan: str = "all FP16"  # what "before" measured: all FP16, or the user's plan
-    points: tuple[PlanPoint, ...] = ()  # every plan the search evaluated
+    points: tuple[PlanPoint, ...] = ()  # every plan measured (by the search, or without one)
     notes: tuple[str, ...] = ()
     tradeoff_svg: str | None = None  # the trade-off picture beside the Markdown report, if written
+    chosen_point: int | None = None  # the point of the plan chosen (None: none passed)
+    tradeoff_note: str = ""  # why no search ran ("" when one did)
     # FP16 node -> (binades to overflow, binades to underflow) of its outputs on the samples
     margins: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
@@ -104,7 +108,9 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         helper_sessions=outcome.helper_sessions,
         points=auto.points,
         notes=auto.notes,
-        tradeoff_svg=outcome.tradeoff_svg if len(auto.points) > 1 else None,
+        tradeoff_svg=outcome.tradeoff_svg,
+        chosen_point=auto.chosen_point,
+        tradeoff_note=auto.unsearched,
         nothing_to_convert=ctx.nothing_to_convert,
         target=ctx.target.name,
         before_plan=outcome.before_plan,
@@ -133,8 +139,12 @@ def tradeoff_path(report_md: str) -> str:
 
 
 def tradeoff_svg(report: RunReport) -> str:
-    """The trade-off picture of a report (its points and their Pareto front)."""
-    return front_svg(report.points, statistic(report))
+    """The trade-off picture of a report: its points, their Pareto front, the chosen plan and the
+    tolerance."""
+    tolerance = tolerance_line(report.tolerance) if report.tolerance is not None else None
+    title = f"{os.path.basename(report.model)}: FP16 share of compute against error"
+    return front_svg(Picture(report.points, statistic(report), title, report.chosen_point, tolerance,
+                             report.tradeoff_note))
 
 
 def statistic(report: RunReport) -> str:
