@@ -12,7 +12,8 @@ Loading never pulls external data into memory (``load_external_data=False``), no
 weights of a big single-file model (:func:`storage.load_light`: they are read from the model file
 as if it were their data file); external tensors are read on demand, relative to
 :attr:`ModelContext.base_dir` (the model's own directory, whatever the working directory). The
-model must not be changed while a context holds it: the rewriter writes into a copy.
+model must not be changed while a context holds it: the rewriter writes into a copy. A model given
+in memory (:func:`in_memory_context`) gets the same checks, on a copy.
 """
 
 from __future__ import annotations
@@ -157,16 +158,48 @@ def load_model(path: str, custom_op_libraries: tuple[str, ...] = (), target: Tar
         raise ModelLoadError(f"{path}: permission denied") from None
     except (OSError, ValueError) as e:
         raise ModelLoadError(f"{path}: cannot load: {e}") from e
+    # A symlinked model reads its data beside the file it points to, as onnxruntime does.
+    base_dir = os.path.dirname(os.path.realpath(path))
+    storage.external_data.refuse_private_keys(model, path)
+    storage.point_into_model_file(model, moved, os.path.basename(os.path.realpath(path)))
+    return _checked_context(model, path, base_dir, custom_op_libraries, target)
+
+
+IN_MEMORY = "<in-memory model>"  # what messages and reports call a model given as a ModelProto
+
+
+def in_memory_context(model: onnx.ModelProto, base_dir: str | None = None,
+                      custom_op_libraries: tuple[str, ...] = (), target: Target = GENERIC) -> ModelContext:
+    """A context for an in-memory ``model``, checked as :func:`load_model` checks a file; ``model``
+    itself is left as it is (the context holds a copy).
+
+    A model whose tensors keep their data in files (``onnx.load(path, load_external_data=False)``)
+    needs ``base_dir``, the directory those files' locations are relative to (the model file's);
+    a model holding its weights needs none.
+    """
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    storage.external_data.refuse_private_keys(copy, IN_MEMORY)
+    if base_dir is None:
+        external = next((t for t in storage.model_tensors(copy) if storage.is_external(t)), None)
+        if external is not None:
+            location = storage.external_location(external)
+            raise ModelLoadError(f"{IN_MEMORY}: tensor '{external.name}' keeps its data in '{location}', a "
+                                 f"file relative to the model's directory: give base_dir (the model file's "
+                                 f"directory), or pass the model's path")
+    return _checked_context(copy, IN_MEMORY, os.path.abspath(base_dir or "."), custom_op_libraries, target)
+
+
+def _checked_context(model: onnx.ModelProto, path: str, base_dir: str, custom_op_libraries: tuple[str, ...],
+                     target: Target) -> ModelContext:
+    """The context of ``model``, sorted and its nodes named, once it is a valid ONNX model whose
+    external data stays in ``base_dir``; ``path`` names it in messages."""
     if not model.graph.node and not model.graph.output:
         raise ModelLoadError(f"{path}: not an ONNX model (no graph)")
     try:
         sort_topologically(model.graph)
     except GraphCycle as e:
         raise ModelLoadError(f"{path}: {e}") from e
-    # A symlinked model reads its data beside the file it points to, as onnxruntime does.
-    base_dir = os.path.dirname(os.path.realpath(path))
-    storage.external_data.refuse_private_keys(model, path)
-    storage.point_into_model_file(model, moved, os.path.basename(os.path.realpath(path)))
     storage.check_model_external_data(model, base_dir, path)
     validate_model(model, path, base_dir)
     for library in custom_op_libraries:

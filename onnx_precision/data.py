@@ -2,7 +2,8 @@
 
 Sources (``--inputs``): an ``.npz`` (one feed), a directory of ``.npz`` files (one feed each, in
 file-name order), or a Polygraphy JSON as ``polygraphy run --save-inputs`` writes it (a list of
-feeds, read with Polygraphy's own loader). Without ``--inputs`` one feed is synthesised from the
+feeds, read with Polygraphy's own loader); from Python, feeds in memory (``SampleSpec(feeds=...)``,
+a list of dicts of arrays, :func:`in_memory_spec`). Without ``--inputs`` one feed is synthesised from the
 model's input metadata with a seeded generator: floats uniform in ``[0, 1)`` and integers in
 ``[0, 100)`` (or below the size of the table an integer input indexes) unless ``--input-range``
 says otherwise, symbolic dimensions from ``--input-shape``. A size is never invented but for a
@@ -25,7 +26,7 @@ import sys
 import zipfile
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx
@@ -42,13 +43,62 @@ DEFAULT_INT_RANGE = (0.0, 100.0)
 @dataclass(frozen=True)
 class SampleSpec:
     """Where feeds come from. ``inputs`` is an .npz (one feed), a directory of .npz (one feed
-    each) or a Polygraphy JSON (``polygraphy run --save-inputs``); None means synthetic feeds from
-    the model's input metadata, seeded."""
+    each) or a Polygraphy JSON (``polygraphy run --save-inputs``); ``feeds`` are feeds in memory
+    (input name -> array each); with neither, synthetic feeds from the model's input metadata, seeded."""
 
     inputs: str | None = None
     seed: int = 0
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     input_ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    feeds: tuple[Mapping[str, np.ndarray], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.inputs is not None and self.feeds:
+            raise DataError(f"samples: both a file ({self.inputs}) and {len(self.feeds)} feed(s) in memory; "
+                            f"give one")
+
+
+IN_MEMORY_FEEDS = "feeds given in memory"
+
+
+def in_memory_spec(feeds: object, spec: SampleSpec | None = None) -> SampleSpec:
+    """``spec`` (by default the defaults) with ``feeds``: one feed (a mapping of input name -> array)
+    or a list of them; each value goes through ``np.asarray``. Anything else is a one-line
+    :class:`DataError` saying what was expected."""
+    listed: list[object]
+    if isinstance(feeds, Mapping):
+        listed = [feeds]
+    elif isinstance(feeds, Sequence) and not isinstance(feeds, (str, bytes)) and feeds:
+        listed = list(feeds)
+    else:
+        raise DataError(f"samples: expected a dict of input name -> numpy array, or a non-empty list of "
+                        f"them; got {_type_name(feeds)}")
+    out = []
+    for i, feed in enumerate(listed):
+        where = _feed_label(i, not isinstance(feeds, Mapping))
+        if not isinstance(feed, Mapping):
+            raise DataError(f"{where}: expected a dict of input name -> numpy array; got {_type_name(feed)}")
+        arrays = {}
+        for name, value in feed.items():
+            if not isinstance(name, str):
+                raise DataError(f"{where}: input names are strings; got {_type_name(name)} {name!r}")
+            try:
+                arrays[name] = np.asarray(value)
+            except (TypeError, ValueError) as e:
+                raise DataError(f"{where}: input '{name}' is not an array ({_type_name(value)}: {e})",
+                                ) from None
+        out.append(arrays)
+    return replace(spec or SampleSpec(), inputs=None, feeds=tuple(out))
+
+
+def _feed_label(index: int, listed: bool) -> str:
+    """How messages name an in-memory feed: ``samples[i]`` in a list, else ``samples``."""
+    return f"samples[{index}]" if listed else "samples"
+
+
+def _type_name(value: object) -> str:
+    kind = type(value)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
 
 
 @dataclass(frozen=True)
@@ -93,13 +143,19 @@ def model_inputs(model: onnx.ModelProto) -> list[InputInfo]:
 def load_samples(model: onnx.ModelProto, spec: SampleSpec) -> Samples:
     """The feeds ``spec`` describes, checked against ``model``'s inputs."""
     inputs = model_inputs(model)
-    if spec.inputs is None:
+    located: Sequence[tuple[str, Mapping[str, np.ndarray]]]
+    if spec.feeds:
+        count = len(spec.feeds)
+        located = [(_feed_label(i, count > 1), feed) for i, feed in enumerate(spec.feeds)]
+        source = f"{count} {IN_MEMORY_FEEDS}" if count > 1 else IN_MEMORY_FEEDS
+    elif spec.inputs is None:
         return synthetic_samples(inputs, spec, index_bounds(model))
-    located, source = _read_feeds(spec.inputs)
+    else:
+        located, source = _read_feeds(spec.inputs)
     warnings: list[str] = []
     for where, feed in located:
         warnings.extend(validate_feed(feed, inputs, where))
-    return Samples(tuple(feed for _, feed in located), False, source, tuple(warnings))
+    return Samples(tuple(dict(feed) for _, feed in located), False, source, tuple(warnings))
 
 
 def sample_files(spec: SampleSpec) -> tuple[str, ...]:

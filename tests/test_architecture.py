@@ -112,11 +112,13 @@ def test_a_cycle_is_found_when_there_is_one():
 
 
 def test_the_report_is_a_pure_consumer():
-    """Only the commands (convert, cli) import the report: no stage below them depends on it."""
+    """Only the commands (convert, on files or in memory, and the cli) import the report: no stage
+    below them depends on it."""
     report = "onnx_precision.report"
     importers = {m for m, deps in _graph().items() if not m.startswith(report)
                  and any(d == report or d.startswith(report + ".") for d in deps)}
-    assert importers <= {"onnx_precision.convert.run", "onnx_precision.cli.convert"}
+    assert importers <= {"onnx_precision.convert.run", "onnx_precision.convert.in_memory",
+                         "onnx_precision.cli.convert"}
 
 
 def _tool(name: str) -> str:

@@ -1,7 +1,9 @@
 """``onnx-precision convert`` as a library: load, choose a plan, rewrite, write, verify.
 
 * :mod:`.run`: :func:`convert`, what the CLI calls, and its steps (:func:`base_plan`,
-  :func:`plan_to_write`, :func:`verify`, :func:`conversion_status`);
+  :func:`plan_to_write`, :func:`planned`, :func:`verify`, :func:`conversion_status`);
+* :mod:`.in_memory`: :func:`convert_model`, the same conversion on a ModelProto (or a path) with
+  feeds in memory, returning a :class:`ConvertedModel` and writing nothing until ``save``;
 * :mod:`.choose`: :func:`choose_plan`, the measuring modes (``auto`` searches, ``static`` pins
   what the ranges and rules flag), returning an :class:`AutoResult`;
 * :mod:`.outcome`: :class:`ConversionOutcome`, the value the report reads;
@@ -9,7 +11,17 @@
 """
 
 from ..vocab import MODES
-from .run import ConvertOptions, ConvertResult, base_plan, conversion_status, convert, plan_to_write, verify
+from .in_memory import ConvertedModel, convert_model
+from .run import (
+           ConvertOptions,
+           ConvertResult,
+           base_plan,
+           conversion_status,
+           convert,
+           plan_to_write,
+           planned,
+           verify,
+)
 
-__all__ = ["MODES", "ConvertOptions", "ConvertResult", "base_plan", "conversion_status", "convert",
-           "plan_to_write", "verify"]
+__all__ = ["MODES", "ConvertOptions", "ConvertResult", "ConvertedModel", "base_plan", "conversion_status",
+           "convert", "convert_model", "plan_to_write", "planned", "verify"]

@@ -174,6 +174,42 @@ def plan_to_write(
     return policy.resolve(ctx, plan), result
 
 
+def planned(ctx: ModelContext, options: ConvertOptions, progress: Progress | None = None,
+            ) -> tuple[PrecisionPlan, AutoResult | None, list[str]]:
+    """The plan to write for ``ctx`` per ``options`` (:func:`base_plan`, then :func:`plan_to_write`),
+    the search's result (static/auto modes) and the run's warnings; nothing is written."""
+    measuring = options.mode != "all-fp16"
+    if ctx.renamed:
+        logger.debug("named %d unnamed node(s) (node_of_<first output>)", len(ctx.renamed))
+    plan, warnings = base_plan(ctx, options)
+    options.tolerance.require_outputs([o.name for o in ctx.model.graph.output], ctx.path)
+    if options.trt_profile:
+        from ..trt.flags import check_given_profile
+
+        check_given_profile(ctx.model, options.trt_profile)
+    if ctx.nothing_to_convert:
+        warnings.append(f"{ctx.nothing_to_convert}: nothing to convert")
+    if not measuring and (options.report_json or options.report_md):
+        warnings.append("--report/--report-md apply to --mode static and auto (which verify); "
+                        "no report written")
+    if not measuring and (options.save_inputs or options.save_outputs):
+        warnings.append("--save-inputs/--save-outputs apply to --mode static and auto (which run the model); "
+                        "nothing saved")
+    if not measuring and options.oracle != "emulate":
+        warnings.append(f"--oracle {options.oracle} applies to --mode static and auto (which verify); "
+                        "not run")
+    try:
+        plan, auto_result = plan_to_write(ctx, plan, options, progress)
+    except CustomOpError as e:
+        if options.mode != "static":
+            raise
+        plan, auto_result = policy.unmeasured_static_plan(ctx, plan), None
+        warnings.append(f"{e.node_text}: onnxruntime has no kernel for it, so the static plan pins what the "
+                        f"risk rules flag, unmeasured, and the written model is not verified (give "
+                        f"--ort-custom-op-library PATH to measure)")
+    return plan, auto_result, warnings
+
+
 def _input_paths(model_path: str, options: ConvertOptions) -> tuple[str, ...]:
     """Every file the run reads (the model, --plan, the sample data): no output may overwrite one."""
     plan = tuple(p for p in (options.plan_path, options.layer_flags.file) if p)
@@ -223,39 +259,11 @@ def convert(model_path: str, output_path: str, options: ConvertOptions = Convert
 
 def _convert(model_path: str, output_path: str, options: ConvertOptions, progress: Progress | None,
              outputs: storage.Outputs) -> ConvertResult:
-    measuring = options.mode != "all-fp16"
     helpers_before = helper_sessions.built()
     if progress is not None:
         progress("load", 0, 0, None)
     ctx = load_model(model_path, options.custom_op_libraries, options.target)
-    if ctx.renamed:
-        logger.debug("named %d unnamed node(s) (node_of_<first output>)", len(ctx.renamed))
-    plan, warnings = base_plan(ctx, options)
-    options.tolerance.require_outputs([o.name for o in ctx.model.graph.output], model_path)
-    if options.trt_profile:
-        from ..trt.flags import check_given_profile
-
-        check_given_profile(ctx.model, options.trt_profile)
-    if ctx.nothing_to_convert:
-        warnings.append(f"{ctx.nothing_to_convert}: nothing to convert")
-    if not measuring and (options.report_json or options.report_md):
-        warnings.append("--report/--report-md apply to --mode static and auto (which verify); "
-                        "no report written")
-    if not measuring and (options.save_inputs or options.save_outputs):
-        warnings.append("--save-inputs/--save-outputs apply to --mode static and auto (which run the model); "
-                        "nothing saved")
-    if not measuring and options.oracle != "emulate":
-        warnings.append(f"--oracle {options.oracle} applies to --mode static and auto (which verify); "
-                        "not run")
-    try:
-        plan, auto_result = plan_to_write(ctx, plan, options, progress)
-    except CustomOpError as e:
-        if options.mode != "static":
-            raise
-        plan, auto_result = policy.unmeasured_static_plan(ctx, plan), None
-        warnings.append(f"{e.node_text}: onnxruntime has no kernel for it, so the static plan pins what the "
-                        f"risk rules flag, unmeasured, and the written model is not verified (give "
-                        f"--ort-custom-op-library PATH to measure)")
+    plan, auto_result, warnings = planned(ctx, options, progress)
     if auto_result is not None:
         _stage_samples(auto_result, options, outputs)
     if auto_result is not None and not auto_result.writable:
@@ -316,10 +324,11 @@ def _stage_samples(auto_result: AutoResult, options: ConvertOptions, outputs: st
                            polygraphy_outputs_json(auto_result.reference_outputs, "onnx-precision-fp32"))
 
 
-def verify(ctx: ModelContext, staged_model: str, auto_result: AutoResult, options: ConvertOptions,
-           write: PhaseCost) -> Verification:
-    """The written model read back and checked: emulated, natively on ``--oracle``'s runtime, and,
-    when both pass, loaded by onnxruntime at its default options in a child process."""
+def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: AutoResult,
+           options: ConvertOptions, write: PhaseCost) -> Verification:
+    """The written model read back (or written in memory, as a context) and checked: emulated,
+    natively on ``--oracle``'s runtime, and, when both pass, loaded by onnxruntime at its default
+    options in a child process."""
     from .. import oracle
 
     # A small model's default load runs in a child while this process verifies (a large one's after
@@ -349,7 +358,7 @@ def verify(ctx: ModelContext, staged_model: str, auto_result: AutoResult, option
     return Verification(verified, native, default_load, (write,) + phases, validation, failure)
 
 
-def _validate(ctx: ModelContext, staged_model: str, inputs: str, tolerance: Tolerance,
+def _validate(ctx: ModelContext, staged_model: str | ModelContext, inputs: str, tolerance: Tolerance,
               ) -> tuple[Comparison, str]:
     """The written model on the held-out samples ``inputs``, against the FP32 model on them."""
     from .. import data, oracle
@@ -362,8 +371,10 @@ def _validate(ctx: ModelContext, staged_model: str, inputs: str, tolerance: Tole
     return comparison, failure and f"held-out {failure} ({inputs})"
 
 
-def _stored_bytes(model_path: str) -> int:
-    """The written model's bytes on disk, its external data file included."""
+def _stored_bytes(model_path: str | ModelContext) -> int:
+    """The written model's bytes on disk, its external data file included (in memory, its proto's)."""
+    if isinstance(model_path, ModelContext):
+        return model_path.model.ByteSize()
     data = model_path + ".data"
     return os.path.getsize(model_path) + (os.path.getsize(data) if os.path.exists(data) else 0)
 

@@ -13,12 +13,14 @@ from ..errors import InternalError, ModelLoadError
 from ..validation import CHECK_ERRORS, checkable_copy, checker_message
 
 
-def check_written(staged: str, ctx: ModelContext) -> None:
-    """The model written at ``staged`` passes onnx's full check (checked by path: it may be over
-    2 GB). When it does not, the input gets the same check: failing it, the input is at fault
-    (:class:`ModelLoadError`); passing it, the rewriter is (:class:`InternalError`)."""
+def check_written(staged: str | onnx.ModelProto, ctx: ModelContext) -> None:
+    """The model written at ``staged`` (checked by path: it may be over 2 GB), or the rewritten model
+    itself (its weights in files seen as inputs), passes onnx's full check. When it does not, the
+    input gets the same check: failing it, the input is at fault (:class:`ModelLoadError`); passing
+    it, the rewriter is (:class:`InternalError`)."""
+    checked = staged if isinstance(staged, str) else checkable_copy(staged, ctx.base_dir)
     try:
-        onnx.checker.check_model(staged, full_check=True)
+        onnx.checker.check_model(checked, full_check=True)
     except CHECK_ERRORS as written:
         try:
             onnx.checker.check_model(checkable_copy(ctx.model, ctx.base_dir), full_check=True)

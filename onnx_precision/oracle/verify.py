@@ -72,7 +72,7 @@ def verify_written(
 
 
 def verify_output(
-    output_path: str,
+    output_path: str | ModelContext,
     feeds: Sequence[Feed],
     reference_outputs: Sequence[Mapping],
     tol: Tolerance,
@@ -80,10 +80,11 @@ def verify_output(
     custom_op_libraries: tuple[str, ...] = (),
     target: Target = GENERIC,
 ) -> tuple[Comparison, Comparison | None, tuple[PhaseCost, ...]]:
-    """Verify the file ``convert`` wrote, read back from disk: emulated (always) and natively on
-    ``oracle``'s provider when one is named. Returns (emulated, native or None, phase costs)."""
+    """Verify the file ``convert`` wrote, read back from disk (or the model written in memory, as a
+    context): emulated (always) and natively on ``oracle``'s provider when one is named. Returns
+    (emulated, native or None, phase costs)."""
     started = time.perf_counter()
-    written = load_model(output_path, custom_op_libraries, target)
+    written = _written(output_path, custom_op_libraries, target)
     verified = verify_written(written, feeds, reference_outputs, tol)
     phases = [PhaseCost("verify", time.perf_counter() - started, sessions=1, probes=1)]
     native = None
@@ -94,18 +95,25 @@ def verify_output(
     return verified, native, tuple(phases)
 
 
-def validate_written(output_path: str, feeds: Sequence[Feed], reference_outputs: Sequence[Mapping],
-                     tol: Tolerance, custom_op_libraries: tuple[str, ...] = (),
-                     target: Target = GENERIC) -> tuple[Comparison, str]:
-    """The written model, emulated, on held-out samples the search never saw: the comparison over
-    them all and, where one fails, which sample and how ("" when all pass)."""
-    written = load_model(output_path, custom_op_libraries, target)
+def validate_written(output_path: str | ModelContext, feeds: Sequence[Feed],
+                     reference_outputs: Sequence[Mapping], tol: Tolerance,
+                     custom_op_libraries: tuple[str, ...] = (), target: Target = GENERIC,
+                     ) -> tuple[Comparison, str]:
+    """The written model (a file, or a context in memory), emulated, on held-out samples the search
+    never saw: the comparison over them all and, where one fails, which sample and how ("" when all
+    pass)."""
+    written = _written(output_path, custom_op_libraries, target)
     run = run_candidate(written, feeds)
     per_sample = [compare_outputs(ref, cand, tol, run.oracle) for ref, cand in
                   zip(reference_outputs, only_reference_outputs(run, reference_outputs))]
     failing = next((i for i, c in enumerate(per_sample) if not c.passed), None)
     failure = "" if failing is None else per_sample[failing].failure(failing, len(per_sample))
     return merge_comparisons(per_sample, run.oracle), failure
+
+
+def _written(model: str | ModelContext, custom_op_libraries: tuple[str, ...], target: Target) -> ModelContext:
+    """The written model's context: a file read back, or the context of one written in memory."""
+    return model if isinstance(model, ModelContext) else load_model(model, custom_op_libraries, target)
 
 
 def only_reference_outputs(run: OracleRun, refs: Sequence[Mapping]) -> list[dict[str, np.ndarray]]:

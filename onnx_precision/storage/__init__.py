@@ -26,6 +26,8 @@ from .saving import (
     atomic_write,
     check_output_path,
     data_location,
+    fits_one_proto,
+    inline_copy,
     save_model,
     write_files,
     write_text,
@@ -34,5 +36,6 @@ from .saving import (
 __all__ = ["element_count", "cast_initializer", "check_model_external_data", "external_location",
            "inline_small_external",
            "is_external", "model_tensors", "read_array", "value_range", "atomic_write", "check_output_path",
-           "data_location", "save_model", "write_files", "write_text", "Outputs", "load_light",
+           "data_location", "fits_one_proto", "inline_copy", "save_model", "write_files", "write_text",
+           "Outputs", "load_light",
            "point_into_model_file"]

@@ -218,14 +218,40 @@ def _sizes(model: onnx.ModelProto, source_dir: str | None) -> _Sizes:
     return _Sizes(inline, external, source, count, in_model_file)
 
 
-def _wants_external(model: onnx.ModelProto, sizes: _Sizes, external_data: bool | None, path: str) -> bool:
-    """Whether to write a data file. A model over 2 GB, as read or as written, always gets one:
-    its FP16 output may fit in one proto, but building that proto would hold all its weights."""
+def _too_big(model: onnx.ModelProto, sizes: _Sizes) -> bool:
+    """Whether the model is over 2 GB, as read or as written: its FP16 output may fit in one proto,
+    but building that proto would hold all its weights."""
     if sizes.inline >= PROTO_LIMIT or sizes.source >= PROTO_LIMIT:
-        too_big = True
-    else:
-        # ByteSize is safe here: what is in memory is under the limit.
-        too_big = model.ByteSize() + sizes.external + sizes.in_model_file >= PROTO_LIMIT
+        return True
+    # ByteSize is safe here: what is in memory is under the limit.
+    return model.ByteSize() + sizes.external + sizes.in_model_file >= PROTO_LIMIT
+
+
+def fits_one_proto(model: onnx.ModelProto, source_dir: str | None = None) -> bool:
+    """Whether ``model`` with all its weights inline (:func:`inline_copy`) stays under protobuf's
+    2 GB limit (as read and as written)."""
+    return not _too_big(model, _sizes(model, source_dir))
+
+
+def inline_copy(model: onnx.ModelProto, source_dir: str | None = None) -> onnx.ModelProto:
+    """``model`` holding every weight: ``model`` itself when it does, else a copy with each external
+    tensor read from ``source_dir`` (a lazily converted one converted on the way). Check
+    :func:`fits_one_proto` first: the copy holds all the weights."""
+    if not any(ext.is_external(t) for t in ext.model_tensors(model)):
+        return model
+    inline = onnx.ModelProto()
+    inline.CopyFrom(model)
+    for tensor in ext.model_tensors(inline):
+        ref = _resolved_ref(tensor, source_dir)
+        if ref is not None:
+            _set_inline(tensor, _read_whole(ref))
+    return inline
+
+
+def _wants_external(model: onnx.ModelProto, sizes: _Sizes, external_data: bool | None, path: str) -> bool:
+    """Whether to write a data file. A model over 2 GB, as read or as written, always gets one
+    (:func:`_too_big`)."""
+    too_big = _too_big(model, sizes)
     if too_big and external_data is False:
         log.info("%s: the model is over 2 GB; writing its weights to '%s'", path, data_location(path))
     if external_data is None:
@@ -360,15 +386,7 @@ def save_model(
     target = outputs.target(path)
     sizes = _sizes(model, source_dir)
     if not _wants_external(model, sizes, external_data, path):
-        if sizes.external_tensors == 0 and sizes.in_model_file == 0:
-            return outputs.stage(path, _write_bytes(_serialize(model, path)))
-        inline = onnx.ModelProto()
-        inline.CopyFrom(model)
-        for tensor in ext.model_tensors(inline):
-            ref = _resolved_ref(tensor, source_dir)
-            if ref is not None:
-                _set_inline(tensor, _read_whole(ref))
-        return outputs.stage(path, _write_bytes(_serialize(inline, path)))
+        return outputs.stage(path, _write_bytes(_serialize(inline_copy(model, source_dir), path)))
 
     location = data_location(target)
     data_target = os.path.join(os.path.dirname(target), location)

@@ -1,0 +1,208 @@
+"""Converting without files: a ModelProto (or a path) and feeds in, the converted ModelProto, its plan
+and its report out; writing is a separate, explicit step (:meth:`ConvertedModel.save`).
+
+:func:`convert_model` runs what ``onnx-precision convert`` runs, with the same options, up to the
+file: the plan is chosen the same way and the rewritten model is verified as the CLI verifies the
+file it writes (onnx's full check, the emulation, ``--oracle``'s provider, held-out samples, the
+load at onnxruntime's default options in a child), but in memory; :meth:`ConvertedModel.save` then
+writes the bytes the CLI writes for the same options, atomically.
+
+Weights stay where they are. A model given by path is loaded as the CLI loads it (external data left
+on disk, a large single file memory-mapped), so a model over 2 GB converts as it does there: the
+conversion keeps the weights in the input's files, each converted as ``save`` streams it, and only
+:attr:`ConvertedModel.model` reads them into a proto (refused over 2 GB). A ModelProto whose tensors
+keep their data in files needs ``base_dir``, the directory those files are relative to
+(:func:`onnx_precision.context.in_memory_context`). The load at onnxruntime's default options is
+checked for a converted model that holds its weights; for one whose weights are still in files a
+warning says it was not.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import TYPE_CHECKING, Union
+
+import numpy as np
+import onnx
+
+from .. import helper_sessions, storage
+from ..context import IN_MEMORY, ModelContext, in_memory_context, load_model
+from ..costs import PhaseCost
+from ..data import SampleSpec, in_memory_spec
+from ..errors import SearchError, UsageError
+from ..plan import PrecisionPlan
+from ..rewriter import RewriteResult, rewrite
+from ..vocab import MODES, Status
+from . import run
+from .written_check import check_written
+
+if TYPE_CHECKING:
+    from ..report import RunReport
+    from .choose import AutoResult, Progress
+
+Path = Union[str, "os.PathLike[str]"]
+# One feed (input name -> array), a list of them, a file of them (as --inputs reads), or a SampleSpec.
+SampleInput = Union[SampleSpec, Mapping[str, np.ndarray], Sequence[Mapping[str, np.ndarray]], Path, None]
+
+# The report's output until the model is saved (a report without one says no model was made).
+CONVERTED = "<converted in memory>"
+
+# Options that name files the CLI writes: an in-memory conversion writes none.
+_FILE_OPTIONS = {"plan_out": "write result.plan.dumps()",
+                 "report_json": "report.write_json(result.report, path)",
+                 "report_md": "report.write_markdown(result.report, path)",
+                 "trt_flags_path": "the CLI writes it", "save_inputs": "the CLI writes them",
+                 "save_outputs": "the CLI writes them"}
+
+
+@dataclass(frozen=True)
+class ConvertedModel:
+    """A conversion done in memory: the converted model, its plan, what verified it, and how to
+    write it (:meth:`save`)."""
+
+    plan: PrecisionPlan  # the plan written into the model, resolved
+    rewrite: RewriteResult  # its model keeps the weights the input kept in files there (save reads them)
+    source: str  # the input's path, or IN_MEMORY
+    base_dir: str  # the directory the weights still in files are read from
+    report: RunReport | None = None  # static/auto modes; None in all-fp16 mode (nothing is run)
+    auto: AutoResult | None = None  # static/auto modes: the search's result
+    warnings: tuple[str, ...] = ()
+    external_data: bool | None = None  # save's default layout (ConvertOptions.external_data)
+
+    @cached_property
+    def model(self) -> onnx.ModelProto:
+        """The converted model holding all its weights, for ``onnx.save`` or
+        ``onnxruntime.InferenceSession(model.SerializeToString())``: weights the input kept in files
+        are read (and converted) on first use. Over protobuf's 2 GB limit no ModelProto can hold it:
+        a UsageError says to :meth:`save` it (which streams the weights)."""
+        converted = self.rewrite.model
+        if not storage.fits_one_proto(converted, self.base_dir):
+            raise UsageError(f"{self.source}: the converted model is over 2 GB with its weights, more than a "
+                             f"ModelProto holds; result.save(path) writes it (weights in path.data)")
+        return storage.inline_copy(converted, self.base_dir)
+
+    @property
+    def status(self) -> Status | str:
+        """The report's status (``passed``, ``failed``, ``ort-load-failed``, ...), or
+        ``not verified`` in all-fp16 mode."""
+        return self.report.status if self.report is not None else "not verified"
+
+    @property
+    def passed(self) -> bool:
+        """Whether the converted model passed every check (False when nothing checked it)."""
+        return self.report is not None and self.report.status == "passed"
+
+    @property
+    def all_warnings(self) -> tuple[str, ...]:
+        """Every warning of the run once (the report's include the sample data's)."""
+        return tuple(dict.fromkeys(self.warnings + (self.report.warnings if self.report else ())))
+
+    def save(self, path: Path, *, external_data: bool | None = None) -> str:
+        """Write the model to ``path`` atomically (staged beside it, moved into place whole, nothing
+        left on failure), as ``onnx-precision convert -o path`` writes it; returns the absolute path.
+
+        ``external_data``: True writes the weights to ``<file name>.data`` beside it, False one file
+        unless over 2 GB, None (default: what the options said, else the input's layout) keeps
+        external what was external and goes external over 2 GB. The weights the input kept in files
+        are streamed from there, never held whole; the input's files are never overwritten.
+        """
+        layout = self.external_data if external_data is None else external_data
+        inputs = (self.source,) if self.source != IN_MEMORY else ()
+        return storage.save_model(self.rewrite.model, os.fspath(path), source_dir=self.base_dir,
+                                  external_data=layout, input_paths=inputs)
+
+
+def convert_model(model: onnx.ModelProto | str | os.PathLike[str], samples: SampleInput = None,
+                  options: run.ConvertOptions | None = None, *, base_dir: Path | None = None,
+                  progress: Progress | None = None) -> ConvertedModel:
+    """Convert ``model`` (a ModelProto, left unchanged, or a path) per ``options`` and return the
+    converted model, its plan and its report; no file is written (:meth:`ConvertedModel.save` writes).
+
+    ``samples``: one feed (input name -> array), a list of them, a file of them (as ``--inputs``
+    reads), or a :class:`SampleSpec`; None takes ``options.samples`` (synthetic by default).
+    ``base_dir``: the directory a ModelProto's external data is relative to. Options that name
+    output files are refused (saying what to do instead). A search that finds no plan to write
+    raises :class:`SearchError`, as the CLI exits 1; a converted model that fails a check is
+    returned with ``passed`` False, as the CLI writes it and exits 1 (or 3).
+    """
+    checked = _checked_options(options)
+    options = replace(checked, samples=_sample_spec(samples, checked))
+    if options.mode != "all-fp16":
+        from .. import oracle
+
+        oracle.require_oracle(options.oracle)
+    helpers_before = helper_sessions.built()
+    if progress is not None:
+        progress("load", 0, 0, None)
+    ctx = _context(model, base_dir, options)
+    plan, auto_result, warnings = run.planned(ctx, options, progress)
+    if auto_result is not None and not auto_result.writable:
+        raise SearchError(f"{auto_result.message} (nothing converted)")
+    started = time.perf_counter()
+    if progress is not None:
+        progress("write", 0, 0, None)
+    result = rewrite(ctx, plan)
+    check_written(result.model, ctx)
+    layout = True if options.external_data else None
+    converted = ConvertedModel(result.plan, result, ctx.path, ctx.base_dir, warnings=tuple(warnings),
+                               external_data=layout)
+    if auto_result is None:
+        return converted
+    write = PhaseCost("write", time.perf_counter() - started)
+    if progress is not None:
+        progress("verify", 0, 0, None)
+    written = ModelContext(result.model, ctx.path, ctx.base_dir, (), ctx.custom_op_libraries, ctx.target)
+    verification = run.verify(ctx, written, auto_result, options, write)
+    from ..oracle.default_load import loadable_in_memory
+
+    if verification.verified.passed and not loadable_in_memory(result.model):
+        warnings.append("onnxruntime's default-options load of the converted model was not checked: its "
+                        "weights are in files until it is saved (save it, then 'onnx-precision check' it)")
+    outcome = run._outcome(auto_result, result.plan, options, verification, tuple(warnings),
+                           helper_sessions.built() - helpers_before, CONVERTED, ctx.target)
+    return replace(converted, report=run._report(ctx, outcome), auto=auto_result, warnings=outcome.warnings)
+
+
+def _checked_options(options: object) -> run.ConvertOptions:
+    """``options`` (default: the defaults), refused with a one-line UsageError when it is not a
+    ConvertOptions, asks for a mode that does not exist, or names a file to write."""
+    if options is None:
+        return run.ConvertOptions()
+    if not isinstance(options, run.ConvertOptions):
+        raise UsageError(f"options: expected onnx_precision.convert.ConvertOptions; got "
+                         f"{type(options).__name__}")
+    if options.mode not in MODES:
+        raise UsageError(f"options: mode {options.mode!r} is not one of {', '.join(MODES)}")
+    named = [name for name in _FILE_OPTIONS if getattr(options, name)]
+    if named:
+        raise UsageError(f"options.{named[0]}: convert_model writes no file ({_FILE_OPTIONS[named[0]]}; "
+                         f"result.save(path) writes the model)")
+    return options
+
+
+def _sample_spec(samples: object, options: run.ConvertOptions) -> SampleSpec:
+    if samples is None:
+        return options.samples
+    if isinstance(samples, SampleSpec):
+        return samples
+    if isinstance(samples, (str, os.PathLike)):
+        return replace(options.samples, inputs=os.fspath(samples), feeds=())
+    return in_memory_spec(samples, options.samples)
+
+
+def _context(model: object, base_dir: Path | None, options: run.ConvertOptions) -> ModelContext:
+    """The model's context: a path loaded as the CLI loads it, a ModelProto checked as a file is."""
+    if isinstance(model, (str, os.PathLike)):
+        if base_dir is not None:
+            raise UsageError("base_dir: only for a ModelProto (a model file's external data is relative to "
+                             "the file's own directory)")
+        return load_model(os.fspath(model), options.custom_op_libraries, options.target)
+    if not isinstance(model, onnx.ModelProto):
+        raise UsageError(f"model: expected an onnx.ModelProto or the path of an .onnx file; got "
+                         f"{type(model).__name__}")
+    directory = None if base_dir is None else os.fspath(base_dir)
+    return in_memory_context(model, directory, options.custom_op_libraries, options.target)
