@@ -337,7 +337,7 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
     seconds["load"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    plan = policy.resolve(ctx, ctx.all_fp16_plan())
+    plan = policy.resolve(ctx, ctx.all_low_plan())
     warnings = list(samples.warnings)
     if ctx.nothing_to_convert:
         warnings.append(f"{ctx.nothing_to_convert}: there is nothing to analyse")
@@ -368,7 +368,7 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
 
 def _static_only(ctx: ModelContext, tol: Tolerance, why: str, seconds: dict[str, float]) -> AnalysisResult:
     """The analysis of a model that cannot be run: every static rule, no range, no error."""
-    plan = policy.resolve(ctx, ctx.all_fp16_plan())
+    plan = policy.resolve(ctx, ctx.all_low_plan())
     facts = rules.ModelFacts(ctx)
     rule_run = rules.run_rules(facts)
     nothing = oracle.ReferenceResult({}, {}, None, ())

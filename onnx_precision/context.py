@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any, TypeVar
 
@@ -30,12 +30,12 @@ from google.protobuf.message import DecodeError
 
 from . import storage, typing_rules
 from .errors import ModelLoadError
+from .float_types import LowPrecision
 from .graph import GraphCycle, GraphIndex, NodeRef, name_nodes, sort_topologically, walk_nodes
 from .plan import Precision, PrecisionPlan, Reason, uniform_plan
 from .target import GENERIC, Target
 from .validation import validate_model
 
-ALL_FP16 = Reason("default", "all FP16")
 T = TypeVar("T")
 
 
@@ -82,19 +82,41 @@ class ModelContext:
         """Every value's type (:func:`typing_rules.tensor_types`)."""
         return typing_rules.tensor_types(self.model)
 
-    @cached_property
+    @property
     def typing(self) -> dict[str, typing_rules.NodeTyping]:
-        """Every node's FP16 typing (:func:`typing_rules.model_typing`), onnxruntime's kernels
-        asked where the target runs on it."""
-        return typing_rules.model_typing(self.model, self.types, self.target.onnxruntime_kernels)
+        """Every node's typing in the target's 16-bit type (:meth:`typing_in`)."""
+        return self.typing_in(self.target.low)
+
+    def typing_in(self, low: LowPrecision) -> dict[str, typing_rules.NodeTyping]:
+        """Every node's typing in ``low`` (:func:`typing_rules.model_typing`), computed once: the
+        schemas' answer, onnxruntime's CPU kernels asked where the target runs on them, and the
+        target's own kernels (:meth:`.Target.kernel_blocker`) where it runs elsewhere."""
+        if low.elem_type not in self._typings:
+            typing = typing_rules.model_typing(self.model, self.types, self.target.onnxruntime_kernels(low),
+                                               low)
+            opsets = typing_rules.opset_map(self.model)
+            for ref in self.nodes:
+                t = typing[ref.name]
+                domain = "" if ref.node.domain == "ai.onnx" else ref.node.domain
+                blocker = None if t.fp16_blocker or not t.has_float else self.target.kernel_blocker(
+                    ref.node, low, opsets.get(domain, 0))
+                if blocker:
+                    typing[ref.name] = replace(t, fp16_blocker=blocker)
+            self._typings[low.elem_type] = typing
+        return self._typings[low.elem_type]
+
+    @cached_property
+    def _typings(self) -> dict[int, dict[str, typing_rules.NodeTyping]]:
+        return {}
 
     @cached_property
     def nothing_to_convert(self) -> str:
         """Why no node of the model computes in float32, or "" when some do."""
         if any(t.has_float for t in self.typing.values()):
             return ""
-        if any(typing_rules.elem_type(t) == onnx.TensorProto.FLOAT16 for t in self.types.values()):
-            return "the model computes nothing in float32 (already FP16?)"
+        if any(typing_rules.elem_type(t) in (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+               for t in self.types.values()):
+            return "the model computes nothing in float32 (already FP16 or BF16?)"
         return "the model has no float32 tensors (float64, integer and other tensors stay as they are)"
 
     @cached_property
@@ -122,9 +144,11 @@ class ModelContext:
             self._ranges[name] = storage.value_range(tensor, self.base_dir)
         return self._ranges[name]
 
-    def all_fp16_plan(self, reason: Reason = ALL_FP16, fp16_io: bool = False) -> PrecisionPlan:
-        """Every node FP16, with ``reason``."""
-        return uniform_plan(self.node_ops, Precision.FP16, reason, fp16_io=fp16_io)
+    def all_low_plan(self, reason: Reason | None = None, fp16_io: bool = False) -> PrecisionPlan:
+        """Every node in the target's 16-bit type, with ``reason`` (by default "all FP16")."""
+        low = self.target.low
+        reason = Reason("default", f"all {low.name}") if reason is None else reason
+        return uniform_plan(self.node_ops, Precision(low.precision), reason, fp16_io=fp16_io)
 
     def memo(self, compute: Callable[[ModelContext], T]) -> T:
         """``compute(self)``, computed once per context: the derived facts that stages above the
@@ -163,6 +187,18 @@ def load_model(path: str, custom_op_libraries: tuple[str, ...] = (), target: Tar
     storage.external_data.refuse_private_keys(model, path)
     storage.point_into_model_file(model, moved, os.path.basename(os.path.realpath(path)))
     return _checked_context(model, path, base_dir, custom_op_libraries, target)
+
+
+def _check_opset_takes(low: LowPrecision, model: onnx.ModelProto, path: str) -> None:
+    """A model whose opset has no Cast to ``low`` can neither be emulated nor written in it (Cast and
+    most ops take bfloat16 from opset 13); raising the opset would change other ops' meaning, so
+    that is the user's step, with onnx's own converter."""
+    opset = typing_rules.opset_map(model).get("")
+    if opset is not None and opset < low.cast_opset:
+        raise ModelLoadError(
+            f"{path}: {low.name} needs ai.onnx opset {low.cast_opset} or later (Cast takes {low.type_name} "
+            f"from opset {low.cast_opset}) and the model imports opset {opset}; convert it first with "
+            f"onnx.version_converter.convert_version(model, {low.cast_opset}), or use --low-precision fp16")
 
 
 IN_MEMORY = "<in-memory model>"  # what messages and reports call a model given as a ModelProto
@@ -205,4 +241,7 @@ def _checked_context(model: onnx.ModelProto, path: str, base_dir: str, custom_op
     for library in custom_op_libraries:
         if not os.path.isfile(library):
             raise ModelLoadError(f"--ort-custom-op-library {library}: no such file")
+    for low in (target.low, target.fallback):
+        if low is not None:
+            _check_opset_takes(low, model, path)
     return ModelContext(model, path, base_dir, tuple(name_nodes(model)), tuple(custom_op_libraries), target)

@@ -7,8 +7,10 @@ Rules, range flags, the oracle's statistics and the rewriter read a type's facts
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
 
 
@@ -22,6 +24,21 @@ class LowPrecision:
     min_normal: float  # below it the type loses relative precision (subnormals)
     min_subnormal: float  # the smallest nonzero value
     significand_bits: int  # stored fraction bits (10 for IEEE half)
+    type_name: str  # as schemas spell it: "float16"
+    cast_opset: int  # the first ai.onnx opset whose Cast takes the type
+    # whether onnxruntime's CPU provider has kernels for the type: a model in it then loads and runs
+    # there (FP16); BF16 has almost none (Cast, a few data movers), so a BF16 model is for a GPU
+    cpu_kernels: bool
+
+    @property
+    def precision(self) -> str:
+        """Its element type's name in plans and on the command line: "fp16" or "bf16"."""
+        return _PRECISION[self.elem_type]
+
+    def round(self, values: np.ndarray) -> np.ndarray:
+        """float32 ``values`` as the type stores them, back in float32: round to nearest even,
+        overflow to Inf, flush to zero, NaN kept (as ``Cast(to=type) -> Cast(to=FLOAT)``)."""
+        return _ROUND[self.elem_type](np.asarray(values, dtype=np.float32))
 
     @property
     def flush(self) -> float:
@@ -45,5 +62,36 @@ class LowPrecision:
         return 2 ** (self.significand_bits + 1)
 
 
+def _round_fp16(values: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return values.astype(np.float16).astype(np.float32)
+
+
+def _round_bf16(values: np.ndarray) -> np.ndarray:
+    """BFLOAT16 keeps float32's upper 16 bits: add half an ulp of them plus the kept part's lowest
+    bit (ties to even) and cut. A carry out of the significand bumps the exponent, so the largest
+    values round to Inf as they should; NaNs are kept (the carry could make one Inf)."""
+    bits = np.ascontiguousarray(values).view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    return np.where(np.isnan(values), values, rounded.view(np.float32))
+
+
+_PRECISION: dict[int, str] = {onnx.TensorProto.FLOAT16: "fp16", onnx.TensorProto.BFLOAT16: "bf16"}
+_ROUND: dict[int, Callable[[np.ndarray], np.ndarray]] = {
+    onnx.TensorProto.FLOAT16: _round_fp16, onnx.TensorProto.BFLOAT16: _round_bf16}
+
 FP16 = LowPrecision("FP16", onnx.TensorProto.FLOAT16, max=65504.0, min_normal=2.0 ** -14,
-                    min_subnormal=2.0 ** -24, significand_bits=10)
+                    min_subnormal=2.0 ** -24, significand_bits=10, type_name="float16", cast_opset=1,
+                    cpu_kernels=True)
+# float32's exponent with 7 fraction bits: the largest finite value is (2 - 2**-7) * 2**127.
+BF16 = LowPrecision("BF16", onnx.TensorProto.BFLOAT16, max=float((2 - 2.0 ** -7) * 2.0 ** 127),
+                    min_normal=2.0 ** -126, min_subnormal=2.0 ** -133, significand_bits=7,
+                    type_name="bfloat16", cast_opset=13, cpu_kernels=False)
+LOW_PRECISIONS = {low.precision: low for low in (FP16, BF16)}
+LOW_TYPES: dict[int, LowPrecision] = {low.elem_type: low for low in (FP16, BF16)}  # by element type
+
+
+def low_of(precision: str) -> LowPrecision:
+    """The type for "fp16" or "bf16" (as plans and the command line spell them; a plan's
+    ``Precision`` is such a string)."""
+    return LOW_PRECISIONS[precision.lower()]

@@ -27,7 +27,13 @@ class _Decisions(dict):
 
 class Precision(str, Enum):
     FP16 = "fp16"
+    BF16 = "bf16"
     FP32 = "fp32"
+
+    @property
+    def is_low(self) -> bool:
+        """A 16-bit type (the precisions the rewriter converts nodes to)."""
+        return self is not Precision.FP32
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,11 @@ class PrecisionPlan:
         decision = self.decisions.get(node_name)
         return decision is not None and decision.precision is Precision.FP16
 
+    def is_low(self, node_name: str) -> bool:
+        """Whether the node computes in a 16-bit type (FP16 or BF16)."""
+        decision = self.decisions.get(node_name)
+        return decision is not None and decision.precision.is_low
+
     @property
     def fp32_nodes(self) -> tuple[str, ...]:
         return tuple(n for n, d in self.decisions.items() if d.precision is Precision.FP32)
@@ -101,6 +112,14 @@ class PrecisionPlan:
     @property
     def fp16_nodes(self) -> tuple[str, ...]:
         return tuple(n for n, d in self.decisions.items() if d.precision is Precision.FP16)
+
+    @property
+    def low_nodes(self) -> tuple[str, ...]:
+        """The nodes in a 16-bit type (FP16 or BF16)."""
+        return tuple(n for n, d in self.decisions.items() if d.precision.is_low)
+
+    def nodes_in(self, precision: Precision) -> tuple[str, ...]:
+        return tuple(n for n, d in self.decisions.items() if d.precision is precision)
 
     def with_precision(self, names: Iterable[str], precision: Precision, reason: Reason | None = None,
                        ) -> PrecisionPlan:
@@ -165,7 +184,8 @@ class PrecisionPlan:
         for name, entry in obj["nodes"].items():
             value = entry.get("precision") if isinstance(entry, Mapping) else entry
             if not isinstance(value, str) or value.lower() not in (p.value for p in Precision):
-                raise PlanError(f"{source}: node '{name}' has precision {value!r}; expected fp16 or fp32")
+                raise PlanError(f"{source}: node '{name}' has precision {value!r}; expected fp16, bf16 or "
+                                f"fp32")
             reasons = entry.get("reasons", []) if isinstance(entry, Mapping) else []
             problem = "not a list" if not isinstance(reasons, list) else next(
                 (p for p in map(_reason_problem, reasons) if p), "")

@@ -32,6 +32,7 @@ from onnx import TensorProto, helper
 from . import policy
 from . import typing_rules as tr
 from .context import ModelContext
+from .float_types import LowPrecision, low_of
 from .graph import fresh_name, graphs_with_owner, is_onnx_domain, model_names, subgraphs, walk_nodes
 from .plan import PrecisionPlan
 from .storage import cast_initializer
@@ -40,8 +41,10 @@ logger = logging.getLogger(__name__)
 
 FLOAT = TensorProto.FLOAT
 FLOAT16 = TensorProto.FLOAT16
-_FLOATS = (FLOAT, FLOAT16)
-_SUFFIX: dict[int, str] = {FLOAT: "fp32", FLOAT16: "fp16"}
+BFLOAT16 = TensorProto.BFLOAT16
+_FLOATS = (FLOAT, FLOAT16, BFLOAT16)
+_LOWS = (FLOAT16, BFLOAT16)
+_SUFFIX: dict[int, str] = {FLOAT: "fp32", FLOAT16: "fp16", BFLOAT16: "bf16"}
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,8 @@ class _Rewriter:
         self.plan = plan
         self.base_dir = ctx.base_dir
         self.types = ctx.types
-        self.typing = ctx.typing
+        self.ctx = ctx
+        self.low = ctx.target.low  # the graph I/O's type under fp16_io
         self.taken = model_names(model)
         self.written: dict[str, int] = {}  # float tensor -> element type in the output model
         self.widened_from: dict[str, str] = {}  # output of a widening Cast -> its float16 input
@@ -100,8 +104,24 @@ class _Rewriter:
     def orig(self, name: str) -> int | None:
         return tr.elem_type(self.types.get(name))
 
-    def fp16(self, node: onnx.NodeProto) -> bool:
-        return self.plan.is_fp16(node.name) and not self.typing[node.name].fp16_blocker
+    def typing(self, name: str) -> tr.NodeTyping:
+        """The node's typing in its plan's 16-bit type (the run's type for an FP32 node)."""
+        precision = self.plan.decisions.get(name)
+        low = low_of(precision.precision) if precision and precision.precision.is_low else self.low
+        return self.ctx.typing_in(low)[name]
+
+    def low_type(self, name: str) -> LowPrecision | None:
+        """The 16-bit type the node computes in, or None where it stays FP32."""
+        decision = self.plan.decisions.get(name)
+        if decision is None or not decision.precision.is_low:
+            return None
+        low = low_of(decision.precision)
+        typing = self.ctx.typing_in(low).get(name)
+        return low if typing is not None and not typing.fp16_blocker else None
+
+    def converts_to(self, node: onnx.NodeProto) -> int | None:
+        low = self.low_type(node.name)
+        return None if low is None else low.elem_type
 
     def required(self, node: onnx.NodeProto, i: int) -> int | None:
         """The element type ``node`` needs on input ``i``; None when any float type will do."""
@@ -109,18 +129,20 @@ class _Rewriter:
         orig = self.orig(name)
         if orig not in _FLOATS:
             return None
-        t = self.typing[node.name]
-        if self.fp16(node):
+        t = self.typing(node.name)
+        to = self.converts_to(node)
+        if to is not None:
             if i in t.convertible_inputs:
-                return FLOAT16
+                return to
             if i in t.flexible_inputs:
                 return None
         return orig
 
     def produced(self, node: onnx.NodeProto, i: int) -> int | None:
         orig = self.orig(node.output[i])
-        if orig == FLOAT and self.fp16(node) and i in self.typing[node.name].convertible_outputs:
-            return FLOAT16
+        to = self.converts_to(node) if orig == FLOAT else None
+        if to is not None and i in self.typing(node.name).convertible_outputs:
+            return to
         return orig
 
     def io_type(self, name: str, owner: onnx.NodeProto | None) -> int | None:
@@ -129,9 +151,9 @@ class _Rewriter:
         if orig != FLOAT:
             return orig
         if owner is None:  # fp16_io converts float tensors; sequences/optionals keep their type
-            return FLOAT16 if self.plan.fp16_io and tr.is_tensor(self.types.get(name)) else FLOAT
-        converts = self.fp16(owner)
-        return FLOAT16 if converts else FLOAT
+            return self.low.elem_type if self.plan.fp16_io and tr.is_tensor(self.types.get(name)) else FLOAT
+        to = self.converts_to(owner)
+        return FLOAT if to is None else to
 
     # --- pre-pass: constants and graph outputs -----------------------------------------------
 
@@ -181,7 +203,7 @@ class _Rewriter:
         if have == to or have not in _FLOATS:
             return source
         narrow = self.widened_from.get(source)
-        if narrow is not None and to == FLOAT16:
+        if narrow is not None and self.written.get(narrow) == to:
             return narrow  # float16 -> float -> float16 is lossless: use the float16 original
         if scope.parent is not None and source not in scope.local:
             return self.version(scope.parent, source, to, reader)
@@ -193,14 +215,12 @@ class _Rewriter:
     def why(self, reader: str, to: int) -> str:
         """A Cast's tag: what the tool added it for (a later reader, or ``check``, can tell)."""
         if not reader:
-            return f"onnx-precision: the graph's output in {'float16' if to == FLOAT16 else 'float'}"
+            return f"onnx-precision: the graph's output in {tr.type_name(to)}"
         decision = self.plan.decisions.get(reader)
         sources = "/".join(dict.fromkeys(r.source for r in decision.reasons)) if decision else ""
-        kind = "FP16" if self.fp16_name(reader) else "FP32"
+        low = self.low_type(reader)
+        kind = "FP32" if low is None else low.name
         return f"onnx-precision: for {kind} node '{reader}'" + (f" ({sources})" if sources else "")
-
-    def fp16_name(self, name: str) -> bool:
-        return self.plan.is_fp16(name) and name in self.typing and not self.typing[name].fp16_blocker
 
     def add_cast(self, scope: _Scope, source: str, to: int, reader: str = "") -> str:
         if self.types.get(source) is not None and not tr.is_tensor(self.types[source]):
@@ -327,11 +347,11 @@ class _Rewriter:
                 continue
             need = self.required(node, i)
             node.input[i] = self.name_of(name) if need is None else self.version(scope, name, need, node.name)
-        fp16 = self.fp16(node)
-        if fp16 and any(
-            self.orig(node.output[i]) == FLOAT for i in self.typing[node.name].convertible_outputs
+        low = self.low_type(node.name)
+        if low is not None and any(
+            self.orig(node.output[i]) == FLOAT for i in self.typing(node.name).convertible_outputs
         ):
-            tr.retarget_attributes(node, self.model, self.base_dir)
+            tr.retarget_attributes(node, self.model, self.base_dir, low)
         for i, name in enumerate(node.output):
             if not name:
                 continue
@@ -343,7 +363,7 @@ class _Rewriter:
         if (
             node.op_type == "Cast"
             and is_onnx_domain(node.domain)
-            and self.written.get(node.input[0]) == FLOAT16
+            and self.written.get(node.input[0]) in _LOWS
             and self.written.get(node.output[0]) == FLOAT
         ):
             self.widened_from[node.output[0]] = node.input[0]
@@ -410,7 +430,7 @@ class _Rewriter:
         if self.weight_inputs_converted:
             self.notes.append(
                 f"{self.weight_inputs_converted} initializer(s) also listed as graph inputs "
-                "(IR < 4 style) were converted: those inputs are now float16"
+                f"(IR < 4 style) were converted: those inputs are now {self.low.type_name}"
             )
         if self.casts_added and not any(is_onnx_domain(o.domain) for o in self.model.opset_import):
             version = _default_opset_for(self.model)
@@ -474,7 +494,7 @@ def _flush_notes(plan: PrecisionPlan, shown: int = 3) -> list[str]:
     """Say which FP16 nodes lose tiny weight values to zero: harmless, but never silent."""
     flushed = [
         (name, r.detail)
-        for name in plan.fp16_nodes
+        for name in plan.low_nodes
         for r in plan.decisions[name].reasons
         if r.source == "initializer"
     ]
@@ -499,7 +519,7 @@ def rewrite(ctx: ModelContext, plan: PrecisionPlan, fuse_layer_norms: bool = Tru
     out.CopyFrom(ctx.model)
     rewriter = _Rewriter(out, resolved, ctx, fuse_layer_norms)
     rewriter.run()
-    forced = [n for n in resolved.fp32_nodes if plan.is_fp16(n)]
+    forced = [n for n in resolved.fp32_nodes if plan.is_low(n)]
     notes = list(rewriter.notes)
     if forced:
         notes.append(f"{len(forced)} node(s) kept FP32 because FP16 is not possible there")

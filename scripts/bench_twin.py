@@ -125,7 +125,7 @@ def twin(model_dir: str, profile: bool) -> None:
     from onnx_precision.oracle import Emulator
     from onnx_precision.oracle import emulator as plans
     ctx, samples = load(model_dir)
-    plan = policy.resolve(ctx, ctx.all_fp16_plan())
+    plan = policy.resolve(ctx, ctx.all_low_plan())
     ctx.typing  # noqa: B018  (typing is not the twin's cost)
     builds: list[float] = []
     make, options_of = plans.make_session, plans.session_options

@@ -92,7 +92,7 @@ def example_cases(names, builders) -> Iterator[tuple[str, onnx.ModelProto, list[
 def report(label: str, model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]) -> None:
     ctx = ModelContext.of(model)
     session = EmulationSession(ctx, capture_intermediates=False)
-    plan = ctx.all_fp16_plan()
+    plan = ctx.all_low_plan()
     for i, feed in enumerate(feeds):
         ref, cand = session.run(None, feed), session.run(plan, feed)
         for name in session.outputs:

@@ -24,7 +24,7 @@ EXAMPLES = ("if_branch", "layernorm_eps", "nafnet_boxfilter", "two_culprits", "d
 
 def _plans(ctx: ModelContext, count: int):
     """All FP16, then ``count`` random mixes (fixed seed)."""
-    plan = policy.resolve(ctx, ctx.all_fp16_plan())
+    plan = policy.resolve(ctx, ctx.all_low_plan())
     yield plan
     rng = np.random.default_rng(0)
     nodes = list(ctx.node_ops)
@@ -42,7 +42,7 @@ def test_a_baked_plan_is_bit_identical_to_the_switch_graph_running_it(name, targ
     switched = EmulationSession(ctx, capture_intermediates=False)
     for plan in _plans(ctx, 3):
         baked = EmulationSession(ctx, capture_intermediates=False,
-                                 baked=frozenset(n for n in ctx.node_ops if plan.is_fp16(n)))
+                                 baked=dict.fromkeys((n for n in ctx.node_ops if plan.is_fp16(n)), FP16))
         assert not any(n.op_type == "If" for n in baked.switch_model.model.graph.node
                        if n.name not in ctx.node_ops)  # no If of its own (the model's own Ifs stay)
         for feed in samples.feeds:
@@ -74,9 +74,9 @@ def _external_chain(directory: str) -> str:
 
 def test_a_node_reading_an_external_weight_rounds_it_inside_an_if_when_it_runs(tmp_path):
     ctx = load_model(_external_chain(str(tmp_path)))
-    plan = policy.resolve(ctx, ctx.all_fp16_plan())
+    plan = policy.resolve(ctx, ctx.all_low_plan())
     fp16 = frozenset(ctx.node_ops)
-    baked = EmulationSession(ctx, capture_intermediates=False, baked=fp16)
+    baked = EmulationSession(ctx, capture_intermediates=False, baked=dict.fromkeys(fp16, FP16))
     graph = baked.switch_model.model.graph
     # Plain Casts of the weights would run first and hold every rounded weight at once.
     assert [n.op_type for n in graph.node if n.name in fp16] == ["If", "If"]
@@ -89,7 +89,7 @@ def test_a_node_reading_an_external_weight_rounds_it_inside_an_if_when_it_runs(t
 def test_the_emulator_builds_a_session_per_plan_until_a_search_needs_the_switch_graph():
     ctx = load_model(os.path.join(ROOT, "models", "two_culprits.onnx"))
     feed = load_samples(ctx.model, SampleSpec(os.path.join(ROOT, "models", "two_culprits.npz"))).feeds[0]
-    plan = policy.resolve(ctx, ctx.all_fp16_plan())
+    plan = policy.resolve(ctx, ctx.all_low_plan())
     emulator = Emulator(ctx)
     emulator.run(None, feed, intermediates=True)
     emulator.run(plan, feed)
@@ -113,7 +113,7 @@ def test_a_chunked_capture_gives_the_statistics_and_errors_of_a_whole_one(monkey
 
     ctx = load_model(os.path.join(ROOT, "models", "deep_cnn.onnx"))
     samples = load_samples(ctx.model, SampleSpec(os.path.join(ROOT, "models", "deep_cnn.npz")))
-    plan = policy.resolve(ctx, ctx.all_fp16_plan())
+    plan = policy.resolve(ctx, ctx.all_low_plan())
     whole_ref, whole_layer = inspect_plan(EmulationSession(ctx), plan, samples)
     monkeypatch.setattr(inspection, "FIRST_CHUNK", 3)
     monkeypatch.setattr(emulator_module, "MIN_CAPTURE_BYTES", 1 << 20)
@@ -163,7 +163,7 @@ def test_the_twin_graph_compares_each_tensor_right_after_the_node_that_makes_it(
     ctx = load_model(os.path.join(ROOT, "models", "deep_cnn.onnx"))
     emulator = Emulator(ctx)
     emulator.__dict__["_budget"] = 0
-    twin = emulator.twin(policy.resolve(ctx, ctx.all_fp16_plan()))
+    twin = emulator.twin(policy.resolve(ctx, ctx.all_low_plan()))
     assert twin is not None
     nodes = list(twin.twin.model.graph.node)
     position = {o: k for k, n in enumerate(nodes) for o in n.output}
@@ -181,7 +181,7 @@ def test_a_twin_graph_passes_graph_inputs_through_to_outputs_with_fp16_io():
     graph = helper.make_graph([helper.make_node("Exp", ["x"], ["y"], name="exp")], "g", [x], [y, x])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     ctx = ModelContext.of(model)
-    plan = policy.resolve(ctx, replace(ctx.all_fp16_plan(), fp16_io=True, resolved=False))
+    plan = policy.resolve(ctx, replace(ctx.all_low_plan(), fp16_io=True, resolved=False))
     feed = {"x": np.array([0.1, 1.0, 11.5, 12.0], np.float32)}
     emulator = Emulator(ctx)
     twin = emulator.twin(plan, feed)
@@ -210,8 +210,8 @@ SUMMARISED = {
 
 @pytest.mark.parametrize("case", SUMMARISED)
 def test_a_summary_computed_in_the_graph_equals_numpys(case):
-    from onnx_precision.oracle.rounding import Names
     from onnx_precision.oracle.inspection import _summarised, _tensor_error, tensor_stats
+    from onnx_precision.oracle.rounding import Names
     from onnx_precision.oracle.twin import _Constants, summary_nodes
 
     ref = np.array(SUMMARISED[case], np.float32).reshape(-1, 1) if SUMMARISED[case] else np.zeros((0, 3), np.float32)

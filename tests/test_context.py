@@ -91,12 +91,12 @@ def test_each_external_weight_is_read_once_per_run_plus_the_copy_into_the_output
 
 def test_resolution_reads_no_weight_once_the_context_knows_the_blockers(tmp_path, monkeypatch):
     ctx = load_model(_external_mlp(str(tmp_path)))
-    first = policy.resolve(ctx, ctx.all_fp16_plan())
+    first = policy.resolve(ctx, ctx.all_low_plan())
     assert first.resolved and policy.resolve(ctx, first) is first  # a resolved plan comes back as is
     monkeypatch.setattr(
         external_data, "iter_stored_chunks", lambda *a: pytest.fail("a weight was read again")
     )
-    again = policy.resolve(ctx, ctx.all_fp16_plan().with_fp32(["mm1"]))
+    again = policy.resolve(ctx, ctx.all_low_plan().with_fp32(["mm1"]))
     assert again.resolved and again.fp32_nodes == ("mm1",)
     assert not again.with_fp32(["mm0"]).resolved  # any change makes it a new, unresolved plan
 
@@ -105,9 +105,9 @@ def test_blockers_are_computed_once_per_context(tmp_path, monkeypatch):
     ctx = load_model(_external_mlp(str(tmp_path)))
     calls = []
     original = resolve_module.node_blockers
-    monkeypatch.setattr(resolve_module, "node_blockers", lambda c: calls.append(c) or original(c))
+    monkeypatch.setattr(resolve_module, "node_blockers", lambda c, low=None: calls.append(c) or original(c, low))
     for _ in range(3):
-        policy.resolve(ctx, ctx.all_fp16_plan())
+        policy.resolve(ctx, ctx.all_low_plan())
     assert policy.forced_fp32(ctx) == frozenset()
     assert len(calls) == 1
 

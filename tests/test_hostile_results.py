@@ -49,7 +49,7 @@ def _relu_exp(tmp_path) -> str:
     ({"format": "onnx-precision-plan/1", "fp16_io": "false", "nodes": {"r": "fp16"}},
      "'fp16_io' is 'false'; expected true or false (a JSON boolean)"),
     ({"format": "onnx-precision-plan/9", "nodes": {"r": "fp16"}}, "format 'onnx-precision-plan/9' is not"),
-    ({"nodes": {"r": {"precision": 16}}}, "node 'r' has precision 16; expected fp16 or fp32"),
+    ({"nodes": {"r": {"precision": 16}}}, "node 'r' has precision 16; expected fp16, bf16 or fp32"),
     ({"nodes": {"r": {"precision": "fp32", "reasons": [{"source": "user", "detail": 5}]}}},
      "a reason's 'detail' is 5, not text"),
     ({"nodes": {"r": {"precision": "fp32", "reasons": [{"source": ["user"]}]}}},
@@ -164,7 +164,7 @@ def test_an_fp16_model_warns_it_is_already_fp16(tmp_path, capsys):
     path = _save(tmp_path, _model([N("Relu", ["x"], ["y"], name="r")], [_vi("x", TensorProto.FLOAT16)],
                                   [_vi("y", TensorProto.FLOAT16)]))
     assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--mode", "all-fp16"]) == 0
-    assert "warning: the model computes nothing in float32 (already FP16?): nothing to convert" in \
+    assert "warning: the model computes nothing in float32 (already FP16 or BF16?): nothing to convert" in \
         capsys.readouterr().err
 
 

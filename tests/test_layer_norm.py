@@ -35,7 +35,7 @@ def test_the_patterns_are_found_with_what_one_node_needs():
 
 def test_an_fp16_stack_fed_fp32_is_written_as_layer_normalizations_that_load_at_default_options(tmp_path):
     ctx = ModelContext.of(stack(3))
-    result = rewrite(ctx, ctx.all_fp16_plan())
+    result = rewrite(ctx, ctx.all_low_plan())
     ops = [n.op_type for n in result.model.graph.node]
     assert ops == ["Cast", "LayerNormalization", "LayerNormalization", "LayerNormalization", "Relu", "Cast"]
     fused = [n for n in result.model.graph.node if n.op_type == "LayerNormalization"]
@@ -57,17 +57,17 @@ def test_unfused_the_same_plan_fails_onnxruntimes_default_load(tmp_path):
     and Scale (FP16) to one type."""
     ctx = ModelContext.of(stack(1))
     path = str(tmp_path / "o.onnx")
-    onnx.save(rewrite(ctx, ctx.all_fp16_plan(), fuse_layer_norms=False).model, path)
+    onnx.save(rewrite(ctx, ctx.all_low_plan(), fuse_layer_norms=False).model, path)
     assert "bound to different types" in default_load_problem(path)
 
 
 def test_a_tail_split_between_precisions_is_pinned_fp32_and_a_trt_layer_norm_needing_fp32_statistics_is_fed_fp32():
     ctx = ModelContext.of(stack(1))
-    split = ctx.all_fp16_plan().with_fp32(["b0_scale"])
+    split = ctx.all_low_plan().with_fp32(["b0_scale"])
     pinned = policy.layer_norm_pins(ctx, split)
     assert pinned.fp32_nodes == ("b0_scale", "b0_shift")
     assert pinned.decisions["b0_shift"].reasons[-1].source == "type"
-    stats_fp32 = ctx.all_fp16_plan().with_fp32(["b0_var", "b0_sqrt"])
+    stats_fp32 = ctx.all_low_plan().with_fp32(["b0_var", "b0_sqrt"])
     assert policy.layer_norm_pins(ctx, stats_fp32).fp32_nodes == ("b0_var", "b0_sqrt")  # generic: stats in FP32 anyway
     trt = ModelContext.of(stack(1))
     trt.target = TensorRTTarget()

@@ -62,7 +62,7 @@ def test_the_search_probes_the_runner_it_is_given_and_finds_its_culprit():
     h2 = next(n for n, op in ctx.node_ops.items() if op == "Mul" and n.endswith("h2"))
     feeds = [{"x": np.linspace(-1, 1, 8, dtype=np.float32)}]
     fake = FakeTarget(ctx, h2)
-    result = auto.choose_plan(ctx, ctx.all_fp16_plan(), Samples(feeds, False, "test"), Tolerance(), runner=fake)
+    result = auto.choose_plan(ctx, ctx.all_low_plan(), Samples(feeds, False, "test"), Tolerance(), runner=fake)
     assert result.passed and result.plan.fp32_nodes == (h2,)
     assert result.plan.decisions[h2].reasons[-1].source == "search"
     # every comparison the report shows is the runner's, and every probe went through it
@@ -70,7 +70,7 @@ def test_the_search_probes_the_runner_it_is_given_and_finds_its_culprit():
     # before, the search's probes (its first, the start, is the "before" run), after
     assert len(fake.plans) == fake.probes_run == 1 + (result.search.probes_run - 1) + 1
     # the emulation alone passes all FP16: the pin is the fake target's doing
-    plain = auto.choose_plan(ctx, ctx.all_fp16_plan(), Samples(feeds, False, "test"), Tolerance())
+    plain = auto.choose_plan(ctx, ctx.all_low_plan(), Samples(feeds, False, "test"), Tolerance())
     assert plain.passed and plain.plan.fp32_nodes == ()
 
 
@@ -78,7 +78,7 @@ def test_a_runner_without_inspection_gets_the_ranges_from_the_emulation():
     example = models.build("l2_normalize")
     ctx = ModelContext.of(example.model)
     fake = FakeTarget(ctx, "sumsq")
-    result = auto.choose_plan(ctx, ctx.all_fp16_plan(), Samples(example.feeds, False, "l2"), Tolerance(),
+    result = auto.choose_plan(ctx, ctx.all_low_plan(), Samples(example.feeds, False, "l2"), Tolerance(),
                               runner=fake)
     # the overflowing sum of squares (1.2e5) is found by the emulation's ranges and pinned before any probe
     assert result.node_stats["sumsq"].max_abs > 65504
@@ -91,11 +91,11 @@ def test_the_reference_runner_runs_the_written_plan_in_onnx_reference():
     runner = reference_runner(ctx)
     feed = example.feeds[0]
     fp32 = runner.run(None, feed)["y"]
-    fp16 = runner.run(ctx.all_fp16_plan(), feed)["y"]
+    fp16 = runner.run(ctx.all_low_plan(), feed)["y"]
     assert fp32.dtype == np.float32 and np.isfinite(fp32).all()
     assert not np.any(fp16)  # x / inf: the FP16 sum of squares overflowed (graph I/O stays FP32)
     assert runner.sessions_built == 2 and runner.probes_run == 2
-    runner.run(ctx.all_fp16_plan(), feed)
+    runner.run(ctx.all_low_plan(), feed)
     assert runner.sessions_built == 3  # a new plan object, a new written model
 
 

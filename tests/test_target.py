@@ -67,7 +67,7 @@ def test_the_emulation_of_a_split_op_is_bit_identical_to_its_layers_spelled_out(
     x = np.load(data)["x"]
     ctx = ModelContext.of(model)
     ctx.target = TensorRTTarget(NEWEST)
-    emulated = EmulationSession(ctx).run(ctx.all_fp16_plan(), {"x": x})["y"]
+    emulated = EmulationSession(ctx).run(ctx.all_low_plan(), {"x": x})["y"]
     node = model.graph.node[0]
     spelled = layer_model(node, list(model.graph.input), list(model.graph.output), opset=17, version=NEWEST)
     options = ort.SessionOptions()
@@ -109,9 +109,9 @@ def test_onnxruntime_cpu_kernels_bind_the_plan_only_where_the_target_runs_on_onn
     trt = ModelContext.of(_scatter_add())
     trt.target = TensorRTTarget(NEWEST)
     assert generic.typing["scatter"].fp16_blocker == "onnxruntime has no float16 ScatterND kernel with reduction 'add'"
-    assert policy.resolve(generic, generic.all_fp16_plan()).fp32_nodes == ("scatter",)
+    assert policy.resolve(generic, generic.all_low_plan()).fp32_nodes == ("scatter",)
     assert trt.typing["scatter"].fp16_blocker is None
-    assert policy.resolve(trt, trt.all_fp16_plan()).fp32_nodes == ()
+    assert policy.resolve(trt, trt.all_low_plan()).fp32_nodes == ()
 
 
 def test_a_16_bit_type_is_one_row_every_limit_is_read_from():
@@ -123,8 +123,8 @@ def test_a_16_bit_type_is_one_row_every_limit_is_read_from():
     from onnx_precision.oracle import TensorStats
     from onnx_precision.target import GENERIC, GenericTarget
 
-    narrow = LowPrecision("FP12", TensorProto.FLOAT16, max=1000.0, min_normal=2.0 ** -6,
-                          min_subnormal=2.0 ** -9, significand_bits=5)
+    narrow = replace(FP16, name="FP12", max=1000.0, min_normal=2.0 ** -6, min_subnormal=2.0 ** -9,
+                     significand_bits=5)
     assert replace(FP16, name="x").exact_int == 2048 and narrow.exact_int == 64 and narrow.flush == 2.0 ** -10
     node = helper.make_node("Mul", ["x", "x"], ["y"], name="square")
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
@@ -133,13 +133,13 @@ def test_a_16_bit_type_is_one_row_every_limit_is_read_from():
     stats = {"y": TensorStats(1200.0, 1.0, 0.0, 0, 0, 4)}
     ctx = ModelContext.of(model)
     ctx.target = GENERIC
-    assert policy.range_flags(ctx, ctx.all_fp16_plan(), stats) == {}
-    assert policy.headroom_pins(ctx, ctx.all_fp16_plan(), stats, 2.0) == {}
+    assert policy.range_flags(ctx, ctx.all_low_plan(), stats) == {}
+    assert policy.headroom_pins(ctx, ctx.all_low_plan(), stats, 2.0) == {}
     ctx = ModelContext.of(model)
     ctx.target = GenericTarget(low=narrow)
-    flags = policy.range_flags(ctx, ctx.all_fp16_plan(), stats)
+    flags = policy.range_flags(ctx, ctx.all_low_plan(), stats)
     assert [r.detail for r in flags["square"]] == ["'y' reaches 1200 in FP32, over the FP12 maximum 1000"]
-    pins = policy.headroom_pins(ctx, ctx.all_fp16_plan(), stats, 2.0)
+    pins = policy.headroom_pins(ctx, ctx.all_low_plan(), stats, 2.0)
     assert pins["square"].source == "range"
 
 
@@ -147,7 +147,7 @@ def test_targets_by_name():
     from onnx_precision.target import GENERIC, target_named
     from onnx_precision.trt.versions import V
 
-    assert target_named("generic") is GENERIC and GENERIC.name == "generic"
+    assert target_named("generic") == GENERIC and GENERIC.name == "generic"
     assert target_named("tensorrt", V("8.6")) == TensorRTTarget(V("8.6"))
     assert TensorRTTarget(V("8.6")).name == "tensorrt 8.6" and TensorRTTarget(V("8.6")).title == "TensorRT 8.6"
     with pytest.raises(ValueError, match="unknown target 'cuda'"):

@@ -51,7 +51,7 @@ def test_flags_name_only_fp32_float_layers_exactly():
     ]
 
 
-def test_all_fp16_plan_gives_plain_fp16_flag():
+def test_all_low_plan_gives_plain_fp16_flag():
     model, plan = model_and_plan([])
     assert trt_flags(model, plan).weakly_typed_args() == ["--fp16"]
 

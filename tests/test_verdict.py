@@ -23,7 +23,7 @@ def all_fp16_outputs(example: models.Example) -> list[tuple[dict, dict]]:
     """(FP32, emulated all-FP16) outputs of each of ``example``'s feeds."""
     ctx = ModelContext.of(example.model)
     session = oracle.EmulationSession(ctx, capture_intermediates=False)
-    plan = ctx.all_fp16_plan(Reason("default", "t"))
+    plan = ctx.all_low_plan(Reason("default", "t"))
     return [(session.run(None, feed), session.run(plan, feed)) for feed in example.feeds]
 
 

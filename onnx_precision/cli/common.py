@@ -12,6 +12,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..data import SampleSpec
+from ..errors import UsageError
+from ..float_types import LOW_PRECISIONS, low_of
 from ..target import KINDS, Target, target_named
 from ..tolerance import ERROR_STATS, SLICE_MIN_ELEMENTS, Tolerance
 from ..trt.versions import NEWEST, TrtVersion
@@ -150,6 +152,10 @@ def add_runtime_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trt-version", type=_trt_version, default=NEWEST, metavar="X.Y",
                         help=f"with --target tensorrt: the release whose parser is followed "
                              f"(default {NEWEST})")
+    parser.add_argument("--low-precision", choices=tuple(LOW_PRECISIONS), default="fp16",
+                        help="the 16-bit type: fp16 (default; 10 fraction bits, overflows past 65504) or "
+                             "bf16 (FP32's range with 7 fraction bits: it never overflows where FP32 does "
+                             "not, it loses precision instead; needs opset 13, runs on GPUs since Ampere)")
 
 
 def custom_op_libraries(args: argparse.Namespace) -> tuple[str, ...]:
@@ -164,8 +170,13 @@ def _trt_version(text: str) -> TrtVersion:
 
 
 def target(args: argparse.Namespace) -> Target:
-    """The target of ``--target`` (and ``--trt-version``)."""
-    return target_named(args.target, args.trt_version)
+    """The target of ``--target`` (and ``--trt-version``, ``--low-precision``, ``--fallback``)."""
+    fallback = getattr(args, "fallback", "fp32")
+    low = low_of(args.low_precision)
+    if fallback != "fp32" and low_of(fallback) is low:
+        raise UsageError(f"--fallback {fallback} with --low-precision {args.low_precision}: the fallback is "
+                         f"tried where {low.name} fails, so it must be another type (--low-precision fp16)")
+    return target_named(args.target, args.trt_version, low, None if fallback == "fp32" else low_of(fallback))
 
 
 def _per_output(parse: Callable[[str], Any]) -> Callable[[str], tuple[str | None, Any]]:

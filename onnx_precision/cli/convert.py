@@ -82,6 +82,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="also check the written model natively on a GPU provider (cuda, tensorrt: needs "
              "onnxruntime-gpu) or in onnx.reference (reference: FP16 arithmetic inside every op)",
     )
+    p.add_argument("--fallback", choices=("fp32", "bf16"), default="fp32",
+                   help="where a node goes when it fails in FP16: fp32 (default), or bf16 first, FP32 only "
+                        "where BF16 fails too (range failures, such as overflow past 65504, end in BF16; "
+                        "precision failures in FP32; --mode auto measures which)")
     p.add_argument("--max-probes", type=common.positive_int, metavar="N",
                    help="auto: stop the search after N probes and keep the cheapest passing plan found")
     p.add_argument("--time-budget", type=common.positive_float, metavar="SECONDS",

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -40,6 +40,7 @@ from ..context import ModelContext
 from ..costs import Clock, Counted, PhaseCost, PhaseTotals
 from ..data import Samples
 from ..errors import InternalError, PrecisionError, SearchError
+from ..float_types import LowPrecision
 from ..flops import estimate_flops
 from ..metrics import Comparison
 from ..oracle import Emulator, Inspection, LayerwiseResult, PlanRunner, ReferenceResult
@@ -55,6 +56,7 @@ from ..search.driver import (
     run_search,
     widen_order,
 )
+from ..search.fallback import fallback_candidates, try_fallback
 from ..search.prober import Prober
 from ..search.state import SearchOutcome
 from ..tolerance import Tolerance
@@ -121,7 +123,8 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
     ``runner`` runs the probes (default: the emulation); where it cannot see inside a plan (a
     native provider, onnx.reference), the ranges and the layerwise ranking come from the emulation.
     ``profile_max``: the deployment profile's largest input shapes, where they pass the samples'
-    (:mod:`onnx_precision.policy.shape_headroom`).
+    (:mod:`onnx_precision.policy.shape_headroom`). Where the target has a fallback type (auto mode),
+    the FP32 pins are tried in it first (:mod:`onnx_precision.search.fallback`).
     """
     if headroom != 0 and not headroom >= 1.0:
         raise PrecisionError(f"--headroom {headroom:g}: must be 0 (off) or at least 1 "
@@ -138,7 +141,7 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
     shapes = {k: np.shape(v) for k, v in samples.feeds[0].items()} if samples.feeds else {}
     flops = estimate_flops(ctx.model, shapes)
     run = _Run(mode, headroom, clock, counted, reference, _node_stats(ctx, reference.stats), samples, flops,
-               FlopShare(flops, list(ctx.node_ops)))
+               FlopShare(flops, list(ctx.node_ops)), ctx.target.fallback, budget, progress)
 
     nonfinite = _fp32_nonfinite_message(reference)
     if nonfinite and not tolerance.allow_fp32_nonfinite:
@@ -186,6 +189,8 @@ class _Ending:
     layer: LayerwiseResult | None = None
     measured: tuple[PlanPoint, ...] = ()  # without a search: the plans measured, the chosen one last
     unsearched: str = ""  # why no search ran
+    fallback_points: tuple[PlanPoint, ...] = ()  # the plans --fallback probed, its chosen one last
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -212,16 +217,41 @@ class _Run:
     samples: Samples
     flops: Mapping[str, float]
     share: FlopShare
+    fallback: LowPrecision | None = None
+    budget: SearchBudget = NO_BUDGET
+    progress: Progress | None = None
 
     def finish(self, end: _Ending) -> AutoResult:
         node_stats = self.stats if end.layer is None else _with_layerwise(self.stats, end.layer)
         found = end.found
-        points = end.measured if found is None else found.points
+        points = (end.measured if found is None else found.points) + end.fallback_points
+        chosen = end.fallback_points[-1].index if end.fallback_points else _chosen_point(end, points)
+        notes = (() if found is None else found.notes) + end.notes
         return AutoResult(end.plan, end.status, end.message, self.mode, end.before, end.after, node_stats,
                           self.clock.phases(), None if found is None else found.outcome,
                           tuple(self.reference.outputs), self.headroom, self.samples, self.flops,
-                          points, () if found is None else found.notes, _chosen_point(end, points),
-                          end.unsearched)
+                          points, notes, chosen, end.unsearched)
+
+    def fall_back(self, ctx: ModelContext, prober: Prober, plan: PrecisionPlan, runner: PlanRunner,
+                  next_point: int) -> tuple[PrecisionPlan, tuple[PlanPoint, ...], tuple[str, ...]]:
+        """``plan`` with its numerical FP32 pins tried in the fallback type first (none: as it is)."""
+        if self.fallback is None:
+            return plan, (), ()
+        candidates = fallback_candidates(ctx, plan, self.fallback, frozenset(ctx.node_ops))
+        if not candidates:
+            low = self.fallback.name
+            return plan, (), (f"--fallback {self.fallback.precision}: no FP32 pin to try in {low} (none is "
+                              f"numerical, or {low} has no kernel for it on this target)",)
+        mixed = prober.on(runner)  # mixed FP16/BF16 plans run on baked sessions, not the switch graph
+        result = try_fallback(mixed, self.counted, self.clock, plan, candidates, self.fallback, self.share,
+                              self.budget, next_point, self.progress)
+        return result.plan, result.points, result.notes
+
+    def chosen_point(self, plan: PrecisionPlan, after: Comparison, tolerance: Tolerance, index: int,
+                     ) -> PlanPoint:
+        """The plan the fallback chose, as the trade-off's last point."""
+        return PlanPoint(index, tuple(sorted(plan.fp32_nodes)), self.share(plan), after.passed,
+                         output_errors(after, tolerance))
 
     def measured(self, plans: list[tuple[PrecisionPlan, Comparison]], tolerance: Tolerance,
                  ) -> tuple[PlanPoint, ...]:
@@ -279,8 +309,13 @@ def _search(run: _Run, prober: Prober, ctx: ModelContext, start: _Start, inspect
                 after = prober.comparison(plan)
                 phase.count(run.counted, probes=1)
         measured = run.measured([(user, before), (plan, after)], prober.tolerance)
+        mixed, tried, notes = run.fall_back(ctx, prober, plan, runner, len(measured))
+        if tried:
+            return _fallen_back(run, prober.on(runner), mixed, tried, notes,
+                                _Ending(plan, PASSED, "", before, after, measured=measured,
+                                        unsearched=_nothing_to_search(user, plan)))
         return run.finish(_Ending(plan, PASSED, "", before, after, measured=measured,
-                                  unsearched=_nothing_to_search(user, plan)))
+                                  unsearched=_nothing_to_search(user, plan), notes=notes))
     with clock.phase("layerwise") as phase:
         layer = inspection.layerwise(base, run.samples)
         phase.count(run.counted, probes=1)
@@ -288,7 +323,7 @@ def _search(run: _Run, prober: Prober, ctx: ModelContext, start: _Start, inspect
         searcher = runner.searching()  # many plans follow: the emulation's switch graph, or baked sessions
         phase.count(run.counted)
     prober = prober.on(searcher)
-    searchable = [n for n in ctx.node_ops if n in searcher.switchable and base.is_fp16(n)]
+    searchable = [n for n in ctx.node_ops if n in searcher.switchable and base.is_low(n)]
     flagged_nodes = set(flagged) | set(layer.first_divergence)
     candidates = [n for n in searchable if n in flagged_nodes]
     # Largest layerwise error first; nodes the layerwise run does not see (subgraphs) last.
@@ -301,12 +336,29 @@ def _search(run: _Run, prober: Prober, ctx: ModelContext, start: _Start, inspect
     if found.plan is None:
         return run.finish(_Ending(base, FAILED, found.message, before, None, found, layer))
     plan = policy.with_flags(found.plan, found.plan.fp32_nodes, flagged)
+    mixed, tried, notes = run.fall_back(ctx, prober, plan, runner, len(found.points))
+    if tried:
+        return _fallen_back(run, prober.on(runner), mixed, tried, notes,
+                            _Ending(plan, PASSED, found.message, before, None, found, layer))
     with clock.phase("after") as phase:
         after = prober.comparison(plan)
         phase.count(run.counted, probes=1)
     if not after.passed:  # the search keeps only sets that passed: this would be an oracle bug
         raise InternalError("the searched plan passed during the search but fails on re-evaluation")
-    return run.finish(_Ending(plan, PASSED, found.message, before, after, found, layer))
+    return run.finish(_Ending(plan, PASSED, found.message, before, after, found, layer, notes=notes))
+
+
+def _fallen_back(run: _Run, prober: Prober, plan: PrecisionPlan, tried: tuple[PlanPoint, ...],
+                 notes: tuple[str, ...], end: _Ending) -> AutoResult:
+    """The FP16 search's ending ``end`` with the plan the fallback chose, measured again as "after"
+    and added to the trade-off as its last point."""
+    with run.clock.phase("after") as phase:
+        after = prober.comparison(plan)
+        phase.count(run.counted, probes=1)
+    if not after.passed:
+        raise InternalError("the fallback's plan passed during its search but fails on re-evaluation")
+    last = run.chosen_point(plan, after, prober.tolerance, tried[-1].index + 1)
+    return run.finish(replace(end, plan=plan, after=after, fallback_points=tried + (last,), notes=notes))
 
 
 def _nothing_to_search(user: PrecisionPlan, plan: PrecisionPlan) -> str:

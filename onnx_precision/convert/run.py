@@ -20,8 +20,9 @@ from ..context import ModelContext, load_model
 from ..costs import PhaseCost
 from ..data import SampleSpec, sample_files
 from ..errors import CustomOpError, InternalError, SearchError
+from ..float_types import low_of
 from ..metrics import Comparison
-from ..plan import PrecisionPlan, Reason, apply_user_choices
+from ..plan import Precision, PrecisionPlan, Reason, apply_user_choices
 from ..rewriter import RewriteResult, rewrite
 from ..target import GENERIC, Target
 from ..tolerance import Tolerance
@@ -118,7 +119,7 @@ class ConvertResult:
             return [f"{self.output_path}: nothing to convert; written with no precision changed"] + \
                 summary_lines(self.report, self.report_paths)
         lines = [
-            f"{self.output_path}: {len(plan.fp16_nodes)} node(s) FP16, {len(fp32)} FP32, "
+            f"{self.output_path}: {_counts(plan)}, "
             f"{self.rewrite.casts_added} Cast(s) added, {self.rewrite.initializers_converted} initializer(s) "
             f"converted, {self.rewrite.initializers_duplicated} kept in both precisions"]
         nxt = [f"next: {self.next_step}"] if self.next_step else []
@@ -139,10 +140,18 @@ class ConvertResult:
             f"{self.output_path} --inputs SAMPLES', or --mode auto or static, verifies it)"]
 
 
+def _counts(plan: PrecisionPlan) -> str:
+    """"5 node(s) FP16, 2 FP32", with BF16 where the plan has some (and FP16 only where it has)."""
+    fp16, bf16 = len(plan.nodes_in(Precision.FP16)), len(plan.nodes_in(Precision.BF16))
+    counts = [(n, name) for n, name in ((fp16, "FP16"), (bf16, "BF16")) if n or (name == "FP16" and not bf16)]
+    counts.append((len(plan.fp32_nodes), "FP32"))
+    return ", ".join(f"{n} node(s) {name}" if i == 0 else f"{n} {name}" for i, (n, name) in enumerate(counts))
+
+
 def base_plan(ctx: ModelContext, options: ConvertOptions) -> tuple[PrecisionPlan, list[str]]:
     """All nodes FP16, then --plan, --keep-fp32, --keep-fp32-op and TensorRT 10's per-layer flags
     (:mod:`..trt.layer_precisions`); returns the plan and warnings."""
-    plan = ctx.all_fp16_plan(Reason("default", options.mode), fp16_io=options.fp16_io)
+    plan = ctx.all_low_plan(Reason("default", options.mode), fp16_io=options.fp16_io)
     user_plan = PrecisionPlan.load(options.plan_path) if options.plan_path else None
     plan, warnings = apply_user_choices(
         plan, ctx.node_ops, options.keep_fp32, options.keep_fp32_ops, user_plan, options.plan_path or "plan"
@@ -334,7 +343,11 @@ def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: Aut
     # A small model's default load runs in a child while this process verifies (a large one's after
     # it: two copies of its weights at once would double the run's memory); it is waited for only
     # when everything else passed.
-    early = auto_result.passed and _stored_bytes(staged_model) < OVERLAPPED_LOAD_BYTES
+    # onnxruntime's CPU provider has no BF16 kernels: a BF16 model is verified by emulating the
+    # written file, and never loaded there
+    loads = all(low_of(d.precision).cpu_kernels
+                for d in auto_result.plan.decisions.values() if d.precision.is_low)
+    early = loads and auto_result.passed and _stored_bytes(staged_model) < OVERLAPPED_LOAD_BYTES
     loading = oracle.DefaultLoad(staged_model, ctx.custom_op_libraries) if early else None
     try:
         with oracle.blame(ctx, auto_result.samples):
@@ -342,7 +355,7 @@ def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: Aut
                 staged_model, auto_result.samples.feeds, auto_result.reference_outputs, options.tolerance,
                 options.oracle, ctx.custom_op_libraries, ctx.target)
         default_load = ""
-        if auto_result.passed and verified.passed and (native is None or native.passed):
+        if loads and auto_result.passed and verified.passed and (native is None or native.passed):
             started = time.perf_counter()
             loading = loading or oracle.DefaultLoad(staged_model, ctx.custom_op_libraries)
             default_load = loading.problem()
@@ -404,7 +417,7 @@ def conversion_status(auto_result: AutoResult, verification: Verification | None
     if verification.validation_failure:
         return "failed", f"the written model fails {verification.validation_failure}", ()
     if verification.default_load:
-        if target.onnxruntime_kernels:
+        if target.onnxruntime_kernels(target.low):
             return "ort-load-failed", f"the written model passes, but {verification.default_load}", ()
         return status, message, (f"{verification.default_load} ({target.title} builds the model; "
                                  f"onnxruntime is not the target)",)

@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ..float_types import LowPrecision
 from ..graph import subgraphs
 from ..target import GENERIC, Target
 from .rounding import round_nodes
@@ -25,11 +26,11 @@ from .switch_graph import SwitchModel
 
 class BakedBuilder(SwitchBuilder):
     def __init__(self, model: onnx.ModelProto, typing: Mapping, type_protos: Mapping[str, onnx.TypeProto],
-                 base_dir: str, fp16: frozenset[str], fixed: Iterable[str] = (), keep: Iterable[str] = (),
-                 target: Target = GENERIC) -> None:
+                 base_dir: str, lows: Mapping[str, LowPrecision], fixed: Iterable[str] = (),
+                 keep: Iterable[str] = (), target: Target = GENERIC) -> None:
         super().__init__(model, typing, type_protos, base_dir, fixed, keep=keep, target=target)
-        self.fp16 = fp16
-        self.rounded_outputs: set[str] = set()  # tensors a baked FP16 node wrote rounded
+        self.lows = lows
+        self.rounded_outputs: dict[str, int] = {}  # tensors a baked node wrote rounded, to that type
         self.true_name = ""
         self.spans: list[int] = []  # per main-graph node, where its baked nodes end
 
@@ -48,18 +49,20 @@ class BakedBuilder(SwitchBuilder):
     def _bake(self, node: onnx.NodeProto, scopes: Scopes, out: list[onnx.NodeProto]) -> None:
         """The node as the plan runs it: as it is, or FP16 (what the then-branch of its If in the
         switch graph computes)."""
-        if node.name not in self.fp16 or not self.switchable(node):
+        if node.name not in self.lows or not self.switchable(node):
             out.append(node)
             return
+        low = self.lows[node.name]
         if any(True for _ in subgraphs(node)):  # control flow: its bodies are baked themselves
             for i in self._inputs(node):
                 src = node.input[i]
-                node.input[i] = src if src in self.rounded_outputs else self.rounded(src, scopes, out) or src
+                node.input[i] = src if self.rounded_outputs.get(src) == low.elem_type else \
+                    self.rounded(src, scopes, out, low) or src
             out.append(node)
             for i in self._outputs(node):
                 exact = self.names.fresh(node.output[i] + "__exact")
-                out.extend(round_nodes(exact, node.output[i], self.names))
-                self.rounded_outputs.add(node.output[i])
+                out.extend(round_nodes(exact, node.output[i], self.names, low))
+                self.rounded_outputs[node.output[i]] = low.elem_type
                 node.output[i] = exact
             return
         if any(n in self.external for n in node.input):
@@ -68,7 +71,7 @@ class BakedBuilder(SwitchBuilder):
             # all the rounded weights at once (measured: 6.9 GB peak for the 2.2 GB model).
             out.append(self._branch_on_switch(node, self._always(), scopes, out))
             self.switched.difference_update(node.output)
-            self.rounded_outputs.update(node.output[i] for i in self._outputs(node))
+            self.rounded_outputs.update((node.output[i], low.elem_type) for i in self._outputs(node))
             return
         fp16 = onnx.NodeProto()
         fp16.CopyFrom(node)
@@ -85,14 +88,15 @@ class BakedBuilder(SwitchBuilder):
         return self.true_name
 
 
-def build_baked_model(model: onnx.ModelProto, typing: Mapping, base_dir: str, fp16: frozenset[str],
+def build_baked_model(model: onnx.ModelProto, typing: Mapping, base_dir: str,
+                      lows: Mapping[str, LowPrecision],
                       capture_intermediates: bool | Iterable[str] = True,
                       types: Mapping[str, onnx.TypeProto] | None = None, fixed: Iterable[str] = (),
                       target: Target = GENERIC) -> SwitchModel:
-    """``model`` with the nodes ``fp16`` computing in FP16, emulated (the other arguments are
+    """``model`` with the nodes of ``lows`` computing in their 16-bit type, emulated (the others are
     :func:`.switch.build_switch_model`'s); it has no switch input."""
     def builder(out: onnx.ModelProto, type_protos: Mapping[str, onnx.TypeProto], keep: tuple[str, ...],
                 ) -> SwitchBuilder:
-        return BakedBuilder(out, typing, type_protos, base_dir, fp16, fixed, keep, target)
+        return BakedBuilder(out, typing, type_protos, base_dir, lows, fixed, keep, target)
 
     return assemble(model, base_dir, capture_intermediates, types, builder)

@@ -26,13 +26,13 @@ import numpy as np
 import onnx
 
 from ..context import ModelContext
+from ..errors import InternalError
 from ..float_types import LowPrecision
 from ..plan import PrecisionPlan
 from ..policy import forced_fp32
 from ..typing_rules import is_tensor
 from .baked import build_baked_model
 from .inspection import Chunks, Inspector
-from .rounding import round_fp16
 from .sessions import Feed, cast_feed, input_dtypes, make_session, session_options
 from .switch import build_switch_model
 from .switch_graph import SwitchModel
@@ -57,14 +57,14 @@ class EmulationSession:
     (:func:`onnx_precision.policy.forced_fp32`) get no switch: one that would never be turned on only
     costs an If. ``threads`` caps onnxruntime's intra-op threads. ``group_size`` is
     :func:`.switch.build_switch_model`'s: groups make each probe cheaper and the session slower
-    to build, so a caller with only a couple of runs (``analyze``) passes 1. ``baked`` (the FP16
-    nodes of one plan) builds :func:`.baked.build_baked_model` instead: no switch, no If, every run
-    is that plan whatever ``run`` is given (see :class:`.plans.Emulator`).
+    to build, so a caller with only a couple of runs (``analyze``) passes 1. ``baked`` (the 16-bit
+    nodes of one plan and their types) builds :func:`.baked.build_baked_model` instead: no switch,
+    no If, every run is that plan whatever ``run`` is given (see :class:`.emulator.Emulator`).
     """
 
     def __init__(self, ctx: ModelContext, capture_intermediates: bool | Iterable[str] = True,
                  threads: int | None = None, group_size: int | None = None,
-                 baked: frozenset[str] | None = None) -> None:
+                 baked: Mapping[str, LowPrecision] | None = None) -> None:
         self.ctx = ctx
         self.model = model = ctx.model
         base_dir = ctx.base_dir
@@ -119,7 +119,10 @@ class EmulationSession:
         # A probe runs one plan on each sample in turn: its (read-only) vector is kept.
         if self._last is None or self._last[0] is not plan:
             fp16 = () if plan is None else [node for node in self.switch_model.switches
-                                             if plan.is_fp16(node) and node not in self.forced_fp32]
+                                             if plan.is_low(node) and node not in self.forced_fp32]
+            if any(plan is not None and plan.precision(n).value != self.low.precision for n in fp16):
+                raise InternalError(f"a plan with nodes in another type than {self.low.name} runs on a "
+                                    f"baked session (Emulator), not on the switch graph")
             vector = self.switch_model.switch_vector(fp16)
             vector.flags.writeable = False
             self._last = (plan, vector)
@@ -143,12 +146,12 @@ class EmulationSession:
         result = dict(zip(names, values))
         if fp16_io:
             for name in self.io.outputs.intersection(result):
-                result[name] = round_fp16(result[name])
+                result[name] = self.low.round(result[name])
         return result
 
     def fed_value(self, plan: PrecisionPlan | None, name: str, value: np.ndarray) -> np.ndarray:
         """The value a graph input has under ``plan`` (:meth:`FloatIO.fed`)."""
-        return self.io.fed(plan, name, value)
+        return self.io.fed(plan, name, value, self.low)
 
     @property
     def low(self) -> LowPrecision:
@@ -171,10 +174,11 @@ class FloatIO:
         self.outputs = frozenset(vi.name for vi in model.graph.output
                                  if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT)
 
-    def fed(self, plan: PrecisionPlan | None, name: str, value: np.ndarray) -> np.ndarray:
-        """The value graph input ``name`` has under ``plan`` (FP16 graph inputs hold FP16 values)."""
+    def fed(self, plan: PrecisionPlan | None, name: str, value: np.ndarray, low: LowPrecision) -> np.ndarray:
+        """The value graph input ``name`` has under ``plan`` (16-bit graph inputs hold values of
+        the type ``low``)."""
         if plan is not None and plan.fp16_io and name in self.inputs:
-            return round_fp16(value)
+            return low.round(value)
         return value
 
 

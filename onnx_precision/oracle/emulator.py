@@ -24,7 +24,7 @@ import onnx
 import onnxruntime as ort
 
 from ..context import ModelContext
-from ..float_types import LowPrecision
+from ..float_types import LowPrecision, low_of
 from ..graph import graphs
 from ..plan import PrecisionPlan
 from ..policy import forced_fp32
@@ -46,8 +46,10 @@ KEPT = 2
 # (a model's activations grow with its weights; a run and its FP32 twin stay under half of them).
 MIN_CAPTURE_BYTES = 256 << 20
 
-# (FP16 nodes, or None for FP32; the intermediates captured: all, none, or those names)
-_Key = tuple[frozenset[str] | None, bool | tuple[str, ...]]
+# A plan as the emulation sees it: its 16-bit nodes, each with its type ("fp16", "bf16")
+Lows = frozenset[tuple[str, str]]
+# (the plan's 16-bit nodes, or None for FP32; the intermediates captured: all, none, or those names)
+_Key = tuple[Lows | None, bool | tuple[str, ...]]
 
 
 class Emulator:
@@ -65,7 +67,7 @@ class Emulator:
         self._baked: OrderedDict[_Key, EmulationSession] = OrderedDict()
         self._switched: EmulationSession | None = None
         self._searching_baked = False
-        self._last: tuple[PrecisionPlan, frozenset[str]] | None = None
+        self._last: tuple[PrecisionPlan, Lows] | None = None
         self._baked_builds: list[float] = []  # seconds per baked session built
         self._baked_runs: list[float] = []    # seconds per run of one on one sample
 
@@ -107,19 +109,27 @@ class Emulator:
                                 target=self.ctx.target)
         return frozenset(n.name for g in graphs(fp32.graph) for n in g.node if builder.switchable(n))
 
-    def _fp16_nodes(self, plan: PrecisionPlan) -> frozenset[str]:
+    def _lows(self, plan: PrecisionPlan) -> Lows:
         if self._last is None or self._last[0] is not plan:
-            fp16 = frozenset(n for n in self.ctx.node_ops if plan.is_fp16(n)) - forced_fp32(self.ctx)
-            self._last = (plan, fp16)
+            forced = forced_fp32(self.ctx)
+            lows = frozenset((n, plan.precision(n).value) for n in self.ctx.node_ops
+                             if plan.is_low(n) and n not in forced)
+            self._last = (plan, lows)
         return self._last[1]
+
+    def mixed(self, plan: PrecisionPlan | None) -> bool:
+        """Whether ``plan`` has 16-bit nodes in a type other than the target's: the switch graph
+        rounds every node in that one type, so such a plan runs on a baked session of its own."""
+        low = self.ctx.target.low.precision
+        return plan is not None and any(p != low for _, p in self._lows(plan))
 
     def session(self, plan: PrecisionPlan | None, capture: bool | tuple[str, ...] = False,
                 ) -> EmulationSession:
         """The session that runs ``plan`` (capturing every intermediate when ``capture`` is True,
         those named when it is a tuple)."""
-        if self._switched is not None:
+        if self._switched is not None and not self.mixed(plan):
             return self._switched
-        fp16 = None if plan is None else self._fp16_nodes(plan)
+        fp16 = None if plan is None else self._lows(plan)
         keys: tuple[_Key, ...] = ((fp16, capture), (fp16, True)) if capture is not True else ((fp16, True),)
         for key in keys:
             if key in self._baked:
@@ -129,7 +139,7 @@ class Emulator:
             self._baked.popitem(last=False)
         start = time.perf_counter()
         built = EmulationSession(self.ctx, capture_intermediates=capture, threads=self.threads,
-                                 baked=frozenset() if fp16 is None else fp16)
+                                 baked={} if fp16 is None else _types(fp16))
         self._baked_builds.append(time.perf_counter() - start)
         self.build_seconds += self._baked_builds[-1]
         self.sessions_built += 1
@@ -183,7 +193,7 @@ class Emulator:
         start = time.perf_counter()
         try:
             model = build_twin_model(fp32, self.ctx.typing, self.ctx.base_dir,
-                                     None if plan is None else self._fp16_nodes(plan),
+                                     None if plan is None else _types(self._lows(plan)),
                                      plan is not None and plan.fp16_io, whole,
                                      self.ctx.types if fp32 is self.model else None,
                                      forced_fp32(self.ctx), self.ctx.target)
@@ -229,7 +239,7 @@ class Emulator:
 
     def fed_value(self, plan: PrecisionPlan | None, name: str, value: np.ndarray) -> np.ndarray:
         """As :meth:`EmulationSession.fed_value` (no session needed)."""
-        return self._io.fed(plan, name, value)
+        return self._io.fed(plan, name, value, self.low)
 
     @cached_property
     def _io(self) -> FloatIO:
@@ -259,6 +269,10 @@ class TwinSession:
     def run(self, feed: Feed) -> dict[str, np.ndarray]:
         self.emulator.probes_run += 1
         return dict(zip(self._fetches, self.session.run(self._fetches, cast_feed(feed, self._dtypes))))
+
+
+def _types(lows: Lows) -> dict[str, LowPrecision]:
+    return {node: low_of(precision) for node, precision in lows}
 
 
 def _symbol_values(model: onnx.ModelProto, feed: Feed) -> dict[str, int]:

@@ -1,4 +1,5 @@
-"""The rounding every FP16 emulation is made of: ``Cast(to=FLOAT16) -> Cast(to=FLOAT)`` pairs, fresh names."""
+"""The rounding every emulation is made of: ``Cast(to=FLOAT16 or BFLOAT16) -> Cast(to=FLOAT)`` pairs,
+fresh names."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from ..float_types import FP16, LowPrecision
 from ..graph import fresh_name, model_names
 from ..typing_rules import is_tensor, tensor_types
 
@@ -32,10 +34,11 @@ class Names:
         return fresh_name(base, self.taken)
 
 
-def round_nodes(src: str, dst: str, names: Names) -> list[onnx.NodeProto]:
-    half = names.fresh(src + "__fp16")
+def round_nodes(src: str, dst: str, names: Names, low: LowPrecision = FP16) -> list[onnx.NodeProto]:
+    """``dst`` = ``src`` rounded to ``low`` and back to float32."""
+    half = names.fresh(f"{src}__{low.precision}")
     return [
-        helper.make_node("Cast", [src], [half], to=FLOAT16, name=names.fresh(half + "__cast")),
+        helper.make_node("Cast", [src], [half], to=low.elem_type, name=names.fresh(half + "__cast")),
         helper.make_node("Cast", [half], [dst], to=FLOAT, name=names.fresh(dst + "__cast")),
     ]
 

@@ -38,11 +38,12 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..float_types import LowPrecision
 from ..graph import graphs, is_onnx_domain, reads, subgraphs
 from ..storage import external_location, inline_small_external, read_array
 from ..target import GENERIC, Target
 from ..typing_rules import is_tensor, tensor_types
-from .rounding import FLOAT, Names, elem_types, round_fp16, round_nodes
+from .rounding import FLOAT, Names, elem_types, round_nodes
 from .switch_graph import SwitchGroup, SwitchModel, captured, split_switches
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,8 @@ log = logging.getLogger(__name__)
 PROTO_LIMIT = 2_000_000_000 - (64 << 20)  # protobuf's 2 GB, with room for the graph itself
 
 
-Scopes = list[dict[str, Optional[str]]]  # rounded copy of each tensor, per enclosing graph
+# (tensor, the type it is rounded to) -> its rounded copy, per enclosing graph
+Scopes = list[dict[tuple[str, int], Optional[str]]]
 
 
 # inputs): on FP16 inputs their outputs are FP16 values already, so rounding them again changes no
@@ -85,6 +87,8 @@ class SwitchBuilder:
         self.base_dir = base_dir
         self.names = Names(model)
         self.layers = target.spelling(model, base_dir, self.type_protos, self.names.fresh)
+        self.low = target.low
+        self.lows: Mapping[str, LowPrecision] = {}  # node -> its type, where not ``low`` (baked plans)
         self.switches: dict[str, str] = {}
         self.switched: set[str] = set()  # tensors produced by a node with a switch
         self.external = {init.name for graph in graphs(model.graph) for init in graph.initializer
@@ -118,26 +122,35 @@ class SwitchBuilder:
         self.switches[node.name] = name
         return name
 
-    def rounded(self, tensor: str, scopes: Scopes, out: list[onnx.NodeProto]) -> str | None:
-        """Name of round(tensor), creating it in the innermost scope if needed; None if exact."""
+    def low_for(self, node: str) -> LowPrecision:
+        """The type ``node`` computes in when it is not FP32."""
+        return self.lows.get(node, self.low)
+
+    def rounded(self, tensor: str, scopes: Scopes, out: list[onnx.NodeProto],
+                low: LowPrecision | None = None) -> str | None:
+        """Name of ``tensor`` rounded to ``low`` (the target's type by default), creating it in the
+        innermost scope if needed; None if exact."""
+        low = self.low if low is None else low
+        key = (tensor, low.elem_type)
         for scope in reversed(scopes):
-            if tensor in scope:
-                return scope[tensor]
+            if key in scope:
+                return scope[key]
         owner = self.init_graph.get(tensor)
         if owner is not None and tensor not in self.external:
             init = self.inits[tensor]
             if init.data_type == FLOAT and 4 * int(np.prod(init.dims, dtype=np.int64)) <= self.copy_budget:
-                result = self._rounded_initializer(init, owner)
-                scopes[0 if owner is self.model.graph else -1][tensor] = result
+                result = self._rounded_initializer(init, owner, low)
+                scopes[0 if owner is self.model.graph else -1][key] = result
                 return result
         dst = self.names.fresh(tensor + "__rounded")
-        out.extend(round_nodes(tensor, dst, self.names))
-        scopes[-1][tensor] = dst
+        out.extend(round_nodes(tensor, dst, self.names, low))
+        scopes[-1][key] = dst
         return dst
 
-    def _rounded_initializer(self, init: onnx.TensorProto, graph: onnx.GraphProto) -> str | None:
+    def _rounded_initializer(self, init: onnx.TensorProto, graph: onnx.GraphProto, low: LowPrecision,
+                             ) -> str | None:
         values = np.asarray(read_array(init, self.base_dir))
-        rounded = round_fp16(values)
+        rounded = low.round(values)
         if np.array_equal(rounded, values):
             return None
         new = self.names.fresh(init.name + "__rounded")
@@ -241,7 +254,7 @@ class SwitchBuilder:
         fp16_nodes: list[onnx.NodeProto] = []
         fp16_scopes = scopes + [{}]
         local: dict[str, str] = {}
-        rounded: set[str] = set()
+        rounded: dict[str, int] = {}
         for node, copy, _ in fp16:
             self._fp16_nodes(node, copy, fp16_scopes, fp16_nodes, fp16_nodes, local, fp16_names, rounded)
         fp16_graph = self._branch_graph(fp16_nodes, fp16_names, exposed, "fp16")
@@ -298,7 +311,7 @@ class SwitchBuilder:
         """The node as FP16 computes it: convertible inputs and outputs rounded."""
         fp16, outs = self._branch_copy(node, "__fp16")
         nodes: list[onnx.NodeProto] = []
-        self._fp16_nodes(node, fp16, scopes, out, nodes, {}, {}, set())
+        self._fp16_nodes(node, fp16, scopes, out, nodes, {}, {}, {})
         return helper.make_graph(nodes, fp16.name, [], outs)
 
     def _branch_copy(self, node: onnx.NodeProto, suffix: str,
@@ -317,27 +330,30 @@ class SwitchBuilder:
 
     def _fp16_nodes(self, node: onnx.NodeProto, fp16: onnx.NodeProto, scopes: Scopes,
                     out: list[onnx.NodeProto], nodes: list[onnx.NodeProto], local: dict[str, str],
-                    renamed: Mapping[str, str], rounded: set[str]) -> None:
+                    renamed: Mapping[str, str], rounded: dict[str, int]) -> None:
         """Append ``fp16`` (a copy of ``node``, outputs already named) to ``nodes`` on rounded
-        convertible inputs, its convertible outputs rounded into the names it had.
+        convertible inputs, its convertible outputs rounded into the names it had, all in the
+        node's type (:meth:`low_for`).
 
         ``local``: rounded copies made in this branch (filled in); ``renamed``: tensors produced
         earlier in the same branch, by their original names; ``rounded``: those of them that are
-        rounded already (filled in).
+        rounded already, to the element type given (filled in).
         """
+        low = self.low_for(node.name)
         for i in self._inputs(node):
             src = node.input[i]
-            if src not in local:
-                if src in rounded:
-                    local[src] = renamed.get(src, src)
-                elif src in renamed or src in self.switched or src in self.external:
-                    local[src] = self.names.fresh(f"{src}__rounded_for__{node.name}")
-                    nodes.extend(round_nodes(renamed.get(src, src), local[src], self.names))
+            key = f"{src}\0{low.elem_type}"  # a tensor read in two types has a copy in each
+            if key not in local:
+                if rounded.get(src) == low.elem_type:
+                    local[key] = renamed.get(src, src)
+                elif src in renamed or src in self.switched or src in self.external or src in rounded:
+                    local[key] = self.names.fresh(f"{src}__rounded_for__{node.name}")
+                    nodes.extend(round_nodes(renamed.get(src, src), local[key], self.names, low))
                 else:
-                    local[src] = self.rounded(src, scopes, out) or src
-            fp16.input[i] = local[src]
+                    local[key] = self.rounded(src, scopes, out, low) or src
+            fp16.input[i] = local[key]
         convertible = self._outputs(node)
-        rounded.update(node.output[i] for i in convertible)
+        rounded.update((node.output[i], low.elem_type) for i in convertible)
         if node.op_type in _VALUE_PRESERVING and is_onnx_domain(node.domain):
             nodes.append(fp16)
             return
@@ -346,8 +362,8 @@ class SwitchBuilder:
             name = fp16.output[i]
             exact = self.names.fresh(name + "_exact")
             fp16.output[i] = exact
-            rounds.extend(round_nodes(exact, name, self.names))
-        nodes.extend(self.layers.spell(fp16) + rounds)
+            rounds.extend(round_nodes(exact, name, self.names, low))
+        nodes.extend(self.layers.spell(fp16, low) + rounds)
 
     def _value_info(self, name: str, like: str) -> onnx.ValueInfoProto:
         """A branch output typed like ``like`` (sequences and optionals included, shape left out)."""
@@ -374,7 +390,7 @@ class SwitchBuilder:
             exact = self.names.fresh(o + "__exact")
             rounded = self.names.fresh(o + "__rounded")
             node.output[i] = exact
-            out.extend(round_nodes(exact, rounded, self.names))
+            out.extend(round_nodes(exact, rounded, self.names, self.low))
             self._select(switch, rounded, exact, o, out, fresh=False)
             self.switched.add(o)
 

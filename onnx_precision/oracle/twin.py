@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ..float_types import LowPrecision
 from ..graph import graphs, onnx_opset, subgraphs
 from ..target import GENERIC, Target
 from .baked import BakedBuilder
@@ -58,24 +59,26 @@ class TwinModel:
         return list(dict.fromkeys(names + [n for pair in self.summaries.values() for n in pair]))
 
 
-def build_twin_model(model: onnx.ModelProto, typing: Mapping, base_dir: str, fp16: frozenset[str] | None,
+def build_twin_model(model: onnx.ModelProto, typing: Mapping, base_dir: str,
+                     lows: Mapping[str, LowPrecision] | None,
                      fp16_io: bool, whole: Callable[[tuple[str, ...], bool], frozenset[str]],
                      types: Mapping[str, onnx.TypeProto] | None = None, fixed: Iterable[str] = (),
                      target: Target = GENERIC) -> TwinModel:
-    """``model`` and, unless ``fp16`` is None, its baked plan making ``fp16`` FP16 (``fp16_io``: with
-    FP16 graph inputs and outputs), every main-graph float tensor compared; ``whole(tensors,
-    twinned)`` picks those fetched whole, the others are summarised in the graph."""
+    """``model`` and, unless ``lows`` is None, its baked plan computing each node of ``lows`` in its
+    16-bit type (``fp16_io``: with graph inputs and outputs in the target's type), every main-graph
+    float tensor compared; ``whole(tensors, twinned)`` picks those fetched whole, the others are
+    summarised in the graph."""
     if onnx_opset(model) < MIN_OPSET:
         raise TwinUnavailable(f"opset {onnx_opset(model)} < {MIN_OPSET}")
     spans: list[int] = [0] * len(model.graph.node)  # per node, where its twin's nodes end
-    if fp16 is None:
+    if lows is None:
         out = onnx.ModelProto()
         out.CopyFrom(model)
         names = Names(out)
     else:
         def builder(out: onnx.ModelProto, type_protos: Mapping[str, onnx.TypeProto], keep: tuple[str, ...],
                     ) -> BakedBuilder:
-            built.append(BakedBuilder(out, typing, type_protos, base_dir, fp16, fixed, keep, target))
+            built.append(BakedBuilder(out, typing, type_protos, base_dir, lows, fixed, keep, target))
             return built[0]
 
         built: list[BakedBuilder] = []
@@ -85,18 +88,18 @@ def build_twin_model(model: onnx.ModelProto, typing: Mapping, base_dir: str, fp1
     tensors = captured(model, elem_types(model, types), outputs, True)
     floats = {o.name for o in model.graph.output if o.type.tensor_type.elem_type == FLOAT}
     compared = tuple(o for o in outputs if o in floats) + tensors
-    fetched = whole(tensors, fp16 is not None)
+    fetched = whole(tensors, lows is not None)
     intermediate = set(tensors)
     consts = _Constants(out, names)
     nodes: list[onnx.NodeProto] = []
     rename: dict[str, str] = {}
-    if fp16 is not None and fp16_io:
+    if lows is not None and fp16_io:
         initializers = {t.name for t in model.graph.initializer}
         for vi in model.graph.input:
             if vi.type.tensor_type.elem_type == FLOAT and vi.name not in initializers:
                 rename[vi.name] = names.fresh(vi.name + "__twin")
-                nodes.extend(round_nodes(vi.name, rename[vi.name], names))
-    twin_nodes = _twin(out.graph, names, rename) if fp16 is not None else []
+                nodes.extend(round_nodes(vi.name, rename[vi.name], names, target.low))
+    twin_nodes = _twin(out.graph, names, rename) if lows is not None else []
     summaries: dict[str, tuple[str, str]] = {}
     whole_pairs: dict[str, str | None] = {}
     start = 0
@@ -107,19 +110,19 @@ def build_twin_model(model: onnx.ModelProto, typing: Mapping, base_dir: str, fp1
         for o in node.output:
             if o not in intermediate:
                 continue
-            plan_value = rename.get(o, o) if fp16 is not None else None
+            plan_value = rename.get(o, o) if lows is not None else None
             if o in fetched:
                 whole_pairs[o] = plan_value
             else:
                 made, summaries[o] = summary_nodes(o, plan_value, names, consts, target.low.flush)
                 nodes.extend(made)
     plan_outputs: dict[str, str] = {}
-    if fp16 is not None:
+    if lows is not None:
         for o in outputs:
             plan_outputs[o] = rename.get(o, o)
             if fp16_io and o in floats:
                 plan_outputs[o] = names.fresh(o + "__twin_fp16")
-                nodes.extend(round_nodes(rename.get(o, o), plan_outputs[o], names))
+                nodes.extend(round_nodes(rename.get(o, o), plan_outputs[o], names, target.low))
     for o in outputs:
         if o in floats:
             whole_pairs[o] = plan_outputs.get(o)

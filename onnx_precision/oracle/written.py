@@ -1,4 +1,4 @@
-"""Emulating a written FP16/mixed model: the FP32 graph that rounds at each of its FP16 tensors.
+"""Emulating a written FP16/BF16/mixed model: the FP32 graph that rounds at each of its 16-bit tensors.
 
 Any candidate model (ours, or another tool's) can then be checked on CPU. Its FP16 weights stored
 as external data stay there, each followed by a ``Cast(to=FLOAT)`` (exact), so the emulation of a
@@ -14,19 +14,21 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..float_types import LOW_TYPES
 from ..graph import is_onnx_domain, subgraphs
 from ..storage import element_count, external_location, inline_small_external, read_array
 from ..storage.external_data import INLINE_EXTERNAL_BYTES
 from ..target import GENERIC, Spelling, Target
-from .rounding import FLOAT, FLOAT16, Names, elem_types, round_nodes
+from .rounding import FLOAT, Names, elem_types, round_nodes
 
 
 def emulate_model(model: onnx.ModelProto, base_dir: str, target: Target = GENERIC) -> onnx.ModelProto:
-    """The FP32 graph of an FP16/mixed ``model`` that rounds every FP16 tensor.
+    """The FP32 graph of an FP16/BF16/mixed ``model`` that rounds every 16-bit tensor to its type.
 
-    FP16 graph inputs become FP32 inputs rounded on entry; FP16 initializers and constants become
-    FP32 (exactly); every node output that was FP16 is rounded where it is produced; a Cast to
-    FLOAT16 becomes a round trip. Graph outputs that were FP16 are FP32 holding FP16 values. With a
+    16-bit graph inputs become FP32 inputs rounded on entry; 16-bit initializers and constants become
+    FP32 (exactly); every node output that was 16-bit is rounded where it is produced; a Cast to
+    FLOAT16 or BFLOAT16 becomes a round trip. Graph outputs that were 16-bit are FP32 holding such
+    values. With a
     target that builds an FP16 node from several layers (TensorRT), the node is emulated as them.
     """
     types = elem_types(model)
@@ -40,7 +42,7 @@ def emulate_model(model: onnx.ModelProto, base_dir: str, target: Target = GENERI
 
 
 def _to_float(vi: onnx.ValueInfoProto) -> None:
-    if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type == FLOAT16:
+    if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type in LOW_TYPES:
         vi.type.tensor_type.elem_type = FLOAT
 
 
@@ -62,14 +64,14 @@ def _float_initializers(graph: onnx.GraphProto, names: Names, base_dir: str) -> 
     inputs = {vi.name for vi in graph.input}
     casts = []
     for init in graph.initializer:
-        if init.data_type != FLOAT16:
+        if init.data_type not in LOW_TYPES:
             continue
         small = external_location(init) is None and 2 * element_count(init) <= INLINE_EXTERNAL_BYTES
         if small or init.name in inputs:
             init.CopyFrom(_float_tensor(init, base_dir))
             continue
         name = init.name
-        init.name = names.fresh(name + "__fp16")
+        init.name = names.fresh(f"{name}__{LOW_TYPES[init.data_type].precision}")
         casts.append(helper.make_node("Cast", [init.name], [name], to=FLOAT,
                                       name=names.fresh(name + "__cast")))
     return casts
@@ -84,11 +86,12 @@ def _emulate_graph(graph: onnx.GraphProto, types: Mapping[str, int], names: Name
     # FP16 graph inputs: the caller feeds FP32; round on entry (a subgraph's inputs are already
     # rounded by whoever produced them).
     for vi in graph.input:
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type == FLOAT16:
+        low = LOW_TYPES.get(vi.type.tensor_type.elem_type) if vi.type.HasField("tensor_type") else None
+        if low is not None:
             vi.type.tensor_type.elem_type = FLOAT
             if is_main:
                 dst = names.fresh(vi.name + "__rounded")
-                new_nodes.extend(round_nodes(vi.name, dst, names))
+                new_nodes.extend(round_nodes(vi.name, dst, names, low))
                 renamed_inputs[vi.name] = dst
     for node in graph.node:
         for _, sub in subgraphs(node):
@@ -97,22 +100,24 @@ def _emulate_graph(graph: onnx.GraphProto, types: Mapping[str, int], names: Name
             if name in renamed_inputs:
                 node.input[i] = renamed_inputs[name]
         _retype_attributes(node, base_dir)
-        fp16 = any(types.get(o) == FLOAT16 for o in node.output if o)
+        lows = [LOW_TYPES[types[o]] for o in node.output if o and types.get(o) in LOW_TYPES]
         rounds: list[onnx.NodeProto] = []
         for i, o in enumerate(node.output):
-            if not o or types.get(o) != FLOAT16:
+            if not o or types.get(o) not in LOW_TYPES:
                 continue
+            low = LOW_TYPES[types[o]]
             if node.op_type == "Cast" and is_onnx_domain(node.domain):
-                # The Cast itself rounds to FP16; only the way back to FP32 is added.
-                half = names.fresh(o + "__fp16")
+                # The Cast itself rounds to the 16-bit type; only the way back to FP32 is added.
+                half = names.fresh(f"{o}__{low.precision}")
                 node.output[i] = half
                 back = helper.make_node("Cast", [half], [o], to=FLOAT, name=names.fresh(o + "__cast"))
                 rounds.append(back)
             else:
                 exact = names.fresh(o + "__exact")
                 node.output[i] = exact
-                rounds.extend(round_nodes(exact, o, names))
-        new_nodes.extend((layers.spell(node) if fp16 and node.op_type != "Cast" else [node]) + rounds)
+                rounds.extend(round_nodes(exact, o, names, low))
+        spelled = layers.spell(node, lows[0]) if lows and node.op_type != "Cast" else [node]
+        new_nodes.extend(spelled + rounds)
     # A graph output that is itself an FP16 graph input passes through unrounded: rounding it would
     # need a node writing that name, which SSA forbids, and the value is exactly what was fed.
     del graph.node[:]
@@ -125,11 +130,11 @@ _OUTPUT_TYPE_ATTRS = ("dtype", "to", "output_datatype", "output_dtype")
 
 
 def _retype_attributes(node: onnx.NodeProto, base_dir: str) -> None:
-    """FP16 tensor attributes become FP32 (exact); outputs are rounded after the node anyway."""
+    """16-bit tensor attributes become FP32 (exact); outputs are rounded after the node anyway."""
     for attr in node.attribute:
-        if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type == FLOAT16:
+        if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type in LOW_TYPES:
             values = np.asarray(read_array(attr.t, base_dir)).astype(np.float32)
             attr.t.CopyFrom(numpy_helper.from_array(values, attr.t.name))
-        elif attr.name in _OUTPUT_TYPE_ATTRS and attr.type == onnx.AttributeProto.INT and attr.i == FLOAT16 \
-                and node.op_type != "Cast":
+        elif (attr.name in _OUTPUT_TYPE_ATTRS and attr.type == onnx.AttributeProto.INT
+              and attr.i in LOW_TYPES and node.op_type != "Cast"):
             attr.i = FLOAT

@@ -173,16 +173,16 @@ def layer_norm_pins(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
     pins: dict[str, list[Reason]] = {}
     for ln in decomposed_layer_norms(ctx):
         tail = {plan.precision(ln.mul), plan.precision(ln.add)}
-        stats_fp32 = any(not plan.is_fp16(n) for n in ln.statistics)
+        stats_fp32 = any(not plan.is_low(n) for n in ln.statistics)
         if ctx.target.normalizes_in_input_precision and stats_fp32 and Precision.FP16 in tail:
             why = Reason("target", f"{ctx.target.title} computes a LayerNormalization's statistics in its "
                                    f"input's precision when strongly typed; they need FP32 here, so the node "
                                    f"written for '{ln.add}' is fed FP32")
-            pins.update({n: [why] for n in ln.nodes if plan.is_fp16(n)})
+            pins.update({n: [why] for n in ln.nodes if plan.is_low(n)})
         elif len(tail) > 1:
             why = Reason("type", f"written as one LayerNormalization ('{ln.add}'), whose scale and bias "
                                  f"share one type")
-            pins.update({n: [why] for n in (ln.mul, ln.add) if plan.is_fp16(n)})
+            pins.update({n: [why] for n in (ln.mul, ln.add) if plan.is_low(n)})
     return plan.with_fp32_reasons(pins) if pins else plan
 
 

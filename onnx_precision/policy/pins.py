@@ -63,7 +63,7 @@ def headroom_pins(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping, headro
         if s is None or not np.isfinite(s.max_abs) or s.max_abs <= limit:
             continue
         for node in holders:
-            if plan.is_fp16(node) and node not in pins:
+            if plan.is_low(node) and node not in pins:
                 evidence = (("tensor", tensor), ("max_abs", f"{s.max_abs:.6g}"))
                 if s.max_abs > low.max:
                     pins[node] = overflow_reason(tensor, s.max_abs, low)
@@ -98,7 +98,7 @@ def range_flags(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping) -> Flags
         else:
             continue
         for node in holders:
-            if plan.is_fp16(node):
+            if plan.is_low(node):
                 flags.setdefault(node, []).append(reason)
     return flags
 
@@ -119,7 +119,7 @@ def flagged(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping, static: bool
     range flags, FP16 nodes of ``plan`` only."""
     flags: Flags = {}
     for node, reason in rule_pins(ctx, stats, severe_only=static):
-        if plan.is_fp16(node):
+        if plan.is_low(node):
             flags.setdefault(node, []).append(reason)
     for node, reasons in range_flags(ctx, plan, stats).items():
         flags.setdefault(node, []).extend(reasons)
@@ -136,7 +136,7 @@ def unmeasured_static_plan(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionP
     static plan of a model onnxruntime cannot run (no ranges confirm or dismiss a finding)."""
     pins: Flags = {}
     for node, reason in rule_pins(ctx, None, severe_only=True):
-        if plan.is_fp16(node):
+        if plan.is_low(node):
             pins.setdefault(node, []).append(reason)
     return resolve(ctx, plan.with_fp32_reasons(pins))
 
@@ -148,7 +148,7 @@ def target_reasons(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
     added: dict[str, list[Reason]] = {}
     for ref in ctx.nodes:
         decision = plan.decisions.get(ref.name)
-        if decision is None or plan.is_fp16(ref.name):
+        if decision is None or plan.is_low(ref.name):
             continue
         if not any(r.source in MEASURED for r in decision.reasons):
             continue

@@ -6,12 +6,13 @@ context; resolving a plan (:func:`resolve`) is then cheap and never reads a weig
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 import onnx
 
 from ..context import ModelContext
+from ..float_types import LOW_TYPES, LowPrecision, low_of
 from ..graph import graphs_with_owner, walk_nodes
 from ..plan import NodeDecision, Precision, PrecisionPlan, Reason
 from ..typing_rules import FLOAT, NodeTyping, constant_tensor, constant_verdict, elem_type, is_tensor
@@ -32,9 +33,11 @@ class NodeBlockers:
     edges: tuple[tuple[str, str | None, str | None], ...]
 
 
-def node_blockers(ctx: ModelContext) -> NodeBlockers:
-    """The :class:`NodeBlockers` of ``ctx``'s model; each float constant's range is read once."""
-    typing = ctx.typing
+def node_blockers(ctx: ModelContext, low: LowPrecision | None = None) -> NodeBlockers:
+    """The :class:`NodeBlockers` of ``ctx``'s model in ``low`` (the target's type by default); each
+    float constant's range is read once."""
+    low = ctx.target.low if low is None else low
+    typing = ctx.typing_in(low)
     forced: dict[str, Reason] = {}
     notes: dict[str, Reason] = {}
     verdicts: dict[str, tuple[str | None, str | None]] = {}
@@ -50,8 +53,7 @@ def node_blockers(ctx: ModelContext) -> NodeBlockers:
             if value_range is None:
                 continue
             if name not in verdicts:
-                verdicts[name] = constant_verdict(ctx.constants[name], ctx.base_dir, value_range,
-                                                  ctx.target.low)
+                verdicts[name] = constant_verdict(ctx.constants[name], ctx.base_dir, value_range, low)
             problem, note = verdicts[name]
             if problem:
                 forced[node.name] = Reason(
@@ -63,7 +65,7 @@ def node_blockers(ctx: ModelContext) -> NodeBlockers:
         if node.name not in forced and node.op_type == "ConstantOfShape" and t.convertible_outputs:
             value = constant_tensor(node)
             if value is not None and value.data_type == FLOAT:
-                problem, _ = constant_verdict(value, ctx.base_dir, low=ctx.target.low)
+                problem, _ = constant_verdict(value, ctx.base_dir, low=low)
                 if problem:
                     forced[node.name] = Reason("initializer", f"{node.op_type} value: {problem}")
     notes = {name: reason for name, reason in notes.items() if name not in forced}
@@ -106,36 +108,48 @@ def _non_tensor_conflicts(
     typing: Mapping[str, NodeTyping],
     edges: tuple[tuple[str, str | None, str | None], ...],
 ) -> dict[str, Reason]:
-    """FP16 nodes that would need a sequence/optional value converted: Cast cannot do that.
+    """16-bit nodes that would need a sequence/optional value converted: Cast cannot do that.
 
-    Where the producing and the consuming side of such a value disagree, the FP16 side becomes
-    FP32, until nothing changes (sides only ever go FP16 -> FP32, so this ends). Graph inputs and
-    outputs of these types stay FP32 even with fp16_io.
+    Where the producing and the consuming side of such a value disagree (FP32 and a 16-bit type, or
+    FP16 and BF16), a 16-bit side becomes FP32, until nothing changes (sides only ever go to FP32,
+    so this ends). Graph inputs and outputs of these types stay FP32 even with fp16_io.
     """
     out: dict[str, Reason] = {}
     if not edges:
         return out
-    fp16 = {n for n in plan.decisions if plan.is_fp16(n) and n in typing and not typing[n].fp16_blocker}
+    low = {n: plan.precision(n) for n in plan.decisions
+           if plan.is_low(n) and n in typing and not typing[n].fp16_blocker}
     changed = True
     while changed:
         changed = False
         for value, made, used in edges:
-            made16, used16 = made in fp16, used in fp16
-            if made16 == used16:
+            made_in, used_in = low.get(made or ""), low.get(used or "")
+            if made_in == used_in:
                 continue
-            side = made if made16 else used
-            if side is None:  # cannot happen: one side is FP16, so it is a node
+            side = used if used_in is not None else made
+            if side is None:  # cannot happen: one side is 16-bit, so it is a node
                 continue
-            fp16.discard(side)
-            where = "produced in FP32" if used16 else "used in FP32"
+            del low[side]
+            where = "produced in another type" if side == used else "used in FP32"
             out[side] = Reason("type", f"sequence/optional value '{value}' is {where} and cannot be cast")
             changed = True
     return out
 
 
-def blockers(ctx: ModelContext) -> NodeBlockers:
-    """``ctx``'s :class:`NodeBlockers`, found once per context."""
-    return ctx.memo(node_blockers)
+def blockers(ctx: ModelContext, low: LowPrecision | None = None) -> NodeBlockers:
+    """``ctx``'s :class:`NodeBlockers` in ``low`` (the target's type by default), found once per
+    context."""
+    return ctx.memo(_BLOCKERS[(ctx.target.low if low is None else low).elem_type])
+
+
+def _blockers_in(low: LowPrecision) -> Callable[[ModelContext], NodeBlockers]:
+    def compute(ctx: ModelContext) -> NodeBlockers:
+        return node_blockers(ctx, low)
+    return compute
+
+
+# one function per type, so that the context keeps each type's blockers (it memoizes by function)
+_BLOCKERS = {elem: _blockers_in(low) for elem, low in LOW_TYPES.items()}
 
 
 def forced_fp32(ctx: ModelContext) -> frozenset[str]:
@@ -144,7 +158,7 @@ def forced_fp32(ctx: ModelContext) -> frozenset[str]:
 
 
 def _forced_fp32(ctx: ModelContext) -> frozenset[str]:
-    return frozenset(resolve(ctx, ctx.all_fp16_plan()).fp32_nodes)
+    return frozenset(resolve(ctx, ctx.all_low_plan()).fp32_nodes)
 
 
 def resolve(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
@@ -155,10 +169,15 @@ def resolve(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
 def resolve_plan(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
     """``plan`` with every FP16 node that cannot be written as FP16 forced to FP32, with the reason;
     the result is marked ``resolved``."""
-    blockers = ctx.memo(node_blockers)
-    resolved = _force_fp32(plan, {n: r for n, r in blockers.forced.items() if plan.is_fp16(n)})
-    resolved = _with_notes(resolved, {n: r for n, r in blockers.notes.items() if plan.is_fp16(n)})
-    resolved = _force_fp32(resolved, _non_tensor_conflicts(resolved, ctx.typing, blockers.edges))
+    resolved = plan
+    edges: tuple[tuple[str, str | None, str | None], ...] = ()
+    for precision in sorted({d.precision for d in plan.decisions.values() if d.precision.is_low}):
+        found = blockers(ctx, low_of(precision))
+        mine = {n for n, d in plan.decisions.items() if d.precision is precision}
+        resolved = _force_fp32(resolved, {n: r for n, r in found.forced.items() if n in mine})
+        resolved = _with_notes(resolved, {n: r for n, r in found.notes.items() if n in mine})
+        edges = found.edges
+    resolved = _force_fp32(resolved, _non_tensor_conflicts(resolved, ctx.typing, edges))
     return replace(resolved, resolved=True)
 
 

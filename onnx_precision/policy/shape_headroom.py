@@ -60,7 +60,7 @@ def shape_headroom_pins(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping, 
                         (("tensor", node.output[0]), ("factor", f"{factor:.4g}"), ("length", str(length)),
                          ("max_length", str(longest))))
         for holder in holders.get(node.output[0], (ref.name,)):
-            if plan.is_fp16(holder) and holder not in pins:
+            if plan.is_low(holder) and holder not in pins:
                 pins[holder] = reason
     return pins
 

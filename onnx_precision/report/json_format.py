@@ -31,6 +31,7 @@ def to_json(report: RunReport) -> dict:
             "mode": report.mode,
             "oracle": report.oracle,
             "target": report.target,
+            "low_precision": report.low_precision,
             "status": report.status,
             "message": report.message,
             "samples": {
@@ -45,8 +46,9 @@ def to_json(report: RunReport) -> dict:
             "fp16_share": None if report.output is None or report.nothing_to_convert else {
                 "nodes": report.fp16_node_share(),
                 "flops": report.fp16_flop_share(),
-                "fp16_nodes": len(report.plan.fp16_nodes),
+                "fp16_nodes": len(report.plan.low_nodes),
                 "total_nodes": len(report.plan.decisions),
+                "flops_by_precision": report.flop_shares(),
             },
             "nothing_to_convert": report.nothing_to_convert or None,
             "before_plan": report.before_plan,
@@ -142,6 +144,7 @@ def from_json(obj: Mapping) -> RunReport:
         nothing_to_convert=obj["nothing_to_convert"] or "",
         before_plan=obj["before_plan"],
         target=obj["target"],
+        low_precision=obj.get("low_precision", "fp16"),
         margins={m["node"]: (float(m["overflow_binades"]), float(m["underflow_binades"]))
                  for m in obj.get("margins", ())},
     )

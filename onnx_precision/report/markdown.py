@@ -24,8 +24,11 @@ def _share_text(report: RunReport) -> str:
         return "none, no model written"
     if report.nothing_to_convert:
         return f"nothing to convert: {report.nothing_to_convert}"
-    return (f"{len(report.plan.fp16_nodes)}/{len(report.plan.decisions)} nodes "
-            f"({_pct(report.fp16_node_share())}), {_pct(report.fp16_flop_share())} of estimated FLOPs")
+    shares = report.flop_shares()
+    both = f" (FP16 {_pct(shares.get('fp16', 0.0))}, BF16 {_pct(shares.get('bf16', 0.0))})" \
+        if "fp16" in shares and "bf16" in shares else ""
+    return (f"{len(report.plan.low_nodes)}/{len(report.plan.decisions)} nodes "
+            f"({_pct(report.fp16_node_share())}), {_pct(report.fp16_flop_share())} of estimated FLOPs{both}")
 
 
 _COMPARISON_TITLES = {
@@ -58,7 +61,7 @@ def to_markdown(report: RunReport) -> str:
         lines.append("- headroom: off (only the search pins)")
     lines += [f"- warning: {w}" for w in report.warnings]
     lines += [
-        f"- FP16 share: {_share_text(report)}",
+        f"- {report.low_label} share: {_share_text(report)}",
         f"- cost: {report.sessions_built} onnxruntime session(s) of the model{_helpers(report)}, "
         f"{report.probes_run} probe(s), {report.seconds:.2f} s",
         "",
@@ -147,9 +150,10 @@ def summary_lines(report: RunReport, report_paths: Sequence[str] = ()) -> list[s
     target = f" -> {report.output}" if report.output else ""
     lines = [
         f"{report.model}{target}: {report.status}" + (f" ({report.message})" if report.message else ""),
-        f"mode {report.mode}, oracle {report.oracle}, target {report.target}, "
+        f"mode {report.mode}, oracle {report.oracle}, target {report.target}"
+        f"{'' if report.low_precision == 'fp16' else ' in ' + report.low_precision.upper()}, "
         f"{report.sample_count} sample(s): {report.samples_source}",
-        f"FP16: {_share_text(report)}",
+        f"{report.low_label}: {_share_text(report)}",
         "FP32 pins " + _pins_line(report) if report.fp32_nodes else "FP32 pins: none",
     ]
     for key, comparison in comparisons(report):

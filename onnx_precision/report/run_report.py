@@ -51,6 +51,7 @@ class RunReport(PhaseTotals):
     helper_sessions: int = 0  # small sessions (FP16 kernel probes, fast casts) built during the run
     nothing_to_convert: str = ""  # why no node computes in float32 ("" when some do)
     target: str = "generic"  # what the emulation followed: "generic" or "tensorrt X.Y"
+    low_precision: str = "fp16"  # the run's 16-bit type (--low-precision)
     before_plan: str = "all FP16"  # what "before" measured: all FP16, or the user's plan
     points: tuple[PlanPoint, ...] = ()  # every plan measured (by the search, or without one)
     notes: tuple[str, ...] = ()
@@ -66,14 +67,28 @@ class RunReport(PhaseTotals):
 
     def fp16_node_share(self) -> float:
         total = len(self.plan.decisions)
-        return len(self.plan.fp16_nodes) / total if total else 0.0
+        return len(self.plan.low_nodes) / total if total else 0.0
 
     def fp16_flop_share(self) -> float:
+        """The 16-bit (FP16 and BF16) share of estimated FLOPs."""
+        return 1.0 - self.flop_shares().get("fp32", 0.0) if self.plan.decisions else 0.0
+
+    def flop_shares(self) -> dict[str, float]:
+        """Each precision's share of estimated FLOPs (of nodes where no FLOPs are estimated, by node
+        count), the precisions in the plan only."""
         flops = {n: self.node_flops.get(n, 0.0) for n in self.plan.decisions}
         total = sum(flops.values())
-        if total <= 0:
-            return self.fp16_node_share()
-        return sum(flops[n] for n in self.plan.fp16_nodes) / total
+        shares: dict[str, float] = {}
+        for name, decision in self.plan.decisions.items():
+            weight = flops[name] / total if total > 0 else 1 / len(flops)
+            shares[decision.precision.value] = shares.get(decision.precision.value, 0.0) + weight
+        return shares
+
+    @property
+    def low_label(self) -> str:
+        """What its 16-bit nodes are called: "FP16", "BF16", or "16-bit" where the plan has both."""
+        lows = {d.precision.value for d in self.plan.decisions.values() if d.precision.is_low}
+        return "16-bit" if len(lows) > 1 else (lows.pop() if lows else self.low_precision).upper()
 
 
 def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
@@ -113,6 +128,7 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         tradeoff_note=auto.unsearched,
         nothing_to_convert=ctx.nothing_to_convert,
         target=ctx.target.name,
+        low_precision=ctx.target.low.precision,
         before_plan=outcome.before_plan,
         margins=_margins(outcome.plan, auto.node_stats, ctx.target.low),
     )
@@ -122,7 +138,7 @@ def _margins(plan: PrecisionPlan, stats: Mapping[str, NodeStats], low: LowPrecis
              ) -> dict[str, tuple[float, float]]:
     """Each FP16 node's margins on the samples (:meth:`LowPrecision.margins`), the nearest first."""
     margins = {n: low.margins(s.max_abs, s.min_nonzero_abs) for n, s in stats.items()
-               if plan.is_fp16(n) and s.max_abs is not None and s.min_nonzero_abs is not None}
+               if plan.is_low(n) and s.max_abs is not None and s.min_nonzero_abs is not None}
     return dict(sorted(margins.items(), key=lambda item: min(item[1])))
 
 

@@ -80,7 +80,7 @@ class FlopShare:
         self.total = sum(self.flops.values())
 
     def __call__(self, plan: PrecisionPlan, pinned: frozenset[str] = frozenset()) -> float:
-        fp16 = sum(f for n, f in self.flops.items() if plan.is_fp16(n) and n not in pinned)
+        fp16 = sum(f for n, f in self.flops.items() if plan.is_low(n) and n not in pinned)
         return fp16 / self.total if self.total else 0.0
 
 

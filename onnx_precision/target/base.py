@@ -14,7 +14,7 @@ from typing import Protocol
 
 import onnx
 
-from ..float_types import LowPrecision
+from ..float_types import FP16, LowPrecision
 from ..plan import PrecisionPlan
 from ..tolerance import Tolerance
 
@@ -38,8 +38,9 @@ class Spelling(ABC):
     """How one model's FP16 nodes compute on a target, node by node."""
 
     @abstractmethod
-    def spell(self, node: onnx.NodeProto) -> list[onnx.NodeProto]:
-        """The nodes that compute FP16 ``node`` (inputs already rounded; outputs rounded by the caller)."""
+    def spell(self, node: onnx.NodeProto, low: LowPrecision = FP16) -> list[onnx.NodeProto]:
+        """The nodes that compute ``node`` in ``low`` (inputs already rounded; outputs rounded by the
+        caller)."""
 
     @abstractmethod
     def layer_kinds(self, node: onnx.NodeProto) -> list[str]:
@@ -49,7 +50,7 @@ class Spelling(ABC):
 class OneOp(Spelling):
     """Every op computes internally in FP32 and rounds its outputs: a node is itself."""
 
-    def spell(self, node: onnx.NodeProto) -> list[onnx.NodeProto]:
+    def spell(self, node: onnx.NodeProto, low: LowPrecision = FP16) -> list[onnx.NodeProto]:
         return [node]
 
     def layer_kinds(self, node: onnx.NodeProto) -> list[str]:
@@ -60,6 +61,7 @@ class Target(ABC):
     """Where the written model runs (see the module docstring); ``low`` is its 16-bit type."""
 
     low: LowPrecision
+    fallback: LowPrecision | None  # tried before FP32 for what fails in ``low`` (--fallback bf16)
 
     @property
     @abstractmethod
@@ -71,12 +73,18 @@ class Target(ABC):
     def title(self) -> str:
         """As a sentence names it: "generic", "TensorRT X.Y"."""
 
-    @property
     @abstractmethod
-    def onnxruntime_kernels(self) -> bool:
-        """Whether the written model must run on onnxruntime's CPU provider as written: then a node
-        onnxruntime has no FP16 kernel for stays FP32, and a written model that onnxruntime cannot
-        load at its default options fails the run. A target that runs elsewhere is not held to it."""
+    def onnxruntime_kernels(self, low: LowPrecision) -> bool:
+        """Whether the written model must run on onnxruntime's CPU provider as written in ``low``:
+        then a node onnxruntime has no kernel for in that type stays FP32, and a written model that
+        onnxruntime cannot load at its default options fails the run. A target that runs elsewhere
+        is not held to it."""
+
+    def kernel_blocker(self, node: onnx.NodeProto, low: LowPrecision, opset: int) -> str | None:
+        """Why the target has no kernel for ``node`` in ``low`` (then it stays FP32), where that is
+        a fact of the target rather than of onnxruntime's CPU provider (``opset``: the node's
+        domain's opset); None when it has one."""
+        return None
 
     @abstractmethod
     def spelling(self, model: onnx.ModelProto, base_dir: str,
@@ -94,7 +102,8 @@ class Target(ABC):
         """What to do with the written model on this target: the command that builds or runs it
         (``samples``: the --inputs it was verified on, for the check on the real device)."""
         inputs = f" --inputs {samples}" if samples else ""
-        return (f"run {output_path} with onnxruntime-gpu (CUDAExecutionProvider) or any FP16 runtime; "
+        return (f"run {output_path} with onnxruntime-gpu (CUDAExecutionProvider) or any {self.low.name} "
+                f"runtime; "
                 f"'onnx-precision check {model_path} {output_path}{inputs} --oracle cuda' checks it on the "
                 f"GPU")
 

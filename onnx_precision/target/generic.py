@@ -10,11 +10,13 @@ import onnx
 
 from ..float_types import FP16, LowPrecision
 from .base import Fresh, OneOp, Spelling, Target
+from .bf16_kernels import ort_cuda_has_bf16
 
 
 @dataclass(frozen=True)
 class GenericTarget(Target):
     low: LowPrecision = FP16
+    fallback: LowPrecision | None = None
 
     @property
     def name(self) -> str:
@@ -24,9 +26,14 @@ class GenericTarget(Target):
     def title(self) -> str:
         return "generic"
 
-    @property
-    def onnxruntime_kernels(self) -> bool:
-        return True
+    def onnxruntime_kernels(self, low: LowPrecision) -> bool:
+        return low.cpu_kernels
+
+    def kernel_blocker(self, node: onnx.NodeProto, low: LowPrecision, opset: int) -> str | None:
+        # A BF16 model runs on onnxruntime's CUDA provider (the CPU one has no BF16 kernels to ask)
+        if low.cpu_kernels or ort_cuda_has_bf16(node.op_type, node.domain, opset):
+            return None
+        return f"onnxruntime's CUDA provider has no {low.type_name} {node.op_type} kernel"
 
     def spelling(self, model: onnx.ModelProto, base_dir: str,
                  types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh) -> Spelling:

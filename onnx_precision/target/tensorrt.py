@@ -23,6 +23,7 @@ from ..trt.versions import NEWEST, TrtVersion
 from ..typing_rules import tensor_types
 from ..typing_rules.constants import small_constant_arrays
 from .base import Fresh, Spelling, Target
+from .bf16_kernels import trt_has_bf16
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ _LAYERED = {"ReduceL2": "stores it in {low}", "ReduceLogSumExp": "stores it in {
 class TensorRTTarget(Target):
     version: TrtVersion = NEWEST
     low: LowPrecision = FP16
+    fallback: LowPrecision | None = None
 
     @property
     def name(self) -> str:
@@ -45,9 +47,13 @@ class TensorRTTarget(Target):
     def title(self) -> str:
         return f"TensorRT {self.version}"
 
-    @property
-    def onnxruntime_kernels(self) -> bool:
+    def onnxruntime_kernels(self, low: LowPrecision) -> bool:
         return False
+
+    def kernel_blocker(self, node: onnx.NodeProto, low: LowPrecision, opset: int) -> str | None:
+        if low.cpu_kernels or trt_has_bf16(node.op_type) or not is_onnx_domain(node.domain):
+            return None
+        return f"{self.title}'s ONNX parser takes no {low.type_name} {node.op_type}"
 
     def spelling(self, model: onnx.ModelProto, base_dir: str,
                  types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh) -> Spelling:
@@ -86,7 +92,7 @@ class TrtLayers(Spelling):
         self.fresh = fresh
         self.constants = small_constant_arrays(model, base_dir, SMALL_CONSTANT)
 
-    def spell(self, node: onnx.NodeProto) -> list[onnx.NodeProto]:
+    def spell(self, node: onnx.NodeProto, low: LowPrecision = FP16) -> list[onnx.NodeProto]:
         if not is_onnx_domain(node.domain):
             return [node]
         shape = self.types.get(node.input[0]) if node.input else None
@@ -94,7 +100,7 @@ class TrtLayers(Spelling):
                 and shape.tensor_type.HasField("shape") else None)
         try:
             spelled = decompose(node, opset=self.opset, fp16=True, version=self.version, fresh=self.fresh,
-                                constants=self.constants, rank=rank)
+                                constants=self.constants, rank=rank, low=low)
         except DecompositionError as e:  # an axis or rank not known here: emulate it as one op
             log.debug("%s: emulated as one op (%s)", node.name, e)
             return [node]

@@ -280,7 +280,7 @@ class _Model:
 
     def pinned(self, name: str) -> bool:
         node = self.nodes[name]
-        return (name in self.plan.decisions and not self.plan.is_fp16(name)
+        return (name in self.plan.decisions and not self.plan.is_low(name)
                 and node.op_type not in _NOT_FLOAT_LAYERS and _computes_on_floats(node, self.types))
 
 

@@ -26,6 +26,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import InternalError
+from ..float_types import FP16, LowPrecision
 from .layers import Naming, TrtLayer, mover, named, unnamed
 from .spell import Decomposition, Speller, default_fresh, round_graph
 from .versions import NEWEST, TrtVersion, VersionRange, between, since
@@ -152,7 +153,7 @@ def spell_cumsum_loop(s: Speller) -> None:
     next_state = total
     if s.fp16:
         next_state = s.fresh(f"{total}__rounded")
-        body_nodes += round_graph(total, next_state, s.fresh)
+        body_nodes += round_graph(total, next_state, s.fresh, s.low)
         s.rounded.append(total)
     state_out, scan_out = s.fresh(f"{s.base}__state_out"), s.fresh(f"{s.base}__scan_out")
     body_nodes += [helper.make_node("Identity", [next_state], [state_out], name=s.fresh(f"{s.base}__state")),
@@ -390,14 +391,13 @@ def variant_for(op_type: str, version: TrtVersion) -> OpVariant | None:
     return entry.variant(version) if entry is not None else None
 
 
-def _spell(node: onnx.NodeProto, variant: OpVariant, *, opset: int, fp16: bool, fresh: Callable[[str],
-                                                                                                str] | None,
-           constants: Mapping[str, np.ndarray], rank: int | None, dry: bool) -> Decomposition:
+def _spell(node: onnx.NodeProto, variant: OpVariant, *, opset: int, fp16: bool,
+           fresh: Callable[[str], str] | None, constants: Mapping[str, np.ndarray], rank: int | None,
+           dry: bool, low: LowPrecision = FP16) -> Decomposition:
     if variant.spell is None:
         raise InternalError(f"{node.op_type}: a single-layer variant has nothing to spell")
     speller = Speller(node, opset, fp16=fp16, fresh=fresh or default_fresh(node), constants=constants,
-                      rank=rank,
-                      dry=dry)
+                      rank=rank, dry=dry, low=low)
     variant.spell(speller)
     return speller.result(variant.source)
 
@@ -417,24 +417,25 @@ def node_layers(node: onnx.NodeProto, version: TrtVersion, *, opset: int,
 
 def decompose(node: onnx.NodeProto, *, opset: int, fp16: bool, version: TrtVersion = NEWEST,
               fresh: Callable[[str], str] | None = None, constants: Mapping[str, np.ndarray] | None = None,
-              rank: int | None = None) -> Decomposition | None:
+              rank: int | None = None, low: LowPrecision = FP16) -> Decomposition | None:
     """The ONNX nodes computing ``node`` the way TensorRT ``version`` does, one node per layer.
 
-    ``fp16`` rounds every layer's output to FP16 before the next layer reads it (the node's own
-    outputs are left for the caller to round, as for any FP16 node); with ``fp16=False`` the nodes
-    compute the op in FP32 and match it within float tolerance. ``opset`` is the model's default-domain
-    opset; ``fresh(base)`` must return names unused in the model (default: names that avoid only the
-    node's own tensors); ``constants`` holds the values of constant inputs (initializers, Constant
-    outputs) that an importer needs at build time (CumSum's axis); ``rank`` is the rank of input 0
-    (RMSNormalization needs it). Returns None when the node is one computing layer at that version:
-    the generic emulation (compute in FP32, round the outputs) is then already what TensorRT does.
+    ``fp16`` rounds every layer's output to the 16-bit type ``low`` (FP16 by default) before the
+    next layer reads it (the node's own outputs are left for the caller to round, as for any FP16
+    node); with ``fp16=False`` the nodes compute the op in FP32 and match it within float tolerance.
+    ``opset`` is the model's default-domain opset; ``fresh(base)`` must return names unused in the
+    model (default: names that avoid only the node's own tensors); ``constants`` holds the values
+    of constant inputs (initializers, Constant outputs) that an importer needs at build time
+    (CumSum's axis); ``rank`` is the rank of input 0 (RMSNormalization needs it). Returns None when
+    the node is one computing layer at that version: the generic emulation (compute in FP32, round
+    the outputs) is then already what TensorRT does.
     Raises :class:`.spell.DecompositionError` when a needed constant or rank is not given.
     """
     variant = variant_for(node.op_type, version)
     if variant is None or variant.spell is None or node.domain not in ("", "ai.onnx"):
         return None
     spelled = _spell(node, variant, opset=opset, fp16=fp16, fresh=fresh, constants=constants or {}, rank=rank,
-                     dry=False)
+                     dry=False, low=low)
     split = len(spelled.computing_layers) > 1 or any(layer.recurrent for layer in spelled.computing_layers)
     return spelled if split else None
 

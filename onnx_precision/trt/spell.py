@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ..float_types import FP16, LowPrecision
 from ..graph import fresh_name
 from .layers import TrtLayer
 
@@ -76,10 +77,12 @@ class Speller:
     naming and flags): constants that are not known are then replaced by placeholders."""
 
     def __init__(self, node: onnx.NodeProto, opset: int, *, fp16: bool, fresh: Callable[[str], str],
-                 constants: Mapping[str, np.ndarray], rank: int | None, dry: bool = False) -> None:
+                 constants: Mapping[str, np.ndarray], rank: int | None, dry: bool = False,
+                 low: LowPrecision = FP16) -> None:
         self.node = node
         self.opset = opset
-        self.fp16 = fp16
+        self.fp16 = fp16  # spelled in the 16-bit type ``low`` (else in FP32)
+        self.low = low
         self.fresh = fresh
         self.constants = constants
         self.rank = rank
@@ -139,9 +142,9 @@ class Speller:
                                            **attrs))
 
     def _round(self, src: str) -> str:
-        half = self.fresh(f"{src}__fp16")
+        half = self.fresh(f"{src}__{self.low.precision}")
         dst = self.fresh(f"{src}__rounded")
-        self.nodes.append(helper.make_node("Cast", [src], [half], to=FLOAT16,
+        self.nodes.append(helper.make_node("Cast", [src], [half], to=self.low.elem_type,
                                            name=self.fresh(f"{half}__cast")))
         self.nodes.append(helper.make_node("Cast", [half], [dst], to=FLOAT, name=self.fresh(f"{dst}__cast")))
         self.rounded.append(src)
@@ -173,8 +176,7 @@ class Speller:
         """A float constant as an FP16 layer reads it (importers add these with addConstantScalar)."""
         data = np.array(value, dtype=np.float32)
         if self.fp16:
-            with np.errstate(over="ignore"):
-                data = data.astype(np.float16).astype(np.float32)
+            data = self.low.round(data)
         out = self.fresh(f"{self.node.output[0]}__const")
         self.nodes.append(helper.make_node("Constant", [], [out], name=self._name("const"),
                                            value=numpy_helper.from_array(data, out)))
@@ -224,9 +226,10 @@ class Speller:
         return Decomposition(tuple(self.nodes), tuple(self.layers), tuple(self.rounded), source)
 
 
-def round_graph(src: str, dst: str, fresh: Callable[[str], str]) -> list[onnx.NodeProto]:
-    """``dst = Cast(Cast(src, FLOAT16), FLOAT)``: the FP16 rounding used inside subgraph bodies."""
-    half = fresh(f"{src}__fp16")
-    return [helper.make_node("Cast", [src], [half], to=FLOAT16, name=fresh(f"{half}__cast")),
+def round_graph(src: str, dst: str, fresh: Callable[[str], str], low: LowPrecision = FP16,
+                ) -> list[onnx.NodeProto]:
+    """``dst = Cast(Cast(src, FLOAT16), FLOAT)`` (or BFLOAT16): the rounding used inside subgraph bodies."""
+    half = fresh(f"{src}__{low.precision}")
+    return [helper.make_node("Cast", [src], [half], to=low.elem_type, name=fresh(f"{half}__cast")),
             helper.make_node("Cast", [half], [dst], to=FLOAT, name=fresh(f"{dst}__cast"))]
 

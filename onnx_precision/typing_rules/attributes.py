@@ -4,34 +4,36 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import numpy as np
 import onnx
 
+from ..float_types import FP16, LowPrecision
 from ..storage import cast_initializer
 from .schemas import opset_map
-from .types import FLOAT, FLOAT16, elem_type, with_elem_type
+from .types import FLOAT, elem_type, with_elem_type
 
 
-def retarget_attributes(node: onnx.NodeProto, model: onnx.ModelProto, base_dir: str = ".") -> None:
+def retarget_attributes(node: onnx.NodeProto, model: onnx.ModelProto, base_dir: str = ".",
+                        low: LowPrecision = FP16) -> None:
     """In place: attributes that choose a float output type (Cast ``to``, ``dtype``, Optional's
-    ``type``, ConstantOfShape's value) choose float16, for a node whose float outputs convert."""
+    ``type``, ConstantOfShape's value) choose the ``low`` type, for a node whose float outputs convert."""
+    to = low.elem_type
     for attr in node.attribute:
         if attr.name == "to" and node.op_type == "Cast" and attr.i == FLOAT:
-            attr.i = FLOAT16
+            attr.i = to
         elif attr.name in _DTYPE_ATTRS and attr.type == onnx.AttributeProto.INT and attr.i == FLOAT:
-            attr.i = FLOAT16
+            attr.i = to
         elif attr.type == onnx.AttributeProto.TYPE_PROTO and elem_type(attr.tp) == FLOAT:
-            attr.tp.CopyFrom(with_elem_type(attr.tp, FLOAT16))
+            attr.tp.CopyFrom(with_elem_type(attr.tp, to))
         elif node.op_type == "ConstantOfShape" and attr.name == "value" and attr.t.data_type == FLOAT:
-            attr.t.CopyFrom(cast_initializer(attr.t, base_dir, FLOAT16, attr.t.name))
+            attr.t.CopyFrom(cast_initializer(attr.t, base_dir, to, attr.t.name))
     present = {a.name for a in node.attribute}
     if node.op_type == "ConstantOfShape" and "value" not in present:
         node.attribute.append(onnx.helper.make_attribute(
-            "value", onnx.numpy_helper.from_array(np.zeros(1, np.float16))))
+            "value", onnx.helper.make_tensor("value", to, [1], [0.0])))
     schema_attrs = _schema_attributes(node, model)
     if "dtype" in schema_attrs and "dtype" not in present:
         # the default (float, or the input's type) would no longer be float16
-        node.attribute.append(onnx.helper.make_attribute("dtype", FLOAT16))
+        node.attribute.append(onnx.helper.make_attribute("dtype", to))
     for name in _DTYPE_ATTRS[1:]:
         default = schema_attrs.get(name)
         if (
@@ -40,7 +42,7 @@ def retarget_attributes(node: onnx.NodeProto, model: onnx.ModelProto, base_dir: 
             and default.default_value.type == onnx.AttributeProto.INT
             and default.default_value.i == FLOAT
         ):  # e.g. the window ops' output_datatype
-            node.attribute.append(onnx.helper.make_attribute(name, FLOAT16))
+            node.attribute.append(onnx.helper.make_attribute(name, to))
 
 
 # attributes that choose an output's element type

@@ -17,12 +17,13 @@ from dataclasses import dataclass
 import onnx
 
 from .. import helper_sessions
+from ..float_types import FP16, LowPrecision
 from ..graph import attr, has_subgraphs, walk_nodes
 from .attributes import retarget_attributes
 from .inference import tensor_types
 from .node_typing import NodeTyping, schema_typing
 from .schemas import opset_map
-from .types import FLOAT, FLOAT16, elem_type, rank_only, with_elem_type
+from .types import FLOAT, elem_type, rank_only, with_elem_type
 
 logger = logging.getLogger(__name__)
 
@@ -38,14 +39,14 @@ class _Probe:
 def node_typing(node: onnx.NodeProto, opsets: Mapping[str, int],
                 types: Mapping[str, onnx.TypeProto], model: onnx.ModelProto | None = None,
                 typing: NodeTyping | None = None, probe: _Probe | None = None,
-                onnxruntime: bool = True) -> NodeTyping:
+                onnxruntime: bool = True, low: LowPrecision = FP16) -> NodeTyping:
     """The FP16 typing of ``node`` given the model's opsets and value types (``typing``: its
     schema typing, ``probe``: its rank probe, when the caller has them already; ``onnxruntime``:
     whether onnxruntime's CPU kernels bind it)."""
-    typing = schema_typing(node, opsets, types) if typing is None else typing
+    typing = schema_typing(node, opsets, types, low) if typing is None else typing
     if typing.fp16_blocker is not None:
         return typing
-    blocker = ort_blocker(node, typing, types, model, probe, onnxruntime)
+    blocker = ort_blocker(node, typing, types, model, probe, onnxruntime, low)
     if blocker is not None:
         return NodeTyping(
             typing.convertible_inputs, typing.convertible_outputs, blocker, typing.flexible_inputs
@@ -75,11 +76,12 @@ def ort_blocker(
     model: onnx.ModelProto | None = None,
     probe: _Probe | None = None,
     onnxruntime: bool = True,
+    low: LowPrecision = FP16,
 ) -> str | None:
     """Why onnx rejects ``node`` with its float16 typing, or (``onnxruntime``) why onnxruntime's CPU
     provider cannot load or run it; None when nothing does."""
     domain = "" if node.domain == "ai.onnx" else node.domain
-    runtime = _RUNTIME_NO_FP16.get((domain, node.op_type)) if onnxruntime else None
+    runtime = _RUNTIME_NO_FP16.get((domain, node.op_type)) if onnxruntime and low is FP16 else None
     if runtime is not None and runtime(node):
         reduction = _text(attr(node, "reduction"))
         return f"onnxruntime has no float16 {node.op_type} kernel with reduction '{reduction}'"
@@ -87,7 +89,7 @@ def ort_blocker(
         typing.convertible_inputs or typing.convertible_outputs or typing.flexible_inputs
     ):
         return None
-    return _probe(node, typing, types, model, probe, onnxruntime)
+    return _probe(node, typing, types, model, probe, onnxruntime, low)
 
 
 def _text(value: object) -> str:
@@ -104,6 +106,7 @@ def _probe_model(
     model: onnx.ModelProto,
     fp16: bool,
     exact_shapes: bool = False,
+    low: LowPrecision = FP16,
 ) -> onnx.ModelProto | None:
     """``node`` alone, its float tensors typed as an FP16 (or FP32) node sees them. Values are
     renamed ``i<k>``/``o<k>`` and the node unnamed, so equal signatures give equal bytes; shapes
@@ -125,12 +128,12 @@ def _probe_model(
                     return None
                 tp = tp if exact_shapes else rank_only(tp)
                 if i in half and elem_type(tp) == FLOAT:
-                    tp = with_elem_type(tp, FLOAT16)
+                    tp = with_elem_type(tp, low.elem_type)
                 renamed[name] = f"{'io'[is_out]}{len(renamed)}"
                 graph_io[is_out].append(onnx.helper.make_value_info(renamed[name], tp))
             names[i] = renamed[name]
     if fp16 and half_out:
-        retarget_attributes(probe, model)
+        retarget_attributes(probe, model, low=low)
     graph = onnx.helper.make_graph([probe], "probe", graph_io[0], graph_io[1])
     m = onnx.helper.make_model(graph, opset_imports=list(model.opset_import))
     m.ir_version = min(model.ir_version, 10)
@@ -159,14 +162,14 @@ def _load_problems(m: onnx.ModelProto, onnxruntime: bool) -> tuple[str | None, s
 
 
 def _rank_probe(node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, onnx.TypeProto],
-                model: onnx.ModelProto) -> _Probe | None:
-    fp16 = _probe_model(node, typing, types, model, True)
+                model: onnx.ModelProto, low: LowPrecision) -> _Probe | None:
+    fp16 = _probe_model(node, typing, types, model, True, low=low)
     return None if fp16 is None else _Probe(fp16, fp16.SerializeToString(deterministic=True))
 
 
 def _probe(
     node: onnx.NodeProto, typing: NodeTyping, types: Mapping[str, onnx.TypeProto], model: onnx.ModelProto,
-    rank_probe: _Probe | None = None, onnxruntime: bool = True,
+    rank_probe: _Probe | None = None, onnxruntime: bool = True, low: LowPrecision = FP16,
 ) -> str | None:
     """The float16 probe of ``node``: a problem that the same node in float32 does not have."""
     if has_subgraphs(node):
@@ -176,7 +179,7 @@ def _probe(
         if not exact_shapes and rank_probe is not None:
             fp16, key = rank_probe.model, rank_probe.key
         else:
-            made = _probe_model(node, typing, types, model, True, exact_shapes)
+            made = _probe_model(node, typing, types, model, True, exact_shapes, low)
             if made is None:
                 return None
             fp16, key = made, made.SerializeToString(deterministic=True)
@@ -193,7 +196,7 @@ def _probe(
             _PROBES[cached] = specific[0] if specific else ("?" if any(half) else None)
         if _PROBES[cached] != "?":
             problem = _PROBES[cached]
-            return None if problem is None else f"{node.op_type} in float16: {problem}"
+            return None if problem is None else f"{node.op_type} in {low.type_name}: {problem}"
     return None
 
 
@@ -201,6 +204,7 @@ def model_typing(
     model: onnx.ModelProto,
     types: Mapping[str, onnx.TypeProto] | None = None,
     onnxruntime: bool = True,
+    low: LowPrecision = FP16,
 ) -> dict[str, NodeTyping]:
     """:class:`NodeTyping` of every node, subgraphs included, keyed by node name (``onnxruntime``:
     whether onnxruntime's CPU kernels bind the plan, see the module docstring)."""
@@ -213,12 +217,12 @@ def model_typing(
     typings: dict[str, NodeTyping] = {}
     for ref, signature in zip(refs, signatures):
         if signature is None:
-            typings[ref.name] = schema_typing(ref.node, opsets, types)
+            typings[ref.name] = schema_typing(ref.node, opsets, types, low)
         else:
             if signature not in by_signature:
-                by_signature[signature] = schema_typing(ref.node, opsets, types)
+                by_signature[signature] = schema_typing(ref.node, opsets, types, low)
             typings[ref.name] = by_signature[signature]
-    probes = _probe_together(model, types, refs, typings, onnxruntime, signatures)
+    probes = _probe_together(model, types, refs, typings, onnxruntime, signatures, low)
     done: dict[tuple, NodeTyping] = {}
     out: dict[str, NodeTyping] = {}
     for ref, signature in zip(refs, signatures):
@@ -226,7 +230,8 @@ def model_typing(
             out[ref.name] = done[signature]
             continue
         probe = probes.get(ref.name)
-        out[ref.name] = node_typing(ref.node, opsets, types, model, typings[ref.name], probe, onnxruntime)
+        out[ref.name] = node_typing(ref.node, opsets, types, model, typings[ref.name], probe, onnxruntime,
+                                     low)
         # a probe the ranks leave open ("?") was answered at this node's exact shapes: not shared
         if signature is not None and (probe is None or _PROBES.get((probe.key, onnxruntime)) != "?"):
             done[signature] = out[ref.name]
@@ -268,6 +273,7 @@ def _probe_together(
     typings: Mapping[str, NodeTyping],
     onnxruntime: bool,
     signatures: list[tuple | None],
+    low: LowPrecision = FP16,
 ) -> dict[str, _Probe]:
     """Probe every not yet cached node signature in one model: in the usual case, where
     onnxruntime loads them all in float16, one session answers for all of them; otherwise the
@@ -287,7 +293,7 @@ def _probe_together(
         if signature is not None and signature in made:
             probe = made[signature]
         else:
-            probe = _rank_probe(node, typing, types, model)
+            probe = _rank_probe(node, typing, types, model, low)
             if signature is not None:
                 made[signature] = probe
         if probe is None:

@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 import onnx
 
+from ..float_types import FP16, LowPrecision
 from ..graph import has_subgraphs, is_onnx_domain
 from .schemas import find_schema, groups
-from .types import FLOAT, FLOAT16, elem_type, type_string
+from .types import FLOAT, elem_type, type_string
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,8 @@ _CASTS = ("Cast", "CastLike")
 
 
 def schema_typing(node: onnx.NodeProto, opsets: Mapping[str, int],
-                   types: Mapping[str, onnx.TypeProto]) -> NodeTyping:
-    """What the schema says of ``node`` in FP16, before asking onnxruntime."""
+                   types: Mapping[str, onnx.TypeProto], low: LowPrecision = FP16) -> NodeTyping:
+    """What the schema says of ``node`` in the ``low`` precision, before asking onnxruntime."""
     float_in = [i for i, n in enumerate(node.input) if n and elem_type(types.get(n)) == FLOAT]
     float_out = [i for i, n in enumerate(node.output) if n and elem_type(types.get(n)) == FLOAT]
     if not float_in and not float_out:
@@ -61,7 +62,7 @@ def schema_typing(node: onnx.NodeProto, opsets: Mapping[str, int],
         float32 = [t for t in member_types if elem_type(t) == FLOAT]
         if not float32:
             continue
-        wanted = type_string(float32[0], FLOAT16)
+        wanted = type_string(float32[0], low.elem_type)
         if wanted not in schema.constraints[key[0]]:
             refused.append(f"{key[0]} allows no {wanted}")
             continue
@@ -79,7 +80,7 @@ def schema_typing(node: onnx.NodeProto, opsets: Mapping[str, int],
         # node sees one precision (onnx function bodies and kernels expect that)
         convert.extend((False, i) for i in lone_inputs)
 
-    if _is_widening_cast(node, types):
+    if _is_widening_cast(node, types, low):
         # Cast(float16 -> float) already in the model is the user's FP32 pin: it stays a widening
         # Cast, and the rewriter reuses its float16 input where float16 is needed downstream.
         convert = [m for m in convert if not m[0]]
@@ -90,10 +91,10 @@ def schema_typing(node: onnx.NodeProto, opsets: Mapping[str, int],
         tuple(sorted(flexible)))
 
 
-def _is_widening_cast(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto]) -> bool:
+def _is_widening_cast(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto], low: LowPrecision) -> bool:
     return (
         node.op_type == "Cast"
         and is_onnx_domain(node.domain)
-        and elem_type(types.get(node.input[0])) == FLOAT16
+        and elem_type(types.get(node.input[0])) == low.elem_type
         and elem_type(types.get(node.output[0])) == FLOAT
     )

@@ -44,6 +44,11 @@ def is_tensor(tp: onnx.TypeProto | None) -> bool:
     return tp is not None and tp.WhichOneof("value") == "tensor_type"
 
 
+def type_name(elem: int) -> str:
+    """The schema spelling of an element type: "float16"."""
+    return _ELEM_NAMES.get(elem, "?")
+
+
 def type_string(tp: onnx.TypeProto | None, elem: int | None = None) -> str | None:
     """The schema spelling of a type, e.g. ``seq(tensor(float16))``; ``elem`` overrides the element."""
     if tp is None:
