@@ -1,0 +1,198 @@
+"""BF16 as the run's 16-bit type and as the fallback before FP32 (issue 19)."""
+
+from __future__ import annotations
+
+import json
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from models import generate
+from onnx_precision.cli import main
+from onnx_precision.float_types import BF16, FP16
+
+L2 = "l2_normalize"
+
+
+def _every_bf16_value_and_the_midpoints_around_it() -> np.ndarray:
+    """Each of the 65 536 BFLOAT16 patterns as float32, the float32 halfway to the next pattern (the
+    ties) and the float32 values either side of each tie: every rounding decision there is."""
+    upper = np.arange(65536, dtype=np.uint32) << np.uint32(16)
+    ties = upper | np.uint32(0x8000)
+    with np.errstate(invalid="ignore"):
+        values = [upper.view(np.float32), ties.view(np.float32)]
+        values += [np.nextafter(ties.view(np.float32), np.float32(d)) for d in (np.inf, -np.inf)]
+    return np.concatenate(values).astype(np.float32)
+
+
+def _bits_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    nan = np.isnan(a)
+    return bool(np.array_equal(nan, np.isnan(b)) and np.array_equal(a.view(np.uint32)[~nan],
+                                                                      b.view(np.uint32)[~nan]))
+
+
+def test_bf16_rounding_is_bit_exact_against_ml_dtypes_and_onnxruntimes_cast_pair():
+    values = _every_bf16_value_and_the_midpoints_around_it()
+    ours = BF16.round(values)
+    with np.errstate(over="ignore", invalid="ignore"):
+        reference = values.astype(ml_dtypes.bfloat16).astype(np.float32)
+    assert _bits_equal(ours, reference)
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["h"], to=TensorProto.BFLOAT16),
+         helper.make_node("Cast", ["h"], ["y"], to=TensorProto.FLOAT)], "pair",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    for level in (ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
+        options = ort.SessionOptions()
+        options.graph_optimization_level = level
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        assert _bits_equal(ours, session.run(None, {"x": values})[0])
+    # the facts the rules read, at the edges: ties to even, the largest finite value, overflow
+    edges = np.array([1.0001, 3.14159, 70000.5, 256.0, 257.0, 259.0, BF16.max, 3.4e38], np.float32)
+    assert BF16.round(edges).tolist() == [1.0, 3.140625, 70144.0, 256.0, 256.0, 260.0, BF16.max, np.inf]
+    assert BF16.exact_int == 256 and FP16.exact_int == 2048 and BF16.flush == 2.0 ** -134
+
+
+def _l2(tmp_path, *flags: str) -> tuple[dict, onnx.ModelProto]:
+    out = str(tmp_path / "o.onnx")
+    assert main(["convert", generate.model_path(L2), "-o", out, "--inputs", generate.data_path(L2), "-q",
+                 *flags]) == 0
+    return json.load(open(tmp_path / "o.report.json")), onnx.load(out)
+
+
+def _precisions(report: dict) -> dict[str, str]:
+    return {name: d["precision"] for name, d in report["plan"]["nodes"].items()}
+
+
+def test_bf16_holds_the_sum_of_squares_that_overflows_fp16_and_the_written_model_is_bf16(tmp_path):
+    fp16, _ = _l2(tmp_path)
+    assert [p["node"] for p in fp16["pinned"]] == ["sumsq", "norm"]  # 1.2e5 > 65504
+    report, model = _l2(tmp_path, "--low-precision", "bf16")
+    assert report["status"] == "passed" and report["low_precision"] == "bf16" and report["pinned"] == []
+    assert set(_precisions(report).values()) == {"bf16"}
+    assert report["fp16_share"]["flops_by_precision"] == {"bf16": 1.0}
+    casts = [(n.name, n.attribute[0].i) for n in model.graph.node if n.op_type == "Cast"]
+    assert casts == [("x_cast_bf16", TensorProto.BFLOAT16), ("y_bf16_cast_fp32", TensorProto.FLOAT)]
+    assert {p.key: p.value for p in model.metadata_props}["onnx_precision.target"] == "generic"
+
+
+def test_the_fallback_moves_the_overflowing_pins_to_bf16_and_keeps_the_rest_fp16(tmp_path):
+    report, model = _l2(tmp_path, "--fallback", "bf16")
+    assert report["status"] == "passed" and report["pinned"] == []
+    assert _precisions(report) == {"square": "fp16", "sumsq": "bf16", "norm": "bf16", "normalize": "fp16"}
+    reasons = report["plan"]["nodes"]["sumsq"]["reasons"]
+    assert reasons[-1]["detail"].startswith("FP16 fails here; BF16 holds")
+    shares = report["fp16_share"]["flops_by_precision"]
+    assert set(shares) == {"fp16", "bf16"} and abs(sum(shares.values()) - 1) < 1e-9
+    types = {n.name: n.attribute[0].i for n in model.graph.node if n.op_type == "Cast"}
+    assert TensorProto.BFLOAT16 in types.values() and TensorProto.FLOAT16 in types.values()
+    # the written mixed model passes check, which emulates it as written
+    assert main(["check", generate.model_path(L2), str(tmp_path / "o.onnx"), "--inputs",
+                 generate.data_path(L2)]) == 0
+
+
+def test_check_judges_a_bf16_candidate_made_elsewhere_and_fails_a_bad_one(tmp_path):
+    """A candidate written by hand (as another tool would): BF16 rounding of a sum of squares is
+    fine; the same model with the sum stored in FP16 overflows, and check says so."""
+    def candidate(low: int, path: str) -> None:
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])
+        nodes = [helper.make_node("Cast", ["x"], ["xl"], to=low, name="to_low"),
+                 helper.make_node("Mul", ["xl", "xl"], ["sq"], name="square"),
+                 helper.make_node("ReduceSum", ["sq", "axes"], ["s"], name="sumsq", keepdims=1),
+                 helper.make_node("Sqrt", ["s"], ["n"], name="norm"),
+                 helper.make_node("Div", ["xl", "n"], ["yl"], name="normalize"),
+                 helper.make_node("Cast", ["yl"], ["y"], to=TensorProto.FLOAT, name="to_fp32")]
+        axes = onnx.numpy_helper.from_array(np.array([-1], np.int64), "axes")
+        graph = helper.make_graph(nodes, "c", [x], [y], [axes])
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+    good, bad = str(tmp_path / "bf16.onnx"), str(tmp_path / "fp16.onnx")
+    candidate(TensorProto.BFLOAT16, good)
+    candidate(TensorProto.FLOAT16, bad)
+    model, data = generate.model_path(L2), generate.data_path(L2)
+    assert main(["check", model, good, "--inputs", data]) == 0
+    assert main(["check", model, bad, "--inputs", data]) == 1
+
+
+def test_bf16_below_opset_13_is_one_line_and_writes_nothing(tmp_path, capsys):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "g", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    path = str(tmp_path / "old.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)]), path)
+    for flags in (["--low-precision", "bf16"], ["--fallback", "bf16"]):
+        assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), *flags]) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"onnx-precision: error: {path}: BF16 needs ai.onnx opset 13 or later (Cast takes bfloat16 from "
+            f"opset 13) and the model imports opset 11; convert it first with "
+            f"onnx.version_converter.convert_version(model, 13), or use --low-precision fp16")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["old.onnx"]
+
+
+def test_a_fallback_in_the_runs_own_type_is_a_usage_error(tmp_path, capsys):
+    assert main(["convert", generate.model_path(L2), "-o", str(tmp_path / "o.onnx"), "--low-precision", "bf16",
+                 "--fallback", "bf16"]) == 2
+    assert "--fallback bf16 with --low-precision bf16" in capsys.readouterr().err
+    assert not (tmp_path / "o.onnx").exists()
+
+
+@pytest.mark.parametrize("target, blocked", [
+    ("generic", "onnxruntime's CUDA provider has no bfloat16 Conv kernel"),
+    ("tensorrt", None),  # TensorRT builds Conv in BF16 (onnx-tensorrt operators.md)
+])
+def test_a_node_the_target_has_no_bf16_kernel_for_stays_fp32_with_that_reason(tmp_path, target, blocked):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 8, 8])
+    w = onnx.numpy_helper.from_array(np.full((2, 2, 3, 3), 0.1, np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    path = str(tmp_path / "conv.onnx")
+    # Conv's schema takes bfloat16 from Conv-22
+    onnx.save(helper.make_model(helper.make_graph(nodes, "g", [x], [y], [w]),
+                                opset_imports=[helper.make_opsetid("", 22)]), path)
+    out = str(tmp_path / "o.onnx")
+    plan = str(tmp_path / "plan.json")
+    assert main(["convert", path, "-o", out, "--mode", "all-fp16", "--low-precision", "bf16", "--target", target,
+                 "--save-plan", plan, "-q"]) == 0
+    nodes_json = json.load(open(plan))["nodes"]
+    if blocked is None:
+        assert nodes_json["conv"]["precision"] == "bf16"
+    else:
+        assert nodes_json["conv"]["precision"] == "fp32"
+        assert nodes_json["conv"]["reasons"][-1] == {"source": "type", "detail": blocked}
+    assert nodes_json["relu"]["precision"] == "bf16"
+
+
+def test_the_fallback_sends_range_failures_to_bf16_and_precision_failures_to_fp32(tmp_path):
+    """Branch a's sum of squares (about 1e5) overflows FP16 and fits BF16; branch b adds 1000 to
+    values of about 0.05 and takes it off again: stored in FP16 (spacing 0.5 at 1000) or BF16
+    (spacing 4), or read so by the Sub, they are lost, so both stay FP32, and say BF16 failed too."""
+    axes = onnx.numpy_helper.from_array(np.array([-1], np.int64), "axes")
+    offset = onnx.numpy_helper.from_array(np.array(1000.0, np.float32), "offset")
+    nodes = [helper.make_node("Mul", ["a", "a"], ["sq"], name="square"),
+             helper.make_node("ReduceSum", ["sq", "axes"], ["s"], name="sumsq", keepdims=1),
+             helper.make_node("Sqrt", ["s"], ["n"], name="norm"),
+             helper.make_node("Div", ["a", "n"], ["ya"], name="normalize"),
+             helper.make_node("Add", ["b", "offset"], ["shifted"], name="shift"),
+             helper.make_node("Sub", ["shifted", "offset"], ["yb"], name="unshift")]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 64]) for n in ("a", "b", "ya", "yb")]
+    path, data = str(tmp_path / "m.onnx"), str(tmp_path / "m.npz")
+    onnx.save(helper.make_model(helper.make_graph(nodes, "g", io[:2], io[2:], [axes, offset]),
+                                opset_imports=[helper.make_opsetid("", 17)]), path)
+    gen = np.random.default_rng(3)
+    np.savez(data, a=gen.uniform(30, 55, (1, 64)).astype(np.float32),
+             b=gen.normal(0, 0.05, (1, 64)).astype(np.float32))
+    out = str(tmp_path / "o.onnx")
+    assert main(["convert", path, "-o", out, "--inputs", data, "--fallback", "bf16", "-q"]) == 0
+    report = json.load(open(tmp_path / "o.report.json"))
+    assert _precisions(report) == {"square": "fp16", "sumsq": "bf16", "norm": "bf16", "normalize": "fp16",
+                                   "shift": "fp32", "unshift": "fp32"}
+    assert [p["node"] for p in report["pinned"]] == ["shift", "unshift"]
+    assert all(p["reasons"][-1]["detail"].startswith("BF16 fails too: ") for p in report["pinned"])
+    assert main(["check", path, out, "--inputs", data]) == 0
