@@ -57,6 +57,17 @@ class LowPrecision:
         return over, under
 
     @property
+    def max_text(self) -> str:
+        """The largest finite value as messages write it: "65504", "3.39e+38"."""
+        return f"{self.max:.6g}" if self.max < 1e6 else f"{self.max:.3g}"
+
+    @property
+    def tiny_text(self) -> str:
+        """The smallest subnormal as messages write it: "6e-8", "9e-41"."""
+        mantissa, exponent = f"{self.min_subnormal:.0e}".split("e")
+        return f"{mantissa}e{int(exponent)}"
+
+    @property
     def exact_int(self) -> int:
         """Every integer up to this is exact in the type, not every one beyond."""
         return 2 ** (self.significand_bits + 1)

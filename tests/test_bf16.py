@@ -196,3 +196,39 @@ def test_the_fallback_sends_range_failures_to_bf16_and_precision_failures_to_fp3
     assert [p["node"] for p in report["pinned"]] == ["shift", "unshift"]
     assert all(p["reasons"][-1]["detail"].startswith("BF16 fails too: ") for p in report["pinned"])
     assert main(["check", path, out, "--inputs", data]) == 0
+
+
+def test_the_rules_judge_the_runs_own_type():
+    """One table of facts per type: a difference of inputs up to 30 that cancels to at most 1 keeps
+    11 - 4.9 = 6.1 bits in FP16 (fine) and 8 - 4.9 = 3.1 in BF16 (a precision finding); a sum of
+    squares of 1e5 overflows FP16 and not BF16; integers carried in floats are exact up to 2048 in
+    FP16 and up to 256 in BF16."""
+    from onnx_precision import rules
+    from onnx_precision.context import ModelContext
+    from onnx_precision.oracle import TensorStats
+    from onnx_precision.target import GenericTarget
+
+    x = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [8]) for n in ("a", "b", "c")]
+    nodes = [helper.make_node("Sub", ["a", "b"], ["d"], name="diff"),
+             helper.make_node("Mul", ["c", "c"], ["sq"], name="square"),
+             helper.make_node("CumSum", ["sq", "axis"], ["run"], name="running")]
+    axis = onnx.numpy_helper.from_array(np.array(0, np.int64), "axis")
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [8]) for n in ("d", "run")]
+    model = helper.make_model(helper.make_graph(nodes, "g", x, outs, [axis]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+
+    def stats(m: float) -> TensorStats:
+        return TensorStats(m, 0.5, 0.0, 0, 0, 8)
+
+    recorded = {"a": stats(30.0), "b": stats(30.0), "d": stats(1.0), "c": stats(300.0), "sq": stats(9e4),
+                "run": stats(1e5)}
+    found = {}
+    for low in (FP16, BF16):
+        ctx = ModelContext.of(onnx.ModelProto.FromString(model.SerializeToString()))
+        ctx.target = GenericTarget(low)
+        found[low.name] = {(f.rule, f.kind) for f in rules.run_rules(rules.ModelFacts(ctx, recorded)).findings
+                           if f.confirmed}
+    assert ("cancellation", "precision") in found["BF16"] and ("cancellation", "precision") not in found["FP16"]
+    assert ("cumsum", "overflow") in found["FP16"] and ("cumsum", "overflow") not in found["BF16"]
+    [bf16_cancel] = [f for f in rules.run_rules(rules.ModelFacts(ctx, recorded)).findings if f.rule == "cancellation"]
+    assert bf16_cancel.message == "inputs up to 30 cancel to at most 1: the difference keeps 3.1 of BF16's 8 bits"

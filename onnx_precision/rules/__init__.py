@@ -49,6 +49,7 @@ RULES: tuple[Rule, ...] = (
     ops.reciprocal,
     ops.div,
     ops.softmax,
+    ops.cancellation,
     constants.epsilon,
     constants.norm_epsilon,
     constants.constant_range,

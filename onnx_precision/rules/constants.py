@@ -54,7 +54,7 @@ def epsilon(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
         others = [n for i, n in enumerate(node.input) if i != index and n]
         zero = eps <= facts.low.flush
         severity = HIGH if zero else MEDIUM
-        what = "is 0 in FP16" if zero else "is subnormal in FP16"
+        what = f"is 0 in {facts.low.name}" if zero else f"is subnormal in {facts.low.name}"
         confirmed = confirm(
             facts,
             others,
@@ -74,7 +74,8 @@ def epsilon(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
         )
         found = True
     if not found:
-        yield skip("no constant input below FP16's normal range guarding a Sqrt/Div/Reciprocal/Pow/Log")
+        yield skip(f"no constant input below {facts.low.name}'s normal range guarding a "
+                   f"Sqrt/Div/Reciprocal/Pow/Log")
 
 
 @rule("LayerNormalization", "GroupNormalization", "InstanceNormalization", "BatchNormalization")
@@ -83,7 +84,7 @@ def norm_epsilon(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     add it in FP32, so this is a warning, and ranges cannot decide it."""
     eps = attr(node, "epsilon", 1e-5)
     if not (isinstance(eps, float) and eps < facts.low.min_normal):
-        yield skip(f"epsilon {eps} is within FP16's normal range")
+        yield skip(f"epsilon {eps} is within {facts.low.name}'s normal range")
     else:
         zero = eps <= facts.low.flush
         yield finding(
@@ -91,8 +92,8 @@ def norm_epsilon(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
             "epsilon-underflow",
             UNDERFLOW,
             LOW,
-            f"epsilon attribute {eps:.3g} {'is 0' if zero else 'is subnormal'} in FP16 kernels "
-            "that add it in FP16",
+            f"epsilon attribute {eps:.3g} {'is 0' if zero else 'is subnormal'} in {facts.low.name} kernels "
+            f"that add it in {facts.low.name}",
             None,
             epsilon=eps,
         )
@@ -123,7 +124,7 @@ def constant_range(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
                 "constant-overflow",
                 OVERFLOW,
                 HIGH,
-                f"constant '{name}' has |x| up to {max_abs:.4g}, inf in FP16",
+                f"constant '{name}' has |x| up to {max_abs:.4g}, inf in {facts.low.name}",
                 True,
                 constant=name,
                 max_abs=max_abs,
@@ -137,7 +138,7 @@ def constant_range(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
                 "constant-underflow",
                 UNDERFLOW,
                 MEDIUM if material else LOW,
-                f"constant '{name}' has nonzero |x| down to {min_nonzero:.3g}, 0 in FP16"
+                f"constant '{name}' has nonzero |x| down to {min_nonzero:.3g}, 0 in {facts.low.name}"
                 + ("" if material else f" (negligible next to its max |x| {max_abs:.3g})"),
                 True,
                 constant=name,
@@ -173,7 +174,8 @@ def mask_constant(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
             "mask-constant",
             OVERFLOW,
             severity,
-            f"mask constant {value:.3g} is {fp16} in FP16" + (f": {hazards[0]}" if hazards else ""),
+            f"mask constant {value:.3g} is {fp16} in {facts.low.name}"
+            + (f": {hazards[0]}" if hazards else ""),
             True,
             constant=name,
             value=value,
@@ -186,7 +188,8 @@ _INTEGER_VALUED = ("Floor", "Ceil", "Round", "Range")
 
 @rule("Cast", *_INTEGER_VALUED)
 def float_integer(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
-    """Integers carried in floats (positions, shapes, indices) are exact in FP16 only up to 2048."""
+    """Integers carried in floats (positions, shapes, indices) are exact in FP16 only up to 2048, in
+    BF16 only up to 256."""
     if not node.output or not facts.is_float(node.output[0]):
         yield skip("no float32 output")
         return
@@ -201,7 +204,7 @@ def float_integer(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
         "float-integer",
         PRECISION,
         MEDIUM,
-        "integer values carried in floats are exact in FP16 only up to 2048",
+        f"integer values carried in floats are exact in {facts.low.name} only up to {facts.low.exact_int}",
         confirmed,
         **range_evidence(facts, "output", node.output[0]),
     )
@@ -241,7 +244,7 @@ def flush_to_zero(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
             continue
         reached = facts.downstream_ops(name, 3, stop_at=_ABSORBING)
         fragile = sorted({c.op_type for c in reached} & _FRAGILE)
-        message = f"{stats.flush_fraction:.0%} of the nonzero values flush to zero in FP16"
+        message = f"{stats.flush_fraction:.0%} of the nonzero values flush to zero in {facts.low.name}"
         if fragile:
             message += f" before {'/'.join(fragile)}"
         yield finding(

@@ -50,12 +50,48 @@ def cumsum(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     overflow = confirm(facts, [node.output[0]], facts.overflows)
     over = _over("running sum", length)
     if overflow:
-        yield finding(node, "cumsum", OVERFLOW, HIGH, f"{over} reaches beyond 65504", True, **evidence)
+        yield finding(node, "cumsum", OVERFLOW, HIGH, f"{over} reaches beyond {facts.low.max_text}", True,
+                      **evidence)
         return
     lossy = confirm(facts, [node.input[0], node.output[0]],
                     lambda i, o: o.max_abs > facts.low.exact_int * max(i.max_abs, facts.low.min_subnormal))
-    yield finding(node, "cumsum", PRECISION, MEDIUM, f"{over}: increments fall below FP16 spacing", lossy,
+    yield finding(node, "cumsum", PRECISION, MEDIUM, f"{over}: increments fall below {facts.low.name} "
+                                                     f"spacing", lossy,
                   **evidence)
+
+
+# Bits of its significand a difference must keep: fewer, and its relative error passes 1/16.
+KEPT_BITS = 4
+
+
+@rule("Sub")
+def cancellation(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
+    """x - y of nearly equal values keeps only the bits their magnitude leaves it: inputs stored with
+    p significand bits at magnitude M give a difference of magnitude m about p + 1 - log2(M / m)
+    correct bits. BF16 (8) runs out 8x sooner than FP16 (11): LayerNorm's x - mean on rows with a
+    large offset, a position minus a nearby one."""
+    names = [n for n in node.input if n]
+    if len(names) != 2 or not node.output:
+        yield skip("not a difference of two tensors")
+        return
+    ranges = [facts.range_of(n) for n in (*names, node.output[0])]
+    if any(r is None for r in ranges):
+        yield skip("no recorded range")
+        return
+    big = max(r.max_abs for r in ranges[:2] if r is not None)
+    out = ranges[2]
+    if out is None or not 0 < out.max_abs < math.inf or not math.isfinite(big):
+        yield skip("no finite nonzero difference recorded")
+        return
+    kept = facts.low.significand_bits + 1 - math.log2(max(big / out.max_abs, 1.0))
+    if kept >= KEPT_BITS:
+        yield skip(f"the difference keeps {kept:.1f} of {facts.low.significand_bits + 1} bits in "
+                   f"{facts.low.name}")
+        return
+    yield finding(node, "cancellation", PRECISION, MEDIUM,
+                  f"inputs up to {big:.4g} cancel to at most {out.max_abs:.3g}: the difference keeps "
+                  f"{max(kept, 0):.1f} of {facts.low.name}'s {facts.low.significand_bits + 1} bits", True,
+                  **range_evidence(facts, "output", node.output[0]))
 
 
 _REDUCE_OUTPUT_IS_SUM = {"ReduceSum", "ReduceSumSquare", "ReduceL1"}
@@ -80,7 +116,7 @@ def reduction(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
         what = "sum of squares" if squares else "sum"
         verb = "exceeds" if confirmed else "can exceed"
         yield finding(node, "reduction-overflow", OVERFLOW, severity,
-                      f"{_over(what, length)} {verb} 65504", confirmed, **evidence)
+                      f"{_over(what, length)} {verb} {facts.low.max_text}", confirmed, **evidence)
         return
     # The output is a mean, a norm or a log: estimate the internal sum from it.
     def internal(s: Stats) -> float:
@@ -95,9 +131,9 @@ def reduction(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
         evidence["internal_sum_estimate"] = float(internal(stats))
     # TensorRT builds ReduceL2/ReduceLogSumExp from layers that store the sum in FP16 (trt.ops)
     stored = facts.ctx.target.stored_in_layers(node.op_type)
-    where = stored or "kernels accumulate in FP16"
+    where = stored or f"kernels accumulate in {facts.low.name}"
     yield finding(node, "reduction-accumulator", OVERFLOW, HIGH if stored else LOW,
-                  f"{_over('internal sum', length)} can exceed 65504 where {where}",
+                  f"{_over('internal sum', length)} can exceed {facts.low.max_text} where {where}",
                   confirmed, **evidence)
 
 
@@ -109,13 +145,13 @@ def contraction(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     evidence = {"depth": depth, **range_evidence(facts, "output", node.output[0])}
     if overflow:
         yield finding(node, "long-contraction", OVERFLOW, HIGH,
-                      f"inner products of depth {depth} exceed 65504", True, **evidence)
+                      f"inner products of depth {depth} exceed {facts.low.max_text}", True, **evidence)
     elif depth is not None and depth >= LONG_REDUCTION:
         yield finding(node, "long-contraction", PRECISION, LOW,
                       f"inner products of depth {depth} accumulate rounding error", overflow, **evidence)
     else:
         yield skip(f"inner products of depth {depth if depth is not None else 'unknown'}, "
-                   f"{'no output past 65504' if overflow is False else 'no recorded range'}")
+                   f"no output past {facts.low.max_text}" if overflow is False else "no recorded range")
 
 
 @rule("Exp")
@@ -124,7 +160,7 @@ def exp(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     confirmed = confirm(facts, [node.output[0]], facts.overflows)
     verb = "overflows" if confirmed else "can overflow"
     yield finding(node, "exp-overflow", OVERFLOW, HIGH,
-                  f"exp {verb} FP16 (inputs above {math.log(facts.low.max):.2f})", confirmed,
+                  f"exp {verb} {facts.low.name} (inputs above {math.log(facts.low.max):.2f})", confirmed,
                   **range_evidence(facts, "input", node.input[0]),
                   **range_evidence(facts, "output", node.output[0]))
 
@@ -142,11 +178,11 @@ def power(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     overflow = confirm(facts, [node.output[0]], facts.overflows)
     limit = facts.low.max ** (1.0 / p) if p is not None and p > 1 else None
     if overflow:
-        message = "power exceeds 65504"
+        message = f"power exceeds {facts.low.max_text}"
     elif limit:
-        message = f"x**{p:g} overflows FP16 for |x| > {limit:.4g}"
+        message = f"x**{p:g} overflows {facts.low.name} for |x| > {limit:.4g}"
     else:
-        message = "power can leave FP16's range"
+        message = f"power can leave {facts.low.name}'s range"
     yield finding(node, "pow-overflow", OVERFLOW, HIGH if overflow else MEDIUM, message, overflow, **evidence)
 
 
@@ -157,7 +193,8 @@ def _tiny_input(node: onnx.NodeProto, facts: ModelFacts, index: int, rule_name: 
     name = node.input[index]
     evidence = {**range_evidence(facts, "input", name), **range_evidence(facts, "output", node.output[0])}
     if confirm(facts, [node.output[0]], facts.overflows):
-        yield finding(node, rule_name, OVERFLOW, HIGH, "result exceeds 65504 (divided by a tiny value)",
+        yield finding(node, rule_name, OVERFLOW, HIGH, f"result exceeds {facts.low.max_text} (divided by "
+                                                       f"a tiny value)",
                       True, **evidence)
         return
     yield finding(node, rule_name, UNDERFLOW, severity, message, confirm(facts, [name], flushes), **evidence)
@@ -167,21 +204,24 @@ def _tiny_input(node: onnx.NodeProto, facts: ModelFacts, index: int, rule_name: 
 def log(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     """log of a value that flushed to zero is -inf."""
     yield from _tiny_input(node, facts, 0, "log-tiny-input", HIGH,
-                           "inputs below 6e-8 flush to zero in FP16 and log(0) = -inf")
+                           f"inputs below {facts.low.tiny_text} flush to zero in {facts.low.name} and "
+                           f"log(0) = -inf")
 
 
 @rule("Sqrt")
 def sqrt(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     """sqrt of a flushed value is 0, which a later division turns into inf."""
     yield from _tiny_input(node, facts, 0, "sqrt-tiny-input", MEDIUM,
-                           "inputs below 6e-8 flush to zero in FP16; sqrt(0) then divides to inf",
+                           f"inputs below {facts.low.tiny_text} flush to zero in {facts.low.name}; "
+                           f"sqrt(0) then divides to inf",
                            flushes_much)
 
 
 @rule("Reciprocal")
 def reciprocal(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     yield from _tiny_input(node, facts, 0, "tiny-denominator", HIGH,
-                           "denominators below 6e-8 flush to zero in FP16: 1/0 = inf")
+                           f"denominators below {facts.low.tiny_text} flush to zero in {facts.low.name}: "
+                           f"1/0 = inf")
 
 
 @rule("Div")
@@ -191,10 +231,11 @@ def div(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     if denominator is not None:
         magnitudes = np.abs(denominator.astype(np.float64))
         if np.all(magnitudes >= facts.low.min_normal):
-            yield skip("a constant divisor in FP16's normal range: nothing to flush")
+            yield skip(f"a constant divisor in {facts.low.name}'s normal range: nothing to flush")
             return
     yield from _tiny_input(node, facts, 1, "tiny-denominator", MEDIUM,
-                           "denominators below 6e-8 flush to zero in FP16: x/0 = inf")
+                           f"denominators below {facts.low.tiny_text} flush to zero in {facts.low.name}: "
+                           f"x/0 = inf")
 
 
 @rule("Softmax", "LogSoftmax")
@@ -203,20 +244,22 @@ def softmax(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     matters when they are later divided by or logged."""
     if node.op_type == "LogSoftmax":
         confirmed = confirm(facts, [node.output[0]], facts.overflows)
-        yield finding(node, "softmax", OVERFLOW, LOW, "log-probabilities below -65504 overflow",
+        yield finding(node, "softmax", OVERFLOW, LOW, f"log-probabilities below -{facts.low.max_text} "
+                                                      f"overflow",
                       confirmed, **range_evidence(facts, "output", node.output[0]))
         layers = facts.ctx.target.stored_in_layers(node.op_type)
         if layers:  # the probabilities stored in FP16 between the layers
             flushed = confirm(facts, [node.output[0]], lambda s: log_softmax_underflows(s.max_abs))
             yield finding(node, "log-softmax-layers", UNDERFLOW, HIGH if flushed else MEDIUM,
-                          f"{layers}: probabilities below 6e-8 are stored as 0 in FP16 and their log is "
+                          f"{layers}: probabilities below {facts.low.tiny_text} are stored as 0 in "
+                          f"{facts.low.name} and their log is "
                           "-inf", flushed,
                           **range_evidence(facts, "output", node.output[0]))
         return
     downstream = {c.op_type for c in facts.downstream_ops(node.output[0], 2)}
     fragile = sorted(downstream & {"Log", "Div", "Reciprocal"})
     severity = MEDIUM if fragile else LOW
-    message = "probabilities below 6e-8 flush to zero in FP16"
+    message = f"probabilities below {facts.low.tiny_text} flush to zero in {facts.low.name}"
     if fragile:
         message += f" before {'/'.join(fragile)}"
     yield finding(node, "softmax", UNDERFLOW, severity, message,
