@@ -232,3 +232,28 @@ def test_the_rules_judge_the_runs_own_type():
     assert ("cumsum", "overflow") in found["FP16"] and ("cumsum", "overflow") not in found["BF16"]
     [bf16_cancel] = [f for f in rules.run_rules(rules.ModelFacts(ctx, recorded)).findings if f.rule == "cancellation"]
     assert bf16_cancel.message == "inputs up to 30 cancel to at most 1: the difference keeps 3.1 of BF16's 8 bits"
+
+
+def test_the_flags_file_writes_bf16_where_trtexec_takes_it_and_points_to_the_strongly_typed_model(tmp_path):
+    model, data = generate.model_path(L2), generate.data_path(L2)
+    flags = str(tmp_path / "f.txt")
+    assert main(["convert", model, "-o", str(tmp_path / "o.onnx"), "--inputs", data, "--fallback", "bf16",
+                 "--trt-flags", flags, "-q"]) == 0
+    lines = open(flags).read().splitlines()
+    assert lines[0] == "# onnx-precision: TensorRT flags for 0 node(s) pinned to FP32 and 2 in BF16."
+    old = lines[lines.index("# TensorRT 8.6 to 9.0 (weakly typed; these flags are deprecated in 10.12 and removed "
+                            "in 11.0).") + 2]
+    assert old == f"trtexec --onnx={model} --fp16"
+    new = lines[lines.index("# TensorRT 9.1 to 10.11 (weakly typed; these flags are deprecated in 10.12 and "
+                            "removed in 11.0).") + 1]
+    assert new == (f"trtexec --onnx={model} --fp16 --bf16 --precisionConstraints=obey "
+                   f"--layerPrecisions=sumsq:bf16,norm:bf16 --layerOutputTypes=sumsq:bf16,norm:bf16")
+    hint = "build the Cast-pinned model with --stronglyTyped (TensorRT 10.x) instead"
+    assert f"#   not expressed: the 2 BF16 node(s): trtexec before 9.1 has no bf16; {hint}" in lines
+    assert (f"#   not expressed: the FP16 layers: with --bf16 on, TensorRT may run an unconstrained layer in BF16 "
+            f"rather than FP16; {hint}") in lines
+    assert any(line.startswith(f"polygraphy convert {model} --fp16 --bf16 --precision-constraints obey "
+                               f"--layer-precisions sumsq:bfloat16 norm:bfloat16") for line in lines)
+    assert main(["convert", model, "-o", str(tmp_path / "b.onnx"), "--inputs", data, "--low-precision", "bf16",
+                 "--trt-flags", flags, "-q"]) == 0
+    assert f"trtexec --onnx={model} --bf16" in open(flags).read().splitlines()

@@ -35,11 +35,12 @@ import onnx
 
 from ..errors import UsageError
 from ..graph import walk_nodes
-from ..plan import PrecisionPlan
+from ..plan import Precision, PrecisionPlan
 from ..tolerance import Tolerance
 from ..typing_rules import elem_type, tensor_types
 from .naming import INTERNAL_PREFIXES, LayersCache, NodeNames, trt_layer_names
 from .versions import (
+    BF16_RELEASES,
     LAST_WEAKLY_TYPED,
     OUTPUT_TYPES_INT64_BOOL,
     RELEASES,
@@ -62,7 +63,8 @@ _TRT_TYPE_NAMES: dict[int, str] = {
     onnx.TensorProto.BOOL: "bool",
 }
 
-_FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
+_POLYGRAPHY_TYPES = {"fp32": "float32", "bf16": "bfloat16"}
+_FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
 
 # Characters trtexec's parsing of "name:value,name:value" lists cannot carry in a name (':' is fine:
 # splitNameAndValue splits on the last one).
@@ -83,9 +85,10 @@ class TrtFlags:
     problems: tuple[str, ...] = ()
     input_formats: tuple[str, ...] = ()
     output_formats: tuple[str, ...] = ()
+    switches: tuple[str, ...] = ("--fp16",)  # the 16-bit types the plan uses: --fp16, --bf16 (9.1+)
 
     def weakly_typed_args(self) -> list[str]:
-        args = ["--fp16"]
+        args = list(self.switches)
         if self.layer_precisions:
             args += ["--precisionConstraints=obey",
                      "--layerPrecisions=" + ",".join(f"{n}:{p}" for n, p in self.layer_precisions)]
@@ -244,11 +247,11 @@ def _computes_on_floats(node: onnx.NodeProto, types: Mapping[str, int | None]) -
     return any(types.get(t) in _FLOAT_TYPES for t in list(node.input) + list(node.output) if t)
 
 
-def _output_type_name(elem: int | None) -> str:
-    # A float output of an FP32-pinned layer is FP32 by definition of the pin; other outputs keep
-    # their own type so the constraint list stays complete.
+def _output_type_name(elem: int | None, precision: str = "fp32") -> str:
+    # A float output of a constrained layer has the layer's precision by definition of the
+    # constraint; other outputs keep their own type so the constraint list stays complete.
     if elem is None or elem in _FLOAT_TYPES:
-        return "fp32"
+        return precision
     return _TRT_TYPE_NAMES.get(elem, "fp32")
 
 
@@ -277,11 +280,23 @@ class _Model:
         self.nodes = {ref.node.name: ref.node for ref in walk_nodes(model.graph)}
         self.originals = {new: old for old, new in renamed}
         self.layers: LayersCache = {}
+        self.lows = frozenset(d.precision for d in plan.decisions.values() if d.precision.is_low)
 
     def pinned(self, name: str) -> bool:
+        return self.constrained(name) == "fp32"
+
+    def constrained(self, name: str) -> str | None:
+        """The precision the flags must hold the node's layers to: "fp32" for a pin, "bf16" for a BF16
+        node of a plan that also has FP16 nodes (a BF16-only plan is --bf16 alone), None for the
+        others and for nodes that are no float layer."""
         node = self.nodes[name]
-        return (name in self.plan.decisions and not self.plan.is_low(name)
-                and node.op_type not in _NOT_FLOAT_LAYERS and _computes_on_floats(node, self.types))
+        decision = self.plan.decisions.get(name)
+        if decision is None or node.op_type in _NOT_FLOAT_LAYERS or not _computes_on_floats(node, self.types):
+            return None
+        if decision.precision is Precision.FP32:
+            return "fp32"
+        mixed = len(self.lows) > 1
+        return "bf16" if decision.precision is Precision.BF16 and mixed else None
 
 
 class _Others:
@@ -307,59 +322,21 @@ class _Others:
 
 def _flags(m: _Model, version: TrtVersion) -> tuple[TrtFlags, list[NodeNames]]:
     names = trt_layer_names(m.model, version, original_names=m.originals, cache=m.layers)
-    pinned_nodes = [n for n in names if m.pinned(n.node)]
-    pinned = {n.node for n in pinned_nodes}
-    others = _Others(names, pinned)
-    precisions: list[tuple[str, str]] = []
-    output_types: list[tuple[str, tuple[str, ...]]] = []
-    problems: list[str] = []
-    patterns: set[str] = set()
-    int_types_ok = version in OUTPUT_TYPES_INT64_BOOL
-    for n in pinned_nodes:
-        node = m.nodes[n.node]
-        what = f"node '{n.base}' ({n.op_type})"
-        bad = _unparseable(n.base)
-        if bad:
-            problems.append(f"{what} cannot be named in trtexec's flags: {bad}; rename it in the model, or "
-                            f"{STRONGLY_TYPED_HINT}")
-            continue
-        if not n.named:
-            if n.unreachable:
-                problems.append(f"{what}: onnx-tensorrt names none of its layers after it, so no flag can "
-                                f"pin "
-                                f"it; {STRONGLY_TYPED_HINT}")
-            continue
-        if n.base in n.named:
-            precisions.append((n.base, "fp32"))
-            only_layer = len(n.layers) == 1
-            out = (tuple(_output_type_name(m.types.get(o)) for o in node.output if o) if only_layer
-                   else ("fp32",))
-            if not int_types_ok and any(t in ("int64", "bool") for t in out):
-                problems.append(f"{what}: trtexec before 9.1 rejects int64 and bool in --layerOutputTypes, "
-                                f"so its "
-                                f"output types are left to TensorRT")
-            else:
-                output_types.append((n.base, out))
-        extra = [name for name in n.named if name != n.base]
-        if extra and version not in TRTEXEC_PATTERNS:
-            problems.append(f"{what}: trtexec before 9.1 matches layer names exactly (no patterns), so its "
-                            f"layers {', '.join(extra)} cannot be named; {STRONGLY_TYPED_HINT}")
-        elif extra and n.base not in patterns:
-            clash = others.clash(n.base)
-            if clash:
-                problems.append(f"{what}: its layers {', '.join(extra)} need the pattern '{n.base}_*', "
-                                f"which would "
-                                f"also pin {', '.join(clash)}; rename the node, or {STRONGLY_TYPED_HINT}")
-            else:
-                patterns.add(n.base)
-                precisions.append((f"{n.base}_*", "fp32"))
-                if all(layer.float_output for layer, name in n.layers if name in extra):
-                    output_types.append((f"{n.base}_*", ("fp32",)))
-        if n.unreachable:
-            kinds = ", ".join(layer.kind for layer in n.unreachable)
-            problems.append(f"{what}: onnx-tensorrt gives its {kinds} layer(s) no name (TensorRT calls them "
-                            f"'(Unnamed Layer* N) [...]'), so no flag can keep them out of FP16; "
-                            f"{STRONGLY_TYPED_HINT}")
+    constrained = {precision: [n for n in names if m.constrained(n.node) == precision]
+                   for precision in ("fp32", "bf16")}
+    others = _Others(names, {n.node for group in constrained.values() for n in group})
+    layers = _LayerConstraints(m, version, others)
+    bf16 = version in BF16_RELEASES
+    if not bf16 and Precision.BF16 in m.lows:
+        layers.problems.append(f"the {len(m.plan.nodes_in(Precision.BF16))} BF16 node(s): trtexec before 9.1 "
+                               f"has no bf16; {STRONGLY_TYPED_HINT}")
+    for precision, group in constrained.items():
+        for n in group if bf16 or precision != "bf16" else ():
+            layers.constrain(n, precision)
+    if bf16 and m.lows == {Precision.FP16, Precision.BF16}:
+        layers.problems.append("the FP16 layers: with --bf16 on, TensorRT may run an unconstrained layer in "
+                               f"BF16 rather than FP16; {STRONGLY_TYPED_HINT}")
+    precisions, output_types, problems = layers.precisions, layers.output_types, layers.problems
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
     if m.plan.fp16_io:
@@ -370,8 +347,71 @@ def _flags(m: _Model, version: TrtVersion) -> tuple[TrtFlags, list[NodeNames]]:
                             "--inputIOFormats/--outputIOFormats are left out (the engine keeps FP32 I/O)")
         else:
             inputs, outputs = tuple(f for f in ins if f), tuple(f for f in outs if f)
-    flags = TrtFlags(tuple(precisions), tuple(output_types), tuple(dict.fromkeys(problems)), inputs, outputs)
+    switches = tuple(f"--{p.value}" for p in (Precision.FP16, Precision.BF16)
+                     if p in m.lows and (bf16 or p is Precision.FP16)) or ("--fp16",)
+    flags = TrtFlags(tuple(precisions), tuple(output_types), tuple(dict.fromkeys(problems)), inputs, outputs,
+                     switches)
     return flags, names
+
+
+class _LayerConstraints:
+    """The --layerPrecisions and --layerOutputTypes entries of one release, node by node, and what
+    they cannot express."""
+
+    def __init__(self, m: _Model, version: TrtVersion, others: _Others) -> None:
+        self.m = m
+        self.version = version
+        self.others = others
+        self.precisions: list[tuple[str, str]] = []
+        self.output_types: list[tuple[str, tuple[str, ...]]] = []
+        self.problems: list[str] = []
+        self.patterns: set[str] = set()
+
+    def constrain(self, n: NodeNames, precision: str) -> None:
+        """The entries that keep node ``n``'s layers in ``precision`` ("fp32", "bf16")."""
+        m, version = self.m, self.version
+        node = m.nodes[n.node]
+        what = f"node '{n.base}' ({n.op_type})"
+        bad = _unparseable(n.base)
+        if bad:
+            self.problems.append(f"{what} cannot be named in trtexec's flags: {bad}; rename it in the model, "
+                                 f"or {STRONGLY_TYPED_HINT}")
+            return
+        if not n.named:
+            if n.unreachable:
+                self.problems.append(f"{what}: onnx-tensorrt names none of its layers after it, so no flag "
+                                     f"can pin it; {STRONGLY_TYPED_HINT}")
+            return
+        if n.base in n.named:
+            self.precisions.append((n.base, precision))
+            only_layer = len(n.layers) == 1
+            out = (tuple(_output_type_name(m.types.get(o), precision) for o in node.output if o)
+                   if only_layer else (precision,))
+            if version not in OUTPUT_TYPES_INT64_BOOL and any(t in ("int64", "bool") for t in out):
+                self.problems.append(f"{what}: trtexec before 9.1 rejects int64 and bool in "
+                                     f"--layerOutputTypes, so its output types are left to TensorRT")
+            else:
+                self.output_types.append((n.base, out))
+        extra = [name for name in n.named if name != n.base]
+        if extra and version not in TRTEXEC_PATTERNS:
+            self.problems.append(f"{what}: trtexec before 9.1 matches layer names exactly (no patterns), so "
+                                 f"its layers {', '.join(extra)} cannot be named; {STRONGLY_TYPED_HINT}")
+        elif extra and n.base not in self.patterns:
+            clash = self.others.clash(n.base)
+            if clash:
+                self.problems.append(f"{what}: its layers {', '.join(extra)} need the pattern '{n.base}_*', "
+                                     f"which would also pin {', '.join(clash)}; rename the node, or "
+                                     f"{STRONGLY_TYPED_HINT}")
+            else:
+                self.patterns.add(n.base)
+                self.precisions.append((f"{n.base}_*", precision))
+                if all(layer.float_output for layer, name in n.layers if name in extra):
+                    self.output_types.append((f"{n.base}_*", (precision,)))
+        if n.unreachable:
+            kinds = ", ".join(layer.kind for layer in n.unreachable)
+            self.problems.append(f"{what}: onnx-tensorrt gives its {kinds} layer(s) no name (TensorRT calls "
+                                 f"them '(Unnamed Layer* N) [...]'), so no flag can keep them out of FP16; "
+                                 f"{STRONGLY_TYPED_HINT}")
 
 
 def trt_flags(model: onnx.ModelProto, plan: PrecisionPlan, *, version: TrtVersion = LAST_WEAKLY_TYPED,
@@ -401,6 +441,7 @@ class FlagsByRelease:
     groups: tuple[ReleaseFlags, ...]
     names: tuple[NodeNames, ...]
     pinned: frozenset[str]
+    model: _Model
 
 
 def flags_by_release(model: onnx.ModelProto, plan: PrecisionPlan, *, renamed: Sequence[tuple[str, str]] = (),
@@ -416,7 +457,8 @@ def flags_by_release(model: onnx.ModelProto, plan: PrecisionPlan, *, renamed: Se
             groups[-1] = ReleaseFlags(groups[-1].releases + (version,), flags)
         else:
             groups.append(ReleaseFlags((version,), flags))
-    return FlagsByRelease(tuple(groups), tuple(names), frozenset(n.node for n in names if m.pinned(n.node)))
+    pinned = frozenset(n.node for n in names if m.pinned(n.node))
+    return FlagsByRelease(tuple(groups), tuple(names), pinned, m)
 
 
 def _quote(args: Iterable[str]) -> str:
@@ -427,18 +469,19 @@ def _engine_path(model_path: str) -> str:
     return os.path.splitext(model_path)[0] + ".engine"
 
 
-def _polygraphy_lines(names: Sequence[NodeNames], plan_pinned: frozenset[str], profile: ShapeProfile,
+def _polygraphy_lines(names: Sequence[NodeNames], m: _Model, profile: ShapeProfile,
                       original_path: str, converted_path: str, fp16_io: bool, io_names: list[str],
                       verdict: Verdict) -> list[str]:
     exact, unnamed_extra = [], []
     for n in names:
-        if n.node not in plan_pinned:
+        constrained = m.constrained(n.node)
+        if constrained is None:
             continue
         if n.base in n.named:
-            exact.append(f"{n.base}:float32")
+            exact.append(f"{n.base}:{_POLYGRAPHY_TYPES[constrained]}")
         if any(name != n.base for name in n.named):
             unnamed_extra.append(n.base)
-    constraints = ["--fp16"]
+    constraints = [f"--{p.value}" for p in (Precision.FP16, Precision.BF16) if p in m.lows] or ["--fp16"]
     if exact:
         constraints += ["--precision-constraints", "obey", "--layer-precisions", *exact]
     header = (f"# Polygraphy: the same pins by exact layer name (it has no patterns; names as TensorRT "
@@ -448,7 +491,8 @@ def _polygraphy_lines(names: Sequence[NodeNames], plan_pinned: frozenset[str], p
         lines.append(f"#   not expressed: the layers <name>_<k> of {', '.join(unnamed_extra)} (the "
                      f"--strongly-typed "
                      f"line below pins them)")
-    io = ["--tensor-datatypes", *(f"{name}:float16" for name in io_names)] if fp16_io and io_names else []
+    io_type = "bfloat16" if m.lows == {Precision.BF16} else "float16"
+    io = ["--tensor-datatypes", *(f"{name}:{io_type}" for name in io_names)] if fp16_io and io_names else []
     lines.append(_quote(["polygraphy", "convert", original_path, *constraints, *io,
                          *profile.polygraphy_args(),
                          "-o", _engine_path(original_path)]))
@@ -505,7 +549,9 @@ def trt_flags_text(model: onnx.ModelProto, plan: PrecisionPlan, original_path: s
     by_release = flags_by_release(model, plan, renamed=renamed, types=types)
     shape_range = shape_profile(model, input_shapes, profile)
     shapes = shape_range.trtexec_args()
-    lines = [f"# onnx-precision: TensorRT flags for {len(by_release.pinned)} node(s) pinned to FP32."]
+    bf16 = plan.nodes_in(Precision.BF16) if Precision.FP16 in by_release.model.lows else ()
+    lines = [f"# onnx-precision: TensorRT flags for {len(by_release.pinned)} node(s) pinned to FP32"
+             + (f" and {len(bf16)} in BF16." if bf16 else ".")]
     lines += shape_range.comment()
     for i, group in enumerate(by_release.groups):
         span = span_text(list(group.releases))
@@ -526,7 +572,7 @@ def trt_flags_text(model: onnx.ModelProto, plan: PrecisionPlan, original_path: s
     lines += [f"#   not expressed: {p}" for p in shape_range.problems]
     io_names = [vi.name for vi in _graph_inputs(model) + list(model.graph.output)
                 if vi.type.tensor_type.elem_type in _FLOAT_TYPES]
-    lines += _polygraphy_lines(by_release.names, by_release.pinned, shape_range, original_path,
+    lines += _polygraphy_lines(by_release.names, by_release.model, shape_range, original_path,
                                converted_path, plan.fp16_io, io_names, verdict)
     return "\n".join(lines) + "\n"
 
