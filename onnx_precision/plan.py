@@ -217,7 +217,8 @@ def _read_json(path: str) -> object:
 
 
 def _point_plan(report: object, point: int, source: str) -> PrecisionPlan:
-    """The plan of trade-off point ``point`` of a report: its FP32 nodes, the rest left to the run."""
+    """The plan of trade-off point ``point`` of a report: its FP32 nodes and BF16 nodes (a point of
+    --fallback bf16), the rest left to the run."""
     points = report.get("tradeoff", {}).get("points") if isinstance(report, Mapping) else None
     if not isinstance(points, list):
         raise PlanError(f"{source}: not a conversion report with a trade-off (no 'tradeoff' points)")
@@ -226,7 +227,12 @@ def _point_plan(report: object, point: int, source: str) -> PrecisionPlan:
         known = ", ".join(str(p.get("point")) for p in points if isinstance(p, Mapping))
         raise PlanError(f"{source}: the report has no trade-off point {point} (points: {known})")
     reason = Reason("user", f"--plan {source}")
-    return PrecisionPlan({str(n): NodeDecision(Precision.FP32, (reason,)) for n in found[0]["pinned"]})
+    bf16 = found[0].get("bf16", [])
+    if not isinstance(bf16, list):
+        raise PlanError(f"{source}: trade-off point {point} has 'bf16' {bf16!r}, not a list of node names")
+    decisions = {str(n): NodeDecision(Precision.FP32, (reason,)) for n in found[0]["pinned"]}
+    decisions.update({str(n): NodeDecision(Precision.BF16, (reason,)) for n in bf16})
+    return PrecisionPlan(decisions)
 
 
 def _reason_problem(obj: object) -> str:

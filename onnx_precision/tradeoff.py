@@ -33,19 +33,22 @@ class PlanPoint:
     fp16_flop_share: float
     passed: bool
     errors: Mapping[str, float]  # output -> worst error statistic over the samples probed
+    bf16: tuple[str, ...] = ()  # the nodes in BF16 in a plan that also has FP16 ones (--fallback bf16)
 
     @property
     def worst_error(self) -> float:
         return max(self.errors.values(), default=0.0)
 
     def to_json(self) -> dict:
-        return json_safe({"point": self.index, "pinned": list(self.pinned), "passed": self.passed,
-                          "fp16_flop_share": self.fp16_flop_share, "errors": dict(self.errors)})
+        out = {"point": self.index, "pinned": list(self.pinned), "passed": self.passed,
+               "fp16_flop_share": self.fp16_flop_share, "errors": dict(self.errors)}
+        return json_safe({**out, "bf16": list(self.bf16)} if self.bf16 else out)
 
     @staticmethod
     def from_json(obj: Mapping) -> PlanPoint:
         return PlanPoint(int(obj["point"]), tuple(obj["pinned"]), float(obj["fp16_flop_share"]),
-                         bool(obj["passed"]), {k: float(v) for k, v in obj["errors"].items()})
+                         bool(obj["passed"]), {k: float(v) for k, v in obj["errors"].items()},
+                         tuple(obj.get("bf16", ())))
 
 
 def output_errors(comparison: Comparison, tol: Tolerance) -> dict[str, float]:

@@ -45,6 +45,7 @@ class Picture:
     chosen: int | None = None  # the point of the plan the run chose
     tolerance: ToleranceLine | None = None
     note: str = ""  # why nothing was searched (or measured), "" after a search
+    low: str = "FP16"  # what the share on x counts: "FP16", "BF16", or "16-bit" for a mixed plan
 
 
 @dataclass(frozen=True)
@@ -106,11 +107,11 @@ def front_svg(picture: Picture) -> str:
                          anchor="middle", size=13, fill="#444444"))
         return "\n".join(out + ["</svg>"]) + "\n"
     frame = fit_frame(points, picture.tolerance, picture.chosen)
-    out += _bands(frame) + _axes(frame, picture.statistic)
+    out += _bands(frame) + _axes(frame, picture.statistic, picture.low)
     if picture.tolerance is not None:
         out += _tolerance(frame, picture.tolerance)
     front = pareto_front(points)
-    out += _front_line(frame, front) + [_point(frame, p) for p in points]
+    out += _front_line(frame, front) + [_point(frame, p, picture.low) for p in points]
     out += _labels(frame, front, points, picture.chosen)
     out += _legend(frame, picture)
     return "\n".join(out + ["</svg>"]) + "\n"
@@ -153,8 +154,8 @@ def _subtitle(picture: Picture) -> list[str]:
     if not chosen:
         return [first, "no plan passes: none chosen"]
     c = chosen[0]
-    return [first, f"chosen: point {c.index}, {share_text(c.fp16_flop_share)} FP16, {picture.statistic} "
-                   f"{number(c.worst_error)}{'' if c.passed else ' (out of tolerance)'}"]
+    return [first, f"chosen: point {c.index}, {share_text(c.fp16_flop_share)} {picture.low}, "
+                   f"{picture.statistic} {number(c.worst_error)}{'' if c.passed else ' (out of tolerance)'}"]
 
 
 def _bands(frame: _Frame) -> list[str]:
@@ -172,7 +173,7 @@ def _bands(frame: _Frame) -> list[str]:
     return out
 
 
-def _axes(frame: _Frame, statistic: str) -> list[str]:
+def _axes(frame: _Frame, statistic: str, low: str) -> list[str]:
     out = []
     for share in frame.share_ticks():
         x = frame.x(share)
@@ -183,7 +184,8 @@ def _axes(frame: _Frame, statistic: str) -> list[str]:
         out += [_line(LEFT, y, RIGHT, y, "#eeeeee"),
                 _text(LEFT - 6, y + 4, f"{mantissa}e{exponent}", anchor="end")]
     out += [_line(LEFT, BOTTOM, RIGHT, BOTTOM, "black"), _line(LEFT, TOP, LEFT, BOTTOM, "black"),
-            _text((LEFT + RIGHT) / 2, BOTTOM + 38, "FP16 share of estimated FLOPs", anchor="middle", size=12),
+            _text((LEFT + RIGHT) / 2, BOTTOM + 38, f"{low} share of estimated FLOPs", anchor="middle",
+                  size=12),
             _text(12, TOP - 12, f"worst error ({statistic}), log scale", size=12)]
     return out
 
@@ -205,8 +207,8 @@ def _front_line(frame: _Frame, front: Sequence[PlanPoint]) -> list[str]:
     return [f'<polyline points="{path}" fill="none" stroke="{FRONT_COLOUR}" stroke-width="1.5"/>']
 
 
-def _point(frame: _Frame, p: PlanPoint) -> str:
-    tip = (f"point {p.index}: {share_text(p.fp16_flop_share)} FP16, error {number(p.worst_error)}, "
+def _point(frame: _Frame, p: PlanPoint, low: str) -> str:
+    tip = (f"point {p.index}: {share_text(p.fp16_flop_share)} {low}, error {number(p.worst_error)}, "
            f"{'passes' if p.passed else 'fails'}, {len(p.pinned)} FP32 pin(s)")
     colour = PASSED_COLOUR if p.passed else FAILED_COLOUR
     return (f'<g><title>{escape(tip)}</title><circle cx="{frame.x(p.fp16_flop_share):.1f}" '
@@ -269,7 +271,7 @@ def _legend(frame: _Frame, picture: Picture) -> list[str]:
     if frame.exact:
         entries.append((_swatch(EXACT_FILL), "0: exact, no error", ""))
     if frame.fewer:
-        entries.append((_swatch(FEWER_FILL), "less FP16 than the front,", "and no less error"))
+        entries.append((_swatch(FEWER_FILL), f"less {picture.low} than the front,", "and no less error"))
     entries.append((_number_sample(), "point number", "--plan REPORT.json@N replays it"))
     out, y = [], TOP + 6
     for symbol, words, more in entries:

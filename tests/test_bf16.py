@@ -257,3 +257,23 @@ def test_the_flags_file_writes_bf16_where_trtexec_takes_it_and_points_to_the_str
     assert main(["convert", model, "-o", str(tmp_path / "b.onnx"), "--inputs", data, "--low-precision", "bf16",
                  "--trt-flags", flags, "-q"]) == 0
     assert f"trtexec --onnx={model} --bf16" in open(flags).read().splitlines()
+
+
+def test_a_fallback_point_replays_with_its_bf16_nodes(tmp_path):
+    report, _ = _l2(tmp_path, "--fallback", "bf16")
+    chosen = report["tradeoff"]["chosen"]
+    [point] = [p for p in report["tradeoff"]["points"] if p["point"] == chosen]
+    assert point["bf16"] == ["norm", "sumsq"] and point["pinned"] == [] and point["passed"] is True
+    out, plan = str(tmp_path / "r.onnx"), str(tmp_path / "plan.json")
+    assert main(["convert", generate.model_path(L2), "-o", out, "--mode", "all-fp16", "--plan",
+                 f"{tmp_path / 'o.report.json'}@{chosen}", "--save-plan", plan, "-q"]) == 0
+    replayed = {n: d["precision"] for n, d in json.load(open(plan))["nodes"].items()}
+    assert replayed == _precisions(report)
+    # a run that starts from a mixed plan that fails searches on baked sessions (the switch graph rounds
+    # one type): sumsq in BF16 holds 1.2e5, but an FP16 norm reads it rounded to FP16, which is inf
+    mixed = {"nodes": {"sumsq": {"precision": "bf16"}}}
+    json.dump(mixed, open(plan, "w"))
+    assert main(["convert", generate.model_path(L2), "-o", str(tmp_path / "s.onnx"), "--inputs",
+                 generate.data_path(L2), "--plan", plan, "-q"]) == 0
+    searched = json.load(open(tmp_path / "s.report.json"))
+    assert _precisions(searched) == {"square": "fp16", "sumsq": "bf16", "norm": "fp32", "normalize": "fp16"}

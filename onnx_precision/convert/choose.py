@@ -45,7 +45,7 @@ from ..flops import estimate_flops
 from ..metrics import Comparison
 from ..oracle import Emulator, Inspection, LayerwiseResult, PlanRunner, ReferenceResult
 from ..oracle.inspection import NodeStats, first_nonfinite_output
-from ..plan import PrecisionPlan, Reason
+from ..plan import Precision, PrecisionPlan, Reason
 from ..search.driver import (
     FlopShare,
     Progress,
@@ -251,7 +251,7 @@ class _Run:
                      ) -> PlanPoint:
         """The plan the fallback chose, as the trade-off's last point."""
         return PlanPoint(index, tuple(sorted(plan.fp32_nodes)), self.share(plan), after.passed,
-                         output_errors(after, tolerance))
+                         output_errors(after, tolerance), tuple(sorted(plan.nodes_in(Precision.BF16))))
 
     def measured(self, plans: list[tuple[PrecisionPlan, Comparison]], tolerance: Tolerance,
                  ) -> tuple[PlanPoint, ...]:
@@ -320,7 +320,10 @@ def _search(run: _Run, prober: Prober, ctx: ModelContext, start: _Start, inspect
         layer = inspection.layerwise(base, run.samples)
         phase.count(run.counted, probes=1)
     with clock.phase("switch graph") as phase:
-        searcher = runner.searching()  # many plans follow: the emulation's switch graph, or baked sessions
+        # many plans follow: the emulation's switch graph, or baked sessions; a plan given with BF16
+        # nodes in an FP16 run (--plan) is mixed, which only baked sessions run
+        lows = {d.precision for d in base.decisions.values() if d.precision.is_low}
+        searcher = runner if len(lows) > 1 else runner.searching()
         phase.count(run.counted)
     prober = prober.on(searcher)
     searchable = [n for n in ctx.node_ops if n in searcher.switchable and base.is_low(n)]

@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import rules
 from ..context import ModelContext
-from ..float_types import LowPrecision
+from ..float_types import LowPrecision, low_of
 from ..plan import PrecisionPlan, Reason
 from .resolution import resolve
 
@@ -56,14 +56,14 @@ def headroom_pins(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping, headro
     pins: dict[str, Reason] = {}
     if headroom == 0:
         return pins
-    low = ctx.target.low
-    limit = low.max / headroom
     for tensor, holders in fp16_holders(ctx).items():
         s = stats.get(tensor)
-        if s is None or not np.isfinite(s.max_abs) or s.max_abs <= limit:
+        if s is None or not np.isfinite(s.max_abs) or s.max_abs <= ctx.target.low.max / headroom:
             continue
         for node in holders:
-            if plan.is_low(node) and node not in pins:
+            low = _type_of(ctx, plan, node)
+            limit = 0.0 if low is None else low.max / headroom
+            if low is not None and node not in pins and s.max_abs > limit:
                 evidence = (("tensor", tensor), ("max_abs", f"{s.max_abs:.6g}"))
                 if s.max_abs > low.max:
                     pins[node] = overflow_reason(tensor, s.max_abs, low)
@@ -71,6 +71,16 @@ def headroom_pins(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping, headro
                     pins[node] = Reason("headroom", f"'{tensor}' reaches {s.max_abs:.4g} in FP32, over "
                                                     f"{low.max:g}/{headroom:g} = {limit:.6g}", evidence)
     return pins
+
+
+def _type_of(ctx: ModelContext, plan: PrecisionPlan, node: str) -> LowPrecision | None:
+    """The 16-bit type ``node`` computes in under ``plan`` (None: FP32): each is judged by its own,
+    the target's by the target's row."""
+    decision = plan.decisions.get(node)
+    if decision is None or not decision.precision.is_low:
+        return None
+    low = ctx.target.low
+    return low if decision.precision == low.precision else low_of(decision.precision)
 
 
 def overflow_reason(tensor: str, max_abs: float, low: LowPrecision) -> Reason:
@@ -84,23 +94,28 @@ def range_flags(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping) -> Flags
     """FP16 nodes holding a tensor that flushes to zero (:data:`FLUSH_SHARE` of its nonzero values)
     or passes the type's maximum on the samples."""
     flags: Flags = {}
-    low = ctx.target.low
     for tensor, holders in fp16_holders(ctx).items():
         s = stats.get(tensor)
         if s is None:
             continue
-        if s.flush_fraction >= FLUSH_SHARE:
-            reason = Reason("range", f"{100 * s.flush_fraction:.1f}% of the nonzero values of '{tensor}' "
-                                     f"flush to zero in {low.name} (smallest |x| {s.min_nonzero_abs:.3g})",
-                            (("tensor", tensor), ("flush_fraction", f"{s.flush_fraction:.4g}")))
-        elif np.isfinite(s.max_abs) and s.max_abs > low.max:
-            reason = overflow_reason(tensor, s.max_abs, low)
-        else:
-            continue
         for node in holders:
-            if plan.is_low(node):
+            low = _type_of(ctx, plan, node)
+            reason = None if low is None else _range_reason(tensor, s, low, ctx.target.low)
+            if reason is not None:
                 flags.setdefault(node, []).append(reason)
     return flags
+
+
+def _range_reason(tensor: str, s: rules.Stats, low: LowPrecision, measured: LowPrecision) -> Reason | None:
+    """Why ``tensor`` (its FP32 stats ``s``) is out of ``low``'s range, or None. The flush fraction was
+    measured against ``measured`` (the target's type): it says nothing of another."""
+    if s.flush_fraction >= FLUSH_SHARE and low is measured:
+        return Reason("range", f"{100 * s.flush_fraction:.1f}% of the nonzero values of '{tensor}' flush to "
+                               f"zero in {low.name} (smallest |x| {s.min_nonzero_abs:.3g})",
+                      (("tensor", tensor), ("flush_fraction", f"{s.flush_fraction:.4g}")))
+    if np.isfinite(s.max_abs) and s.max_abs > low.max:
+        return overflow_reason(tensor, s.max_abs, low)
+    return None
 
 
 def rule_pins(ctx: ModelContext, stats: Mapping | None, severe_only: bool) -> Iterator[tuple[str, Reason]]:
@@ -119,7 +134,7 @@ def flagged(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping, static: bool
     range flags, FP16 nodes of ``plan`` only."""
     flags: Flags = {}
     for node, reason in rule_pins(ctx, stats, severe_only=static):
-        if plan.is_low(node):
+        if _type_of(ctx, plan, node) is ctx.target.low:  # the rules judge the target's type
             flags.setdefault(node, []).append(reason)
     for node, reasons in range_flags(ctx, plan, stats).items():
         flags.setdefault(node, []).extend(reasons)

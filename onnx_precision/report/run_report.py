@@ -158,9 +158,9 @@ def tradeoff_svg(report: RunReport) -> str:
     """The trade-off picture of a report: its points, their Pareto front, the chosen plan and the
     tolerance."""
     tolerance = tolerance_line(report.tolerance) if report.tolerance is not None else None
-    title = f"{os.path.basename(report.model)}: FP16 share of compute against error"
+    title = f"{os.path.basename(report.model)}: {report.low_label} share of compute against error"
     return front_svg(Picture(report.points, statistic(report), title, report.chosen_point, tolerance,
-                             report.tradeoff_note))
+                             report.tradeoff_note, report.low_label))
 
 
 def statistic(report: RunReport) -> str:

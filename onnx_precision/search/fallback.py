@@ -122,4 +122,5 @@ def _replayed(base: PrecisionPlan, pinned: Sequence[str]) -> PrecisionPlan:
 
 def _point(index: int, plan: PrecisionPlan, share: FlopShare, passed: bool,
            errors: Mapping[str, float]) -> PlanPoint:
-    return PlanPoint(index, tuple(sorted(plan.fp32_nodes)), share(plan), passed, dict(errors))
+    return PlanPoint(index, tuple(sorted(plan.fp32_nodes)), share(plan), passed, dict(errors),
+                     tuple(sorted(plan.nodes_in(Precision.BF16))))
