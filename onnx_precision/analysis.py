@@ -32,6 +32,7 @@ import onnx
 from . import compare, oracle, policy, rules
 from .context import ModelContext, load_model
 from .data import SampleSpec, SymbolicDimensions, load_samples
+from .float_types import FP16, LowPrecision
 from .format import number
 from .metrics import Comparison, OutputMetrics
 from .oracle import NodeError, TensorStats
@@ -109,6 +110,7 @@ class AnalysisResult:
     skipped: tuple[rules.Skipped, ...] = ()  # (node, rule) pairs where a rule looked and found nothing
     target: str = "generic"  # what the emulation followed ("generic" or "tensorrt X.Y")
     unmeasured: str = ""  # why nothing was run (the static rules alone judged); "" when measured
+    low: LowPrecision = FP16  # the 16-bit type judged (--low-precision)
 
     def row(self, node: str) -> NodeRow:
         for r in self.rows:
@@ -122,15 +124,16 @@ class AnalysisResult:
 
     def headline(self) -> list[str]:
         plural = "s" if self.sample_count != 1 else ""
+        target = self.target + ("" if self.low is FP16 else f", {self.low.name}")
         lines = [f"model: {self.model}", f"samples: {self.samples_source}; {self.sample_count} feed{plural}",
-                 f"target: {self.target}"]
+                 f"target: {target}"]
         if self.synthetic:
             lines.append("note: the data is synthetic; the value ranges decide what overflows, so pass "
                          "representative data with --inputs before trusting a 'safe'")
         if self.fp32_nonfinite is not None:
             r = self.row(self.fp32_nonfinite)
             lines.append(f"the FP32 model itself produces NaN/Inf, first at node '{r.node}' ({r.op_type}): "
-                         "fix the model or the data; FP16 is not the cause")
+                         f"fix the model or the data; {self.low.name} is not the cause")
         if self.all_fp16 is None:
             lines.append(f"measured nothing, static rules only: {self.unmeasured}")
             counts = {v: sum(1 for r in self.rows if r.verdict == v) for v in VERDICT_ORDER}
@@ -141,7 +144,7 @@ class AnalysisResult:
         if self.fp32_nonfinite is not None:
             verdict += " where FP32 is finite"
         tol = self.tolerance
-        lines.append(f"all-FP16 ({self.oracle} oracle, {tol.describe()}): {verdict}"
+        lines.append(f"all-{self.low.name} ({self.oracle} oracle, {tol.describe()}): {verdict}"
                      + (": " + ", ".join(_output_summary(m) for m in failing) if failing else ""))
         counts = {v: sum(1 for r in self.rows if r.verdict == v) for v in VERDICT_ORDER}
         lines.append("verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n))
@@ -163,7 +166,7 @@ class AnalysisResult:
     def table(self, all_rows: bool = False) -> str:
         """A readable table: problems first (where the trouble starts at the top), then the rest."""
         shown = self.rows if all_rows else self.problems
-        header = ("node", "op", "verdict", "FP32 max|x|", "min|x|>0", "FP16 rel err", "rules")
+        header = ("node", "op", "verdict", "FP32 max|x|", "min|x|>0", f"{self.low.name} rel err", "rules")
         body = [_row_cells(r) for r in shown]
         widths = [max(len(c[i]) for c in [header] + body) for i in range(len(header) - 1)]
         fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
@@ -176,8 +179,8 @@ class AnalysisResult:
         if not shown:
             lines.append("(no node at risk)")
         if any(r.first_divergence for r in shown):
-            lines.append("* first divergence: the emulated FP16 error appears at this node")
-        explained = [(r, _reasons(r)) for r in self.problems]
+            lines.append(f"* first divergence: the emulated {self.low.name} error appears at this node")
+        explained = [(r, _reasons(r, self.low)) for r in self.problems]
         if explained:
             lines.append("")
             lines.extend(f"{r.node}: " + "; ".join(reasons) for r, reasons in explained if reasons)
@@ -196,6 +199,7 @@ class AnalysisResult:
             "model": self.model,
             "oracle": self.oracle,
             "target": self.target,
+            "low_precision": self.low.precision,
             "samples": {"source": self.samples_source, "synthetic": self.synthetic,
                         "count": self.sample_count, "warnings": list(self.warnings)},
             "tolerance": self.tolerance.to_json(),
@@ -253,16 +257,16 @@ def _row_cells(r: NodeRow) -> tuple[str, ...]:
     return (r.node, r.op_type, verdict, max_abs, min_nz, err, names)
 
 
-def _reasons(r: NodeRow) -> list[str]:
+def _reasons(r: NodeRow, low: LowPrecision) -> list[str]:
     out = []
-    if r.fp32_range is not None and r.fp32_range.overflows_fp16:
-        out.append(f"FP32 values reach {number(r.fp32_range.max_abs, 3)}, past FP16's 65504")
+    if r.fp32_range is not None and r.fp32_range.overflows(low):
+        out.append(f"FP32 values reach {number(r.fp32_range.max_abs, 3)}, past {low.name}'s {low.max_text}")
     out += [f.message + ("" if f.confirmed else " (static)") for f in r.active_findings
             if f.severity in _VERDICT_DRIVING or r.verdict != SAFE]
     if r.first_divergence and r.error is not None:
         what = (f"{r.error.new_nonfinite} new NaN/Inf" if r.error.new_nonfinite
                 else f"relative error {number(r.error.max_rel_err, 3)}")
-        out.append(f"emulated FP16 error appears here ({what}) while its inputs are still close")
+        out.append(f"emulated {low.name} error appears here ({what}) while its inputs are still close")
     if r.forced_fp32 is not None:
         out.append(f"kept FP32 in any plan ({r.forced_fp32.source}: {r.forced_fp32.detail})")
     if r.note:
@@ -294,12 +298,13 @@ def _kind_of(findings: Sequence[rules.Finding], confirmed_only: bool, effect: bo
 
 def node_verdict(node: onnx.NodeProto, findings: Sequence[rules.Finding], fp32_range: TensorStats | None,
                  error: NodeError | None, fp32_nonfinite: str | None,
-                 body_findings: Sequence[rules.Finding] = (), effect: bool = True) -> str:
+                 body_findings: Sequence[rules.Finding] = (), effect: bool = True, low: LowPrecision = FP16,
+                 ) -> str:
     """One verdict from the node's evidence (see the module docstring). ``effect``: the emulated
     error diverges at this node or shortly after it (tiny values flushing matter only then)."""
     if node.name == fp32_nonfinite:
         return FP32_NONFINITE
-    if fp32_range is not None and fp32_range.overflows_fp16:
+    if fp32_range is not None and fp32_range.overflows(low):
         return OVERFLOW
     kind = _kind_of(findings, confirmed_only=True, effect=effect)
     if kind is not None:
@@ -363,7 +368,7 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
     return AnalysisResult(model_path, samples.source, samples.synthetic, len(samples.feeds), tol, rows,
                           outputs, reference.first_nonfinite, tuple(warnings), oracle.EMULATE,
                           session.sessions_built, session.probes_run, seconds, rule_run.skipped,
-                          ctx.target.name)
+                          ctx.target.name, low=ctx.target.low)
 
 
 def _static_only(ctx: ModelContext, tol: Tolerance, why: str, seconds: dict[str, float]) -> AnalysisResult:
@@ -374,7 +379,7 @@ def _static_only(ctx: ModelContext, tol: Tolerance, why: str, seconds: dict[str,
     nothing = oracle.ReferenceResult({}, {}, None, ())
     rows = build_rows(facts, rule_run.findings, plan, nothing, oracle.LayerwiseResult({}, ()))
     return AnalysisResult(ctx.path, "none", False, 0, tol, rows, None, None, (), oracle.EMULATE, 0, 0,
-                          seconds, rule_run.skipped, ctx.target.name, why)
+                          seconds, rule_run.skipped, ctx.target.name, why, ctx.target.low)
 
 
 def build_rows(facts: rules.ModelFacts, findings: Sequence[rules.Finding], plan: PrecisionPlan,
@@ -402,7 +407,7 @@ def build_rows(facts: rules.ModelFacts, findings: Sequence[rules.Finding], plan:
         fp32_range = _worst([s for s in reference.node_stats(node)])
         error = layerwise.nodes.get(node.name)
         verdict = node_verdict(node, findings, fp32_range, error, reference.first_nonfinite,
-                               body.get(node.name, ()), effect(node))
+                               body.get(node.name, ()), effect(node), facts.low)
         note = ""
         suspect = _kind_of([f for f in findings if f.severity == rules.HIGH], confirmed_only=False)
         if ref.graph_path and verdict == SAFE and suspect and any(o in diverging for o, _ in ref.graph_path):
