@@ -102,7 +102,8 @@ class Target(ABC):
         """What to do with the written model on this target: the command that builds or runs it
         (``samples``: the --inputs it was verified on, for the check on the real device)."""
         inputs = f" --inputs {samples}" if samples else ""
-        return (f"run {output_path} with onnxruntime-gpu (CUDAExecutionProvider) or any {self.low.name} "
+        types = self.low.name + (f"/{self.fallback.name}" if self.fallback is not None else "")
+        return (f"run {output_path} with onnxruntime-gpu (CUDAExecutionProvider) or any {types} "
                 f"runtime; "
                 f"'onnx-precision check {model_path} {output_path}{inputs} --oracle cuda' checks it on the "
                 f"GPU")
