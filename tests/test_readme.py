@@ -1,0 +1,117 @@
+"""The README matches the tool: its sample runs print what the tool prints, every flag it names
+exists on the command it is given to, its first commands are the ones CI runs, and its links land."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from onnx_precision.cli import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+INTERNALS = open(os.path.join(ROOT, "docs", "internals.md"), encoding="utf-8").read()
+COMMANDS = ("convert", "analyze", "check")
+FLAG = re.compile(r"(?<![\w-])--[A-Za-z][\w-]*")
+SECONDS = re.compile(r"\b\d+\.\d\d s\b")  # the cost line's time, the one figure that varies
+
+# Flags the README gives to other programs, by program.
+OTHER_TOOLS = {
+    "trtexec": {"--onnx", "--fp16", "--bf16", "--precisionConstraints", "--stronglyTyped", "--inputIOFormats",
+                "--outputIOFormats"},
+    "polygraphy": {"--onnxrt", "--trt", "--compare", "--snr-threshold", "--strongly-typed", "--save-inputs",
+                   "--load-inputs"},
+    "python -m models": {"--check"},
+}
+
+
+def _sample_runs() -> list[tuple[str, list[str]]]:
+    """Each ``$ `` command of the blocks marked ``<!-- sample-run ... -->``, in README order, with the
+    lines shown after it."""
+    runs: list[tuple[str, list[str]]] = []
+    for block in re.findall(r"<!-- sample-run:.*?-->\n```text\n(.*?)```", README, re.S):
+        for line in block.splitlines():
+            if line.startswith("$ "):
+                runs.append((line[2:], []))
+            else:
+                runs[-1][1].append(line)
+    return runs
+
+
+def _help_flags(command: str) -> set[str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main([command, "--help"]) == 0
+    return set(FLAG.findall(out.getvalue()))
+
+
+def _command_lines(text: str) -> list[tuple[str, str]]:
+    """(command, its arguments) of every ``onnx-precision COMMAND ...`` the text shows, in code
+    blocks or inline, up to the closing backtick or quote."""
+    text = text.replace("\\\n", " ")
+    return re.findall(r"onnx-precision (convert|analyze|check)\b([^`'\n]*)", text)
+
+
+def test_the_first_commands_install_run_the_sample_and_the_tests_as_ci_does():
+    first_block = re.search(r"```bash\n(.*?)```", README, re.S)
+    assert first_block is not None and README.index(first_block.group(0)) < README.index("\n## ")
+    run_line, test_line = first_block.group(1).splitlines()
+    assert run_line.split(" && ")[-1] == _sample_runs()[0][0]
+    ci = open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8").read()
+    install, tests = test_line.split(" && ")[-2:]
+    assert tests in ci and install.replace("pip install", "pip install -q") in ci
+
+
+def test_the_sample_runs_print_what_the_readme_shows(tmp_path):
+    runs = _sample_runs()
+    assert [shlex.split(c)[:2] for c, _ in runs] == [["onnx-precision", name] for name in
+                                                     ("convert", "check", "convert", "check")]
+    for command, shown in runs:
+        # A fresh process each: the tool's caches (the FP16 kernel probes) live as long as one.
+        args = [f"{tmp_path}/{a.removeprefix('/tmp/')}" if a.startswith("/tmp/") else a
+                for a in shlex.split(command)[1:]]
+        done = subprocess.run([sys.executable, "-m", "onnx_precision", *args], cwd=ROOT, capture_output=True,
+                              text=True, timeout=300)
+        printed = done.stdout.replace(f"{tmp_path}/", "/tmp/")
+        assert SECONDS.sub("N s", printed).splitlines() == [SECONDS.sub("N s", line) for line in shown], \
+            done.stderr
+        assert done.returncode == (1 if shown[-1].startswith("FAIL") else 0), done.stderr
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_flag_shown_with_a_command_is_in_its_help(command):
+    shown = [(c, args) for c, args in _command_lines(README + INTERNALS) if c == command]
+    assert shown
+    known = _help_flags(command)
+    unknown = {flag: args.strip() for _, args in shown for flag in FLAG.findall(args) if flag not in known}
+    assert not unknown
+
+
+def test_every_flag_the_readme_names_belongs_to_a_command_or_to_a_named_tool():
+    ours = set().union(*(_help_flags(c) for c in COMMANDS))
+    others = set().union(*OTHER_TOOLS.values())
+    assert set(FLAG.findall(README + INTERNALS)) - ours - others == set()
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation but hyphens dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_between_the_pages_lands():
+    pages = {"README.md": README, "docs/internals.md": INTERNALS}
+    for page, text in pages.items():
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([\w-]+))?\)", text):
+            if target.startswith(("http://", "https://")):
+                continue
+            path = os.path.normpath(os.path.join(os.path.dirname(page), target)) if target else page
+            assert path in pages, f"{page}: {target}"
+            headings = re.findall(r"^#+ (.*)$", pages[path], re.M)
+            assert not anchor or anchor in {_anchor(h) for h in headings}, f"{page}: {target}#{anchor}"
