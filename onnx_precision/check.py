@@ -161,7 +161,8 @@ def _is_initializer(model: onnx.ModelProto, name: str) -> bool:
 
 def _oracle_text(oracle: str) -> str:
     if oracle == "emulate":
-        return "emulate (FP16 rounding emulated on CPU; onnxruntime CPU alone would hide FP16 overflow)"
+        return ("emulate (each FP16/BF16 tensor rounded as written, on CPU; onnxruntime CPU alone would hide "
+                "FP16 overflow)")
     if oracle == "reference":
         return "reference (onnx.reference: FP16 arithmetic inside every op, a pessimistic bound)"
     return f"{oracle} (the candidate run natively by onnxruntime's {oracle} provider)"
