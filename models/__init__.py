@@ -394,6 +394,9 @@ def transformer(layers: int = 12, d_model: int = 64, heads: int = 4, seq: int = 
     return Example("transformer", model, (feed,), transformer.__doc__)
 
 
+# Imported here, after the helpers it uses (models.precisions imports them from this module)
+from models.precisions import bf16_running_sum, t5_ffn  # noqa: E402
+
 BUILDERS: dict[str, Callable[[], Example]] = {
     "l2_normalize": l2_normalize,
     "nafnet_boxfilter": nafnet_boxfilter,
@@ -406,6 +409,8 @@ BUILDERS: dict[str, Callable[[], Example]] = {
     "if_branch": if_branch,
     "dynamic_batch": dynamic_batch,
     "deep_cnn": deep_cnn,
+    "t5_ffn": t5_ffn,
+    "bf16_running_sum": bf16_running_sum,
 }
 """The examples written to models/ (the transformer is built on demand: it is large)."""
 
