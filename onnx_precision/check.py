@@ -132,8 +132,8 @@ def _refuse_fp32_nonfinite(reference: ModelContext, samples: Samples,
     where = f" on sample {bad[0]}" if len(refs) > 1 else ""
     at = f" (node '{node}' turns non-finite from finite inputs)" if node else ""
     raise FP32NonFinite(f"the FP32 model itself produces NaN/Inf in output '{bad[1]}'{where}{at}; that is "
-                        f"not an FP16 problem: fix the model or the data, or pass --allow-fp32-nonfinite to "
-                        f"compare only where FP32 is finite")
+                        f"not a 16-bit precision problem: fix the model or the data, or pass "
+                        f"--allow-fp32-nonfinite to compare only where FP32 is finite")
 
 
 def _check_outputs_match(

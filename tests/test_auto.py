@@ -9,6 +9,7 @@ import onnx
 import pytest
 
 import models
+from conftest import unfused
 from onnx_precision.convert import choose as auto
 from onnx_precision.compare import compare_samples
 from onnx_precision.context import ModelContext, load_model
@@ -20,13 +21,14 @@ from onnx_precision.plan import Precision, Reason, uniform_plan
 from onnx_precision.rewriter import rewrite
 from onnx_precision.tolerance import Tolerance
 
-# The FP32 nodes each example needs (default headroom); "ln_add_eps" is forced by its
-# initializer (eps = 1e-12 is 0 in FP16), the rest by the search or the headroom rule.
+# The FP32 nodes each example needs (default headroom), by the search or the headroom rule;
+# "ln_add_eps" is forced by its initializer (eps = 1e-12 is 0 in FP16), and all layernorm_eps needs:
+# written as one LayerNormalization, its statistics are FP32 (below opset 17, UNFUSED_LAYERNORM_EPS).
 EXPECTED = {
     "l2_normalize": ("sumsq", "norm"),
     "nafnet_boxfilter": ("cumsum_w", "corner_br", "corner_tr", "corner_bl", "corner_tl", "box_sub_top",
                          "box_sub_left", "box_add_corner"),
-    "layernorm_eps": ("ln_sq", "ln_var", "ln_add_eps", "ln_sqrt"),
+    "layernorm_eps": ("ln_add_eps",),
     "softmax_nomax": ("exp", "sum_exp", "normalize"),
     "log_underflow": ("probs", "log_probs"),
     "benign_mlp": (),
@@ -34,12 +36,14 @@ EXPECTED = {
     "if_branch": ("then_sumsq", "then_norm"),
     "dynamic_batch": ("sumsq", "norm"),
 }
+UNFUSED_LAYERNORM_EPS = ("ln_sq", "ln_var", "ln_add_eps", "ln_sqrt")
 
 
-def load(name: str, tmp_path) -> tuple[ModelContext, Samples]:
+def load(name: str, tmp_path, below_17: bool = False) -> tuple[ModelContext, Samples]:
+    """The example, loaded; ``below_17``: at opset 16 (conftest.unfused)."""
     example = models.build(name)
     path = os.path.join(str(tmp_path), f"{name}.onnx")
-    onnx.save(example.model, path)
+    onnx.save(unfused(example.model) if below_17 else example.model, path)
     return load_model(path), Samples(example.feeds, False, name)
 
 
@@ -48,8 +52,8 @@ def all_fp16(loaded: ModelContext, fp16_io: bool = False):
     return uniform_plan(names, Precision.FP16, Reason("default", "test"), fp16_io)
 
 
-def choose(name: str, tmp_path, **kwargs) -> tuple[auto.AutoResult, ModelContext, Samples]:
-    loaded, samples = load(name, tmp_path)
+def choose(name: str, tmp_path, below_17: bool = False, **kwargs) -> tuple[auto.AutoResult, ModelContext, Samples]:
+    loaded, samples = load(name, tmp_path, below_17)
     result = auto.choose_plan(loaded, all_fp16(loaded), samples, Tolerance(), **kwargs)
     return result, loaded, samples
 
@@ -81,11 +85,19 @@ def test_example_models_pin_exactly_the_expected_nodes(name, tmp_path):
         assert phases["layerwise"].sessions == 1 and phases["switch graph"].sessions == 1
         assert phases["search"].sessions == 0 and phases["after"].sessions == 0
     assert written_passes(loaded, result.plan, samples)
-    if EXPECTED[name]:
+    if name == "layernorm_eps":  # written as one LayerNormalization, statistics in FP32: all FP16 holds
+        assert result.before.passed and written_passes(loaded, all_fp16(loaded), samples)
+        assert not written_passes(loaded, all_fp16(loaded), samples, fuse=False)  # node by node it breaks
+    elif EXPECTED[name]:
         assert not result.before.passed
         assert not written_passes(loaded, all_fp16(loaded), samples, fuse=False)
-    if name == "layernorm_eps":  # written as one LayerNormalization, statistics in FP32: all FP16 holds
-        assert written_passes(loaded, all_fp16(loaded), samples)
+
+
+def test_below_opset_17_a_layer_norm_is_searched_node_by_node(tmp_path):
+    result, loaded, samples = choose("layernorm_eps", tmp_path, below_17=True)
+    assert not result.before.passed and result.plan.fp32_nodes == UNFUSED_LAYERNORM_EPS
+    assert written_passes(loaded, result.plan, samples)
+    assert not any(n.op_type == "LayerNormalization" for n in rewrite(loaded, result.plan).model.graph.node)
 
 
 def test_two_independent_culprits_found_by_search_are_one_minimal(tmp_path):
@@ -102,7 +114,7 @@ def test_two_independent_culprits_found_by_search_are_one_minimal(tmp_path):
 
 
 def test_one_session_for_every_probe(tmp_path):
-    result, _, _ = choose("layernorm_eps", tmp_path)
+    result, _, _ = choose("layernorm_eps", tmp_path, below_17=True)
     # FP32 and all FP16 baked, all FP16 capturing (layerwise), then the switch graph for the search
     assert result.sessions_built == 4
     assert result.search is not None and result.search.probes_run >= 5
@@ -162,7 +174,7 @@ def test_dynamic_batch_only_the_second_sample_overflows(tmp_path):
 def test_fp32_model_already_nan(tmp_path):
     result, _, _ = choose("fp32_nan", tmp_path)
     assert result.status == auto.FP32_NONFINITE
-    assert "'sqrt'" in result.message and "not an FP16 problem" in result.message
+    assert "'sqrt'" in result.message and "not a 16-bit precision problem" in result.message
     with pytest.raises(SearchError) as err:
         result.raise_if_failed()
     assert err.value.exit_code == 1
@@ -208,7 +220,7 @@ def test_user_pins_are_kept(tmp_path):
 
 
 def test_progress_is_reported_during_the_search(tmp_path):
-    loaded, samples = load("layernorm_eps", tmp_path)
+    loaded, samples = load("layernorm_eps", tmp_path, below_17=True)
     calls = []
     auto.choose_plan(loaded, all_fp16(loaded), samples, Tolerance(),
                      progress=lambda phase, done, left, best: calls.append((phase, done, left)))
@@ -297,7 +309,9 @@ def test_report_counts_every_session_built_model_and_helper_alike(tmp_path, monk
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(ort, "InferenceSession", Counted)
-    model, data = shipped("layernorm_eps")
+    shipped_model, data = shipped("layernorm_eps")
+    model = str(tmp_path / "ln16.onnx")  # below opset 17: searched node by node
+    onnx.save(unfused(onnx.load(shipped_model)), model)
     assert main(["convert", model, "-o", str(tmp_path / "ln.onnx"), "--inputs", data, "-q"]) == 0
     cost = json.load(open(str(tmp_path / "ln.report.json")))["cost"]
     assert cost["sessions_built"] == 5 and cost["helper_sessions"] > 0  # 3 baked, switch graph, verify
@@ -515,13 +529,14 @@ def test_absorbed_fp32_infinity_is_not_an_error(tmp_path):
 def test_a_search_on_baked_sessions_finds_what_the_switch_graph_finds(name, tmp_path, monkeypatch):
     from onnx_precision.oracle import Emulator
 
-    switched, loaded, _ = choose(name, tmp_path, headroom=0)  # the search does all the work
+    below_17 = name == "layernorm_eps"  # as it is, nothing to search: written as one LayerNormalization
+    switched, loaded, _ = choose(name, tmp_path, below_17, headroom=0)  # the search does all the work
     assert switched.search is not None
     switchable = EmulationSession(loaded, capture_intermediates=False).switchable
     assert Emulator(loaded).switchable == switchable  # what the search may pin, without the graph
     # As where a run costs more than a build (a long context): one baked session per plan.
     monkeypatch.setattr(Emulator, "_rebuilding_pays", lambda self: True)
-    baked, _, _ = choose(name, tmp_path, headroom=0)
+    baked, _, _ = choose(name, tmp_path, below_17, headroom=0)
     assert baked.plan.fp32_nodes == switched.plan.fp32_nodes and baked.plan.fp32_nodes
     assert baked.after == switched.after and baked.probes_run == switched.probes_run
     phases = {p.name: p for p in baked.phases}

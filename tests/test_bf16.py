@@ -277,3 +277,18 @@ def test_a_fallback_point_replays_with_its_bf16_nodes(tmp_path):
                  generate.data_path(L2), "--plan", plan, "-q"]) == 0
     searched = json.load(open(tmp_path / "s.report.json"))
     assert _precisions(searched) == {"square": "fp16", "sumsq": "bf16", "norm": "fp32", "normalize": "fp16"}
+
+
+def test_a_bf16_weight_large_enough_to_go_to_onnxruntime_by_reference_converts(tmp_path):
+    """Weights over 64 KiB reach onnxruntime by reference, as arrays; a bfloat16 one goes as its bits."""
+    w = onnx.numpy_helper.from_array(np.random.default_rng(0).normal(0, 0.05, (256, 256)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 256])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 256])], [w])
+    path, data = str(tmp_path / "mm.onnx"), str(tmp_path / "x.npz")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    np.savez(data, x=np.random.default_rng(1).normal(0, 1, (4, 256)).astype(np.float32))
+    assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--inputs", data, "--low-precision", "bf16",
+                 "-q"]) == 0
+    [weight] = onnx.load(str(tmp_path / "o.onnx")).graph.initializer
+    assert weight.data_type == TensorProto.BFLOAT16 and json.load(open(tmp_path / "o.report.json"))["pinned"] == []

@@ -237,15 +237,18 @@ class _Run:
         """``plan`` with its numerical FP32 pins tried in the fallback type first (none: as it is)."""
         if self.fallback is None:
             return plan, (), ()
-        candidates = fallback_candidates(ctx, plan, self.fallback, frozenset(ctx.node_ops))
+        candidates, untried = fallback_candidates(ctx, plan, self.fallback, frozenset(ctx.node_ops))
+        low = self.fallback.name
+        kept = (f"--fallback {self.fallback.precision}: {len(untried)} FP32 pin(s) not tried in {low}: "
+                + "; ".join(f"{n} ({why})" for n, why in list(untried.items())[:3])
+                + (f"; and {len(untried) - 3} more" if len(untried) > 3 else ""),) if untried else ()
         if not candidates:
-            low = self.fallback.name
-            return plan, (), (f"--fallback {self.fallback.precision}: no FP32 pin to try in {low} (none is "
-                              f"numerical, or {low} has no kernel for it on this target)",)
+            return plan, (), kept or (f"--fallback {self.fallback.precision}: no FP32 pin to try in {low} "
+                                      f"(none is pinned for a numerical reason)",)
         mixed = prober.on(runner)  # mixed FP16/BF16 plans run on baked sessions, not the switch graph
         result = try_fallback(mixed, self.counted, self.clock, plan, candidates, self.fallback, self.share,
                               self.budget, next_point, self.progress)
-        return result.plan, result.points, result.notes
+        return result.plan, result.points, result.notes + kept
 
     def chosen_point(self, plan: PrecisionPlan, after: Comparison, tolerance: Tolerance, index: int,
                      ) -> PlanPoint:
@@ -413,10 +416,10 @@ def _fp32_nonfinite_message(reference: ReferenceResult) -> str:
         node = reference.first_nonfinite
         if node is None:
             return (f"the FP32 model itself produces NaN/Inf in output '{name}'{where}; that is not "
-                    f"an FP16 problem (fix the model or the data)")
+                    f"a 16-bit precision problem (fix the model or the data)")
         return (f"the FP32 model itself produces NaN/Inf: node '{node}' gives a non-finite output "
-                f"from finite inputs and output '{name}' is non-finite{where}; that is not an FP16 "
-                f"problem (fix the model or the data)")
+                f"from finite inputs and output '{name}' is non-finite{where}; that is not a "
+                f"16-bit precision problem (fix the model or the data)")
     if reference.first_nonfinite is not None:
         log.info(
             "note: node '%s' is non-finite in FP32 on the samples, but the outputs are finite",

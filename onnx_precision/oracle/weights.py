@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, MutableMapping
 
+import ml_dtypes
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -110,11 +111,20 @@ def by_reference(model: onnx.ModelProto, base_dir: str, shared: MutableMapping |
     return light, values
 
 
+def _ort_value(values: np.ndarray) -> ort.OrtValue:
+    """An OrtValue over ``values`` without a copy; a bfloat16 array (ml_dtypes, which onnxruntime
+    does not know) goes as its bits with the ONNX type named."""
+    if values.dtype == ml_dtypes.bfloat16:
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(values.view(np.uint16),
+                                                               onnx.TensorProto.BFLOAT16)
+    return ort.OrtValue.ortvalue_from_numpy(values)
+
+
 def weighted_session(model: bytes, options: ort.SessionOptions, providers: list[str],
                      values: Mapping[str, np.ndarray]) -> ort.InferenceSession:
     """An onnxruntime session of ``model`` given the initializers ``values`` by reference; the
     session keeps the arrays (and their OrtValues) alive, as onnxruntime requires."""
-    weights = {name: ort.OrtValue.ortvalue_from_numpy(v) for name, v in values.items()}
+    weights = {name: _ort_value(v) for name, v in values.items()}
     for name, value in weights.items():
         options.add_initializer(name, value)
     session = ort.InferenceSession(model, options, providers=providers)

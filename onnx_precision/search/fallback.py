@@ -40,18 +40,24 @@ class FallbackResult:
 
 
 def fallback_candidates(ctx: ModelContext, plan: PrecisionPlan, low: LowPrecision,
-                        switchable: frozenset[str]) -> list[str]:
+                        switchable: frozenset[str]) -> tuple[list[str], dict[str, str]]:
     """The FP32 nodes of ``plan`` pinned for a numerical reason that ``low`` can compute (its schema
-    and the target's kernels allow it), in the model's order."""
+    and the target's kernels allow it), in the model's order; and the numerical pins it cannot
+    compute, with why (they stay FP32 untried)."""
     typing = ctx.typing_in(low)
-    out = []
+    out, untried = [], {}
     for name in plan.fp32_nodes:
         reasons = plan.decisions[name].reasons
         t = typing.get(name)
-        if (name in switchable and t is not None and t.has_float and not t.fp16_blocker
-                and reasons and all(r.source in NUMERICAL for r in reasons)):
+        if name not in switchable or t is None or not t.has_float:
+            continue
+        if not reasons or not all(r.source in NUMERICAL for r in reasons):
+            continue
+        if t.fp16_blocker:
+            untried[name] = t.fp16_blocker
+        else:
             out.append(name)
-    return out
+    return out, untried
 
 
 def try_fallback(prober: Prober, session: Counted, clock: Clock, plan: PrecisionPlan,
@@ -79,7 +85,7 @@ def try_fallback(prober: Prober, session: Counted, clock: Clock, plan: Precision
                 notes.append(f"--fallback {low.precision}: {found.message}; the pins stay FP32")
                 phase.count(session, probes=probes)
                 return FallbackResult(plan, tuple(points), tuple(notes), probes)
-            trial = _fp32_again(found.plan, plan, low)
+            trial = _fp32_again(found.plan, plan, low, frozenset(candidates))
         trial, tried = _back_to_fp16(prober, trial, precision)
         probes += tried
         phase.count(session, probes=probes)
@@ -91,12 +97,13 @@ def try_fallback(prober: Prober, session: Counted, clock: Clock, plan: Precision
     return FallbackResult(trial, tuple(points), tuple(notes), probes)
 
 
-def _fp32_again(found: PrecisionPlan, fp16_plan: PrecisionPlan, low: LowPrecision) -> PrecisionPlan:
-    """``found`` with the nodes its search pinned FP32 again keeping their FP16-plan reasons, and
-    why ``low`` failed them."""
+def _fp32_again(found: PrecisionPlan, fp16_plan: PrecisionPlan, low: LowPrecision,
+                candidates: frozenset[str]) -> PrecisionPlan:
+    """``found`` with the candidates its search pinned FP32 again keeping their FP16-plan reasons,
+    and why ``low`` failed them (the other FP32 nodes were never tried in ``low``)."""
     decisions = dict(found.decisions)
     for name in found.fp32_nodes:
-        if fp16_plan.precision(name) is Precision.FP32:
+        if name in candidates:
             failed = tuple(Reason("search", f"{low.name} fails too: {r.detail}")
                            for r in found.decisions[name].reasons if r.source == "search")
             decisions[name] = NodeDecision(Precision.FP32, fp16_plan.decisions[name].reasons + failed)
