@@ -390,8 +390,7 @@ class _Rewriter:
         x = self.version(scope, ln.x, to)
         for k in sorted(at.values(), reverse=True):
             del scope.nodes[k]
-        scope.nodes.append(helper.make_node("LayerNormalization", [x, scale, bias], [add.output[0]],
-                                            name=ln.add, axis=ln.axis, epsilon=ln.epsilon, stash_type=1))
+        scope.nodes.append(ln.fused(x, scale, bias, add.output[0]))
         self.fused += 1
 
     def finish_outputs(self, scope: _Scope, owner: onnx.NodeProto | None) -> None:
@@ -512,14 +511,17 @@ def rewrite(ctx: ModelContext, plan: PrecisionPlan, fuse_layer_norms: bool = Tru
     (:func:`onnx_precision.policy.resolve`), so nodes that cannot be FP16 are written FP32 with their
     reason; the resolved plan comes back in the result. Nodes the plan does not name stay as they
     are. ``fuse_layer_norms``: decomposed LayerNorms are written as one LayerNormalization from opset
-    17 (:mod:`onnx_precision.policy.layer_norm`); off, every node is written as it is.
+    17, the plan pinned to fit (:mod:`onnx_precision.policy.layer_norm`), as the emulation of a plan
+    assumes; off, every node is written as it is.
     """
-    resolved = policy.resolve(ctx, plan)
+    first = policy.resolve(ctx, plan)
+    pinned = policy.layer_norm_pins(ctx, first) if fuse_layer_norms else first
+    resolved = policy.resolve(ctx, pinned)
     out = onnx.ModelProto()
     out.CopyFrom(ctx.model)
     rewriter = _Rewriter(out, resolved, ctx, fuse_layer_norms)
     rewriter.run()
-    forced = [n for n in resolved.fp32_nodes if plan.is_low(n)]
+    forced = [n for n in resolved.fp32_nodes if plan.is_low(n) and (pinned.is_low(n) or not first.is_low(n))]
     notes = list(rewriter.notes)
     if forced:
         notes.append(f"{len(forced)} node(s) kept FP32 because FP16 is not possible there")

@@ -21,6 +21,19 @@ def parse(text: str, ir_version: int = 8) -> onnx.ModelProto:
     return model
 
 
+def unfused(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` importing opset 16 (the examples' ops are the same there), before
+    LayerNormalization: its decomposed LayerNorms are written, and emulated, node by node, as an
+    exporter below opset 17 leaves them. From 17 the rewriter writes each as one LayerNormalization
+    with FP32 statistics, and FP16 breaks none of layernorm_eps's or the transformer's LayerNorms."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for opset in copy.opset_import:
+        if opset.domain in ("", "ai.onnx"):
+            opset.version = 16
+    return copy
+
+
 @pytest.fixture
 def save(tmp_path):
     """Write a model into the test's temp dir and return its path."""

@@ -52,7 +52,8 @@ def all_fp16(loaded: ModelContext, fp16_io: bool = False):
     return uniform_plan(names, Precision.FP16, Reason("default", "test"), fp16_io)
 
 
-def choose(name: str, tmp_path, below_17: bool = False, **kwargs) -> tuple[auto.AutoResult, ModelContext, Samples]:
+def choose(name: str, tmp_path, below_17: bool = False, **kwargs,
+           ) -> tuple[auto.AutoResult, ModelContext, Samples]:
     loaded, samples = load(name, tmp_path, below_17)
     result = auto.choose_plan(loaded, all_fp16(loaded), samples, Tolerance(), **kwargs)
     return result, loaded, samples

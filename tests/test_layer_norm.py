@@ -61,12 +61,13 @@ def test_unfused_the_same_plan_fails_onnxruntimes_default_load(tmp_path):
     assert "bound to different types" in default_load_problem(path)
 
 
-def test_a_tail_split_between_precisions_is_pinned_fp32_and_a_trt_layer_norm_needing_fp32_statistics_is_fed_fp32():
+def test_a_tail_not_all_16_bit_pins_the_layer_norm_fp32_and_a_trt_one_needing_fp32_statistics_is_fed_fp32():
     ctx = ModelContext.of(stack(1))
-    split = ctx.all_low_plan().with_fp32(["b0_scale"])
-    pinned = policy.layer_norm_pins(ctx, split)
-    assert pinned.fp32_nodes == ("b0_scale", "b0_shift")
-    assert pinned.decisions["b0_shift"].reasons[-1].source == "type"
+    nine = set(policy.decomposed_layer_norms(ctx)[0].nodes)
+    for fp32 in (["b0_scale"], ["b0_scale", "b0_shift"]):  # split, or FP32: written as an FP32 node
+        pinned = policy.layer_norm_pins(ctx, ctx.all_low_plan().with_fp32(fp32))
+        assert set(pinned.fp32_nodes) == nine
+        assert pinned.decisions["b0_mean"].reasons[-1].source == "type"
     stats_fp32 = ctx.all_low_plan().with_fp32(["b0_var", "b0_sqrt"])
     assert policy.layer_norm_pins(ctx, stats_fp32).fp32_nodes == ("b0_var", "b0_sqrt")  # generic: stats in FP32 anyway
     trt = ModelContext.of(stack(1))
@@ -85,3 +86,28 @@ def test_convert_writes_a_model_onnxruntime_loads_and_keeps_every_flop_in_fp16(t
     assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--inputs", data, "-q"]) == 0
     report = json.load(open(tmp_path / "o.report.json"))
     assert report["status"] == "passed" and report["fp16_share"]["flops"] == 1.0
+
+
+def test_what_the_search_passed_is_what_is_written_at_a_tolerance_near_fp16_noise(tmp_path):
+    """The search used to emulate each LayerNorm node by node (every node rounding its output) while
+    the rewriter wrote one LayerNormalization (FP32 statistics, one rounding): on this 1-layer encoder
+    the plan passed at rel RMS 0.000798 and the written model measured 0.000836, failing as 'a bug'.
+    A plan is now emulated as written (its LayerNorm pins, each LayerNorm as the node written), so the
+    search's error of the chosen plan and the written file's are one number."""
+    import json
+
+    import models
+    from models.generate import npz_bytes
+
+    ex = models.transformer(layers=1, d_model=16, heads=2, seq=4, ff=32, outlier_layers=())
+    path, data, out = str(tmp_path / "t.onnx"), str(tmp_path / "t.npz"), str(tmp_path / "t16.onnx")
+    onnx.save(ex.model, path)
+    with open(data, "wb") as f:
+        f.write(npz_bytes(ex.feeds[0]))
+    assert main(["convert", path, "-o", out, "--inputs", data, "--max-rel-rms", "0.0008", "-q"]) == 0
+    report = json.load(open(tmp_path / "t16.report.json"))
+    assert report["status"] == "passed"
+    after, verified = ({o["name"]: o for o in report["outputs"][k]["outputs"]} for k in ("after", "verified"))
+    assert after["y"]["rel_rms_err"] == verified["y"]["rel_rms_err"] <= 0.0008
+    assert after["y"]["max_abs_err"] == verified["y"]["max_abs_err"]
+    assert sum(n.op_type == "LayerNormalization" for n in onnx.load(out).graph.node) == 2

@@ -169,7 +169,7 @@ def plan_to_write(
     """The plan to write, resolved: ``plan`` itself in all-fp16 mode; static/auto modes ask
     :func:`.choose.choose_plan` (which returns an AutoResult, also returned)."""
     if options.mode == "all-fp16":
-        return policy.resolve(ctx, policy.layer_norm_pins(ctx, policy.resolve(ctx, plan))), None
+        return policy.resolve(ctx, plan), None
     from .. import data, oracle  # the oracle stack is only needed by the measuring modes
     from . import choose as auto
 
@@ -179,8 +179,7 @@ def plan_to_write(
         result = auto.choose_plan(ctx, plan, samples, options.tolerance, options.headroom, options.mode,
                                   progress, budget, oracle.plan_runner(options.oracle, ctx),
                                   {name: p["max"] for name, p in options.trt_profile.items() if "max" in p})
-    plan = policy.layer_norm_pins(ctx, policy.target_reasons(ctx, result.plan))
-    return policy.resolve(ctx, plan), result
+    return policy.resolve(ctx, policy.target_reasons(ctx, result.plan)), result
 
 
 def planned(ctx: ModelContext, options: ConvertOptions, progress: Progress | None = None,

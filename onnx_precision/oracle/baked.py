@@ -27,9 +27,10 @@ from .switch_graph import SwitchModel
 class BakedBuilder(SwitchBuilder):
     def __init__(self, model: onnx.ModelProto, typing: Mapping, type_protos: Mapping[str, onnx.TypeProto],
                  base_dir: str, lows: Mapping[str, LowPrecision], fixed: Iterable[str] = (),
-                 keep: Iterable[str] = (), target: Target = GENERIC) -> None:
-        super().__init__(model, typing, type_protos, base_dir, fixed, keep=keep, target=target)
-        self.lows = lows
+                 keep: Iterable[str] = (), target: Target = GENERIC,
+                 forms: Mapping[str, onnx.NodeProto] | None = None) -> None:
+        super().__init__(model, typing, type_protos, base_dir, fixed, keep=keep, target=target, forms=forms)
+        self.lows = dict(lows)
         self.rounded_outputs: dict[str, int] = {}  # tensors a baked node wrote rounded, to that type
         self.true_name = ""
         self.spans: list[int] = []  # per main-graph node, where its baked nodes end
@@ -49,6 +50,8 @@ class BakedBuilder(SwitchBuilder):
     def _bake(self, node: onnx.NodeProto, scopes: Scopes, out: list[onnx.NodeProto]) -> None:
         """The node as the plan runs it: as it is, or FP16 (what the then-branch of its If in the
         switch graph computes)."""
+        if node.name in self.forms:
+            node = self._form(node, node.output)  # a plan's: what the rewriter writes in its place
         if node.name not in self.lows or not self.switchable(node):
             out.append(node)
             return
@@ -92,11 +95,13 @@ def build_baked_model(model: onnx.ModelProto, typing: Mapping, base_dir: str,
                       lows: Mapping[str, LowPrecision],
                       capture_intermediates: bool | Iterable[str] = True,
                       types: Mapping[str, onnx.TypeProto] | None = None, fixed: Iterable[str] = (),
-                      target: Target = GENERIC) -> SwitchModel:
+                      target: Target = GENERIC, forms: Mapping[str, onnx.NodeProto] | None = None,
+                      ) -> SwitchModel:
     """``model`` with the nodes of ``lows`` computing in their 16-bit type, emulated (the others are
-    :func:`.switch.build_switch_model`'s); it has no switch input."""
+    :func:`.switch.build_switch_model`'s), and each node of ``forms`` computing the form written in
+    its place (give none for the FP32 model itself); it has no switch input."""
     def builder(out: onnx.ModelProto, type_protos: Mapping[str, onnx.TypeProto], keep: tuple[str, ...],
                 ) -> SwitchBuilder:
-        return BakedBuilder(out, typing, type_protos, base_dir, lows, fixed, keep, target)
+        return BakedBuilder(out, typing, type_protos, base_dir, lows, fixed, keep, target, forms)
 
     return assemble(model, base_dir, capture_intermediates, types, builder)

@@ -6,7 +6,9 @@ session of the switch graph (:mod:`.switch`) runs any plan: the FP32 reference, 
 the layerwise run are runs of it with different switches.
 
 A plan is fed as one boolean vector (:meth:`SwitchModel.switch_vector`); nodes the resolved plan
-keeps FP32 whatever the plan get no switch.
+keeps FP32 whatever the plan get no switch. A plan runs as the rewriter writes it: with its
+LayerNorm pins (:func:`onnx_precision.policy.layer_norm_pins`), each fused LayerNorm computed as
+the LayerNormalization written (:func:`onnx_precision.policy.written_forms`).
 
 Sessions use ``ORT_DISABLE_ALL``: the switch graph puts every node in its own If branch, so no
 fusion could apply to it anyway, and disabling them in every session of the oracle makes "all
@@ -29,7 +31,7 @@ from ..context import ModelContext
 from ..errors import InternalError
 from ..float_types import LowPrecision
 from ..plan import PrecisionPlan
-from ..policy import forced_fp32
+from ..policy import always_fp32, layer_norm_pins, written_forms
 from ..typing_rules import is_tensor
 from .baked import build_baked_model
 from .inspection import Chunks, Inspector
@@ -53,31 +55,33 @@ class EmulationSession:
     (fetched or not), and its probes cost ~10-20% more than a session without capture
     (scripts/bench_oracle.py), so a search with many probes may prefer a second session built
     with ``capture_intermediates=False``. A model that already holds FP16 tensors is emulated
-    first (:func:`as_fp32`). The nodes every resolved plan keeps FP32
-    (:func:`onnx_precision.policy.forced_fp32`) get no switch: one that would never be turned on only
+    first (:func:`as_fp32`). The nodes every written model computes in FP32
+    (:func:`onnx_precision.policy.always_fp32`) get no switch: one that would never be turned on only
     costs an If. ``threads`` caps onnxruntime's intra-op threads. ``group_size`` is
     :func:`.switch.build_switch_model`'s: groups make each probe cheaper and the session slower
     to build, so a caller with only a couple of runs (``analyze``) passes 1. ``baked`` (the 16-bit
     nodes of one plan and their types) builds :func:`.baked.build_baked_model` instead: no switch,
-    no If, every run is that plan whatever ``run`` is given (see :class:`.emulator.Emulator`).
+    no If, every run is that plan whatever ``run`` is given (see :class:`.emulator.Emulator`);
+    with ``fp32_model`` it is no plan's but the FP32 model itself (nothing in a written form).
     """
 
     def __init__(self, ctx: ModelContext, capture_intermediates: bool | Iterable[str] = True,
                  threads: int | None = None, group_size: int | None = None,
-                 baked: Mapping[str, LowPrecision] | None = None) -> None:
+                 baked: Mapping[str, LowPrecision] | None = None, fp32_model: bool = False) -> None:
         self.ctx = ctx
         self.model = model = ctx.model
         base_dir = ctx.base_dir
         self.typing = ctx.typing
         fp32 = as_fp32(ctx)
-        self.forced_fp32 = forced_fp32(ctx)
+        self.always_fp32 = always_fp32(ctx)
         types = None if fp32 is not model else ctx.types
+        forms = {} if fp32_model else written_forms(ctx)
         self.switch_model: SwitchModel = (
             build_switch_model(fp32, self.typing, base_dir, capture_intermediates, types,
-                               fixed=self.forced_fp32, group_size=group_size, target=ctx.target)
+                               fixed=self.always_fp32, group_size=group_size, target=ctx.target, forms=forms)
             if baked is None else
             build_baked_model(fp32, self.typing, base_dir, baked, capture_intermediates, types,
-                              fixed=self.forced_fp32, target=ctx.target))
+                              fixed=self.always_fp32, target=ctx.target, forms=forms))
         self.session = make_session(self.switch_model.model, base_dir, options=session_options(threads),
                                     custom_op_libraries=ctx.custom_op_libraries, shared=ctx.mapped_weights)
         self.sessions_built = 1
@@ -111,19 +115,20 @@ class EmulationSession:
     @property
     def switchable(self) -> frozenset[str]:
         """Nodes whose precision changes anything in the emulation."""
-        return frozenset(self.switch_model.switches) - self.forced_fp32
+        return frozenset(self.switch_model.switches) - self.always_fp32
 
     def switch_feed(self, plan: PrecisionPlan | None) -> dict[str, np.ndarray]:
         if not self.switch_model.switch_input:
             return {}
         # A probe runs one plan on each sample in turn: its (read-only) vector is kept.
         if self._last is None or self._last[0] is not plan:
-            fp16 = () if plan is None else [node for node in self.switch_model.switches
-                                             if plan.is_low(node) and node not in self.forced_fp32]
-            if any(plan is not None and plan.precision(n).value != self.low.precision for n in fp16):
+            written = None if plan is None else layer_norm_pins(self.ctx, plan)
+            fp16 = () if written is None else [node for node in self.switch_model.switches
+                                                if written.is_low(node) and node not in self.always_fp32]
+            if any(written is not None and written.precision(n).value != self.low.precision for n in fp16):
                 raise InternalError(f"a plan with nodes in another type than {self.low.name} runs on a "
                                     f"baked session (Emulator), not on the switch graph")
-            vector = self.switch_model.switch_vector(fp16)
+            vector = self.switch_model.switch_vector(fp16, written=plan is not None)
             vector.flags.writeable = False
             self._last = (plan, vector)
         return {self.switch_model.switch_input: self._last[1]}

@@ -27,7 +27,7 @@ from ..context import ModelContext
 from ..float_types import LowPrecision, low_of
 from ..graph import graphs
 from ..plan import PrecisionPlan
-from ..policy import forced_fp32
+from ..policy import always_fp32, layer_norm_pins, written_forms
 from ..storage import element_count, model_tensors
 from ..typing_rules import tensor_types
 from .emulation import EMULATE, EmulationSession, FloatIO, as_fp32
@@ -105,15 +105,17 @@ class Emulator:
         :attr:`EmulationSession.switchable`, without building it)."""
         fp32 = as_fp32(self.ctx)
         types = self.ctx.types if fp32 is self.model else tensor_types(fp32)
-        builder = SwitchBuilder(fp32, self.ctx.typing, types, self.ctx.base_dir, forced_fp32(self.ctx),
+        builder = SwitchBuilder(fp32, self.ctx.typing, types, self.ctx.base_dir, always_fp32(self.ctx),
                                 target=self.ctx.target)
         return frozenset(n.name for g in graphs(fp32.graph) for n in g.node if builder.switchable(n))
 
     def _lows(self, plan: PrecisionPlan) -> Lows:
+        """The 16-bit nodes of ``plan`` as written (with its LayerNorm pins)."""
         if self._last is None or self._last[0] is not plan:
-            forced = forced_fp32(self.ctx)
-            lows = frozenset((n, plan.precision(n).value) for n in self.ctx.node_ops
-                             if plan.is_low(n) and n not in forced)
+            fp32 = always_fp32(self.ctx)
+            written = layer_norm_pins(self.ctx, plan)
+            lows = frozenset((n, written.precision(n).value) for n in self.ctx.node_ops
+                             if written.is_low(n) and n not in fp32)
             self._last = (plan, lows)
         return self._last[1]
 
@@ -139,7 +141,7 @@ class Emulator:
             self._baked.popitem(last=False)
         start = time.perf_counter()
         built = EmulationSession(self.ctx, capture_intermediates=capture, threads=self.threads,
-                                 baked={} if fp16 is None else _types(fp16))
+                                 baked={} if fp16 is None else _types(fp16), fp32_model=fp16 is None)
         self._baked_builds.append(time.perf_counter() - start)
         self.build_seconds += self._baked_builds[-1]
         self.sessions_built += 1
@@ -196,7 +198,7 @@ class Emulator:
                                      None if plan is None else _types(self._lows(plan)),
                                      plan is not None and plan.fp16_io, whole,
                                      self.ctx.types if fp32 is self.model else None,
-                                     forced_fp32(self.ctx), self.ctx.target)
+                                     always_fp32(self.ctx), self.ctx.target, written_forms(self.ctx))
         except TwinUnavailable:
             return None
         self._baked.clear()  # the twin holds both: never three copies of the model at once

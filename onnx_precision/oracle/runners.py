@@ -25,7 +25,7 @@ import numpy as np
 
 from ..context import ModelContext, load_model
 from ..plan import PrecisionPlan
-from ..policy import forced_fp32
+from ..policy import always_fp32
 from ..rewriter import rewrite
 from ..storage import is_external, model_tensors, save_model
 from .inspection import Inspection
@@ -78,7 +78,7 @@ class WrittenPlanRunner:
 
     @property
     def switchable(self) -> frozenset[str]:
-        return frozenset(n for n, t in self.ctx.typing.items() if t.has_float) - forced_fp32(self.ctx)
+        return frozenset(n for n, t in self.ctx.typing.items() if t.has_float) - always_fp32(self.ctx)
 
     def searching(self) -> WrittenPlanRunner:
         return self

@@ -25,13 +25,17 @@ accumulate in FP32.
   that make it FP16: a precomputed copy would hold the weights twice, and inline it would push a
   large model's proto past protobuf's 2 GB. Control-flow nodes,
   whose bodies carry their own switches, select each rounded tensor instead of being wrapped.
+  A node the rewriter writes in another form (``forms``: a decomposed LayerNorm's last Add, written
+  as one LayerNormalization, :func:`onnx_precision.policy.written_forms`) is an If on one more
+  switch, on for every plan: the form in the plan's precision (its own If), else the node itself,
+  so a plan runs as the model written for it computes and the FP32 model stays itself.
 (:mod:`.written` emulates a written FP16/mixed model instead.)
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Optional
 
 import numpy as np
@@ -42,7 +46,7 @@ from ..float_types import LowPrecision
 from ..graph import graphs, is_onnx_domain, reads, subgraphs
 from ..storage import external_location, inline_small_external, read_array
 from ..target import GENERIC, Target
-from ..typing_rules import is_tensor, tensor_types
+from ..typing_rules import NodeTyping, is_tensor, tensor_types
 from .rounding import FLOAT, Names, elem_types, round_nodes
 from .switch_graph import SwitchGroup, SwitchModel, captured, split_switches
 
@@ -75,9 +79,12 @@ GROUP_SIZE = 16
 class SwitchBuilder:
     def __init__(self, model: onnx.ModelProto, typing: Mapping, type_protos: Mapping[str, onnx.TypeProto],
                  base_dir: str, fixed: Iterable[str] = (), group_size: int | None = None,
-                 keep: Iterable[str] = (), target: Target = GENERIC) -> None:
+                 keep: Iterable[str] = (), target: Target = GENERIC,
+                 forms: Mapping[str, onnx.NodeProto] | None = None) -> None:
         self.model = model
         self.typing = dict(typing)  # copies of nodes in group branches are added under their names
+        self.forms = dict(forms or {})  # node -> the node written in its place, which a plan computes
+        self.written = ""  # the switch on for a plan (off: the model itself), made with the first form
         self.fixed = frozenset(fixed)
         self.group_size = GROUP_SIZE if group_size is None else group_size
         self.keep = frozenset(keep)  # tensors that must stay visible outside any group (captured)
@@ -88,7 +95,7 @@ class SwitchBuilder:
         self.names = Names(model)
         self.layers = target.spelling(model, base_dir, self.type_protos, self.names.fresh)
         self.low = target.low
-        self.lows: Mapping[str, LowPrecision] = {}  # node -> its type, where not ``low`` (baked plans)
+        self.lows: dict[str, LowPrecision] = {}  # node -> its type, where not ``low`` (baked plans)
         self.switches: dict[str, str] = {}
         self.switched: set[str] = set()  # tensors produced by a node with a switch
         self.external = {init.name for graph in graphs(model.graph) for init in graph.initializer
@@ -165,12 +172,19 @@ class SwitchBuilder:
         scopes = scopes + [{}]
         new_nodes: list[onnx.NodeProto] = []
         consumers = _consumers(graph)
+        for index, node in enumerate(graph.node):  # a form may read what its node does not
+            for name in self.forms[node.name].input if node.name in self.forms else ():
+                consumers.setdefault(name, set()).add(index)
         visible = self.keep | {vi.name for vi in graph.output}
         run: list[tuple[int, onnx.NodeProto, str]] = []
         for index, node in enumerate(graph.node):
             for _, sub in subgraphs(node):
                 self.rewrite(sub, scopes)
             switch = self.switch(node)
+            if node.name in self.forms:
+                self._flush(run, consumers, visible, scopes, new_nodes)
+                new_nodes.append(self._written_or_model(node, switch, scopes, new_nodes))
+                continue
             if switch is not None and not any(True for _ in subgraphs(node)):
                 # A node reading external weights rounds them in its FP16 branch: in a group's
                 # branch onnxruntime may schedule all those Casts first and hold every rounded
@@ -365,6 +379,37 @@ class SwitchBuilder:
             rounds.extend(round_nodes(exact, name, self.names, low))
         nodes.extend(self.layers.spell(fp16, low) + rounds)
 
+    def _form(self, node: onnx.NodeProto, outputs: Sequence[str]) -> onnx.NodeProto:
+        """The form written in place of ``node`` (:attr:`forms`), reading the model's tensors and
+        writing ``outputs``, every float tensor of it 16-bit where ``node`` computes in 16 bits."""
+        form = onnx.NodeProto()
+        form.CopyFrom(self.forms[node.name])
+        form.name = self.names.fresh(f"{node.name}__written")
+        form.output[:] = outputs
+        self.typing[form.name] = NodeTyping(tuple(range(len(form.input))), tuple(range(len(outputs))), None)
+        if node.name in self.lows:
+            self.lows[form.name] = self.lows[node.name]
+        return form
+
+    def _written_or_model(self, node: onnx.NodeProto, switch: str | None, scopes: Scopes,
+                          out: list[onnx.NodeProto]) -> onnx.NodeProto:
+        """``If(written, <its form in the plan's precision>, <the node>)`` for a node of :attr:`forms`:
+        a plan runs what the rewriter writes in its place, the model itself (no plan) the node."""
+        if not self.written:
+            self.written = self.names.fresh("__fp16_written")
+        fresh = [self.names.fresh(f"{o}__written") if o else "" for o in node.output]
+        for name, like in zip(fresh, node.output):
+            self._alias(name, like)
+        form = self._form(node, fresh)
+        planned = form if switch is None else self._branch_on_switch(form, switch, scopes, out)
+        written = helper.make_graph([planned], self.names.fresh(f"{node.name}__written"), [],
+                                    [self._value_info(f, o) for f, o in zip(fresh, node.output) if o])
+        model, model_outs = self._branch_copy(node, "__model")
+        self.switched.update(o for o in node.output if o)
+        return helper.make_node("If", [self.written], [o for o in node.output if o], name=node.name,
+                                then_branch=written,
+                                else_branch=helper.make_graph([model], node.name + "__model", [], model_outs))
+
     def _value_info(self, name: str, like: str) -> onnx.ValueInfoProto:
         """A branch output typed like ``like`` (sequences and optionals included, shape left out)."""
         tp = self.type_protos.get(like)
@@ -411,7 +456,8 @@ class SwitchBuilder:
 def build_switch_model(model: onnx.ModelProto, typing: Mapping, base_dir: str,
                        capture_intermediates: bool | Iterable[str] = True,
                        types: Mapping[str, onnx.TypeProto] | None = None, fixed: Iterable[str] = (),
-                       group_size: int | None = None, target: Target = GENERIC) -> SwitchModel:
+                       group_size: int | None = None, target: Target = GENERIC,
+                       forms: Mapping[str, onnx.NodeProto] | None = None) -> SwitchModel:
     """The switch graph of ``model`` (nodes must be named; ``typing`` is model_typing(model)).
 
     ``capture_intermediates``: True exposes every float tensor produced in the main graph as an
@@ -421,10 +467,11 @@ def build_switch_model(model: onnx.ModelProto, typing: Mapping, base_dir: str,
     transformer of scripts/bench_oracle.py, against 25 MB without capture).
     ``fixed``: nodes that stay FP32 whatever the plan (no switch). ``group_size`` (default
     GROUP_SIZE; 1: no groups) bounds the runs of consecutive nodes grouped (SwitchGroup).
+    ``forms``: node -> the node the rewriter writes in its place, which every plan computes.
     """
     def builder(out: onnx.ModelProto, type_protos: Mapping[str, onnx.TypeProto], keep: tuple[str, ...],
                 ) -> SwitchBuilder:
-        return SwitchBuilder(out, typing, type_protos, base_dir, fixed, group_size, keep, target)
+        return SwitchBuilder(out, typing, type_protos, base_dir, fixed, group_size, keep, target, forms)
 
     return assemble(model, base_dir, capture_intermediates, types, builder)
 
@@ -445,12 +492,13 @@ def assemble(model: onnx.ModelProto, base_dir: str, capture_intermediates: bool 
     builder = make_builder(out, type_protos, intermediates)
     builder.rewrite(out.graph, [])
     group_switches = tuple(n for g in builder.groups for n in (g.mixed, g.on))
-    switch_names = tuple(builder.switches.values()) + group_switches
+    written = (builder.written,) if builder.written else ()
+    switch_names = tuple(builder.switches.values()) + group_switches + written
     switch_input = split_switches(out, switch_names, builder.names) if switch_names else ""
     for o in intermediates:
         out.graph.output.append(helper.make_tensor_value_info(o, FLOAT, None))
     return SwitchModel(out, dict(builder.switches), outputs, intermediates, producers, tuple(builder.groups),
-                       switch_input, switch_names)
+                       switch_input, switch_names, builder.written)
 
 
 def _consumers(graph: onnx.GraphProto) -> dict[str, set[int]]:

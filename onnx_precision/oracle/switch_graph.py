@@ -36,7 +36,8 @@ class SwitchModel:
     producers: Mapping[str, str]         # main-graph tensor -> the node that produces it
     groups: tuple[SwitchGroup, ...] = ()  # their switches follow from the nodes' (switch_vector)
     switch_input: str = ""               # the one boolean graph input holding every switch, in
-    switch_order: tuple[str, ...] = ()   # this order (node switches, then each group's mixed, on)
+    switch_order: tuple[str, ...] = ()   # this order (node switches, each group's mixed, on, written)
+    written: str = ""                    # on for a plan: nodes written in another form compute it
 
     @cached_property
     def _positions(self) -> tuple[dict[str, int], list[tuple[np.ndarray, int, int]]]:
@@ -45,10 +46,13 @@ class SwitchModel:
         groups = [(np.array([nodes[n] for n in g.nodes]), at[g.mixed], at[g.on]) for g in self.groups]
         return nodes, groups
 
-    def switch_vector(self, fp16: Iterable[str]) -> np.ndarray:
-        """The value of ``switch_input`` that turns the nodes ``fp16`` FP16 (all others FP32)."""
+    def switch_vector(self, fp16: Iterable[str], written: bool = True) -> np.ndarray:
+        """The value of ``switch_input`` that turns the nodes ``fp16`` FP16 (all others FP32); a
+        plan's (``written``) or the FP32 model's itself."""
         nodes, groups = self._positions
         vector = np.zeros(len(self.switch_order), dtype=bool)
+        if self.written:
+            vector[self.switch_order.index(self.written)] = written
         vector[[nodes[n] for n in fp16 if n in nodes]] = True
         for members, mixed, on in groups:
             count = int(np.count_nonzero(vector[members]))

@@ -63,11 +63,12 @@ def build_twin_model(model: onnx.ModelProto, typing: Mapping, base_dir: str,
                      lows: Mapping[str, LowPrecision] | None,
                      fp16_io: bool, whole: Callable[[tuple[str, ...], bool], frozenset[str]],
                      types: Mapping[str, onnx.TypeProto] | None = None, fixed: Iterable[str] = (),
-                     target: Target = GENERIC) -> TwinModel:
+                     target: Target = GENERIC, forms: Mapping[str, onnx.NodeProto] | None = None,
+                     ) -> TwinModel:
     """``model`` and, unless ``lows`` is None, its baked plan computing each node of ``lows`` in its
-    16-bit type (``fp16_io``: with graph inputs and outputs in the target's type), every main-graph
-    float tensor compared; ``whole(tensors, twinned)`` picks those fetched whole, the others are
-    summarised in the graph."""
+    16-bit type (``fp16_io``: with graph inputs and outputs in the target's type; ``forms`` as
+    :func:`.baked.build_baked_model`'s), every main-graph float tensor compared; ``whole(tensors,
+    twinned)`` picks those fetched whole, the others are summarised in the graph."""
     if onnx_opset(model) < MIN_OPSET:
         raise TwinUnavailable(f"opset {onnx_opset(model)} < {MIN_OPSET}")
     spans: list[int] = [0] * len(model.graph.node)  # per node, where its twin's nodes end
@@ -78,7 +79,7 @@ def build_twin_model(model: onnx.ModelProto, typing: Mapping, base_dir: str,
     else:
         def builder(out: onnx.ModelProto, type_protos: Mapping[str, onnx.TypeProto], keep: tuple[str, ...],
                     ) -> BakedBuilder:
-            built.append(BakedBuilder(out, typing, type_protos, base_dir, lows, fixed, keep, target))
+            built.append(BakedBuilder(out, typing, type_protos, base_dir, lows, fixed, keep, target, forms))
             return built[0]
 
         built: list[BakedBuilder] = []

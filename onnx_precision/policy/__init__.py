@@ -6,7 +6,14 @@
 * :mod:`.layer_norm`: decomposed LayerNorms, written as one LayerNormalization from opset 17.
 """
 
-from .layer_norm import DecomposedLayerNorm, decomposed_layer_norms, fused_names, layer_norm_pins
+from .layer_norm import (
+                         DecomposedLayerNorm,
+                         always_fp32,
+                         decomposed_layer_norms,
+                         fused_names,
+                         layer_norm_pins,
+                         written_forms,
+)
 from .pins import (
                    FLUSH_SHARE,
                    flagged,
@@ -21,7 +28,8 @@ from .pins import (
 from .resolution import NodeBlockers, blockers, forced_fp32, node_blockers, resolve, resolve_plan
 from .shape_headroom import largest, shape_headroom_pins
 
-__all__ = ["DecomposedLayerNorm", "decomposed_layer_norms", "fused_names", "layer_norm_pins",
+__all__ = ["DecomposedLayerNorm", "always_fp32", "decomposed_layer_norms", "fused_names", "layer_norm_pins",
+           "written_forms",
            "FLUSH_SHARE", "fp16_holders", "flagged", "headroom_pins", "range_flags", "rule_pins",
            "target_reasons", "unmeasured_static_plan", "with_flags", "NodeBlockers", "blockers",
            "forced_fp32", "node_blockers", "resolve", "resolve_plan", "largest", "shape_headroom_pins"]

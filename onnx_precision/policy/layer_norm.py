@@ -12,10 +12,18 @@ Add (whose output it keeps), with ``stash_type`` 1: statistics in FP32, as onnxr
 TensorRT's weakly typed builds compute them, and as TensorRT recommends.
 
 The fused node has one type for X, Scale and B: the type of the pattern's tail (Mul and the last
-Add). :func:`layer_norm_pins` makes the plan fit that: a tail split between FP16 and FP32 is pinned
-FP32, and where the target computes a normalisation's statistics in its input's precision (TensorRT
-strongly typed: its importer casts nothing to ``stash_type``, see :mod:`onnx_precision.target.tensorrt`)
-and the plan keeps the statistics FP32, the whole pattern is pinned FP32, so the node is fed FP32.
+Add). :func:`layer_norm_pins` makes the plan say what is written: a tail not all in one 16-bit type
+is written FP32, statistics and all, so the whole pattern is pinned FP32; and where the target
+computes a normalisation's statistics in its input's precision (TensorRT strongly typed: its
+importer casts nothing to ``stash_type``, see :mod:`onnx_precision.target.tensorrt`) and the plan
+keeps the statistics FP32, the whole pattern is pinned FP32, so the node is fed FP32. The rewriter
+applies these pins to every plan it writes, and the emulation to every plan it runs.
+
+A 16-bit fused node computes its statistics in FP32 and rounds only its output: not what the
+pattern's nodes, each rounding its own output, compute. So the emulation of a plan computes each
+such pattern's last node as the LayerNormalization written in its place (:func:`written_forms`) and
+the nodes before it in FP32 (:func:`always_fp32`), and a search measures the model the rewriter
+writes.
 """
 
 from __future__ import annotations
@@ -25,11 +33,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+import onnx
+from onnx import helper
 
 from ..context import ModelContext
 from ..graph import onnx_opset
 from ..plan import Precision, PrecisionPlan, Reason
 from ..storage import read_array
+from .resolution import forced_fp32
 
 MIN_OPSET = 17  # LayerNormalization's first opset
 
@@ -52,6 +63,9 @@ class DecomposedLayerNorm:
     bias_index: int  # which input of the last Add is the bias
     axis: int
     epsilon: float
+    scale: str  # the constants' names, and the last Add's output
+    bias: str
+    y: str
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -61,6 +75,12 @@ class DecomposedLayerNorm:
     @property
     def statistics(self) -> tuple[str, ...]:
         return (self.pow, self.var, self.add_eps, self.sqrt)
+
+    def fused(self, x: str, scale: str, bias: str, y: str) -> onnx.NodeProto:
+        """The LayerNormalization written in place of the nine nodes, named after the last Add, with
+        its tensors as the written model names them."""
+        return helper.make_node("LayerNormalization", [x, scale, bias], [y], name=self.add, axis=self.axis,
+                                epsilon=self.epsilon, stash_type=1)
 
 
 def decomposed_layer_norms(ctx: ModelContext) -> tuple[DecomposedLayerNorm, ...]:
@@ -157,7 +177,8 @@ def _match(ctx: ModelContext, mean) -> DecomposedLayerNorm | None:
     if not (_vector_like(ctx, scale[1], shape) and _vector_like(ctx, bias[1], shape)):
         return None
     return DecomposedLayerNorm(mean.name, sub.name, power.name, var.name, add_eps.name, sqrt.name, div.name,
-                               mul.name, add.name, x, scale[0], bias[0], rank - 1, float(eps.ravel()[0]))
+                               mul.name, add.name, x, scale[0], bias[0], rank - 1, float(eps.ravel()[0]),
+                               scale[1], bias[1], add.output[0])
 
 
 def _vector_like(ctx: ModelContext, name: str, x_type) -> bool:
@@ -169,21 +190,57 @@ def _vector_like(ctx: ModelContext, name: str, x_type) -> bool:
 
 
 def layer_norm_pins(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
-    """``plan`` with what a fused LayerNormalization needs pinned (see the module docstring)."""
+    """``plan`` with what a fused LayerNormalization needs pinned (see the module docstring); nodes
+    every resolved plan keeps FP32 count as FP32, so an unresolved plan gets the pins of its
+    resolution. The same plan back where nothing needs pinning."""
+    patterns = decomposed_layer_norms(ctx)
+    if not patterns:
+        return plan
+    forced = forced_fp32(ctx)
     pins: dict[str, list[Reason]] = {}
-    for ln in decomposed_layer_norms(ctx):
-        tail = {plan.precision(ln.mul), plan.precision(ln.add)}
-        stats_fp32 = any(not plan.is_low(n) for n in ln.statistics)
-        if ctx.target.normalizes_in_input_precision and stats_fp32 and Precision.FP16 in tail:
+    for ln in patterns:
+        tail = {plan.precision(n) if plan.is_low(n) and n not in forced else Precision.FP32
+                for n in (ln.mul, ln.add)}
+        stats_fp32 = any(not plan.is_low(n) or n in forced for n in ln.statistics)
+        if len(tail) > 1 or Precision.FP32 in tail:
+            why = Reason("type", f"written as one LayerNormalization ('{ln.add}'), statistics included, in "
+                                 f"the one type of its scale and bias: FP32, as its Mul or last Add is FP32 "
+                                 f"or the two differ")
+        elif ctx.target.normalizes_in_input_precision and stats_fp32:
             why = Reason("target", f"{ctx.target.title} computes a LayerNormalization's statistics in its "
                                    f"input's precision when strongly typed; they need FP32 here, so the node "
                                    f"written for '{ln.add}' is fed FP32")
-            pins.update({n: [why] for n in ln.nodes if plan.is_low(n)})
-        elif len(tail) > 1:
-            why = Reason("type", f"written as one LayerNormalization ('{ln.add}'), whose scale and bias "
-                                 f"share one type")
-            pins.update({n: [why] for n in (ln.mul, ln.add) if plan.is_low(n)})
+        else:
+            continue
+        pins.update({n: [why] for n in ln.nodes if plan.is_low(n) and n not in forced})
     return plan.with_fp32_reasons(pins) if pins else plan
+
+
+def written_forms(ctx: ModelContext) -> Mapping[str, onnx.NodeProto]:
+    """Node -> the node the written model computes in its place, which the emulation of every plan
+    computes there, in the type of the pattern's tail (one type once pinned, :func:`layer_norm_pins`):
+    each decomposed LayerNorm's last Add -> its LayerNormalization (inputs by their names in the
+    model), whose statistics are FP32 whatever its type. None where the target computes them in the
+    input's precision (:attr:`~onnx_precision.target.Target.normalizes_in_input_precision`): there
+    the nodes' own rounding is the closer model of a 16-bit one."""
+    if ctx.target.normalizes_in_input_precision:
+        return {}
+    return {ln.add: ln.fused(ln.x, ln.scale, ln.bias, ln.y) for ln in decomposed_layer_norms(ctx)}
+
+
+def always_fp32(ctx: ModelContext) -> frozenset[str]:
+    """The nodes every model the rewriter writes computes in FP32, whatever the plan: those every
+    resolved plan keeps FP32 (:func:`~onnx_precision.policy.forced_fp32`), and the statistics of each
+    LayerNorm written as its form (:func:`written_forms`: all its nodes but the tail, inside the
+    LayerNormalization). Found once per context."""
+    return ctx.memo(_always_fp32)
+
+
+def _always_fp32(ctx: ModelContext) -> frozenset[str]:
+    forms = written_forms(ctx)
+    inside = {n for ln in decomposed_layer_norms(ctx) if ln.add in forms for n in ln.nodes
+              if n not in (ln.mul, ln.add)}
+    return forced_fp32(ctx) | inside
 
 
 def fused_names(patterns: tuple[DecomposedLayerNorm, ...]) -> Mapping[str, str]:
