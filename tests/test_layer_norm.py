@@ -111,3 +111,19 @@ def test_what_the_search_passed_is_what_is_written_at_a_tolerance_near_fp16_nois
     assert after["y"]["rel_rms_err"] == verified["y"]["rel_rms_err"] <= 0.0008
     assert after["y"]["max_abs_err"] == verified["y"]["max_abs_err"]
     assert sum(n.op_type == "LayerNormalization" for n in onnx.load(out).graph.node) == 2
+
+
+def test_the_flags_on_the_original_pin_the_statistics_the_written_layernorm_computes_in_fp32(tmp_path):
+    """layernorm_eps passes all FP16 as written (one LayerNormalization, FP32 statistics), but the
+    weakly typed flags build the original, whose nine nodes are layers of their own: its statistics
+    are pinned there, and the Mul/Add tail left FP16."""
+    from models import generate
+    from onnx_precision.cli import main
+
+    flags = str(tmp_path / "f.txt")
+    assert main(["convert", generate.model_path("layernorm_eps"), "-o", str(tmp_path / "o.onnx"), "--inputs",
+                 generate.data_path("layernorm_eps"), "--trt-flags", flags, "-q"]) == 0
+    line = next(x for x in open(flags).read().splitlines() if x.startswith("trtexec") and "--layerPrecisions" in x)
+    pinned = line.split("--layerPrecisions=")[1].split()[0].split(",")
+    assert pinned == [f"{n}:fp32" for n in ("ln_mean", "ln_sub", "ln_sq", "ln_var", "ln_add_eps", "ln_sqrt",
+                                            "ln_div")]

@@ -295,7 +295,8 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
         shapes = sample_shapes(auto_result.samples.feeds) if auto_result is not None else None
         samples = ("--inputs", options.samples.inputs) if options.samples.inputs else ()
         outputs.stage_text(options.trt_flags_path, ctx.target.flags_text(
-            ctx, result.plan, output_path, shapes, options.tolerance, samples, options.trt_profile))
+            ctx, _as_built_from_original(ctx, result.plan), output_path, shapes, options.tolerance, samples,
+            options.trt_profile))
     texts = tuple(p for p in (options.plan_out, options.trt_flags_path) if p)
     if auto_result is None:
         outputs.commit()
@@ -318,6 +319,16 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     return ConvertResult(model_path, output_path, result.plan, result, outcome.warnings,
                          (output_path,) + texts + paths, auto_result, report, paths, ctx.nothing_to_convert,
                          ctx.target.next_step(model_path, output_path, options.samples.inputs))
+
+
+def _as_built_from_original(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
+    """``plan`` as flags on the original model must state it: the statistics of each LayerNorm the
+    written model computes as one LayerNormalization (FP32 statistics, stash_type 1) are separate
+    layers in the original, which TensorRT would run in FP16 unless pinned."""
+    inside = [n for n in policy.always_fp32(ctx) if plan.is_low(n)]
+    why = Reason("type", "inside a LayerNorm the written model computes as one LayerNormalization with FP32 "
+                         "statistics; the original's layers need the pin")
+    return plan.with_fp32(inside, why) if inside else plan
 
 
 def _stage_samples(auto_result: AutoResult, options: ConvertOptions, outputs: storage.Outputs) -> None:
