@@ -294,9 +294,9 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
 
         shapes = sample_shapes(auto_result.samples.feeds) if auto_result is not None else None
         samples = ("--inputs", options.samples.inputs) if options.samples.inputs else ()
-        outputs.stage_text(options.trt_flags_path, ctx.target.flags_text(
-            ctx, _as_built_from_original(ctx, result.plan), output_path, shapes, options.tolerance, samples,
-            options.trt_profile))
+        text = ctx.target.flags_text(ctx, _as_built_from_original(ctx, result.plan), output_path, shapes,
+                                     options.tolerance, samples, options.trt_profile)
+        outputs.stage_text(options.trt_flags_path, _with_caveats(text, _flags_caveats(ctx, result.plan)))
     texts = tuple(p for p in (options.plan_out, options.trt_flags_path) if p)
     if auto_result is None:
         outputs.commit()
@@ -319,6 +319,30 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     return ConvertResult(model_path, output_path, result.plan, result, outcome.warnings,
                          (output_path,) + texts + paths, auto_result, report, paths, ctx.nothing_to_convert,
                          ctx.target.next_step(model_path, output_path, options.samples.inputs))
+
+
+def _flags_caveats(ctx: ModelContext, plan: PrecisionPlan) -> list[str]:
+    """What the flags file must warn of: a plan measured for onnxruntime whose written model has 16-bit
+    LayerNormalizations, whose statistics TensorRT computes in 16 bits in a strongly typed network
+    (onnxruntime in FP32, as stash_type says; see :attr:`.Target.normalizes_in_input_precision`)."""
+    if ctx.target.normalizes_in_input_precision:
+        return []
+    fused = {ln.add for ln in policy.decomposed_layer_norms(ctx)}
+    normalizations = [n for n, op in ctx.node_ops.items()
+                      if plan.is_low(n) and (n in fused or op == "LayerNormalization")]
+    if not normalizations:
+        return []
+    return [f"# Note: this plan was measured for onnxruntime, which computes the statistics of its "
+            f"{len(normalizations)} 16-bit LayerNormalization(s) in FP32; a strongly typed TensorRT network "
+            f"computes them in 16 bits. For the model TensorRT builds, convert with --target tensorrt."]
+
+
+def _with_caveats(text: str, caveats: list[str]) -> str:
+    """``text`` with ``caveats`` after its first line."""
+    if not caveats:
+        return text
+    first, _, rest = text.partition("\n")
+    return "\n".join([first, *caveats, rest]) if rest else "\n".join([first, *caveats]) + "\n"
 
 
 def _as_built_from_original(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
