@@ -395,6 +395,9 @@ def build_rows(facts: rules.ModelFacts, findings: Sequence[rules.Finding], plan:
             strong = [f for f in by_node.get(ref.name, []) if f.severity == rules.HIGH]
             body.setdefault(owner, []).extend(strong)
     diverging = set(layerwise.first_divergence)
+    written = policy.written_forms(facts.ctx)
+    fused = policy.fused_names(policy.decomposed_layer_norms(facts.ctx)) if written else {}
+    inside = {n: ln for n, ln in fused.items() if n in policy.always_fp32(facts.ctx)}
 
     def effect(node: onnx.NodeProto) -> bool:
         return node.name in diverging or any(c.name in diverging for o in node.output if o
@@ -415,6 +418,9 @@ def build_rows(facts: rules.ModelFacts, findings: Sequence[rules.Finding], plan:
             verdict = suspect
             note = f"inside '{ref.graph_path[0][0]}', whose output diverges; subgraph values are not recorded"
         forced = plan.decisions[node.name].reasons[0] if plan.precision(node.name) is Precision.FP32 else None
+        if forced is None and node.name in inside:
+            forced = Reason("type", f"inside the LayerNormalization '{inside[node.name]}' the written model "
+                                    f"computes in its place, with FP32 statistics")
         margins = (None if fp32_range is None else
                    facts.low.margins(fp32_range.max_abs, fp32_range.min_nonzero_abs))
         rows.append(NodeRow(node.name, node.op_type, verdict, findings, fp32_range, error,

@@ -319,3 +319,20 @@ def test_margins_to_the_16_bit_limits_are_reported_nearest_first(tmp_path, capsy
     report = json.load(open(tmp_path / "o.report.json"))
     assert [m["node"] for m in report["margins"]] == ["square", "root"]
     assert report["margins"][0] == {"node": "square", "overflow_binades": 0.712, "underflow_binades": 25.0}
+
+
+def test_nodes_inside_a_layernorm_written_as_one_node_are_said_to_compute_in_fp32(tmp_path):
+    """From opset 17 the written model computes each decomposed LayerNorm as one LayerNormalization
+    with FP32 statistics: its sum of squares (1.55e5) is a risk that the written model never takes."""
+    example = models.transformer()
+    path, data = str(tmp_path / "t.onnx"), str(tmp_path / "t.npz")
+    onnx.save(example.model, path)
+    with open(data, "wb") as f:
+        f.write(npz_bytes(example.feeds[0]))
+    result = analysis.analyze(path, SampleSpec(inputs=data))
+    assert result.all_fp16 is not None and result.all_fp16.passed
+    row = result.row("l3_ln2_sq")
+    assert row.verdict == "overflow" and row.forced_fp32 is not None
+    assert row.forced_fp32.detail == ("inside the LayerNormalization 'l3_ln2_shift' the written model computes in "
+                                      "its place, with FP32 statistics")
+    assert "overflow (fp32)" in result.table()
