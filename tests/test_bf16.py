@@ -262,7 +262,11 @@ def test_the_flags_file_writes_bf16_where_trtexec_takes_it_and_points_to_the_str
 def test_a_fallback_point_replays_with_its_bf16_nodes(tmp_path):
     report, _ = _l2(tmp_path, "--fallback", "bf16")
     chosen = report["tradeoff"]["chosen"]
-    [point] = [p for p in report["tradeoff"]["points"] if p["point"] == chosen]
+    points = report["tradeoff"]["points"]
+    # one point per plan measured: the fallback's all-BF16 trial passed and was kept, so it is the chosen one
+    assert [p["point"] for p in points] == list(range(len(points))) and chosen == points[-1]["point"]
+    assert report["tradeoff"]["note"].endswith(", then the BF16 fallback")
+    [point] = [p for p in points if p["point"] == chosen]
     assert point["bf16"] == ["norm", "sumsq"] and point["pinned"] == [] and point["passed"] is True
     out, plan = str(tmp_path / "r.onnx"), str(tmp_path / "plan.json")
     assert main(["convert", generate.model_path(L2), "-o", out, "--mode", "all-fp16", "--plan",

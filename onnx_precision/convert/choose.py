@@ -189,7 +189,8 @@ class _Ending:
     layer: LayerwiseResult | None = None
     measured: tuple[PlanPoint, ...] = ()  # without a search: the plans measured, the chosen one last
     unsearched: str = ""  # why no search ran
-    fallback_points: tuple[PlanPoint, ...] = ()  # the plans --fallback probed, its chosen one last
+    fallback_points: tuple[PlanPoint, ...] = ()  # the plans --fallback probed
+    fallback_chosen: int | None = None  # the point of the plan --fallback chose
     notes: tuple[str, ...] = ()
 
 
@@ -225,7 +226,7 @@ class _Run:
         node_stats = self.stats if end.layer is None else _with_layerwise(self.stats, end.layer)
         found = end.found
         points = (end.measured if found is None else found.points) + end.fallback_points
-        chosen = end.fallback_points[-1].index if end.fallback_points else _chosen_point(end, points)
+        chosen = end.fallback_chosen if end.fallback_chosen is not None else _chosen_point(end, points)
         notes = (() if found is None else found.notes) + end.notes
         return AutoResult(end.plan, end.status, end.message, self.mode, end.before, end.after, node_stats,
                           self.clock.phases(), None if found is None else found.outcome,
@@ -364,7 +365,11 @@ def _fallen_back(run: _Run, prober: Prober, plan: PrecisionPlan, tried: tuple[Pl
     if not after.passed:
         raise InternalError("the fallback's plan passed during its search but fails on re-evaluation")
     last = run.chosen_point(plan, after, prober.tolerance, tried[-1].index + 1)
-    return run.finish(replace(end, plan=plan, after=after, fallback_points=tried + (last,), notes=notes))
+    same = [p for p in tried if p.passed and (p.pinned, p.bf16) == (last.pinned, last.bf16)]
+    points, chosen = (tried, same[-1].index) if same else (tried + (last,), last.index)
+    unsearched = end.unsearched and f"{end.unsearched}, then the BF16 fallback"
+    return run.finish(replace(end, plan=plan, after=after, fallback_points=points, fallback_chosen=chosen,
+                              notes=notes, unsearched=unsearched))
 
 
 def _nothing_to_search(user: PrecisionPlan, plan: PrecisionPlan) -> str:
