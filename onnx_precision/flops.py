@@ -14,7 +14,7 @@ from .typing_rules.inference import weightless
 def estimate_flops(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> dict[str, float]:
     """Rough FLOPs per node: 2*M*N*K for MatMul/Gemm, 2*out*(C/group*kernel) for Conv, the larger
     of the first input's and the output's size for everything else (so a reduction counts what it
-    reads); 1 where shapes are unknown (e.g. inside subgraphs).
+    reads); 1 where shapes are unknown (e.g. inside subgraphs); 0 for a Constant.
 
     Shapes come from ONNX shape inference with the graph inputs fixed to ``input_shapes`` (the
     first sample's), so symbolic dimensions resolve. Only for the report's FLOP share.
@@ -23,6 +23,9 @@ def estimate_flops(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[i
     flops: dict[str, float] = {}
     for ref in walk_nodes(model.graph):
         node = ref.node
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            flops[node.name] = 0.0  # a value, not a computation
+            continue
         out = shapes.get(node.output[0]) if node.output else None
         out_size = float(np.prod(out)) if out is not None else 1.0
         per_output = _flops_per_output(node, shapes)
@@ -52,6 +55,12 @@ def _inferred_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence
                      ) -> dict[str, tuple[int, ...]]:
     shell = weightless(model)
     graph = shell.graph
+    # A negative dim is no shape (converters write -1 for "unknown"); left in, inference keeps it and
+    # every size downstream of it is lost
+    stale = [vi for vi in graph.value_info
+             if any(d.HasField("dim_value") and d.dim_value < 0 for d in vi.type.tensor_type.shape.dim)]
+    for vi in stale:
+        graph.value_info.remove(vi)
     for value in graph.input:
         shape = input_shapes.get(value.name)
         if shape is None or not value.type.HasField("tensor_type"):

@@ -259,3 +259,21 @@ def test_samples_of_several_shapes_are_reported_per_shape(tmp_path, capsys):
     assert [(s["shapes"], s["samples"], s["passed"]) for s in by_shape] == [("x:1x16", 1, True), ("x:1x64", 2, True)]
     assert "- by shape: x:1x64 (2 sample(s))" in open(tmp_path / "o.report.md").read()
     assert rep.from_json(report).verified.by_shape[1][1].samples == 2  # the report reads it back
+
+
+def test_estimate_flops_counts_no_constant_and_ignores_a_converters_negative_dims():
+    """A Constant computes nothing; value_info with dim -1 (what some version converters write for an
+    unknown dim) is no shape, so the sample's shapes still reach the MatMul after it."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Constant", [], ["w"], name="weights",
+                              value=onnx.numpy_helper.from_array(np.ones((32, 16), np.float32))),
+             helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w"], ["y"], name="mm")]
+    stale = helper.make_tensor_value_info("r", TensorProto.FLOAT, [-1, 32])
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 16])], value_info=[stale])
+    flops = estimate_flops(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), {"x": (4, 32)})
+    assert flops == {"weights": 0.0, "relu": 4 * 32, "mm": 2 * 4 * 16 * 32}
