@@ -76,7 +76,7 @@ ALL_LISTED = 12  # up to this many points, the table lists (and the picture numb
 
 
 def front_table(points: Sequence[PlanPoint], flops: Mapping[str, float] | None = None,
-                chosen: int | None = None, listed: int = 6) -> list[str]:
+                chosen: int | None = None, listed: int = 6, low: str = "FP16") -> list[str]:
     """Markdown table rows: every point where there are at most :data:`ALL_LISTED`, else the front
     and the chosen point; the chosen one marked, each row's pins costliest first (by estimated
     FLOPs), ``listed`` of them."""
@@ -85,7 +85,7 @@ def front_table(points: Sequence[PlanPoint], flops: Mapping[str, float] | None =
         rows = sorted(points, key=lambda p: p.index)
     else:
         rows = front + [p for p in points if p.index == chosen and p not in front][:1]
-    lines = ["| point | FP16 share of FLOPs | worst error | passes | FP32 pins, costliest first |",
+    lines = [f"| point | {low} share of FLOPs | worst error | passes | FP32 pins, costliest first |",
              "|---|---|---|---|---|"]
     for p in rows:
         pins = costliest_first(p.pinned, flops or {})

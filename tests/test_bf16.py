@@ -87,6 +87,9 @@ def test_the_fallback_moves_the_overflowing_pins_to_bf16_and_keeps_the_rest_fp16
     assert _precisions(report) == {"square": "fp16", "sumsq": "bf16", "norm": "bf16", "normalize": "fp16"}
     reasons = report["plan"]["nodes"]["sumsq"]["reasons"]
     assert reasons[-1]["detail"].startswith("FP16 fails here; BF16 holds")
+    assert reasons[0]["detail"] == "'sumsq' reaches 1.219e+05 in FP32, over the FP16 maximum 65504"  # why FP16 failed
+    markdown = open(tmp_path / "o.report.md").read()
+    assert "## BF16 nodes (2)" in markdown and "| `sumsq` | ReduceSum | range: 'sumsq' reaches" in markdown
     shares = report["fp16_share"]["flops_by_precision"]
     assert set(shares) == {"fp16", "bf16"} and abs(sum(shares.values()) - 1) < 1e-9
     types = {n.name: n.attribute[0].i for n in model.graph.node if n.op_type == "Cast"}

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from ..format import cosine_text, number
 from ..metrics import Comparison
 from ..oracle.inspection import NodeStats
+from ..plan import Precision
 from ..storage import write_text
 from ..tradeoff import ALL_LISTED, front_table
 
@@ -37,6 +38,21 @@ _COMPARISON_TITLES = {
     "native": "The written model under --oracle",
     "validation": "Validation: the written model on held-out samples (emulated)",
 }
+
+
+def _fallback_nodes(report: RunReport) -> list[str]:
+    """The BF16 nodes of a plan that also has FP16 ones (--fallback bf16), with why."""
+    if report.low_label != "16-bit":
+        return []
+    bf16 = report.plan.nodes_in(Precision.BF16)
+    lines = ["", f"## BF16 nodes ({len(bf16)})", "", "| node | op | why | FP32 max abs |",
+             "|---|---|---|---|"]
+    for name in bf16:
+        why = "<br>".join(dict.fromkeys(_reason_text(r) for r in report.plan.decisions[name].reasons))
+        stats = report.node_stats.get(name, NodeStats())
+        lines.append(f"| `{name}` | {report.node_ops.get(name, '')} | {_md_cell(why)} | "
+                     f"{number(stats.max_abs)} |")
+    return lines
 
 
 def to_markdown(report: RunReport) -> str:
@@ -70,7 +86,7 @@ def to_markdown(report: RunReport) -> str:
     ]
     if report.fp32_nodes:
         lines += [
-            "| node | op | why | FP32 max abs | FP32 min nonzero | FP16 error |",
+            f"| node | op | why | FP32 max abs | FP32 min nonzero | {report.low_precision.upper()} error |",
             "|---|---|---|---|---|---|",
         ]
         for name in report.fp32_nodes:
@@ -82,7 +98,9 @@ def to_markdown(report: RunReport) -> str:
                 f"{number(stats.layerwise_error)} |"
             )
     else:
-        lines.append("None." if report.nothing_to_convert else "None: every node runs in FP16.")
+        everywhere = f"None: every node runs in {report.low_label}."
+        lines.append("None." if report.nothing_to_convert else everywhere)
+    lines += _fallback_nodes(report)
     for key, comparison in comparisons(report):
         lines += [
             "",
@@ -119,11 +137,11 @@ def _tradeoff_lines(report: RunReport) -> list[str]:
     if not report.points:
         return ["", "## Trade-off", "", f"{note}."] if note else []
     rows = "all listed" if len(report.points) <= ALL_LISTED else "the Pareto front listed"
-    lines = ["", "## Trade-off: FP16 share of compute against error", "",
+    lines = ["", f"## Trade-off: {report.low_label} share of compute against error", "",
              f"{note + '; ' if note else ''}{len(report.points)} plan(s) measured, {rows} (error: "
              f"{statistic(report)}, worst output and sample), the chosen one marked. Replay a point with "
              f"`--plan REPORT.json@POINT --mode all-fp16`.", ""]
-    lines += front_table(report.points, report.node_flops, report.chosen_point)
+    lines += front_table(report.points, report.node_flops, report.chosen_point, low=report.low_label)
     if report.tradeoff_svg:
         lines += ["", f"![trade-off]({os.path.basename(report.tradeoff_svg)})"]
     return lines

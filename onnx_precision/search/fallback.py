@@ -69,7 +69,10 @@ def try_fallback(prober: Prober, session: Counted, clock: Clock, plan: Precision
     precision = Precision(low.precision)
     why_low = Reason("search", f"FP16 fails here; {low.name} holds (FP32's range, "
                                f"{low.significand_bits} fraction bits)")
-    trial = plan.with_reasons(precision, {n: (why_low,) for n in candidates})
+    # the FP16 plan's reasons stay: they say why FP16 failed there
+    decisions = dict(plan.decisions)
+    decisions.update({n: NodeDecision(precision, plan.decisions[n].reasons + (why_low,)) for n in candidates})
+    trial = PrecisionPlan(decisions, plan.fp16_io)
     probes = 1
     with clock.phase("fallback") as phase:
         passed, detail = prober.passes(trial)
