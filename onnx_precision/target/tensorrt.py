@@ -17,7 +17,7 @@ import onnx
 
 from ..float_types import FP16, LowPrecision
 from ..graph import is_onnx_domain, onnx_opset
-from ..trt.ops import decompose
+from ..trt.ops import decompose, normalization_in_input_precision
 from ..trt.spell import DecompositionError
 from ..trt.versions import NEWEST, TrtVersion
 from ..typing_rules import tensor_types
@@ -98,6 +98,10 @@ class TrtLayers(Spelling):
         shape = self.types.get(node.input[0]) if node.input else None
         rank = (len(shape.tensor_type.shape.dim) if shape is not None and shape.HasField("tensor_type")
                 and shape.tensor_type.HasField("shape") else None)
+        if node.op_type == "LayerNormalization":
+            steps = normalization_in_input_precision(node, opset=self.opset, fresh=self.fresh, rank=rank,
+                                                     low=low)
+            return [node] if steps is None else steps
         try:
             spelled = decompose(node, opset=self.opset, fp16=True, version=self.version, fresh=self.fresh,
                                 constants=self.constants, rank=rank, low=low)

@@ -222,6 +222,34 @@ def spell_rms_normalization(s: Speller) -> None:
     s.layer(named("ElementWise PROD"), "Mul", [normalized, scale], final=True)
 
 
+def normalization_in_input_precision(node: onnx.NodeProto, *, opset: int, fresh: Callable[[str], str],
+                                     rank: int | None, low: LowPrecision) -> list[onnx.NodeProto] | None:
+    """A LayerNormalization as TensorRT's Normalization layer computes it fed ``low`` in a strongly
+    typed network: the importer neither casts X to ``stash_type`` nor may set the compute precision
+    (see :attr:`onnx_precision.target.TensorRTTarget.normalizes_in_input_precision`), so the
+    statistics are computed, and each step stored, in ``low``: the steps of the decomposed LayerNorm
+    the emulation searched, node for node. Its naming is one layer (the op table's). None where it
+    is not one output over a known rank (then it is emulated as one op)."""
+    if len([o for o in node.output if o]) != 1 or rank is None:
+        return None
+    s = Speller(node, opset, fp16=True, fresh=fresh, constants={}, rank=rank, low=low)
+    x, scale = s.input(0), s.input(1)
+    bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    axis = s.int_attr("axis", -1)
+    axes = list(range(axis + rank if axis < 0 else axis, rank))
+    step = named("Normalization")
+    mean = s.reduce(step, "ReduceMean", x, axes, keepdims=1)
+    centred = s.layer(step, "Sub", [x, mean])
+    variance = s.reduce(step, "ReduceMean", s.layer(step, "Mul", [centred, centred]), axes, keepdims=1)
+    std = s.layer(step, "Sqrt", [s.layer(step, "Add", [variance, s.scalar(s.float_attr("epsilon", 1e-5))])])
+    normalized = s.layer(step, "Div", [centred, std])
+    if bias is None:
+        s.layer(step, "Mul", [normalized, scale], final=True)
+    else:
+        s.layer(step, "Add", [s.layer(step, "Mul", [normalized, scale]), bias], final=True)
+    return s.nodes
+
+
 def spell_mish(s: Speller) -> None:
     x = s.input(0)
     sp = s.layer(named("Activation SOFTPLUS"), "Softplus", [x])
