@@ -84,7 +84,7 @@ def _round_bf16(values: np.ndarray) -> np.ndarray:
     values round to Inf as they should; NaNs are kept (the carry could make one Inf)."""
     bits = np.ascontiguousarray(values).view(np.uint32)
     rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
-    return np.where(np.isnan(values), values, rounded.view(np.float32))
+    return np.where(np.isnan(values), values, rounded.view(np.float32).reshape(np.shape(values)))
 
 
 _PRECISION: dict[int, str] = {onnx.TensorProto.FLOAT16: "fp16", onnx.TensorProto.BFLOAT16: "bf16"}

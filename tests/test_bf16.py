@@ -299,3 +299,31 @@ def test_a_bf16_weight_large_enough_to_go_to_onnxruntime_by_reference_converts(t
                  "-q"]) == 0
     [weight] = onnx.load(str(tmp_path / "o.onnx")).graph.initializer
     assert weight.data_type == TensorProto.BFLOAT16 and json.load(open(tmp_path / "o.report.json"))["pinned"] == []
+
+
+def test_a_scalar_keeps_its_shape_when_rounded_to_bf16(tmp_path):
+    """y = x * c + c over scalars: a BF16 rounding that made them shape (1,) failed 'before' on shape."""
+    assert BF16.round(np.array(3.3, np.float32)).shape == () and BF16.round(np.float32(3.3)).shape == ()
+    c = onnx.numpy_helper.from_array(np.array(1.5, np.float32), "c")
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "c"], ["m"], name="mul"),
+                               helper.make_node("Add", ["m", "c"], ["y"], name="add")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])], [c])
+    path, data = str(tmp_path / "s.onnx"), str(tmp_path / "x.npz")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    np.savez(data, x=np.array(2.0, np.float32))
+    for io in ([], ["--fp16-io"]):
+        assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--inputs", data, "--low-precision", "bf16",
+                     "-q", *io]) == 0
+        assert json.load(open(tmp_path / "o.report.json"))["pinned"] == []
+
+
+def test_an_all_bf16_plan_in_an_fp16_run_searches_and_a_bf16_model_is_analyzed(tmp_path):
+    model, data = generate.model_path(L2), generate.data_path(L2)
+    plan = str(tmp_path / "plan.json")
+    json.dump({"nodes": {n: {"precision": "bf16"} for n in ("square", "sumsq", "normalize")}}, open(plan, "w"))
+    # norm stays FP16 and reads the BF16 sum of squares rounded to FP16: inf, so a search runs on it
+    assert main(["convert", model, "-o", str(tmp_path / "o.onnx"), "--inputs", data, "--plan", plan, "-q"]) == 0
+    assert _precisions(json.load(open(tmp_path / "o.report.json")))["norm"] == "fp32"
+    bf16, _ = _l2(tmp_path, "--low-precision", "bf16")
+    assert main(["analyze", str(tmp_path / "o.onnx"), "--inputs", data]) == 0  # a BF16 model is emulated

@@ -326,8 +326,8 @@ def _search(run: _Run, prober: Prober, ctx: ModelContext, start: _Start, inspect
     with clock.phase("switch graph") as phase:
         # many plans follow: the emulation's switch graph, or baked sessions; a plan given with BF16
         # nodes in an FP16 run (--plan) is mixed, which only baked sessions run
-        lows = {d.precision for d in base.decisions.values() if d.precision.is_low}
-        searcher = runner if len(lows) > 1 else runner.searching()
+        lows = {d.precision.value for d in base.decisions.values() if d.precision.is_low}
+        searcher = runner if lows - {ctx.target.low.precision} else runner.searching()
         phase.count(run.counted)
     prober = prober.on(searcher)
     searchable = [n for n in ctx.node_ops if n in searcher.switchable and base.is_low(n)]

@@ -29,7 +29,7 @@ import onnx
 
 from ..context import ModelContext
 from ..errors import InternalError
-from ..float_types import LowPrecision
+from ..float_types import LOW_TYPES, LowPrecision
 from ..plan import PrecisionPlan
 from ..policy import always_fp32, layer_norm_pins, written_forms
 from ..typing_rules import is_tensor
@@ -195,6 +195,6 @@ def as_fp32(ctx: ModelContext) -> onnx.ModelProto:
 
 
 def _as_fp32(ctx: ModelContext) -> onnx.ModelProto:
-    if any(is_tensor(t) and t.tensor_type.elem_type == onnx.TensorProto.FLOAT16 for t in ctx.types.values()):
+    if any(is_tensor(t) and t.tensor_type.elem_type in LOW_TYPES for t in ctx.types.values()):
         return emulate_model(ctx.model, ctx.base_dir)
     return ctx.model

@@ -171,10 +171,14 @@ def resolve_plan(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
     the result is marked ``resolved``."""
     resolved = plan
     edges: tuple[tuple[str, str | None, str | None], ...] = ()
+    target = blockers(ctx)
     for precision in sorted({d.precision for d in plan.decisions.values() if d.precision.is_low}):
         found = blockers(ctx, low_of(precision))
         mine = {n for n, d in plan.decisions.items() if d.precision is precision}
-        resolved = _force_fp32(resolved, {n: r for n, r in found.forced.items() if n in mine})
+        # What the target's type cannot hold stays FP32 in the other type too: the emulation keeps
+        # those nodes FP32 without a switch (one set of them per run), so that is what is measured
+        forced = {**target.forced, **found.forced}
+        resolved = _force_fp32(resolved, {n: r for n, r in forced.items() if n in mine})
         resolved = _with_notes(resolved, {n: r for n, r in found.notes.items() if n in mine})
         edges = found.edges
     resolved = _force_fp32(resolved, _non_tensor_conflicts(resolved, ctx.typing, edges))

@@ -22,6 +22,7 @@ from ..context import ModelContext
 from ..costs import Clock, Counted
 from ..float_types import LowPrecision
 from ..plan import NodeDecision, Precision, PrecisionPlan, Reason
+from ..policy import blockers
 from ..tradeoff import PlanPoint
 from .driver import FlopShare, Progress, SearchBudget, SearchSpace, run_search
 from .prober import Prober
@@ -45,6 +46,7 @@ def fallback_candidates(ctx: ModelContext, plan: PrecisionPlan, low: LowPrecisio
     and the target's kernels allow it), in the model's order; and the numerical pins it cannot
     compute, with why (they stay FP32 untried)."""
     typing = ctx.typing_in(low)
+    kept = blockers(ctx).forced  # the emulation keeps these FP32 in every plan
     out, untried = [], {}
     for name in plan.fp32_nodes:
         reasons = plan.decisions[name].reasons
@@ -55,6 +57,8 @@ def fallback_candidates(ctx: ModelContext, plan: PrecisionPlan, low: LowPrecisio
             continue
         if t.fp16_blocker:
             untried[name] = t.fp16_blocker
+        elif name in kept:
+            untried[name] = f"{kept[name].detail}; the emulation keeps it FP32"
         else:
             out.append(name)
     return out, untried
