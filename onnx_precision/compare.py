@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+import ml_dtypes
 import numpy as np
 
 from . import task_checks
@@ -36,7 +37,8 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _is_float(a: np.ndarray) -> bool:
-    return np.issubdtype(a.dtype, np.floating)
+    # bfloat16 (an ml_dtypes type, as onnx.reference returns a BF16 output) is no numpy floating type
+    return np.issubdtype(a.dtype, np.floating) or a.dtype == ml_dtypes.bfloat16
 
 
 def compare_array(name: str, ref: np.ndarray, cand: np.ndarray, tol: Tolerance) -> OutputMetrics:

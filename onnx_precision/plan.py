@@ -232,6 +232,10 @@ def _point_plan(report: object, point: int, source: str) -> PrecisionPlan:
         raise PlanError(f"{source}: trade-off point {point} has 'bf16' {bf16!r}, not a list of node names")
     decisions = {str(n): NodeDecision(Precision.FP32, (reason,)) for n in found[0]["pinned"]}
     decisions.update({str(n): NodeDecision(Precision.BF16, (reason,)) for n in bf16})
+    assert isinstance(report, Mapping)  # it has points
+    if report.get("low_precision") == Precision.BF16.value:  # a BF16 run: every other node is BF16
+        nodes = report.get("plan", {}).get("nodes", {})
+        decisions = {**{str(n): NodeDecision(Precision.BF16, (reason,)) for n in nodes}, **decisions}
     return PrecisionPlan(decisions)
 
 

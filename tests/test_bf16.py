@@ -246,7 +246,7 @@ def test_the_flags_file_writes_bf16_where_trtexec_takes_it_and_points_to_the_str
     assert lines[0] == "# onnx-precision: TensorRT flags for 0 node(s) pinned to FP32 and 2 in BF16."
     old = lines[lines.index("# TensorRT 8.6 to 9.0 (weakly typed; these flags are deprecated in 10.12 and removed "
                             "in 11.0).") + 2]
-    assert old == f"trtexec --onnx={model} --fp16"
+    assert old == f"# (not the plan measured) trtexec --onnx={model} --fp16"  # no bf16 before 9.1
     new = lines[lines.index("# TensorRT 9.1 to 10.11 (weakly typed; these flags are deprecated in 10.12 and "
                             "removed in 11.0).") + 1]
     assert new == (f"trtexec --onnx={model} --fp16 --bf16 --precisionConstraints=obey "
@@ -260,6 +260,11 @@ def test_the_flags_file_writes_bf16_where_trtexec_takes_it_and_points_to_the_str
     assert main(["convert", model, "-o", str(tmp_path / "b.onnx"), "--inputs", data, "--low-precision", "bf16",
                  "--trt-flags", flags, "-q"]) == 0
     assert f"trtexec --onnx={model} --bf16" in open(flags).read().splitlines()
+    # and --fp16-io in a BF16 run is bfloat16 I/O
+    assert main(["convert", model, "-o", str(tmp_path / "b.onnx"), "--inputs", data, "--low-precision", "bf16",
+                 "--fp16-io", "--trt-flags", flags, "-q"]) == 0
+    assert (f"trtexec --onnx={model} --bf16 --inputIOFormats=bf16:chw --outputIOFormats=bf16:chw"
+            in open(flags).read().splitlines())
 
 
 def test_a_fallback_point_replays_with_its_bf16_nodes(tmp_path):

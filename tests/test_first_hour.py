@@ -98,7 +98,7 @@ def test_off_a_terminal_a_long_run_logs_its_phases_and_a_heartbeat_every_30_s_an
     progress.tick()
     assert log.getvalue().splitlines() == [
         "progress: load (6 s elapsed)",
-        "progress: search: [######..............] probe 3 of about 10, best FP16 share 50.0% (6 s elapsed)",
+        "progress: search: [######..............] probe 3 of about 10, best 16-bit share 50.0% (6 s elapsed)",
         "progress: still search (37 s elapsed, 3 probe(s) done)",
         "progress: still search (70 s elapsed, 4 probe(s) done)"]
     quiet = io.StringIO()

@@ -106,7 +106,7 @@ def test_progress_never_moves_its_estimate_backwards():
     line = ProgressLine(stream)
     line("search", 1, 9, None)
     line("search", 2, 3, 0.5)
-    assert "probe 2 of about 10, best FP16 share 50.0%" in stream.text
+    assert "probe 2 of about 10, best 16-bit share 50.0%" in stream.text
 
 
 @pytest.mark.parametrize("name", ["if_branch", "log_underflow"])

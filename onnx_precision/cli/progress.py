@@ -55,7 +55,7 @@ class ProgressLine:
             self._done = done
             if self._total:
                 self._fraction = max(self._fraction, done / self._total)
-            share = f", best FP16 share {100 * best:.1f}%" if best is not None else ""
+            share = f", best 16-bit share {100 * best:.1f}%" if best is not None else ""
             total = self._total
             if done == 0 and left == 0:
                 text = f"{phase}..."

@@ -469,7 +469,7 @@ def _before_plan(options: ConvertOptions) -> str:
     flags = [flag for flag, given in (("--plan", options.plan_path), ("--keep-fp32", options.keep_fp32),
                                       ("--keep-fp32-op", options.keep_fp32_ops),
                                       ("--layer-precisions", options.layer_flags)) if given]
-    return f"your plan, from {', '.join(flags)}" if flags else "all FP16"
+    return f"your plan, from {', '.join(flags)}" if flags else f"all {options.target.low.name}"
 
 
 def _stage_reports(report: RunReport, options: ConvertOptions, outputs: storage.Outputs) -> tuple[str, ...]:

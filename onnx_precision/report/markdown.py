@@ -6,6 +6,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ..float_types import low_of
 from ..format import cosine_text, number
 from ..metrics import Comparison
 from ..oracle.inspection import NodeStats
@@ -71,7 +72,7 @@ def to_markdown(report: RunReport) -> str:
     if report.headroom:
         lines.append(
             f"- headroom: {report.headroom:g} (nodes whose FP32 activations exceed "
-            f"{65504 / report.headroom:.6g} are pinned)"
+            f"{low_of(report.low_precision).max / report.headroom:.6g} are pinned)"
         )
     elif report.headroom is not None:
         lines.append("- headroom: off (only the search pins)")
@@ -175,7 +176,7 @@ def summary_lines(report: RunReport, report_paths: Sequence[str] = ()) -> list[s
         "FP32 pins " + _pins_line(report) if report.fp32_nodes else "FP32 pins: none",
     ]
     for key, comparison in comparisons(report):
-        user_plan = key == "before" and report.before_plan != "all FP16"
+        user_plan = key == "before" and not report.before_plan.startswith("all ")
         label = f"before ({report.before_plan})" if user_plan else key
         lines.append(f"{label}: {_comparison_line(comparison)}")
     lines += [f"note: {n}" for n in report.notes]

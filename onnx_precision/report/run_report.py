@@ -11,7 +11,7 @@ import numpy as np
 from ..context import ModelContext
 from ..convert.outcome import ConversionOutcome
 from ..costs import PhaseCost, PhaseTotals
-from ..float_types import LowPrecision
+from ..float_types import LowPrecision, low_of
 from ..flops import estimate_flops
 from ..metrics import Comparison
 from ..oracle.inspection import NodeStats
@@ -136,8 +136,13 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
 
 def _margins(plan: PrecisionPlan, stats: Mapping[str, NodeStats], low: LowPrecision,
              ) -> dict[str, tuple[float, float]]:
-    """Each FP16 node's margins on the samples (:meth:`LowPrecision.margins`), the nearest first."""
-    margins = {n: low.margins(s.max_abs, s.min_nonzero_abs) for n, s in stats.items()
+    """Each 16-bit node's margins on the samples in its own type (:meth:`LowPrecision.margins`; ``low``
+    is the target's row, which its nodes are judged by), the nearest first."""
+    def row(node: str) -> LowPrecision:
+        precision = plan.precision(node)
+        return low if precision == low.precision else low_of(precision)
+
+    margins = {n: row(n).margins(s.max_abs, s.min_nonzero_abs) for n, s in stats.items()
                if plan.is_low(n) and s.max_abs is not None and s.min_nonzero_abs is not None}
     return dict(sorted(margins.items(), key=lambda item: min(item[1])))
 

@@ -249,7 +249,7 @@ def softmax(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
                       confirmed, **range_evidence(facts, "output", node.output[0]))
         layers = facts.ctx.target.stored_in_layers(node.op_type)
         if layers:  # the probabilities stored in FP16 between the layers
-            flushed = confirm(facts, [node.output[0]], lambda s: log_softmax_underflows(s.max_abs))
+            flushed = confirm(facts, [node.output[0]], lambda s: log_softmax_underflows(s.max_abs, facts.low))
             yield finding(node, "log-softmax-layers", UNDERFLOW, HIGH if flushed else MEDIUM,
                           f"{layers}: probabilities below {facts.low.tiny_text} are stored as 0 in "
                           f"{facts.low.name} and their log is "

@@ -105,8 +105,8 @@ def run_search(prober: Prober, session: Counted, clock: Clock, space: SearchSpac
     notes = []
     max_probes = budget.max_probes
     base = space.base
-    diffuse = ("the all-FP16 error looks like diffuse rounding noise (no overflow, underflow, NaN or rule "
-               "finding; the error grows smoothly through the layers)")
+    diffuse = ("the error of the plan to start from looks like diffuse rounding noise (no overflow, "
+               "underflow, NaN or rule finding; the error grows smoothly through the layers)")
     if space.diffuse:
         log.info("note: %s", diffuse)
         if max_probes is None:

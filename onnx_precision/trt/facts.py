@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from ..float_types import FP16
+from ..float_types import FP16, LowPrecision
 
 FP16_MAX = FP16.max
 # The smallest FP16 subnormal: a probability below it cannot be stored (it rounds to 0 or to 2**-24).
@@ -63,11 +63,12 @@ def sum_overflows(n: int, max_abs: float) -> bool:
     return exceeds_fp16(n * max_abs)
 
 
-def log_softmax_underflows(logit_gap: float) -> bool:
-    """LogSoftmax as Softmax then LOG: some probability is below FP16's smallest value (2**-24), and
-    is stored as 0 or 2**-24 before LOG (-inf, or a wrong log), when the largest logit exceeds the
-    smallest by more than 24 ln 2 = 16.64: that probability is at most exp(-gap)."""
-    return logit_gap > LOG_FP16_TINY
+def log_softmax_underflows(logit_gap: float, low: LowPrecision = FP16) -> bool:
+    """LogSoftmax as Softmax then LOG: some probability is below the type's smallest value (FP16:
+    2**-24), and is stored as 0 or that before LOG (-inf, or a wrong log), when the largest logit
+    exceeds the smallest by more than its log (FP16: 24 ln 2 = 16.64; BF16: 133 ln 2 = 92.2): that
+    probability is at most exp(-gap)."""
+    return logit_gap > -math.log(low.min_subnormal)
 
 
 def fp16_spacing(value: float) -> float:

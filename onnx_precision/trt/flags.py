@@ -86,6 +86,7 @@ class TrtFlags:
     input_formats: tuple[str, ...] = ()
     output_formats: tuple[str, ...] = ()
     switches: tuple[str, ...] = ("--fp16",)  # the 16-bit types the plan uses: --fp16, --bf16 (9.1+)
+    unmeasured: bool = False  # the flags cannot build the plan measured (its BF16 nodes, before 9.1)
 
     def weakly_typed_args(self) -> list[str]:
         args = list(self.switches)
@@ -255,11 +256,11 @@ def _output_type_name(elem: int | None, precision: str = "fp32") -> str:
     return _TRT_TYPE_NAMES.get(elem, "fp32")
 
 
-def _io_format(elem: int | None, version: TrtVersion) -> str | None:
-    """trtexec's I/O format for an input or output under --fp16-io (None: that trtexec has no name
-    for the type)."""
+def _io_format(elem: int | None, version: TrtVersion, io_type: str = "fp16") -> str | None:
+    """trtexec's I/O format for an input or output under --fp16-io, whose float I/O is ``io_type``
+    (None: that trtexec has no name for the type)."""
     if elem in _FLOAT_TYPES:
-        return "fp16:chw"
+        return f"{io_type}:chw"
     if version not in OUTPUT_TYPES_INT64_BOOL:
         if elem == onnx.TensorProto.INT64:
             return "int32:chw"  # 8.6's parser turns INT64 I/O into INT32
@@ -340,8 +341,9 @@ def _flags(m: _Model, version: TrtVersion) -> tuple[TrtFlags, list[NodeNames]]:
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
     if m.plan.fp16_io:
-        ins = [_io_format(m.types.get(vi.name), version) for vi in _graph_inputs(m.model)]
-        outs = [_io_format(m.types.get(vi.name), version) for vi in m.model.graph.output]
+        io_type = "bf16" if m.lows == {Precision.BF16} else "fp16"
+        ins = [_io_format(m.types.get(vi.name), version, io_type) for vi in _graph_inputs(m.model)]
+        outs = [_io_format(m.types.get(vi.name), version, io_type) for vi in m.model.graph.output]
         if None in ins or None in outs:
             problems.append("the I/O formats: trtexec before 9.1 has no name for bool or uint8 I/O, so "
                             "--inputIOFormats/--outputIOFormats are left out (the engine keeps FP32 I/O)")
@@ -350,7 +352,7 @@ def _flags(m: _Model, version: TrtVersion) -> tuple[TrtFlags, list[NodeNames]]:
     switches = tuple(f"--{p.value}" for p in (Precision.FP16, Precision.BF16)
                      if p in m.lows and (bf16 or p is Precision.FP16)) or ("--fp16",)
     flags = TrtFlags(tuple(precisions), tuple(output_types), tuple(dict.fromkeys(problems)), inputs, outputs,
-                     switches)
+                     switches, not bf16 and Precision.BF16 in m.lows)
     return flags, names
 
 
@@ -561,8 +563,9 @@ def trt_flags_text(model: onnx.ModelProto, plan: PrecisionPlan, original_path: s
             lines.append("# Layers are named as onnx-tensorrt names them (the node's name, then "
                          "<name>_<k>), so the "
                          "flags apply to the original FP32 model:")
-        lines.append(_quote(["trtexec", f"--onnx={original_path}", *group.flags.weakly_typed_args(),
-                             *shapes]))
+        line = _quote(["trtexec", f"--onnx={original_path}", *group.flags.weakly_typed_args(), *shapes])
+        # a line that would build something else than the plan measured is shown, not offered
+        lines.append(f"# (not the plan measured) {line}" if group.flags.unmeasured else line)
         lines += [f"#   not expressed: {p}" for p in group.flags.problems]
     # kSTRONGLY_TYPED exists from TensorRT 9.0 (onnxruntime's TensorRT provider sets it "#if
     # NV_TENSORRT_MAJOR > 8"); 10.12 deprecates the weakly typed flags and 11.0 builds only so.
