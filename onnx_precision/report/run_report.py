@@ -19,6 +19,7 @@ from ..plan import PrecisionPlan
 from ..tolerance import Tolerance
 from ..tradeoff import PlanPoint, error_statistic, tolerance_line
 from ..tradeoff_picture import Picture, front_svg
+from ..typing_rules.node_typing import FLOAT64_KEPT
 from ..vocab import Mode, OracleName, Status
 
 REPORT_FORMAT = "onnx-precision-report/1"
@@ -122,7 +123,7 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         headroom=auto.headroom,
         helper_sessions=outcome.helper_sessions,
         points=auto.points,
-        notes=auto.notes,
+        notes=auto.notes + _float64_notes(outcome.plan, auto.node_flops),
         tradeoff_svg=outcome.tradeoff_svg,
         chosen_point=auto.chosen_point,
         tradeoff_note=auto.unsearched,
@@ -132,6 +133,19 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         before_plan=outcome.before_plan,
         margins=_margins(outcome.plan, auto.node_stats, ctx.target.low),
     )
+
+
+def _float64_notes(plan: PrecisionPlan, flops: Mapping[str, float]) -> tuple[str, ...]:
+    """What stays float64, named: its nodes count with the wide ones, not in the 16-bit share."""
+    kept = [n for n in plan.fp32_nodes if any(r.detail == FLOAT64_KEPT for r in plan.decisions[n].reasons)]
+    if not kept:
+        return ()
+    total = sum(flops.get(n, 0.0) for n in plan.decisions)
+    kept_flops = sum(flops.get(n, 0.0) for n in kept)
+    share = f" ({100 * kept_flops / total:.2g}% of estimated FLOPs)" if total else ""
+    names = ", ".join(kept[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else "")
+    return (f"{len(kept)} node(s) compute in float64{share} and stay float64: {names}; onnx-precision "
+            f"converts float32 compute only, and counts these with the FP32 nodes",)
 
 
 def _margins(plan: PrecisionPlan, stats: Mapping[str, NodeStats], low: LowPrecision,

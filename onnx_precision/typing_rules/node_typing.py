@@ -10,7 +10,7 @@ import onnx
 from ..float_types import FP16, LowPrecision
 from ..graph import has_subgraphs, is_onnx_domain
 from .schemas import find_schema, groups
-from .types import FLOAT, elem_type, type_string
+from .types import DOUBLE, FLOAT, elem_type, type_string
 
 
 @dataclass(frozen=True)
@@ -39,9 +39,9 @@ def schema_typing(node: onnx.NodeProto, opsets: Mapping[str, int],
     """What the schema says of ``node`` in the ``low`` precision, before asking onnxruntime."""
     float_in = [i for i, n in enumerate(node.input) if n and elem_type(types.get(n)) == FLOAT]
     float_out = [i for i, n in enumerate(node.output) if n and elem_type(types.get(n)) == FLOAT]
-    if not float_in and not float_out:
-        return NodeTyping((), (), None)
     domain = "" if node.domain == "ai.onnx" else node.domain
+    if not float_in and not float_out:
+        return NodeTyping((), (), _float64_compute(node, domain, types))
     if domain == "" and node.op_type in _VALUE_OPS:
         return NodeTyping((), (), None)
     opset = opsets.get(domain)
@@ -89,6 +89,20 @@ def schema_typing(node: onnx.NodeProto, opsets: Mapping[str, int],
     return NodeTyping(
         tuple(sorted(i for o, i in convert if not o)), tuple(sorted(i for o, i in convert if o)), None,
         tuple(sorted(flexible)))
+
+
+FLOAT64_KEPT = "computes in float64, which stays float64 (onnx-precision converts float32 compute only)"
+
+
+def _float64_compute(node: onnx.NodeProto, domain: str, types: Mapping[str, onnx.TypeProto]) -> str | None:
+    """Why a node that computes in float64 and not float32 is no 16-bit node, or None: it is written
+    as it is, so it counts with the wide nodes, not with the 16-bit ones (a Cast to float64 converts
+    and a Constant holds a value: they compute nothing)."""
+    if domain == "" and node.op_type in _VALUE_OPS + _CASTS:
+        return None
+    if any(n and elem_type(types.get(n)) == DOUBLE for n in node.output):
+        return FLOAT64_KEPT
+    return None
 
 
 def _is_widening_cast(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto], low: LowPrecision) -> bool:

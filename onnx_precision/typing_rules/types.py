@@ -7,6 +7,7 @@ from onnx import TensorProto
 
 FLOAT = TensorProto.FLOAT
 FLOAT16 = TensorProto.FLOAT16
+DOUBLE = TensorProto.DOUBLE
 
 
 def _innermost_tensor(tp: onnx.TypeProto | None) -> onnx.TypeProto.Tensor | None:
