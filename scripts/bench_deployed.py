@@ -153,10 +153,9 @@ def main_() -> None:
     args = parser.parse_args()
     sys.path.insert(0, args.package)
     sys.path.insert(1, ROOT)
-    from onnx_precision.cli import main
-
     import models
     from models import generate
+    from onnx_precision.cli import main
 
     wanted = args.models.split(",")
     rows = []

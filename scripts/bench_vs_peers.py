@@ -39,10 +39,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import models  # noqa: E402
-from onnx_precision.convert import choose as auto  # noqa: E402
 from onnx_precision.check import check  # noqa: E402
 from onnx_precision.compare import Tolerance  # noqa: E402
 from onnx_precision.context import ModelContext, load_model  # noqa: E402
+from onnx_precision.convert import choose as auto  # noqa: E402
 from onnx_precision.data import SampleSpec  # noqa: E402
 from onnx_precision.graph import walk_nodes  # noqa: E402
 from onnx_precision.oracle import run_emulated, run_fp32  # noqa: E402

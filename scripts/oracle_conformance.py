@@ -22,6 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
 import conformance_harness as harness  # noqa: E402
+
 from onnx_precision.context import ModelContext  # noqa: E402
 from onnx_precision.graph import walk_nodes  # noqa: E402
 from onnx_precision.oracle import EmulationSession, run_emulated, run_fp32  # noqa: E402
