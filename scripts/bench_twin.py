@@ -122,8 +122,8 @@ def load(model_dir: str):
 
 
 def twin(model_dir: str, profile: bool) -> None:
-    from onnx_precision.oracle import Emulator
     from onnx_precision import policy
+    from onnx_precision.oracle import Emulator
     from onnx_precision.oracle import emulator as plans
     ctx, samples = load(model_dir)
     plan = policy.resolve(ctx, ctx.all_low_plan())
