@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
+from . import user_files
 from .errors import PlanError
 from .vocab import REASON_SOURCES, ReasonSource
 
@@ -202,18 +203,8 @@ class PrecisionPlan:
         """A plan file, or ``REPORT.json@K``: point ``K`` of a conversion report's trade-off."""
         base, _, point = path.rpartition("@")
         if base and point.isdigit() and not os.path.exists(path):
-            return _point_plan(_read_json(base), int(point), path)
-        return PrecisionPlan.from_json(_read_json(path), source=path)
-
-
-def _read_json(path: str) -> object:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except OSError as e:
-        raise PlanError(f"{path}: cannot read plan: {e.strerror}") from e
-    except json.JSONDecodeError as e:
-        raise PlanError(f"{path}: not valid JSON: {e.msg} at line {e.lineno}") from e
+            return _point_plan(user_files.read_json(base, user_files.PLAN), int(point), path)
+        return PrecisionPlan.from_json(user_files.read_json(path, user_files.PLAN), source=path)
 
 
 def _point_plan(report: object, point: int, source: str) -> PrecisionPlan:

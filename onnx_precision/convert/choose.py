@@ -30,6 +30,7 @@ the report says whether that plan happens to pass).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -141,7 +142,7 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
     shapes = {k: np.shape(v) for k, v in samples.feeds[0].items()} if samples.feeds else {}
     flops = estimate_flops(ctx.model, shapes)
     run = _Run(mode, headroom, clock, counted, reference, _node_stats(ctx, reference.stats), samples, flops,
-               FlopShare(flops, list(ctx.node_ops)), ctx.target.fallback, budget, progress)
+               FlopShare(flops, list(ctx.node_ops)), ctx.target.fallback, progress)
 
     nonfinite = _fp32_nonfinite_message(reference)
     if nonfinite and not tolerance.allow_fp32_nonfinite:
@@ -219,7 +220,6 @@ class _Run:
     flops: Mapping[str, float]
     share: FlopShare
     fallback: LowPrecision | None = None
-    budget: SearchBudget = NO_BUDGET
     progress: Progress | None = None
 
     def finish(self, end: _Ending) -> AutoResult:
@@ -234,11 +234,14 @@ class _Run:
                           points, notes, chosen, end.unsearched)
 
     def fall_back(self, ctx: ModelContext, prober: Prober, plan: PrecisionPlan, runner: PlanRunner,
-                  next_point: int) -> tuple[PrecisionPlan, tuple[PlanPoint, ...], tuple[str, ...]]:
-        """``plan`` with its numerical FP32 pins tried in the fallback type first (none: as it is)."""
+                  next_point: int, budget: SearchBudget) -> tuple[PrecisionPlan, tuple[PlanPoint, ...],
+                                                               tuple[str, ...]]:
+        """``plan`` with its numerical FP32 pins tried in the fallback type first (none: as it is);
+        ``budget``: what the search left of the run's."""
         if self.fallback is None:
             return plan, (), ()
-        candidates, untried = fallback_candidates(ctx, plan, self.fallback, frozenset(ctx.node_ops))
+        candidates, untried = fallback_candidates(ctx, plan, self.fallback, self.reference.stats,
+                                                  self.headroom)
         low = self.fallback.name
         kept = (f"--fallback {self.fallback.precision}: {len(untried)} FP32 pin(s) not tried in {low}: "
                 + "; ".join(f"{n} ({why})" for n, why in list(untried.items())[:3])
@@ -247,8 +250,8 @@ class _Run:
             return plan, (), kept or (f"--fallback {self.fallback.precision}: no FP32 pin to try in {low} "
                                       f"(none is pinned for a numerical reason)",)
         mixed = prober.on(runner)  # mixed FP16/BF16 plans run on baked sessions, not the switch graph
-        result = try_fallback(mixed, self.counted, self.clock, plan, candidates, self.fallback, self.share,
-                              self.budget, next_point, self.progress)
+        result = try_fallback(ctx, mixed, self.counted, self.clock, plan, candidates, self.share, budget,
+                              next_point, self.progress)
         return result.plan, result.points, result.notes + kept
 
     def chosen_point(self, plan: PrecisionPlan, after: Comparison, tolerance: Tolerance, index: int,
@@ -313,7 +316,7 @@ def _search(run: _Run, prober: Prober, ctx: ModelContext, start: _Start, inspect
                 after = prober.comparison(plan)
                 phase.count(run.counted, probes=1)
         measured = run.measured([(user, before), (plan, after)], prober.tolerance)
-        mixed, tried, notes = run.fall_back(ctx, prober, plan, runner, len(measured))
+        mixed, tried, notes = run.fall_back(ctx, prober, plan, runner, len(measured), budget)
         if tried:
             return _fallen_back(run, prober.on(runner), mixed, tried, notes,
                                 _Ending(plan, PASSED, "", before, after, measured=measured,
@@ -339,11 +342,13 @@ def _search(run: _Run, prober: Prober, ctx: ModelContext, start: _Start, inspect
     others = [n for n in dict.fromkeys(ranked + searchable) if n not in flagged_nodes]
     space = SearchSpace(base, candidates, widen_order(others, ctx.node_ops), detail,
                         is_diffuse(flagged, layer, before))
+    started = time.perf_counter()
     found = run_search(prober, run.counted, clock, space, run.share, budget, progress)
     if found.plan is None:
         return run.finish(_Ending(base, FAILED, found.message, before, None, found, layer))
     plan = policy.with_flags(found.plan, found.plan.fp32_nodes, flagged)
-    mixed, tried, notes = run.fall_back(ctx, prober, plan, runner, len(found.points))
+    left = budget.left(found.outcome.probes_run, time.perf_counter() - started)
+    mixed, tried, notes = run.fall_back(ctx, prober, plan, runner, len(found.points), left)
     if tried:
         return _fallen_back(run, prober.on(runner), mixed, tried, notes,
                             _Ending(plan, PASSED, found.message, before, None, found, layer))

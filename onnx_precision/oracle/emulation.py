@@ -61,7 +61,9 @@ class EmulationSession:
     :func:`.switch.build_switch_model`'s: groups make each probe cheaper and the session slower
     to build, so a caller with only a couple of runs (``analyze``) passes 1. ``baked`` (the 16-bit
     nodes of one plan and their types) builds :func:`.baked.build_baked_model` instead: no switch,
-    no If, every run is that plan whatever ``run`` is given (see :class:`.emulator.Emulator`);
+    no If, every run is that plan whatever ``run`` is given (see :class:`.emulator.Emulator`; a node
+of ``baked`` that :func:`~onnx_precision.policy.always_fp32` holds computes in its type there: the
+emulator names such a node only in a type that holds its constants);
     with ``fp32_model`` it is no plan's but the FP32 model itself (nothing in a written form).
     """
 
@@ -81,7 +83,7 @@ class EmulationSession:
                                fixed=self.always_fp32, group_size=group_size, target=ctx.target, forms=forms)
             if baked is None else
             build_baked_model(fp32, self.typing, base_dir, baked, capture_intermediates, types,
-                              fixed=self.always_fp32, target=ctx.target, forms=forms))
+                              fixed=self.always_fp32 - frozenset(baked), target=ctx.target, forms=forms))
         self.session = make_session(self.switch_model.model, base_dir, options=session_options(threads),
                                     custom_op_libraries=ctx.custom_op_libraries, shared=ctx.mapped_weights)
         self.sessions_built = 1

@@ -24,10 +24,10 @@ import onnx
 import onnxruntime as ort
 
 from ..context import ModelContext
-from ..float_types import LowPrecision, low_of
+from ..float_types import LOW_TYPES, LowPrecision, low_of
 from ..graph import graphs
 from ..plan import PrecisionPlan
-from ..policy import always_fp32, layer_norm_pins, written_forms
+from ..policy import always_fp32, held_in, layer_norm_pins, written_forms
 from ..storage import element_count, model_tensors
 from ..typing_rules import tensor_types
 from .emulation import EMULATE, EmulationSession, FloatIO, as_fp32
@@ -114,10 +114,17 @@ class Emulator:
         if self._last is None or self._last[0] is not plan:
             fp32 = always_fp32(self.ctx)
             written = layer_norm_pins(self.ctx, plan)
-            lows = frozenset((n, written.precision(n).value) for n in self.ctx.node_ops
-                             if written.is_low(n) and n not in fp32)
+            held = self._held
+            lows = frozenset((n, p.value) for n in self.ctx.node_ops if (p := written.precision(n)).is_low
+                             and (n not in fp32 or n in held.get(p.value, ())))
             self._last = (plan, lows)
         return self._last[1]
+
+    @cached_property
+    def _held(self) -> Mapping[str, frozenset[str]]:
+        """Per 16-bit type, the nodes :func:`~onnx_precision.policy.always_fp32` holds that compute in it
+        (:func:`~onnx_precision.policy.held_in`: a constant the target's type cannot hold, this one can)."""
+        return {low.precision: held_in(self.ctx, low) for low in LOW_TYPES.values()}
 
     def mixed(self, plan: PrecisionPlan | None) -> bool:
         """Whether ``plan`` has 16-bit nodes in a type other than the target's: the switch graph
@@ -194,11 +201,12 @@ class Emulator:
         fp32 = as_fp32(self.ctx)
         start = time.perf_counter()
         try:
-            model = build_twin_model(fp32, self.ctx.typing, self.ctx.base_dir,
-                                     None if plan is None else _types(self._lows(plan)),
+            lows = None if plan is None else _types(self._lows(plan))
+            model = build_twin_model(fp32, self.ctx.typing, self.ctx.base_dir, lows,
                                      plan is not None and plan.fp16_io, whole,
                                      self.ctx.types if fp32 is self.model else None,
-                                     always_fp32(self.ctx), self.ctx.target, written_forms(self.ctx))
+                                     always_fp32(self.ctx) - frozenset(lows or ()), self.ctx.target,
+                                     written_forms(self.ctx))
         except TwinUnavailable:
             return None
         self._baked.clear()  # the twin holds both: never three copies of the model at once

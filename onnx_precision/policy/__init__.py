@@ -25,11 +25,12 @@ from .pins import (
                    unmeasured_static_plan,
                    with_flags,
 )
-from .resolution import NodeBlockers, blockers, forced_fp32, node_blockers, resolve, resolve_plan
+from .resolution import NodeBlockers, blockers, forced_fp32, held_in, node_blockers, resolve, resolve_plan
 from .shape_headroom import largest, shape_headroom_pins
 
 __all__ = ["DecomposedLayerNorm", "always_fp32", "decomposed_layer_norms", "fused_names", "layer_norm_pins",
            "written_forms",
            "FLUSH_SHARE", "fp16_holders", "flagged", "headroom_pins", "range_flags", "rule_pins",
            "target_reasons", "unmeasured_static_plan", "with_flags", "NodeBlockers", "blockers",
-           "forced_fp32", "node_blockers", "resolve", "resolve_plan", "largest", "shape_headroom_pins"]
+           "forced_fp32", "held_in", "node_blockers", "resolve", "resolve_plan", "largest",
+           "shape_headroom_pins"]

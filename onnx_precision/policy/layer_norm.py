@@ -16,7 +16,8 @@ Add). :func:`layer_norm_pins` makes the plan say what is written: a tail not all
 is written FP32, statistics and all, so the whole pattern is pinned FP32; and where the target
 computes a normalisation's statistics in its input's precision (TensorRT strongly typed: its
 importer casts nothing to ``stash_type``, see :mod:`onnx_precision.target.tensorrt`) and the plan
-keeps the statistics FP32, the whole pattern is pinned FP32, so the node is fed FP32. The rewriter
+keeps the statistics FP32 (or in a 16-bit type other than the tail's: a BF16 fallback), the whole
+pattern is pinned FP32, so the node is fed FP32. The rewriter
 applies these pins to every plan it writes, and the emulation to every plan it runs.
 
 A 16-bit fused node computes its statistics in FP32 and rounds only its output: not what the
@@ -201,15 +202,19 @@ def layer_norm_pins(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
     for ln in patterns:
         tail = {plan.precision(n) if plan.is_low(n) and n not in forced else Precision.FP32
                 for n in (ln.mul, ln.add)}
-        stats_fp32 = any(not plan.is_low(n) or n in forced for n in ln.statistics)
+        stats = {plan.precision(n) if plan.is_low(n) and n not in forced else Precision.FP32
+                 for n in ln.statistics}
         if len(tail) > 1 or Precision.FP32 in tail:
             why = Reason("type", f"written as one LayerNormalization ('{ln.add}'), statistics included, in "
                                  f"the one type of its scale and bias: FP32, as its Mul or last Add is FP32 "
                                  f"or the two differ")
-        elif ctx.target.normalizes_in_input_precision and stats_fp32:
+        elif ctx.target.normalizes_in_input_precision and stats != tail:
+            # statistics in FP32, or in the other 16-bit type (a BF16 fallback): the node written
+            # computes them in its tail's type, which is not what the plan asks of them
+            need = "FP32" if Precision.FP32 in stats else "/".join(sorted(p.name for p in stats))
             why = Reason("target", f"{ctx.target.title} computes a LayerNormalization's statistics in its "
-                                   f"input's precision when strongly typed; they need FP32 here, so the node "
-                                   f"written for '{ln.add}' is fed FP32")
+                                   f"input's precision when strongly typed; they need {need} here, so the "
+                                   f"node written for '{ln.add}' is fed FP32")
         else:
             continue
         pins.update({n: [why] for n in ln.nodes if plan.is_low(n) and n not in forced})

@@ -161,6 +161,14 @@ def _forced_fp32(ctx: ModelContext) -> frozenset[str]:
     return frozenset(resolve(ctx, ctx.all_low_plan()).fp32_nodes)
 
 
+def held_in(ctx: ModelContext, low: LowPrecision) -> frozenset[str]:
+    """The nodes the target's type keeps FP32 for a constant only (an epsilon of 1e-10 flushes to
+    zero in FP16) that ``low`` holds: computed in ``low``, by the emulation and the written model
+    alike (none when ``low`` is the target's type)."""
+    target, own = blockers(ctx), blockers(ctx, low)
+    return frozenset(n for n, r in target.forced.items() if r.source == "initializer" and n not in own.forced)
+
+
 def resolve(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
     """``plan`` made writable (:func:`resolve_plan`); a resolved plan comes back as is."""
     return plan if plan.resolved else resolve_plan(ctx, plan)
@@ -175,9 +183,11 @@ def resolve_plan(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
     for precision in sorted({d.precision for d in plan.decisions.values() if d.precision.is_low}):
         found = blockers(ctx, low_of(precision))
         mine = {n for n, d in plan.decisions.items() if d.precision is precision}
-        # What the target's type cannot hold stays FP32 in the other type too: the emulation keeps
-        # those nodes FP32 without a switch (one set of them per run), so that is what is measured
-        forced = {**target.forced, **found.forced}
+        # What the target's type has no kernel or schema for stays FP32 in the other type too: the
+        # emulation keeps those nodes FP32 without a switch (one set of them per run), so that is
+        # what is measured. A constant is judged in the node's own type (held_in).
+        held = held_in(ctx, low_of(precision))
+        forced = {**{n: r for n, r in target.forced.items() if n not in held}, **found.forced}
         resolved = _force_fp32(resolved, {n: r for n, r in forced.items() if n in mine})
         resolved = _with_notes(resolved, {n: r for n, r in found.notes.items() if n in mine})
         edges = found.edges

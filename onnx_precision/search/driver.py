@@ -48,6 +48,20 @@ class SearchBudget:
     max_probes: int | None = None
     seconds: float | None = None
 
+    def left(self, probes: int, seconds: float) -> SearchBudget:
+        """What is left of this budget once ``probes`` probes and ``seconds`` are spent: a phase after
+        the search (the BF16 fallback) gets what the search left, so the budget bounds the run."""
+        return SearchBudget(None if self.max_probes is None else max(self.max_probes - probes, 0),
+                            None if self.seconds is None else max(self.seconds - seconds, 0.0))
+
+    def spent(self) -> str:
+        """Why this budget allows no further probe, or "" while it does."""
+        if self.max_probes is not None and self.max_probes <= 0:
+            return "the probe budget (--max-probes) ran out"
+        if self.seconds is not None and self.seconds <= 0:
+            return "the time budget (--time-budget) ran out"
+        return ""
+
 
 @dataclass(frozen=True)
 class SearchSpace:

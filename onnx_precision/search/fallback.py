@@ -1,13 +1,27 @@
 """BF16 before FP32: the second step of a three-precision plan (``--fallback bf16``).
 
 Most FP16 breakage is range (a sum of squares past 65504, activations of 1e5, a variance that
-underflows); BF16 has FP32's range with 7 fraction bits, and GPUs since Ampere run it at FP16's
-speed. So the nodes an FP16 plan pins for a numerical reason (the search's pins, the headroom,
-range and rule pins) are tried in BF16 first: all of them BF16, then, if that fails, a search for a
-1-minimal set of them that must stay FP32 (the others stay BF16), then each BF16 node is tried back
-in FP16. The result holds both ways: moving any FP32 node of it to BF16, or any BF16 node to FP16,
-makes some sample fail. Range failures end in BF16, precision failures (cancellation, a running
-sum past 256, float-encoded integers) in FP32, without a classifier: each is measured.
+underflows, an epsilon of 1e-10 that flushes to zero); BF16 has FP32's range with 7 fraction bits,
+and GPUs since Ampere run it at FP16's speed. So the nodes an FP16 plan pins for a numerical reason
+(the search's pins, the headroom, range, rule and initializer pins) are tried in BF16 first, unless
+their values pass BF16's own headroom too (a mask of -3.4e38 is past any 16-bit type): all of them
+BF16, then, if that fails, a search for a 1-minimal set of them that must stay FP32 (the others stay
+BF16). Range failures end in BF16, precision failures (cancellation, a running sum past 256,
+float-encoded integers) in FP32, without a classifier: each is measured.
+
+Then the BF16 nodes whose only reason for leaving FP16 was the FP16 search (``search`` pins: a
+probe measured that un-pinning it failed, with the plan as it was then) are tried back in FP16, one
+at a time: with the others now BF16 or FP32, FP16 may hold there, and the samples are all that
+made the pin. A headroom, range, rule or initializer pin never goes back to FP16: it was made
+*because* passing on the samples is not enough (a value within the headroom factor of FP16's
+maximum, or past it; a rule's finding; a constant FP16 cannot hold), so no probe can undo it.
+
+The plan chosen is the plan written: its LayerNorm pins applied
+(:func:`onnx_precision.policy.layer_norm_pins`, as the emulation applies them to every plan it
+runs), and its notes count each candidate once, in the precision it is written in. A budget
+(:class:`.driver.SearchBudget`: what the FP16 search left of ``--max-probes``/``--time-budget``)
+bounds the phase; where it runs out, the best plan measured to pass so far is kept (at worst the
+FP16 plan) and a note says what it cut.
 
 The plans it probes mix FP16 and BF16, which the switch graph cannot run (it rounds in one type):
 they run on baked sessions, one per plan (:meth:`onnx_precision.oracle.Emulator.mixed`).
@@ -15,14 +29,16 @@ they run on baked sessions, one per plan (:meth:`onnx_precision.oracle.Emulator.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..context import ModelContext
 from ..costs import Clock, Counted
+from ..errors import InternalError
 from ..float_types import LowPrecision
 from ..plan import NodeDecision, Precision, PrecisionPlan, Reason
-from ..policy import blockers
+from ..policy import always_fp32, blockers, headroom_pins, held_in, layer_norm_pins
 from ..tradeoff import PlanPoint
 from .driver import FlopShare, Progress, SearchBudget, SearchSpace, run_search
 from .prober import Prober
@@ -30,46 +46,63 @@ from .prober import Prober
 # Pins a fallback may move: those made for a numerical reason. The user's pins, and the type pins
 # (no kernel or schema), stay FP32.
 NUMERICAL = frozenset({"search", "headroom", "range", "rule", "initializer"})
+# Pins that the samples alone made: only a node pinned for these alone may go back to FP16 (see the
+# module docstring).
+MEASURED_ONLY = frozenset({"search"})
 
 
 @dataclass(frozen=True)
 class FallbackResult:
-    plan: PrecisionPlan  # ``plan`` with the nodes that hold in the fallback type moved there
+    plan: PrecisionPlan  # ``plan`` with the nodes that hold in the fallback type moved there, as written
     points: tuple[PlanPoint, ...]  # the plans probed, numbered after the FP16 search's
     notes: tuple[str, ...]
     probes: int
 
 
-def fallback_candidates(ctx: ModelContext, plan: PrecisionPlan, low: LowPrecision,
-                        switchable: frozenset[str]) -> tuple[list[str], dict[str, str]]:
-    """The FP32 nodes of ``plan`` pinned for a numerical reason that ``low`` can compute (its schema
-    and the target's kernels allow it), in the model's order; and the numerical pins it cannot
-    compute, with why (they stay FP32 untried)."""
+def fallback_candidates(ctx: ModelContext, plan: PrecisionPlan, low: LowPrecision, stats: Mapping,
+                        headroom: float) -> tuple[list[str], dict[str, str]]:
+    """The FP32 nodes of ``plan`` pinned for a numerical reason that ``low`` can compute (its schema,
+    the target's kernels and its range allow it: ``stats``, the FP32 ranges, within ``low``'s maximum
+    over ``headroom``), in the model's order; and the numerical pins it cannot compute, with why
+    (they stay FP32 untried). A node the target's type keeps FP32 only for a constant it cannot hold
+    (an epsilon of 1e-10 flushes to zero in FP16) is a candidate where ``low`` holds that constant."""
     typing = ctx.typing_in(low)
-    kept = blockers(ctx).forced  # the emulation keeps these FP32 in every plan
+    own = blockers(ctx, low).forced
+    fixed = always_fp32(ctx) - held_in(ctx, low)  # what the emulation keeps FP32 in ``low`` too
+    numerical = [n for n in plan.fp32_nodes if (t := typing.get(n)) is not None and t.has_float
+                 and plan.decisions[n].reasons
+                 and all(r.source in NUMERICAL for r in plan.decisions[n].reasons)]
+    trial = plan.with_precision(numerical, Precision(low.precision))
+    # each value read in its node's own type (here ``low``); past the maximum even with headroom off
+    past = headroom_pins(ctx, trial, stats, headroom or 1.0)
     out, untried = [], {}
-    for name in plan.fp32_nodes:
-        reasons = plan.decisions[name].reasons
-        t = typing.get(name)
-        if name not in switchable or t is None or not t.has_float:
-            continue
-        if not reasons or not all(r.source in NUMERICAL for r in reasons):
-            continue
-        if t.fp16_blocker:
-            untried[name] = t.fp16_blocker
-        elif name in kept:
-            untried[name] = f"{kept[name].detail}; the emulation keeps it FP32"
+    for name in numerical:
+        blocker = typing[name].fp16_blocker
+        if blocker:
+            untried[name] = blocker
+        elif name in own:  # a constant (its detail names the type)
+            untried[name] = own[name].detail
+        elif name in past:  # a value past the type's headroom, or its maximum (the detail says which)
+            untried[name] = past[name].detail
+        elif name in fixed:
+            kept = blockers(ctx).forced.get(name)
+            why = kept.detail if kept is not None else "inside a LayerNormalization that computes it in FP32"
+            untried[name] = f"{why}; the emulation keeps it FP32"
         else:
             out.append(name)
     return out, untried
 
 
-def try_fallback(prober: Prober, session: Counted, clock: Clock, plan: PrecisionPlan,
-                 candidates: Sequence[str], low: LowPrecision, share: FlopShare, budget: SearchBudget,
-                 first_index: int, progress: Progress | None = None) -> FallbackResult:
-    """``plan`` (which passes) with as many of ``candidates`` (FP32 in it) in ``low`` as pass; see
-    the module docstring. ``prober`` must run mixed plans (the emulator itself, not its switch
-    graph)."""
+def try_fallback(ctx: ModelContext, prober: Prober, session: Counted, clock: Clock, plan: PrecisionPlan,
+                 candidates: Sequence[str], share: FlopShare, budget: SearchBudget, first_index: int,
+                 progress: Progress | None = None) -> FallbackResult:
+    """``plan`` (which passes) with as many of ``candidates`` (FP32 in it) in the target's fallback
+    type as pass, as written; see the module docstring. ``budget``: what is left of the run's (the
+    whole phase counts against it). ``prober`` must run mixed plans (the emulator itself, not its
+    switch graph)."""
+    low = ctx.target.fallback
+    if low is None:
+        raise InternalError(f"a fallback tried on {ctx.target.title}, which has no fallback type")
     precision = Precision(low.precision)
     why_low = Reason("search", f"FP16 fails here; {low.name} holds (FP32's range, "
                                f"{low.significand_bits} fraction bits)")
@@ -77,31 +110,76 @@ def try_fallback(prober: Prober, session: Counted, clock: Clock, plan: Precision
     decisions = dict(plan.decisions)
     decisions.update({n: NodeDecision(precision, plan.decisions[n].reasons + (why_low,)) for n in candidates})
     trial = PrecisionPlan(decisions, plan.fp16_io)
-    probes = 1
+    spent = _Spent(budget)
     with clock.phase("fallback") as phase:
+        if spent.cut():
+            phase.count(session, probes=0)
+            return FallbackResult(plan, (), (_cut_note(low, spent.cut(), "tried nothing in BF16"),), 0)
         passed, detail = prober.passes(trial)
+        spent.probes += 1
         points = [_point(first_index, trial, share, passed, prober.last_errors)]
         notes: list[str] = []
         if not passed:
             space = SearchSpace(trial, list(candidates), [], detail)
-            found = run_search(prober, session, clock, space, share, budget, progress)
-            probes += found.outcome.probes_run - 1
+            found = run_search(prober, session, clock, space, share, spent.left(before=1), progress)
+            spent.probes += found.outcome.probes_run - 1
             points += [_point(first_index + p.index, _replayed(trial, p.pinned), share, p.passed, p.errors)
                        for p in found.points[1:]]
             if found.plan is None:  # nothing passed (a budget ran out): keep the FP16 plan
                 notes.append(f"--fallback {low.precision}: {found.message}; the pins stay FP32")
-                phase.count(session, probes=probes)
-                return FallbackResult(plan, tuple(points), tuple(notes), probes)
+                phase.count(session, probes=spent.probes)
+                return FallbackResult(plan, tuple(points), tuple(notes), spent.probes)
+            if found.outcome.exhausted:
+                notes.append(_cut_note(low, found.outcome.exhausted, "kept the cheapest passing plan probed; "
+                                                                     "it is not proven minimal"))
             trial = _fp32_again(found.plan, plan, low, frozenset(candidates))
-        trial, tried = _back_to_fp16(prober, trial, precision)
-        probes += tried
-        phase.count(session, probes=probes)
-    kept = trial.nodes_in(precision)
-    moved = len(candidates) - len(kept)
-    notes.append(f"--fallback {low.precision}: {len(kept)} of {len(candidates)} FP32 pin(s) hold in "
-                 f"{low.name}" + (f"; {moved} stay FP32 (they fail in {low.name} too, or pass in FP16)"
-                                  if moved else ""))
-    return FallbackResult(trial, tuple(points), tuple(notes), probes)
+        trial, cut = _back_to_fp16(prober, trial, precision, plan, spent)
+        if cut:
+            notes.append(_cut_note(low, cut, "some BF16 nodes were not tried back in FP16"))
+        phase.count(session, probes=spent.probes)
+    written = layer_norm_pins(ctx, trial)
+    return FallbackResult(written, tuple(points), (_counts(written, candidates, low), *notes), spent.probes)
+
+
+class _Spent:
+    """What the fallback has spent of its budget so far."""
+
+    def __init__(self, budget: SearchBudget) -> None:
+        self.budget = budget
+        self.probes = 0
+        self.started = time.perf_counter()
+
+    def left(self, before: int = 0) -> SearchBudget:
+        """The budget left, as it was ``before`` probes ago (a search counts its start probe)."""
+        return self.budget.left(self.probes - before, time.perf_counter() - self.started)
+
+    def cut(self) -> str:
+        """Why no further probe is allowed, or ""."""
+        return self.left().spent()
+
+
+def _cut_note(low: LowPrecision, why: str, what: str) -> str:
+    return f"--fallback {low.precision}: {why}: {what}"
+
+
+def _counts(written: PrecisionPlan, candidates: Sequence[str], low: LowPrecision) -> str:
+    """Each candidate once, in the precision ``written`` gives it."""
+    precision = Precision(low.precision)
+    held = [n for n in candidates if written.precision(n) is precision]
+    fp16 = [n for n in candidates if written.precision(n) is Precision.FP16]
+    fp32 = [n for n in candidates if written.precision(n) is Precision.FP32]
+    failed = [n for n in fp32 if any(r.detail.startswith(f"{low.name} fails too")
+                                     for r in written.decisions[n].reasons)]
+    parts = [f"{len(held)} hold in {low.name}"]
+    if failed:
+        parts.append(f"{len(failed)} stay FP32 (they fail in {low.name} too)")
+    if len(fp32) > len(failed):
+        # layer_norm_pins: their LayerNorm's nodes are not all in one type, as one node must be
+        parts.append(f"{len(fp32) - len(failed)} stay FP32 (their LayerNorm is written as one node, in one "
+                     f"type; see the plan)")
+    if fp16:
+        parts.append(f"{len(fp16)} went back to FP16 once the others were FP32/{low.name}")
+    return f"--fallback {low.precision}: of {len(candidates)} FP32 pin(s) tried, " + ", ".join(parts)
 
 
 def _fp32_again(found: PrecisionPlan, fp16_plan: PrecisionPlan, low: LowPrecision,
@@ -117,17 +195,22 @@ def _fp32_again(found: PrecisionPlan, fp16_plan: PrecisionPlan, low: LowPrecisio
     return PrecisionPlan(decisions, found.fp16_io)
 
 
-def _back_to_fp16(prober: Prober, plan: PrecisionPlan, precision: Precision) -> tuple[PrecisionPlan, int]:
-    """Each node in ``precision`` tried in FP16, one at a time, kept there where every sample passes;
-    returns the plan and the probes run."""
-    tried = 0
+def _back_to_fp16(prober: Prober, plan: PrecisionPlan, precision: Precision, fp16_plan: PrecisionPlan,
+                  spent: _Spent) -> tuple[PrecisionPlan, str]:
+    """Each node in ``precision`` that ``fp16_plan`` pinned for a measurement alone
+    (:data:`MEASURED_ONLY`) tried in FP16, one at a time, kept there where every sample passes;
+    returns the plan and why the budget stopped the tries ("" when it did not)."""
     for name in plan.nodes_in(precision):
+        if not all(r.source in MEASURED_ONLY for r in fp16_plan.decisions[name].reasons):
+            continue
+        if cut := spent.cut():
+            return plan, cut
         trial = plan.with_precision([name], Precision.FP16, Reason("search", "passes in FP16 once the "
                                                                              "others are off it"))
-        tried += 1
+        spent.probes += 1
         if prober.passes(trial)[0]:
             plan = trial
-    return plan, tried
+    return plan, ""
 
 
 def _replayed(base: PrecisionPlan, pinned: Sequence[str]) -> PrecisionPlan:
