@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 
 import onnx
 
-from . import compare, oracle, policy, rules
+from . import compare, opset_upgrade, oracle, policy, rules
 from .context import ModelContext, load_model
 from .data import SampleSpec, SymbolicDimensions, load_samples
 from .float_types import FP16, LowPrecision
@@ -326,14 +326,18 @@ def _sort_key(index: int, row: NodeRow) -> tuple[int, int]:
 
 
 def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | None = None,
-            custom_op_libraries: tuple[str, ...] = (), target: Target = GENERIC) -> AnalysisResult:
+            custom_op_libraries: tuple[str, ...] = (), target: Target = GENERIC,
+            keep_opset: bool = False) -> AnalysisResult:
     """Analyse ``model_path`` on the samples ``spec`` describes (synthetic when it names none);
-    ``custom_op_libraries`` are registered on every onnxruntime session of the model."""
+    ``custom_op_libraries`` are registered on every onnxruntime session of the model. A BF16 target's
+    model is analysed at the opset that gives its ops a bfloat16 type, as convert writes it
+    (:mod:`.opset_upgrade`; ``keep_opset``: refused instead)."""
     spec = spec or SampleSpec()
     tol = tol or Tolerance()
     seconds: dict[str, float] = {}
     start = time.perf_counter()
-    ctx = load_model(model_path, custom_op_libraries, target)
+    ctx = load_model(model_path, custom_op_libraries, target,
+                     opset_upgrade.for_run(target, spec, custom_op_libraries, keep_opset))
     tol.require_outputs([o.name for o in ctx.model.graph.output], model_path)
     try:
         samples = load_samples(ctx.model, spec)
@@ -343,7 +347,7 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
 
     start = time.perf_counter()
     plan = policy.resolve(ctx, ctx.all_low_plan())
-    warnings = list(samples.warnings)
+    warnings = list(ctx.notes + samples.warnings)
     if ctx.nothing_to_convert:
         warnings.append(f"{ctx.nothing_to_convert}: there is nothing to analyse")
     seconds["plan"] = time.perf_counter() - start

@@ -37,6 +37,9 @@ from .target import GENERIC, Target
 from .validation import validate_model
 
 T = TypeVar("T")
+# (model, path, base_dir) -> (the model to convert, notes): what a run does to a loaded model before its
+# context is built (:func:`onnx_precision.opset_upgrade.for_run`: the opset raised for BF16)
+Upgrade = Callable[[onnx.ModelProto, str, str], tuple[onnx.ModelProto, tuple[str, ...]]]
 
 
 @dataclass(eq=False)
@@ -53,6 +56,7 @@ class ModelContext:
     # Where the written model runs (--target): its 16-bit type, how it computes FP16 nodes, whose
     # kernels bind the plan.
     target: Target = GENERIC
+    notes: tuple[str, ...] = ()  # what was done to the model as loaded (its opset raised for BF16)
 
     @staticmethod
     def of(model: onnx.ModelProto, base_dir: str = ".", path: str = "",
@@ -164,9 +168,10 @@ class ModelContext:
 
 
 def load_model(path: str, custom_op_libraries: tuple[str, ...] = (), target: Target = GENERIC,
-               ) -> ModelContext:
+               upgrade: Upgrade | None = None) -> ModelContext:
     """Load ``path`` (external data left on disk), check it is a valid ONNX model whose external
-    data stays in its directory (:func:`onnx_precision.validation.validate_model`), and name its nodes."""
+    data stays in its directory (:func:`onnx_precision.validation.validate_model`), apply ``upgrade``
+    to it, and name its nodes."""
     if not os.path.exists(path):
         raise ModelLoadError(f"{path}: no such file")
     if not os.path.isfile(path):
@@ -186,7 +191,7 @@ def load_model(path: str, custom_op_libraries: tuple[str, ...] = (), target: Tar
     base_dir = os.path.dirname(os.path.realpath(path))
     storage.external_data.refuse_private_keys(model, path)
     storage.point_into_model_file(model, moved, os.path.basename(os.path.realpath(path)))
-    return _checked_context(model, path, base_dir, custom_op_libraries, target)
+    return _checked_context(model, path, base_dir, custom_op_libraries, target, upgrade)
 
 
 def _check_opset_takes(low: LowPrecision, model: onnx.ModelProto, path: str) -> None:
@@ -205,7 +210,8 @@ IN_MEMORY = "<in-memory model>"  # what messages and reports call a model given 
 
 
 def in_memory_context(model: onnx.ModelProto, base_dir: str | None = None,
-                      custom_op_libraries: tuple[str, ...] = (), target: Target = GENERIC) -> ModelContext:
+                      custom_op_libraries: tuple[str, ...] = (), target: Target = GENERIC,
+                      upgrade: Upgrade | None = None) -> ModelContext:
     """A context for an in-memory ``model``, checked as :func:`load_model` checks a file; ``model``
     itself is left as it is (the context holds a copy).
 
@@ -223,13 +229,15 @@ def in_memory_context(model: onnx.ModelProto, base_dir: str | None = None,
             raise ModelLoadError(f"{IN_MEMORY}: tensor '{external.name}' keeps its data in '{location}', a "
                                  f"file relative to the model's directory: give base_dir (the model file's "
                                  f"directory), or pass the model's path")
-    return _checked_context(copy, IN_MEMORY, os.path.abspath(base_dir or "."), custom_op_libraries, target)
+    return _checked_context(copy, IN_MEMORY, os.path.abspath(base_dir or "."), custom_op_libraries, target,
+                            upgrade)
 
 
 def _checked_context(model: onnx.ModelProto, path: str, base_dir: str, custom_op_libraries: tuple[str, ...],
-                     target: Target) -> ModelContext:
+                     target: Target, upgrade: Upgrade | None = None) -> ModelContext:
     """The context of ``model``, sorted and its nodes named, once it is a valid ONNX model whose
-    external data stays in ``base_dir``; ``path`` names it in messages."""
+    external data stays in ``base_dir`` (then ``upgrade`` gives the model to convert and its notes);
+    ``path`` names it in messages."""
     if not model.graph.node and not model.graph.output:
         raise ModelLoadError(f"{path}: not an ONNX model (no graph)")
     try:
@@ -241,7 +249,9 @@ def _checked_context(model: onnx.ModelProto, path: str, base_dir: str, custom_op
     for library in custom_op_libraries:
         if not os.path.isfile(library):
             raise ModelLoadError(f"--ort-custom-op-library {library}: no such file")
+    model, notes = upgrade(model, path, base_dir) if upgrade is not None else (model, ())
     for low in (target.low, target.fallback):
         if low is not None:
             _check_opset_takes(low, model, path)
-    return ModelContext(model, path, base_dir, tuple(name_nodes(model)), tuple(custom_op_libraries), target)
+    return ModelContext(model, path, base_dir, tuple(name_nodes(model)), tuple(custom_op_libraries), target,
+                        notes)

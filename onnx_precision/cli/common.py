@@ -158,6 +158,13 @@ def add_runtime_args(parser: argparse.ArgumentParser) -> None:
                              "not, it loses precision instead; needs opset 13, runs on GPUs since Ampere)")
 
 
+def add_keep_opset_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--keep-opset", action="store_true",
+                        help="with bf16 (--low-precision or --fallback): refuse a model whose opset gives "
+                             "some of its ops no bfloat16 type (Conv: opset 22), instead of raising its "
+                             "opset and verifying the raised model against it")
+
+
 def custom_op_libraries(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(args.ort_custom_op_library)
 

@@ -102,6 +102,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "verified on them too, reported apart, and a failing one fails the run")
     common.add_tolerance_args(p)
     common.add_runtime_args(p)
+    common.add_keep_opset_arg(p)
     common.add_verbosity_args(p, quiet_help="print only the verdict line (and errors)")
     p.set_defaults(run=run)
 
@@ -132,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
         trt_profile=_profile(args),
         max_probes=args.max_probes,
         time_budget=args.time_budget,
+        keep_opset=args.keep_opset,
     )
     from .progress import ProgressLine
 

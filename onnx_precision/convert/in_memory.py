@@ -145,7 +145,7 @@ def convert_model(model: onnx.ModelProto | str | os.PathLike[str], samples: Samp
     started = time.perf_counter()
     if progress is not None:
         progress("write", 0, 0, None)
-    result = rewrite(ctx, plan)
+    result = run.with_notes(ctx, rewrite(ctx, plan), auto_result)
     check_written(result.model, ctx)
     layout = True if options.external_data else None
     converted = ConvertedModel(result.plan, result, ctx.path, ctx.base_dir, warnings=tuple(warnings),
@@ -200,9 +200,11 @@ def _context(model: object, base_dir: Path | None, options: run.ConvertOptions) 
         if base_dir is not None:
             raise UsageError("base_dir: only for a ModelProto (a model file's external data is relative to "
                              "the file's own directory)")
-        return load_model(os.fspath(model), options.custom_op_libraries, options.target)
+        return load_model(os.fspath(model), options.custom_op_libraries, options.target,
+                          run.upgrade_for(options))
     if not isinstance(model, onnx.ModelProto):
         raise UsageError(f"model: expected an onnx.ModelProto or the path of an .onnx file; got "
                          f"{type(model).__name__}")
     directory = None if base_dir is None else os.fspath(base_dir)
-    return in_memory_context(model, directory, options.custom_op_libraries, options.target)
+    return in_memory_context(model, directory, options.custom_op_libraries, options.target,
+                             run.upgrade_for(options))

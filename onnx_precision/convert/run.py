@@ -15,12 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from .. import helper_sessions, policy, storage
-from ..context import ModelContext, load_model
+from .. import helper_sessions, opset_upgrade, policy, storage
+from ..context import ModelContext, Upgrade, load_model
 from ..costs import PhaseCost
 from ..data import SampleSpec, sample_files
 from ..errors import CustomOpError, InternalError, SearchError
 from ..float_types import low_of
+from ..flops import estimate_flops
 from ..metrics import Comparison
 from ..plan import Precision, PrecisionPlan, Reason, apply_user_choices
 from ..rewriter import RewriteResult, rewrite
@@ -68,6 +69,9 @@ class ConvertOptions:
     trt_profile: Mapping[str, Mapping[str, tuple[int, ...]]] = field(default_factory=dict)
     max_probes: int | None = None  # search budgets (auto mode): on exhaustion the cheapest passing
     time_budget: float | None = None  # plan probed so far is kept, marked as such
+    # a BF16 run refuses a model whose opset gives some of its ops no bfloat16 type, instead of
+    # raising the opset (:mod:`..opset_upgrade`)
+    keep_opset: bool = False
 
 
 @dataclass(frozen=True)
@@ -270,7 +274,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     helpers_before = helper_sessions.built()
     if progress is not None:
         progress("load", 0, 0, None)
-    ctx = load_model(model_path, options.custom_op_libraries, options.target)
+    ctx = load_model(model_path, options.custom_op_libraries, options.target, upgrade_for(options))
     plan, auto_result, warnings = planned(ctx, options, progress)
     if auto_result is not None:
         _stage_samples(auto_result, options, outputs)
@@ -283,7 +287,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     started = time.perf_counter()
     if progress is not None:
         progress("write", 0, 0, None)
-    result = rewrite(ctx, plan)
+    result = with_notes(ctx, rewrite(ctx, plan), auto_result)
     staged_model = storage.save_model(result.model, output_path, source_dir=ctx.base_dir,
                                       external_data=True if options.external_data else None, outputs=outputs)
     check_written(staged_model, ctx)
@@ -319,6 +323,23 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     return ConvertResult(model_path, output_path, result.plan, result, outcome.warnings,
                          (output_path,) + texts + paths, auto_result, report, paths, ctx.nothing_to_convert,
                          ctx.target.next_step(model_path, output_path, options.samples.inputs))
+
+
+def upgrade_for(options: ConvertOptions) -> Upgrade | None:
+    """What the run does to the model before its context is built: a BF16 run raises its opset
+    (:func:`..opset_upgrade.for_run`)."""
+    return opset_upgrade.for_run(options.target, options.samples, options.custom_op_libraries,
+                                 options.keep_opset)
+
+
+def with_notes(ctx: ModelContext, result: RewriteResult, auto_result: AutoResult | None) -> RewriteResult:
+    """``result`` with what a BF16 run says of the model's opset and of what cannot be BF16
+    (:func:`..opset_upgrade.run_notes`): in the summary of a run that measures nothing, in the
+    report's notes otherwise (:func:`_report`)."""
+    if auto_result is not None:
+        return result
+    notes = opset_upgrade.run_notes(ctx, result.plan, estimate_flops(ctx.model, {}))
+    return replace(result, notes=notes + result.notes) if notes else result
 
 
 def _flags_caveats(ctx: ModelContext, plan: PrecisionPlan) -> list[str]:
@@ -461,7 +482,9 @@ def conversion_status(auto_result: AutoResult, verification: Verification | None
 def _report(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
     from .. import report as report_lib
 
-    return report_lib.for_conversion(ctx, outcome)
+    report = report_lib.for_conversion(ctx, outcome)
+    notes = opset_upgrade.run_notes(ctx, outcome.plan, report.node_flops)
+    return replace(report, notes=notes + report.notes) if notes else report
 
 
 def _before_plan(options: ConvertOptions) -> str:

@@ -1,0 +1,244 @@
+"""BF16 where the model's opset has none: raise the opset, verify the result, and say so.
+
+ONNX gives most ops a ``bfloat16`` type from opset 13 (Cast too), and Conv, ConvTranspose, the pools,
+HardSigmoid, Sin/Cos and a few more only from opset 22 (each schema's history). A run that asks for BF16
+(``--low-precision bf16`` or ``--fallback bf16``) on an older model would keep those nodes FP32 whatever
+they measure, so :func:`upgrade` raises the model's ai.onnx opset, once per run and before the model
+context is built, to the lowest one at which every node that can be BF16 on the target (its schema
+takes bfloat16 there and :meth:`.Target.kernel_blocker` does not refuse it) has a bfloat16 type, and
+at least 13 (Cast). The upgraded model is used only if it computes what the original computes: both
+run in FP32 on the run's samples with onnxruntime, and every output must agree within
+:data:`MAX_REL_ERR` of its largest magnitude (NaN/Inf where the original has them); then it is the
+model the run converts, writes (at the new opset) and takes its FP32 reference from. Otherwise the
+original is kept, its nodes stay FP32 with their reasons, and a note says why. ``--keep-opset``
+refuses instead (:func:`upgrade` with ``keep_opset``): one line naming the opset and the ops.
+
+How: ``onnx.version_converter.convert_version``. Both it and a minimal upgrade of our own (raise
+opset_import, move the attributes that became inputs: Squeeze/Unsqueeze/ReduceSum axes and Split's
+split at 13, the other Reduce* axes at 18) were tried on the examples in ``models/`` and the trained
+models of ``scripts/bench_precisions.py`` (PP-OCRv4 det 12 -> 22, rec 12 -> 22, cls 11 -> 22, Magika
+15 -> 22, NudeNet 320n 17 -> 27, deep_cnn 17 -> 22): both gave models onnxruntime ran to the
+same outputs (bit-identical, PP-OCR rec within 6e-7 / 8e-7 relative, onnxruntime's opset-13 Softmax
+kernel), the converter in 0.02-0.08 s, with every node name kept. The converter is the one used: it
+carries onnx's adapter for every version step of every op, including those whose meaning changed
+(Softmax/LogSoftmax/Hardmax coerced to 2-D before 13, BatchNormalization's outputs at 14, Resize's
+modes at 13, Clip/Pad/Slice/TopK/Dropout attributes that became inputs before 13), which a minimal
+upgrade would have to copy one by one and would get silently wrong for any op it forgot (only the
+verification would catch it, and only on the samples). Its known failures (an op without an adapter,
+a malformed model, a node it cannot type) raise; they become a note, never a traceback. It sees the
+model as loaded, its external weights left in their files (only their locations are copied), and
+the verification runs the two models one after the other with the weights by reference: nothing
+holds the weights twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+import onnx
+import onnx.version_converter
+
+from . import typing_rules
+from .context import ModelContext, Upgrade
+from .data import SampleSpec
+from .errors import ModelLoadError, PrecisionError, UsageError
+from .float_types import BF16
+from .graph import is_onnx_domain, sort_topologically, walk_nodes
+from .plan import PrecisionPlan
+from .target import Target
+
+logger = logging.getLogger(__name__)
+
+# Outputs of the upgraded model may differ from the original's by this much, relative to the output's
+# largest magnitude: onnxruntime's kernel of a newer op version may order its sums differently (PP-OCR
+# rec's Softmax-13: 6e-7), and anything larger is a change of meaning.
+MAX_REL_ERR = 1e-6
+_LISTED = 5  # op types named in a note before "and N more"
+
+@dataclass(frozen=True)
+class Needed:
+    """The opset at which the model's nodes can be BF16, and which op types need it."""
+
+    current: int  # the model's ai.onnx opset
+    opset: int  # the lowest opset that gives them all a bfloat16 type (``current`` when none needs one)
+    ops: tuple[str, ...]  # op types with no bfloat16 type at ``current``, in model order
+
+    @property
+    def ops_text(self) -> str:
+        shown = ", ".join(self.ops[:_LISTED])
+        return shown + (f" and {len(self.ops) - _LISTED} more" if len(self.ops) > _LISTED else "")
+
+
+def needed_opset(model: onnx.ModelProto, target: Target) -> Needed:
+    """The lowest ai.onnx opset (at least Cast's 13) at which every node of ``model`` whose schema has
+    no bfloat16 type today gets one that ``target`` also has a kernel for; a node that has none up to
+    the newest opset onnx knows does not count (it stays FP32 at any opset)."""
+    opsets = typing_rules.opset_map(model)
+    current = opsets.get("", 0)
+    types = typing_rules.tensor_types(model)
+    newest = onnx.defs.onnx_opset_version()
+    opset, ops = max(current, BF16.cast_opset), {"Cast": BF16.cast_opset} if current < BF16.cast_opset else {}
+    for ref in walk_nodes(model.graph):
+        node = ref.node
+        if not is_onnx_domain(node.domain) or not typing_rules.schema_typing(node, opsets, types,
+                                                                             BF16).fp16_blocker:
+            continue
+        later = range(current + 1, newest + 1)
+        since = next((v for v in later if _takes_bf16(node, opsets, v, types, target)), None)
+        if since is not None:
+            opset = max(opset, since)
+            ops.setdefault(node.op_type, since)
+    return Needed(current, opset if ops else current, tuple(ops))
+
+
+def _takes_bf16(node: onnx.NodeProto, opsets: Mapping[str, int], opset: int,
+                types: Mapping[str, onnx.TypeProto], target: Target) -> bool:
+    typing = typing_rules.schema_typing(node, {**opsets, "": opset}, types, BF16)
+    return (typing.fp16_blocker is None and typing.has_float
+            and target.kernel_blocker(node, BF16, opset) is None)
+
+
+def wants_bf16(target: Target) -> bool:
+    """Whether the run writes BF16: ``--low-precision bf16`` or ``--fallback bf16``."""
+    return BF16 in (target.low, target.fallback)
+
+
+def for_run(target: Target, samples: SampleSpec, custom_op_libraries: Sequence[str] = (),
+            keep_opset: bool = False) -> Upgrade | None:
+    """What a run hands :func:`onnx_precision.context.load_model`: :func:`upgrade` with the run's
+    target and samples, or None when the run writes no BF16."""
+    if not wants_bf16(target):
+        return None
+    return partial(upgrade, target=target, samples=samples, custom_op_libraries=tuple(custom_op_libraries),
+                   keep_opset=keep_opset)
+
+
+def upgrade(model: onnx.ModelProto, path: str, base_dir: str, *, target: Target, samples: SampleSpec,
+            custom_op_libraries: tuple[str, ...] = (), keep_opset: bool = False,
+            ) -> tuple[onnx.ModelProto, tuple[str, ...]]:
+    """``model`` at the opset that gives its nodes a bfloat16 type (:func:`needed_opset`), verified
+    against ``model`` on ``samples``, and the note that says so; ``model`` itself and a note saying
+    why when the upgrade fails or does not verify. ``keep_opset``: a UsageError instead. A model
+    below Cast's opset 13 that cannot be upgraded is refused (ModelLoadError): nothing there can be
+    BF16."""
+    need = needed_opset(model, target)
+    if need.opset == need.current:
+        return model, ()
+    if keep_opset:
+        raise UsageError(f"{path}: --keep-opset: BF16 needs ai.onnx opset {need.opset} for {need.ops_text} "
+                         f"and the model imports opset {need.current} (without --keep-opset the model is "
+                         f"upgraded and verified)")
+    upgraded, failure = _converted(model, need.opset)
+    err = None
+    if upgraded is not None:
+        err, failure = _verified(model, upgraded, base_dir, samples, custom_op_libraries)
+    step = f"opset {need.current} -> {need.opset}"
+    if upgraded is None or err is None:
+        if need.current < BF16.cast_opset:
+            raise ModelLoadError(f"{path}: BF16 needs ai.onnx opset {BF16.cast_opset} or later (Cast takes "
+                                 f"bfloat16 from opset {BF16.cast_opset}) and the model imports opset "
+                                 f"{need.current}; the upgrade ({step}) is not used: {failure}; use "
+                                 f"--low-precision fp16")
+        return model, (f"no {step} upgrade: {failure}; the nodes of {need.ops_text} stay FP32 (no "
+                       f"bfloat16 type at opset {need.current})",)
+    sort_topologically(upgraded.graph)
+    agreement = "bit-identical" if err == 0 else f"max rel err {err:.2g}"
+    take = "takes" if len(need.ops) == 1 else "take"
+    return upgraded, (f"{step} so that {need.ops_text} {take} bfloat16 (onnx's version converter); the "
+                      f"upgraded FP32 model matches the original on the samples ({agreement}) and is the "
+                      f"FP32 reference; the written model is at opset {need.opset}",)
+
+
+def _converted(model: onnx.ModelProto, opset: int) -> tuple[onnx.ModelProto | None, str]:
+    """``model`` at ``opset`` by onnx's version converter, or None and why not."""
+    try:
+        return onnx.version_converter.convert_version(model, opset), ""
+    except Exception as e:  # the converter's C++ errors reach Python as several types: each is a reason
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return None, f"onnx's version converter fails: {first}"
+
+
+def _verified(original: onnx.ModelProto, upgraded: onnx.ModelProto, base_dir: str, spec: SampleSpec,
+              custom_op_libraries: Sequence[str]) -> tuple[float | None, str]:
+    """The largest relative difference between the two models' FP32 outputs on the samples, or None
+    and why it is no match (or could not be measured)."""
+    from . import data
+    from .oracle.sessions import make_session, ort_message, run_session
+
+    try:
+        feeds = data.load_samples(original, spec).feeds
+    except data.SymbolicDimensions as e:
+        return None, f"no samples to verify it on ({e})"
+    shared: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+    outputs = []
+    for which, model in (("original", original), ("upgraded", upgraded)):
+        try:
+            # one model at a time: its session (and the weights it maps) is gone before the next
+            outputs.append(run_session(make_session(model, base_dir, custom_op_libraries=custom_op_libraries,
+                                                    shared=shared), model, feeds))
+        except PrecisionError:
+            raise
+        except Exception as e:  # onnxruntime's own exception types: the model does not run
+            return None, f"onnxruntime cannot run the {which} model in FP32: {ort_message(e)}"
+    worst = 0.0
+    for ref_feed, new_feed in zip(*outputs):
+        for name, ref in ref_feed.items():
+            err = _rel_err(ref, new_feed[name])
+            if err is None or err > MAX_REL_ERR:
+                shown = "differs in shape, type or NaN/Inf" if err is None else f"max rel err {err:.2g}"
+                return None, (f"the upgraded FP32 model does not match the original on the samples ({name}: "
+                              f"{shown}, over {MAX_REL_ERR:g})")
+            worst = max(worst, err)
+    return worst, ""
+
+
+def _rel_err(ref: np.ndarray, new: np.ndarray) -> float | None:
+    """max |new - ref| over max |ref| where ref is finite (0 where both are 0); None when the two differ
+    in shape, type or where they are not finite."""
+    if ref.shape != new.shape or ref.dtype != new.dtype:
+        return None
+    if ref.dtype.kind != "f":
+        return 0.0 if np.array_equal(ref, new) else None
+    finite = np.isfinite(ref)
+    if not np.array_equal(finite, np.isfinite(new)) or not np.array_equal(ref[~finite], new[~finite],
+                                                                          equal_nan=True):
+        return None
+    diff = float(np.max(np.abs(ref[finite].astype(np.float64) - new[finite]), initial=0.0))
+    scale = float(np.max(np.abs(ref[finite]), initial=0.0))
+    return diff / scale if scale else (0.0 if diff == 0 else None)
+
+
+def run_notes(ctx: ModelContext, plan: PrecisionPlan, flops: Mapping[str, float]) -> tuple[str, ...]:
+    """The notes a BF16 run adds to its summary: what was done to the model's opset (the context's
+    notes), and what still cannot be BF16 in the written ``plan``: its FP32 nodes that have no
+    bfloat16 type or kernel on the target, grouped by why, the largest by ``flops`` first."""
+    if not wants_bf16(ctx.target):
+        return ctx.notes
+    typing = ctx.typing_in(BF16)
+    newest = onnx.defs.onnx_opset_version()
+    groups: dict[str, list[str]] = {}
+    for ref in ctx.nodes:
+        blocker = typing[ref.name].fp16_blocker
+        if blocker and ref.name in plan.decisions and not plan.is_low(ref.name):
+            # a target without the kernel at any opset is the reason, rather than the opset's schema
+            why = ctx.target.kernel_blocker(ref.node, BF16, newest) or blocker
+            groups.setdefault(why, []).append(ref.name)
+    if not groups:
+        return ctx.notes
+    total = sum(flops.get(n, 0.0) for n in plan.decisions) or 1.0
+
+    def share(names: Sequence[str]) -> float:
+        return 100 * sum(flops.get(n, 0.0) for n in names) / total
+
+    ranked = sorted(groups.items(), key=lambda g: -share(g[1]))
+    count = sum(len(names) for names in groups.values())
+    parts = [f"{len(names)} node(s) ({share(names):.3g}%): {why}" for why, names in ranked[:3]]
+    more = f"; {len(ranked) - 3} more reason(s) in the report" if len(ranked) > 3 else ""
+    every = [n for names in groups.values() for n in names]
+    return ctx.notes + (f"{count} node(s) cannot be BF16 ({share(every):.3g}% of estimated FLOPs)"
+                        f" and stay FP32: {'; '.join(parts)}{more}",)
