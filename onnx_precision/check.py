@@ -23,6 +23,7 @@ from .format import json_safe
 from .metrics import Comparison
 from .target import GENERIC, Target
 from .tolerance import Tolerance
+from .verdict import thin_pass_note
 from .vocab import OracleName
 
 CHECK_FORMAT = "onnx-precision-check/1"
@@ -56,7 +57,7 @@ class CheckResult:
             "oracle": self.oracle, "target": self.target,
             "samples": {"source": self.samples.source, "synthetic": self.samples.synthetic,
                         "count": len(self.samples.feeds), "warnings": list(self.samples.warnings)},
-            "tolerance": tol.to_json(), "comparison": self.comparison.to_json()})
+            "tolerance": tol.to_json(), "comparison": self.comparison.to_json(), "note": self.note or None})
 
     @property
     def oracle(self) -> str:
@@ -83,7 +84,13 @@ class CheckResult:
         out += [f"  {m.name}: {m.summary()}  {m.verdict()}"
                 for m in self.comparison.outputs]
         out.append("PASS: within tolerance" if self.passed else "FAIL: out of tolerance or non-finite")
-        return out
+        return out + ([f"note: {self.note}"] if self.note else [])
+
+    @property
+    def note(self) -> str:
+        """What a pass rests on, when it is little: a bound nearly reached, or one sample."""
+        return thin_pass_note((self.comparison,), "more samples: --inputs DIR with several .npz") \
+            if self.passed else ""
 
 
 def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,

@@ -23,7 +23,7 @@ from . import task_checks
 from .metrics import Comparison, OutputMetrics
 from .task_checks import TaskResult
 from .tolerance import SLICE_MIN_ELEMENTS, Tolerance
-from .verdict import judge, passed_by
+from .verdict import judge, passed_by, room
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -113,8 +113,10 @@ def compare_array(name: str, ref: np.ndarray, cand: np.ndarray, tol: Tolerance) 
         tasks=_tasks(ref, cand, tol),
     )
     failures = judge(metrics, tol)
-    return replace(metrics, passed=not failures, failures=failures,
-                   passed_by="" if failures else passed_by(metrics, tol))
+    if failures:
+        return replace(metrics, failures=failures)
+    share, clause = room(metrics, tol)
+    return replace(metrics, passed=True, passed_by=passed_by(metrics, tol), room=share, room_clause=clause)
 
 
 def _row_width(shape: tuple[int, ...]) -> int:
@@ -266,6 +268,7 @@ def _merge_output(group: Sequence[OutputMetrics]) -> OutputMetrics:
     if len(group) == 1:
         return group[0]
     worst_slice = max(group, key=lambda m: _sortable(m.worst_slice_rel_rms))
+    thinnest = min(group, key=lambda m: m.room)  # the sample nearest a bound
     failures = [f"sample {i}: {why}" for i, m in enumerate(group) for why in m.failures]
     tasks = tuple(task_checks.merge([m.tasks[j] for m in group]) for j in range(len(group[0].tasks)))
     return OutputMetrics(
@@ -293,6 +296,8 @@ def _merge_output(group: Sequence[OutputMetrics]) -> OutputMetrics:
         failures=tuple(failures),
         tasks=tasks,
         passed_by="" if failures else " / ".join(dict.fromkeys(m.passed_by for m in group if m.passed_by)),
+        room=float("inf") if failures else thinnest.room,
+        room_clause="" if failures else thinnest.room_clause,
     )
 
 

@@ -45,6 +45,10 @@ class OutputMetrics:
     failures: tuple[str, ...] = ()  # why it fails; () when it passes
     tasks: tuple[TaskResult, ...] = ()
     passed_by: str = ""  # the clause it passes under ("all |err| <= atol 0.001", ...); "" when it fails
+    # a pass: the share of its bound the deciding clause left, and that clause as measured
+    # (verdict.room); inf and "" when it fails or no bound measures it
+    room: float = math.inf
+    room_clause: str = ""
 
     @property
     def outside_fraction(self) -> float:

@@ -73,7 +73,7 @@ class Tolerance:
         parts = [_settings_text(self)]
         base = self.to_json()
         for name, tol in self.per_output:
-            changed = [f"{k}={v}" for k, v in tol.to_json().items() if k != "per_output" and v != base[k]]
+            changed = [f"{k}={v}" for k, v in tol.to_json().items() if k != "per_output" and v != base.get(k)]
             parts.append(f"{name}: {', '.join(changed) or 'as the others'}")
         if self.allow_fp32_nonfinite:
             parts.append("compared only where FP32 is finite")
@@ -93,7 +93,11 @@ class Tolerance:
         return out + (["--allow-fp32-nonfinite"] if self.allow_fp32_nonfinite else [])
 
     def to_json(self) -> dict:
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "per_output"}
+        """The check and the settings the verdict applies (:func:`applied`); the others judge nothing
+        and are left out (a report listing ``min_cosine`` beside an ``rms`` verdict, which never
+        reads it, said an output at cosine 0.9988 passed against 0.999)."""
+        listed = ("error_stat", *applied(self), "allow_fp32_nonfinite")
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name in listed}
         out["per_output"] = {name: {k: v for k, v in tol.to_json().items() if k != "per_output"}
                              for name, tol in self.per_output}
         return out
@@ -112,6 +116,24 @@ _DEFAULT = Tolerance()
 
 def _arg(value: object) -> str:
     return repr(value) if isinstance(value, float) else str(value)
+
+
+def applied(tol: Tolerance) -> tuple[str, ...]:
+    """The settings the verdict applies under ``tol`` (:func:`onnx_precision.verdict.judge`): those of
+    its check (``rms``: the relative RMS bounds and the ``atol`` way out; ``elemwise``: the element
+    bound and the share allowed outside it; the others: the bound on their statistic and the cosine)
+    and of the task checks asked for."""
+    if tol.error_stat == "rms":
+        names: tuple[str, ...] = ("atol", "max_rel_rms", "max_slice_rel_rms")
+    elif tol.error_stat == "elemwise":
+        names = ("atol", "rtol", "max_outside_fraction")
+    else:
+        names = ("atol", "rtol", "min_cosine") + (("error_quantile",) if tol.error_stat == "quantile" else ())
+    if tol.top_k:
+        names += ("top_k", "min_top_k_agreement")
+    if tol.threshold is not None:
+        names += ("threshold", "min_iou")
+    return names
 
 
 def clauses(tol: Tolerance) -> tuple[str, str]:

@@ -73,19 +73,29 @@ rows along the last axis whose FP32 top-1 class is among the candidate's top k m
 
 Where FP32 itself is non-finite the FP32 model is at fault, not FP16: such an output fails unless
 ``allow_fp32_nonfinite``, which compares only where FP32 is finite.
+
+A pass is *thin* (:func:`room`, :func:`thin_pass_note`) when the clause that decided it is within
+10% of its bound (rel RMS err 0.0451 against 0.05): a pitch tracker that passed so on one sample
+failed at 0.163 on the same audio at 10% volume. Bounds of the form "at least" (cosine, top-k
+agreement, IoU) are measured by what they leave to 1 (cosine 0.9991 against 0.999 leaves 0.0009
+of 0.001: 10% room). Where two clauses can pass an output (``rms``: the relative errors, or every
+element within ``atol``) the one with more room decides; the task checks apply to both.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from .format import cosine_text, number
-from .metrics import OutputMetrics
+from .metrics import Comparison, OutputMetrics
 from .tolerance import Tolerance, clauses, stat_name
 
 # Outputs are float32: a cosine that should be 1 lands an ulp or two below it (0.99999994), so a
 # minimum cosine is met within a few float32 ulps (--min-cosine 1 can pass).
 COSINE_SLACK = 4 * 2.0**-24
+# A pass with less than this share of its bound left says so: another input can tip it.
+THIN = 0.1
 
 
 def passed_by(m: OutputMetrics, tol: Tolerance) -> str:
@@ -137,3 +147,70 @@ def _stat_failures(m: OutputMetrics, tol: Tolerance) -> list[str]:
     if not m.cosine >= tol.min_cosine - COSINE_SLACK:
         out.append(f"cosine {cosine_text(m.cosine, tol.min_cosine)} < {tol.min_cosine:g}")
     return out
+
+
+Term = tuple[float, str]  # (share of its bound a clause left, the clause as measured, in words)
+
+
+def room(m: OutputMetrics, tol: Tolerance) -> Term:
+    """How near passing output ``m`` came to failing under ``tol``: the share of its bound left by
+    the clause nearest its bound among those that decided the pass (of two ways to pass, the one
+    with more room), and that clause as measured ("rel RMS err 0.0451 against 0.05"); (inf, "")
+    where no bound applied measures it (a bound of 0: an exact match)."""
+    main = _main_terms(m, tol)
+    ways = [main]
+    if tol.error_stat == "rms" and m.max_abs_err <= tol.atol:
+        escape = _term(m.max_abs_err, tol.atol,
+                       f"max abs err {number(m.max_abs_err)} against atol {tol.atol:g}")
+        ways = [[escape]] + ([main] if all(share >= 0 for share, _ in main) else [])
+    tasks = [_at_least(t.agreement, t.minimum, f"{t.label} {t.agreement:.6g} against {t.minimum:g}")
+             for t in m.tasks]
+    decided = max((min(way, default=_NO_BOUND) for way in ways), default=_NO_BOUND)
+    return min([decided, *tasks])
+
+
+_NO_BOUND: Term = (math.inf, "")
+
+
+def _term(value: float, bound: float, text: str) -> Term:
+    return ((bound - value) / bound if bound > 0 else math.inf), text
+
+
+def _at_least(value: float, minimum: float, text: str) -> Term:
+    """A bound of the form value >= minimum (at most 1), by what each leaves to 1."""
+    return _term(1.0 - value, 1.0 - minimum, text)
+
+
+def _main_terms(m: OutputMetrics, tol: Tolerance) -> list[Term]:
+    """The check's own clauses (not the ``atol`` way out of ``rms``) as measured."""
+    if tol.error_stat == "rms":
+        return [_term(m.rel_rms_err, tol.max_rel_rms, f"rel RMS err {number(m.rel_rms_err)} against "
+                                                      f"{tol.max_rel_rms:g}"),
+                _term(m.worst_slice_rel_rms, tol.max_slice_rel_rms,
+                      f"worst slice rel RMS err {number(m.worst_slice_rel_rms)} against "
+                      f"{tol.max_slice_rel_rms:g}")]
+    if tol.error_stat == "elemwise":
+        allowed = tol.max_outside_fraction * m.elements
+        return [_term(m.outside_bound, allowed, f"{m.outside_bound} elements outside atol + rtol x |ref| "
+                                                f"against {math.floor(allowed)} allowed")]
+    value = {"max": m.max_abs_err, "mean": m.mean_abs_err, "median": m.p50_abs_err,
+             "quantile": m.quantile_abs_err}[tol.error_stat]
+    bound = tol.atol + tol.rtol * m.ref_max_abs
+    return [_term(value, bound, f"{stat_name(tol)} abs err {number(value)} against {number(bound)}"),
+            _at_least(m.cosine, tol.min_cosine, f"cosine {cosine_text(m.cosine)} against {tol.min_cosine:g}")]
+
+
+def thin_pass_note(judged: Sequence[Comparison], remedy: str) -> str:
+    """What a pass of ``judged`` (comparisons that all pass) rests on, when it is little: an output
+    within :data:`THIN` of a bound, or a single sample; "" otherwise. ``remedy``: how to get more
+    samples with the command that judged."""
+    outputs = [m for c in judged for m in c.outputs if m.passed]
+    thinnest = min(outputs, key=lambda m: m.room, default=None)
+    samples = sum(c.samples for c in judged)
+    parts = []
+    if thinnest is not None and thinnest.room < THIN:
+        parts.append(f"output '{thinnest.name}' passes within {100 * THIN:g}% of a bound "
+                     f"({thinnest.room_clause})")
+    if samples == 1:
+        parts.append("judged on 1 sample" if parts else "the pass was judged on 1 sample")
+    return f"{', '.join(parts)}: other inputs may fail; {remedy}" if parts else ""

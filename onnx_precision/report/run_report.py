@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..context import ModelContext
-from ..convert.outcome import ConversionOutcome
+from ..convert.outcome import ConversionOutcome, Verification
 from ..costs import PhaseCost, PhaseTotals
 from ..float_types import LowPrecision, low_of
 from ..flops import estimate_flops
@@ -20,6 +20,7 @@ from ..tolerance import Tolerance
 from ..tradeoff import PlanPoint, error_statistic, tolerance_line
 from ..tradeoff_picture import Picture, front_svg
 from ..typing_rules.node_typing import FLOAT64_KEPT
+from ..verdict import thin_pass_note
 from ..vocab import Mode, OracleName, Status
 
 REPORT_FORMAT = "onnx-precision-report/1"
@@ -123,7 +124,7 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         headroom=auto.headroom,
         helper_sessions=outcome.helper_sessions,
         points=auto.points,
-        notes=auto.notes + _float64_notes(outcome.plan, auto.node_flops),
+        notes=auto.notes + _float64_notes(outcome.plan, auto.node_flops) + _thin_pass_notes(verification),
         tradeoff_svg=outcome.tradeoff_svg,
         chosen_point=auto.chosen_point,
         tradeoff_note=auto.unsearched,
@@ -133,6 +134,16 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         before_plan=outcome.before_plan,
         margins=_margins(outcome.plan, auto.node_stats, ctx.target.low),
     )
+
+
+def _thin_pass_notes(verification: Verification | None) -> tuple[str, ...]:
+    """A note when the written model's pass rests on little: near a bound, or on one sample."""
+    judged = () if verification is None else tuple(
+        c for c in (verification.verified, verification.validation) if c is not None)
+    if not judged or not all(c.passed for c in judged):
+        return ()
+    note = thin_pass_note(judged, "more samples: --inputs DIR with several .npz, or --validation-inputs DATA")
+    return (note,) if note else ()
 
 
 def _float64_notes(plan: PrecisionPlan, flops: Mapping[str, float]) -> tuple[str, ...]:
