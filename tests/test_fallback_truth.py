@@ -197,3 +197,48 @@ def test_a_pin_for_a_constant_fp16_flushes_goes_bf16_and_the_note_says_so(tmp_pa
     written = onnx.load(str(tmp_path / "o.onnx"))
     [eps] = [t for t in written.graph.initializer if t.name.startswith("eps")]
     assert eps.data_type == TensorProto.BFLOAT16
+
+
+def _range_and_precision() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """Branch a's sum of squares (about 1e5) overflows FP16 and fits BF16; branch b adds 1000 to
+    values of about 0.05 and takes it off again, which neither 16-bit type survives."""
+    node = helper.make_node
+    model = _model([node("Mul", ["a", "a"], ["sq"], name="square"),
+                    node("ReduceSum", ["sq", "axes"], ["s"], name="sumsq", keepdims=1),
+                    node("Sqrt", ["s"], ["n"], name="norm"),
+                    node("Div", ["a", "n"], ["ya"], name="normalize"),
+                    node("Add", ["b", "offset"], ["shifted"], name="shift"),
+                    node("Sub", ["shifted", "offset"], ["yb"], name="unshift")],
+                   [("a", [1, 64]), ("b", [1, 64])], [("ya", [1, 64]), ("yb", [1, 64])],
+                   [nh.from_array(np.array([-1], np.int64), "axes"),
+                    nh.from_array(np.array(1000.0, np.float32), "offset")])
+    gen = np.random.default_rng(3)
+    return model, {"a": gen.uniform(30, 55, (1, 64)).astype(np.float32),
+                   "b": gen.normal(0, 0.05, (1, 64)).astype(np.float32)}
+
+
+def test_the_budget_bounds_the_fallback_too_and_the_plan_kept_was_measured_to_pass(tmp_path):
+    """The FP16 search takes 9 probes; --max-probes 12 leaves the fallback 3: its all-BF16 trial
+    fails (branch b) and its search is cut before it finds the plan with sumsq and norm in BF16. The
+    passing plan kept is the FP16 plan, which a probe of the fallback measured, and the notes say
+    what the budget cut instead of claiming the pins fail in BF16."""
+    model, feed = _range_and_precision()
+    fp16 = _run(tmp_path, model, feed, name="fp16")
+    assert [(p["name"], p["probes"]) for p in fp16["cost"]["phases"] if p["name"] in ("start", "search")] == [
+        ("start", 1), ("search", 8)]
+    report = _run(tmp_path, model, feed, "--fallback", "bf16", "--max-probes", "12")
+    assert _precisions(report) == _precisions(fp16) == {
+        "square": "fp16", "sumsq": "fp32", "norm": "fp32", "normalize": "fp16", "shift": "fp32",
+        "unshift": "fp32"}
+    assert _fallback_notes(report) == [
+        "--fallback bf16: of 4 FP32 pin(s) tried, 0 hold in BF16, 4 stay FP32 (the budget ran out before "
+        "they were shown to hold in BF16)",
+        "--fallback bf16: the probe budget (--max-probes) ran out (it bounds the FP16 search and the "
+        "fallback together): kept the cheapest passing plan probed; it is not proven minimal"]
+    chosen = report["tradeoff"]["chosen"]
+    [point] = [p for p in report["tradeoff"]["points"] if p["point"] == chosen]
+    assert point["passed"] and point["pinned"] == ["norm", "shift", "sumsq", "unshift"]
+    assert not point.get("bf16")
+    # the whole phase counted: 9 probes of the FP16 search, 3 of the fallback
+    probes = {p["name"]: p["probes"] for p in report["cost"]["phases"] if p["name"] in ("search", "fallback")}
+    assert probes["fallback"] == 3

@@ -49,6 +49,9 @@ NUMERICAL = frozenset({"search", "headroom", "range", "rule", "initializer"})
 # Pins that the samples alone made: only a node pinned for these alone may go back to FP16 (see the
 # module docstring).
 MEASURED_ONLY = frozenset({"search"})
+# How a candidate kept FP32 says why (the reason's detail after the type's name); the notes count them
+FAILS = "fails too"
+UNPROVEN = "not shown to hold"
 
 
 @dataclass(frozen=True)
@@ -125,14 +128,17 @@ def try_fallback(ctx: ModelContext, prober: Prober, session: Counted, clock: Clo
             spent.probes += found.outcome.probes_run - 1
             points += [_point(first_index + p.index, _replayed(trial, p.pinned), share, p.passed, p.errors)
                        for p in found.points[1:]]
+            cut = found.outcome.exhausted and (spent.cut() or found.outcome.exhausted)
             if found.plan is None:  # nothing passed (a budget ran out): keep the FP16 plan
-                notes.append(f"--fallback {low.precision}: {found.message}; the pins stay FP32")
+                notes.append(_cut_note(low, cut, "no plan with BF16 nodes passed before it; the pins stay "
+                                                 "FP32 as the FP16 plan has them") if cut else
+                             f"--fallback {low.precision}: {found.message}; the pins stay FP32")
                 phase.count(session, probes=spent.probes)
                 return FallbackResult(plan, tuple(points), tuple(notes), spent.probes)
-            if found.outcome.exhausted:
-                notes.append(_cut_note(low, found.outcome.exhausted, "kept the cheapest passing plan probed; "
-                                                                     "it is not proven minimal"))
-            trial = _fp32_again(found.plan, plan, low, frozenset(candidates))
+            if cut:
+                notes.append(_cut_note(low, cut, "kept the cheapest passing plan probed; it is not proven "
+                                                 "minimal"))
+            trial = _fp32_again(found.plan, plan, low, frozenset(candidates), cut)
         trial, cut = _back_to_fp16(prober, trial, precision, plan, spent)
         if cut:
             notes.append(_cut_note(low, cut, "some BF16 nodes were not tried back in FP16"))
@@ -159,7 +165,7 @@ class _Spent:
 
 
 def _cut_note(low: LowPrecision, why: str, what: str) -> str:
-    return f"--fallback {low.precision}: {why}: {what}"
+    return f"--fallback {low.precision}: {why} (it bounds the FP16 search and the fallback together): {what}"
 
 
 def _counts(written: PrecisionPlan, candidates: Sequence[str], low: LowPrecision) -> str:
@@ -168,29 +174,37 @@ def _counts(written: PrecisionPlan, candidates: Sequence[str], low: LowPrecision
     held = [n for n in candidates if written.precision(n) is precision]
     fp16 = [n for n in candidates if written.precision(n) is Precision.FP16]
     fp32 = [n for n in candidates if written.precision(n) is Precision.FP32]
-    failed = [n for n in fp32 if any(r.detail.startswith(f"{low.name} fails too")
-                                     for r in written.decisions[n].reasons)]
+    def said(n: str, what: str) -> bool:
+        return any(r.detail.startswith(f"{low.name} {what}") for r in written.decisions[n].reasons)
+
+    failed = [n for n in fp32 if said(n, FAILS)]
+    unproven = [n for n in fp32 if said(n, UNPROVEN)]
     parts = [f"{len(held)} hold in {low.name}"]
     if failed:
         parts.append(f"{len(failed)} stay FP32 (they fail in {low.name} too)")
-    if len(fp32) > len(failed):
+    if unproven:
+        parts.append(f"{len(unproven)} stay FP32 (the budget ran out before they were shown to hold in "
+                     f"{low.name})")
+    if others := len(fp32) - len(failed) - len(unproven):
         # layer_norm_pins: their LayerNorm's nodes are not all in one type, as one node must be
-        parts.append(f"{len(fp32) - len(failed)} stay FP32 (their LayerNorm is written as one node, in one "
-                     f"type; see the plan)")
+        parts.append(f"{others} stay FP32 (their LayerNorm is written as one node, in one type; see the "
+                     f"plan)")
     if fp16:
         parts.append(f"{len(fp16)} went back to FP16 once the others were FP32/{low.name}")
     return f"--fallback {low.precision}: of {len(candidates)} FP32 pin(s) tried, " + ", ".join(parts)
 
 
 def _fp32_again(found: PrecisionPlan, fp16_plan: PrecisionPlan, low: LowPrecision,
-                candidates: frozenset[str]) -> PrecisionPlan:
+                candidates: frozenset[str], cut: str) -> PrecisionPlan:
     """``found`` with the candidates its search pinned FP32 again keeping their FP16-plan reasons,
-    and why ``low`` failed them (the other FP32 nodes were never tried in ``low``)."""
+    and why ``low`` failed them, or, where a budget ``cut`` the search, that it did (the other FP32
+    nodes were never tried in ``low``)."""
     decisions = dict(found.decisions)
     for name in found.fp32_nodes:
         if name in candidates:
-            failed = tuple(Reason("search", f"{low.name} fails too: {r.detail}")
-                           for r in found.decisions[name].reasons if r.source == "search")
+            failed = (Reason("search", f"{low.name} {UNPROVEN}: {cut}"),) if cut else tuple(
+                Reason("search", f"{low.name} {FAILS}: {r.detail}")
+                for r in found.decisions[name].reasons if r.source == "search")
             decisions[name] = NodeDecision(Precision.FP32, fp16_plan.decisions[name].reasons + failed)
     return PrecisionPlan(decisions, found.fp16_io)
 
