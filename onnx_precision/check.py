@@ -9,8 +9,9 @@ that provider instead (onnxruntime-gpu needed). The result always says which ora
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -18,11 +19,16 @@ import onnx
 from .compare import compare_samples
 from .context import ModelContext, load_model
 from .data import Samples, SampleSpec, load_samples
-from .errors import ModelLoadError, PrecisionError
+from .errors import ModelLoadError, PrecisionError, UsageError
+from .float_types import LOW_TYPES
+from .flops import estimate_flops
 from .format import json_safe
+from .graph import graphs
 from .metrics import Comparison
 from .target import GENERIC, Target
 from .tolerance import Tolerance
+from .tradeoff import share_text, worst_output_text
+from .typing_rules import elem_type
 from .verdict import thin_pass_note
 from .vocab import OracleName
 
@@ -35,6 +41,88 @@ class FP32NonFinite(PrecisionError):
     exit_code = 1
 
 
+# Type conversions and values compute nothing: a model whose only 16-bit nodes are these (an FP32
+# model with FP16 inputs and outputs cast at its edges) computes in FP32.
+_NO_COMPUTE = frozenset({"Cast", "CastLike", "Constant"})
+
+
+@dataclass(frozen=True)
+class LowCompute:
+    """Why a node computes in 16 bits: the first 16-bit tensor it reads or writes."""
+
+    precision: str  # "fp16" | "bf16"
+    tensor: str
+    reads: bool  # an input (else an output)
+
+    def __str__(self) -> str:
+        type_name = "float16" if self.precision == "fp16" else "bfloat16"
+        return f"{'reads' if self.reads else 'writes'} {type_name} '{self.tensor}'"
+
+
+def low_compute(ctx: ModelContext) -> dict[str, LowCompute]:
+    """Every node that computes in 16 bits, with why: a node (of any domain, subgraphs included)
+    other than Cast, CastLike and Constant with a float16 or bfloat16 tensor among its inputs or
+    outputs (initializers included)."""
+    found: dict[str, LowCompute] = {}
+    for ref in ctx.nodes:
+        if ref.node.op_type in _NO_COMPUTE and ref.node.domain in ("", "ai.onnx"):
+            continue
+        for reads, names in ((True, ref.node.input), (False, ref.node.output)):
+            low = [LowCompute(LOW_TYPES[t].precision, n, reads) for n in names
+                   if (t := elem_type(ctx.types.get(n))) in LOW_TYPES]
+            if low:
+                found[ref.name] = low[0]
+                break
+    return found
+
+
+def require_fp32_reference(ctx: ModelContext, role: str, remedy: str) -> None:
+    """Refuse ``ctx`` as the FP32 model a 16-bit one is measured against when it computes in 16 bits
+    itself (:func:`low_compute`): every error would be measured against 16-bit arithmetic (against
+    itself, for an FP16 model: every error 0). ``role`` names the model, ``remedy`` what to do."""
+    low = low_compute(ctx)
+    if low:
+        name, why = next(iter(low.items()))
+        more = f", and {len(low) - 1} more node(s)" if len(low) > 1 else ""
+        raise UsageError(f"{ctx.path}: {role} computes in 16 bits (node '{name}' ({ctx.node_ops[name]}) "
+                         f"{why}{more}), so it is no FP32 reference; {remedy}")
+
+
+def low_share(ctx: ModelContext, feed: Mapping[str, np.ndarray]) -> tuple[str, float]:
+    """What ``ctx``'s 16-bit nodes are ("FP16", "BF16", "16-bit" where both; "" where none computes
+    in 16 bits) and their share of the estimated FLOPs (at ``feed``'s shapes) of all its nodes but
+    Casts (those a conversion adds compute nothing of the model's)."""
+    low = low_compute(ctx)
+    flops = estimate_flops(ctx.model, {k: np.shape(v) for k, v in feed.items()})
+    counted = {ref.name: flops.get(ref.name, 0.0) for ref in ctx.nodes
+               if ref.node.op_type not in ("Cast", "CastLike")}
+    total = sum(counted.values())
+    share = sum(f for n, f in counted.items() if n in low) / total if total else 0.0
+    precisions = {why.precision for why in low.values()}
+    label = "16-bit" if len(precisions) > 1 else precisions.pop().upper() if precisions else ""
+    return label, share
+
+
+def _require_distinct(reference: ModelContext, candidate: ModelContext) -> None:
+    """Refuse a candidate that is the reference itself: the same file, or the same graph (with its
+    weights in the same place: a graph equal to the reference's whose external data lies elsewhere
+    may hold other weights)."""
+    if os.path.samefile(reference.path, candidate.path):
+        why = "the same file"
+    elif reference.model.graph == candidate.model.graph and (
+            reference.base_dir == candidate.base_dir or not _external(reference.model)):
+        why = "the same graph and weights"
+    else:
+        return
+    raise UsageError(f"{candidate.path}: the candidate is the FP32 model {reference.path} itself ({why}); "
+                     f"check compares a 16-bit candidate with its FP32 model")
+
+
+def _external(model: onnx.ModelProto) -> bool:
+    return any(t.data_location == onnx.TensorProto.EXTERNAL
+               for g in graphs(model.graph) for t in g.initializer)
+
+
 @dataclass(frozen=True)
 class CheckResult:
     model: str
@@ -42,10 +130,26 @@ class CheckResult:
     comparison: Comparison
     samples: Samples
     target: str = "generic"  # what the emulation followed ("generic" or "tensorrt X.Y")
+    low_label: str = ""  # what the candidate's 16-bit nodes are: FP16, BF16, 16-bit (both), "" (none)
+    low_share: float = 0.0  # the candidate's 16-bit share of estimated FLOPs (:func:`low_share`)
+    tolerance: Tolerance = field(default_factory=Tolerance)
+    warnings: tuple[str, ...] = ()  # the check's own (the samples' are in ``samples.warnings``)
 
     @property
     def passed(self) -> bool:
         return self.comparison.passed
+
+    @property
+    def all_warnings(self) -> tuple[str, ...]:
+        return self.warnings + tuple(self.samples.warnings)
+
+    def verdict_line(self) -> str:
+        """The one line ``check -q`` prints: the verdict, the worst output and its statistic, and
+        the candidate's 16-bit share."""
+        share = f"{self.low_label}: {share_text(self.low_share)} of estimated FLOPs" if self.low_label else \
+            "no 16-bit compute"
+        return (f"{self.candidate} against {self.model}: {'passed' if self.passed else 'failed'}; "
+                f"{worst_output_text(self.comparison, self.tolerance)}; {share}")
 
     def to_json(self, tol: Tolerance) -> dict:
         """The result as ``check --json`` writes it: format ``onnx-precision-check/1``, the two
@@ -57,7 +161,9 @@ class CheckResult:
             "oracle": self.oracle, "target": self.target,
             "samples": {"source": self.samples.source, "synthetic": self.samples.synthetic,
                         "count": len(self.samples.feeds), "warnings": list(self.samples.warnings)},
-            "tolerance": tol.to_json(), "comparison": self.comparison.to_json(), "note": self.note or None})
+            "tolerance": tol.to_json(), "comparison": self.comparison.to_json(), "note": self.note or None,
+            "low_share": {"label": self.low_label or None, "flops": self.low_share},
+            "warnings": list(self.warnings)})
 
     @property
     def oracle(self) -> str:
@@ -104,6 +210,8 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
     tol = tol or Tolerance()
     oracle_lib.require_oracle(oracle)
     reference = load_model(model_path, custom_op_libraries)
+    require_fp32_reference(reference, "the reference", "give the FP32 model first: onnx-precision check "
+                                                       "FP32_MODEL CANDIDATE")
     candidate = load_model(candidate_path, custom_op_libraries, target)
     _check_outputs_match(reference.model, candidate.model, model_path, candidate_path)
     tol.require_outputs([o.name for o in reference.model.graph.output], model_path)
@@ -113,6 +221,8 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
         refs = oracle_lib.run_fp32(reference, samples.feeds).outputs
     if not tol.allow_fp32_nonfinite:
         _refuse_fp32_nonfinite(reference, samples, refs)
+    # after the reference ran: what is wrong with the model (or the samples) is the first thing to say
+    _require_distinct(reference, candidate)
     try:
         cands = oracle_lib.run_candidate(candidate, samples.feeds, oracle)
     except Exception as e:
@@ -124,7 +234,11 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
     comparison = compare_samples(
         refs, oracle_lib.verify.only_reference_outputs(cands, refs), tol, cands.oracle
     )
-    return CheckResult(model_path, candidate_path, comparison, samples, candidate.target.name)
+    label, share = low_share(candidate, samples.feeds[0] if samples.feeds else {})
+    warnings = () if label else (f"{candidate_path}: the candidate computes nothing in 16 bits (every float "
+                                 f"node is FP32): this check compared FP32 with FP32",)
+    return CheckResult(model_path, candidate_path, comparison, samples, candidate.target.name, label, share,
+                       tol, warnings)
 
 
 def _refuse_fp32_nonfinite(reference: ModelContext, samples: Samples,

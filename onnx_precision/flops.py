@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 
 from .graph import walk_nodes
+from .plan import PrecisionPlan
 from .typing_rules.inference import weightless
 
 
@@ -85,3 +86,20 @@ def _inferred_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence
     for init in model.graph.initializer:
         shapes.setdefault(init.name, tuple(init.dims))
     return shapes
+
+
+def precision_shares(plan: PrecisionPlan, node_flops: Mapping[str, float]) -> dict[str, float]:
+    """Each precision's share of the estimated FLOPs of ``plan``'s nodes (where no FLOPs are
+    estimated, by node count), the precisions in the plan only."""
+    flops = {n: node_flops.get(n, 0.0) for n in plan.decisions}
+    total = sum(flops.values())
+    shares: dict[str, float] = {}
+    for name, decision in plan.decisions.items():
+        weight = flops[name] / total if total > 0 else 1 / len(flops)
+        shares[decision.precision.value] = shares.get(decision.precision.value, 0.0) + weight
+    return shares
+
+
+def low_flop_share(plan: PrecisionPlan, node_flops: Mapping[str, float]) -> float:
+    """The 16-bit (FP16 and BF16) share of the estimated FLOPs of ``plan``'s nodes."""
+    return 1.0 - precision_shares(plan, node_flops).get("fp32", 0.0) if plan.decisions else 0.0

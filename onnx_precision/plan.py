@@ -8,6 +8,7 @@ written to JSON by one run and read back by another (``--plan``).
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from . import user_files
-from .errors import PlanError
+from .errors import PlanError, UsageError
 from .vocab import REASON_SOURCES, ReasonSource
 
 PLAN_FORMAT = "onnx-precision-plan/1"
@@ -258,9 +259,10 @@ def apply_user_choices(plan: PrecisionPlan, node_ops: Mapping[str, str], keep_fp
                        user_plan_source: str = "plan") -> tuple[PrecisionPlan, list[str]]:
     """Apply --plan, --keep-fp32 REGEX and --keep-fp32-op OPTYPE to ``plan``.
 
-    ``node_ops`` maps every node name to its op type. Returns the new plan and warnings (a pattern
-    or op type that matches nothing is a warning, not an error). A user plan naming an unknown node
-    is an error naming ``user_plan_source`` (the plan's file).
+    ``node_ops`` maps every node name to its op type. Returns the new plan and warnings. A pattern
+    or op type that matches nothing is a :class:`UsageError` with the nearest names (a pin that
+    silently pins nothing changes the result unseen: ``softmax`` for ``Softmax``). A user plan naming
+    an unknown node is an error naming ``user_plan_source`` (the plan's file).
     """
     warnings: list[str] = []
     if user_plan is not None:
@@ -282,11 +284,39 @@ def apply_user_choices(plan: PrecisionPlan, node_ops: Mapping[str, str], keep_fp
             raise PlanError(f"--keep-fp32 '{pattern}': invalid regular expression: {e}") from e
         matched = [n for n in node_ops if regex.search(n)]
         if not matched:
-            warnings.append(f"--keep-fp32 '{pattern}' matches no node")
+            raise _unmatched_name(pattern, node_ops)
         plan = plan.with_fp32(matched, Reason("user", f"--keep-fp32 {pattern}"))
     for op in keep_fp32_ops:
         matched = [n for n, t in node_ops.items() if t == op]
         if not matched:
-            warnings.append(f"--keep-fp32-op '{op}' matches no node")
+            raise _unmatched_op(op, sorted(set(node_ops.values())))
         plan = plan.with_fp32(matched, Reason("user", f"--keep-fp32-op {op}"))
     return plan, warnings
+
+
+_NEAREST = 3  # names suggested for a pin that matches nothing
+
+
+def _unmatched_op(op: str, ops: list[str]) -> UsageError:
+    """--keep-fp32-op OP matching no node: the op type it means in another case, or the nearest."""
+    same = [t for t in ops if t.lower() == op.lower()]
+    if same:
+        return UsageError(f"--keep-fp32-op {op} matches no op type; did you mean {same[0]}?")
+    folded = {t.lower(): t for t in ops}
+    close = difflib.get_close_matches(op.lower(), sorted(folded), n=_NEAREST, cutoff=0.6)
+    listed = ", ".join(ops[:8]) + (", ..." if len(ops) > 8 else "")
+    hint = f"nearest: {', '.join(folded[t] for t in close)}" if close else f"its op types: {listed}"
+    return UsageError(f"--keep-fp32-op {op} matches no op type of the model ({hint})")
+
+
+def _unmatched_name(pattern: str, node_ops: Mapping[str, str]) -> UsageError:
+    """--keep-fp32 REGEX matching no node name: the same pattern ignoring case, or the nearest names."""
+    folded = [n for n in node_ops if re.search(pattern, n, re.IGNORECASE)]
+    if folded:
+        more = ", ..." if len(folded) > _NEAREST else ""
+        return UsageError(f"--keep-fp32 '{pattern}' matches no node name; did you mean '(?i){pattern}' "
+                          f"(it matches {', '.join(folded[:_NEAREST])}{more})?")
+    literal = re.sub(r"[\\^$.*+?()\[\]{}|]", "", pattern)  # a pattern's syntax is no part of a name
+    nearest = difflib.get_close_matches(literal, list(node_ops), n=_NEAREST, cutoff=0.6)
+    hint = f" (nearest: {', '.join(nearest)})" if nearest else ""
+    return UsageError(f"--keep-fp32 '{pattern}' matches no node name in the model{hint}")

@@ -58,6 +58,17 @@ def output_errors(comparison: Comparison, tol: Tolerance) -> dict[str, float]:
             for m in comparison.outputs}
 
 
+def worst_output_text(comparison: Comparison, tol: Tolerance) -> str:
+    """"worst y: rel RMS err 0.0004456": the output furthest from FP32 and its headline statistic
+    (:func:`output_errors`), or its new NaN/Inf."""
+    worst = comparison.worst()
+    if worst is None:
+        return "no output compared"
+    if worst.new_nonfinite:
+        return f"worst {worst.name}: {worst.new_nonfinite} new NaN/Inf"
+    return f"worst {worst.name}: {error_statistic(tol)} {number(output_errors(comparison, tol)[worst.name])}"
+
+
 def pareto_front(points: Sequence[PlanPoint]) -> list[PlanPoint]:
     """The points no other point dominates (a larger FP16 share and no larger error, or the same
     share and a smaller error), by FP16 share, largest first; duplicates of a pinned set once."""

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from onnx_precision.errors import PlanError
+from onnx_precision.errors import PlanError, UsageError
 from onnx_precision.plan import Precision, PrecisionPlan, Reason, apply_user_choices, uniform_plan
 
 OPS = {"conv1": "Conv", "relu1": "Relu", "softmax": "Softmax", "div_norm": "Div"}
@@ -77,10 +77,11 @@ def test_user_choices_regex_op_and_plan():
     assert warnings == []
 
 
-def test_user_choices_that_match_nothing_warn():
-    plan, warnings = apply_user_choices(all_fp16(), OPS, keep_fp32=["^lstm"], keep_fp32_ops=["LSTM"])
-    assert plan == all_fp16()
-    assert warnings == ["--keep-fp32 '^lstm' matches no node", "--keep-fp32-op 'LSTM' matches no node"]
+def test_user_choices_that_match_nothing_are_errors_with_the_nearest():
+    with pytest.raises(UsageError, match=r"^--keep-fp32 '\^lstm' matches no node name in the model$"):
+        apply_user_choices(all_fp16(), OPS, keep_fp32=["^lstm"])
+    with pytest.raises(UsageError, match=r"^--keep-fp32-op LSTM matches no op type of the model \(its op "):
+        apply_user_choices(all_fp16(), OPS, keep_fp32_ops=["LSTM"])
 
 
 def test_user_plan_naming_unknown_node_is_an_error():

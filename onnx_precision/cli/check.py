@@ -27,7 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     common.add_tolerance_args(p)
     common.add_runtime_args(p)
     common.add_verbosity_args(
-        p, quiet_help="log only warnings and errors (the metrics and the verdict are still printed)"
+        p, quiet_help="print only the verdict line: passed/failed, the worst output and its statistic, the "
+                      "candidate's 16-bit share (and errors)"
     )
     p.set_defaults(run=run)
 
@@ -46,9 +47,9 @@ def run(args: argparse.Namespace) -> int:
 
         write_text(args.json, json.dumps(result.to_json(common.tolerance(args)), indent=2) + "\n",
                    input_paths=(args.model, args.candidate) + sample_files(common.sample_spec(args)))
-    for line in result.lines():
+    for line in [result.verdict_line()] if args.quiet else result.lines():
         print(line)
     if args.verbose:
         print("\n".join(result.detail_lines(common.tolerance(args))))
-    common.print_warnings(result.samples.warnings, args)
+    common.print_warnings(result.all_warnings, args)
     return 0 if result.passed else 1

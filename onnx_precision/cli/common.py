@@ -113,6 +113,7 @@ def _float_between(lo: float, hi: float, expected: str) -> Callable[[str], float
 _non_negative = _float_between(0.0, math.inf, "a finite number >= 0")
 positive_float = _float_between(1e-9, math.inf, "a finite number > 0")
 _cosine = _float_between(-1.0, 1.0, "a cosine between -1 and 1")
+percentage = _float_between(0.0, 100.0, "a percentage between 0 and 100")
 
 
 def add_sample_args(parser: argparse.ArgumentParser) -> None:

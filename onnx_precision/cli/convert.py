@@ -86,6 +86,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="where a node goes when it fails in FP16: fp32 (default), or bf16 first, FP32 only "
                         "where BF16 fails too (range failures, such as overflow past 65504, end in BF16; "
                         "precision failures in FP32; --mode auto measures which)")
+    p.add_argument("--min-16bit-share", type=common.percentage, metavar="PERCENT",
+                   help="static/auto: fail (exit 1) when the written plan keeps less than PERCENT of the "
+                        "estimated FLOPs in 16 bits (the share the summary gives); the model and reports are "
+                        "still written and say so")
     p.add_argument("--max-probes", type=common.positive_int, metavar="N",
                    help="auto: stop the search after N probes and keep the cheapest passing plan found")
     p.add_argument("--time-budget", type=common.positive_float, metavar="SECONDS",
@@ -134,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         max_probes=args.max_probes,
         time_budget=args.time_budget,
         keep_opset=args.keep_opset,
+        min_16bit_share=args.min_16bit_share,
     )
     from .progress import ProgressLine
 

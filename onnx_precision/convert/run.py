@@ -19,9 +19,9 @@ from .. import helper_sessions, opset_upgrade, policy, storage
 from ..context import ModelContext, Upgrade, load_model
 from ..costs import PhaseCost
 from ..data import SampleSpec, sample_files
-from ..errors import CustomOpError, InternalError, SearchError
+from ..errors import CustomOpError, InternalError, SearchError, UsageError
 from ..float_types import low_of
-from ..flops import estimate_flops
+from ..flops import estimate_flops, low_flop_share
 from ..metrics import Comparison
 from ..plan import Precision, PrecisionPlan, Reason, apply_user_choices
 from ..rewriter import RewriteResult, rewrite
@@ -72,6 +72,14 @@ class ConvertOptions:
     # a BF16 run refuses a model whose opset gives some of its ops no bfloat16 type, instead of
     # raising the opset (:mod:`..opset_upgrade`)
     keep_opset: bool = False
+    # static/auto: a written plan whose 16-bit share of estimated FLOPs (percent, as the summary gives
+    # it) is below this fails the run (--min-16bit-share)
+    min_16bit_share: float | None = None
+
+    def __post_init__(self) -> None:
+        share = self.min_16bit_share
+        if share is not None and not (isinstance(share, (int, float)) and 0 <= share <= 100):
+            raise UsageError(f"--min-16bit-share {share}: expected a percentage between 0 and 100")
 
 
 @dataclass(frozen=True)
@@ -104,13 +112,14 @@ class ConvertResult:
         return {"passed": 0, "ort-load-failed": 3}.get(self.report.status, 1)
 
     def verdict_line(self) -> str:
-        """The one line ``-q`` prints: what was written and whether it passed (and why not)."""
+        """The one line ``-q`` prints: what was written and whether it passed (and why not), the
+        worst output and its statistic, the 16-bit share."""
         if self.report is None:
             return (f"{self.model_path} -> {self.output_path}: written, not verified (--mode all-fp16 runs "
                     f"nothing)")
-        from ..report import summary_lines
+        from ..report import verdict_line
 
-        return summary_lines(self.report)[0]
+        return verdict_line(self.report)
 
     def summary_lines(self) -> list[str]:
         plan = self.plan
@@ -191,6 +200,11 @@ def planned(ctx: ModelContext, options: ConvertOptions, progress: Progress | Non
     """The plan to write for ``ctx`` per ``options`` (:func:`base_plan`, then :func:`plan_to_write`),
     the search's result (static/auto modes) and the run's warnings; nothing is written."""
     measuring = options.mode != "all-fp16"
+    if measuring:  # the model is the FP32 reference every plan is measured against
+        from ..check import require_fp32_reference
+
+        require_fp32_reference(ctx, "the model", "convert the FP32 model it was made from (--mode all-fp16, "
+                                                 "which measures nothing, takes it as it is)")
     if ctx.renamed:
         logger.debug("named %d unnamed node(s) (node_of_<first output>)", len(ctx.renamed))
     plan, warnings = base_plan(ctx, options)
@@ -451,6 +465,7 @@ def _outcome(auto_result: AutoResult, plan: PrecisionPlan, options: ConvertOptio
              verification: Verification | None, warnings: tuple[str, ...], helpers: int,
              output_path: str | None = None, target: Target = GENERIC) -> ConversionOutcome:
     status, message, more = conversion_status(auto_result, verification, target)
+    status, message = share_gate(status, message, plan, auto_result.node_flops, options.min_16bit_share)
     return ConversionOutcome(auto_result, plan, status, message, auto_result.mode, options.oracle,
                              options.tolerance, output_path, verification, warnings + more, helpers,
                              _tradeoff_path(options), _before_plan(options))
@@ -477,6 +492,20 @@ def conversion_status(auto_result: AutoResult, verification: Verification | None
         return status, message, (f"{verification.default_load} ({target.title} builds the model; "
                                  f"onnxruntime is not the target)",)
     return status, message, ()
+
+
+def share_gate(status: Status, message: str, plan: PrecisionPlan, node_flops: Mapping[str, float],
+               minimum: float | None) -> tuple[Status, str]:
+    """--min-16bit-share: a plan that passes with less of its estimated FLOPs in 16 bits than
+    ``minimum`` percent (the share the summary gives) fails, and its message says so."""
+    share = 100 * low_flop_share(plan, node_flops)
+    if minimum is None or status not in ("passed", "ort-load-failed") or share >= minimum:
+        return status, message
+    digits = 1  # as many as keep the share printed below the bound (49.96% is not "50.0%")
+    while digits < 6 and float(f"{share:.{digits}f}") >= minimum:
+        digits += 1
+    why = f"16-bit share {share:.{digits}f}% of FLOPs is below --min-16bit-share {minimum:g}"
+    return "failed", why + (f"; {message}" if message else "")
 
 
 def _report(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:

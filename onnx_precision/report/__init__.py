@@ -12,8 +12,9 @@ Reports read back (:func:`from_json`) into the same value, as plans do.
 from __future__ import annotations
 
 from .json_format import dumps, from_json, to_json, write_json
-from .markdown import summary_lines, to_markdown, write_markdown
+from .markdown import summary_lines, to_markdown, verdict_line, write_markdown
 from .run_report import REPORT_FORMAT, RunReport, default_paths, for_conversion, tradeoff_path, tradeoff_svg
 
 __all__ = ["dumps", "from_json", "to_json", "write_json", "summary_lines", "to_markdown", "tradeoff_svg",
-           "write_markdown", "REPORT_FORMAT", "RunReport", "default_paths", "for_conversion", "tradeoff_path"]
+           "verdict_line", "write_markdown", "REPORT_FORMAT", "RunReport", "default_paths", "for_conversion",
+           "tradeoff_path"]

@@ -12,7 +12,8 @@ from ..metrics import Comparison
 from ..oracle.inspection import NodeStats
 from ..plan import Precision
 from ..storage import write_text
-from ..tradeoff import ALL_LISTED, front_table
+from ..tolerance import Tolerance
+from ..tradeoff import ALL_LISTED, front_table, worst_output_text
 
 if TYPE_CHECKING:
     pass
@@ -188,6 +189,15 @@ def summary_lines(report: RunReport, report_paths: Sequence[str] = ()) -> list[s
         cost += "; report: " + ", ".join(report_paths)
     lines.append(cost)
     return lines
+
+
+def verdict_line(report: RunReport) -> str:
+    """The one line ``convert -q`` prints: the summary's first (what was written, the status and
+    why), the worst output of the last comparison (the written model's, when it was written) with
+    its statistic, and the 16-bit share."""
+    last = comparisons(report)[-1:]
+    worst = [worst_output_text(last[0][1], report.tolerance or Tolerance())] if last else []
+    return "; ".join([summary_lines(report)[0], *worst, f"{report.low_label}: {_share_text(report)}"])
 
 
 def _pins_line(report: RunReport, limit: int = 6) -> str:

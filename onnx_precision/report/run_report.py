@@ -12,7 +12,7 @@ from ..context import ModelContext
 from ..convert.outcome import ConversionOutcome, Verification
 from ..costs import PhaseCost, PhaseTotals
 from ..float_types import LowPrecision, low_of
-from ..flops import estimate_flops
+from ..flops import estimate_flops, low_flop_share, precision_shares
 from ..metrics import Comparison
 from ..oracle.inspection import NodeStats
 from ..plan import PrecisionPlan
@@ -73,18 +73,11 @@ class RunReport(PhaseTotals):
 
     def fp16_flop_share(self) -> float:
         """The 16-bit (FP16 and BF16) share of estimated FLOPs."""
-        return 1.0 - self.flop_shares().get("fp32", 0.0) if self.plan.decisions else 0.0
+        return low_flop_share(self.plan, self.node_flops)
 
     def flop_shares(self) -> dict[str, float]:
-        """Each precision's share of estimated FLOPs (of nodes where no FLOPs are estimated, by node
-        count), the precisions in the plan only."""
-        flops = {n: self.node_flops.get(n, 0.0) for n in self.plan.decisions}
-        total = sum(flops.values())
-        shares: dict[str, float] = {}
-        for name, decision in self.plan.decisions.items():
-            weight = flops[name] / total if total > 0 else 1 / len(flops)
-            shares[decision.precision.value] = shares.get(decision.precision.value, 0.0) + weight
-        return shares
+        """Each precision's share of estimated FLOPs (:func:`..flops.precision_shares`)."""
+        return precision_shares(self.plan, self.node_flops)
 
     @property
     def low_label(self) -> str:
