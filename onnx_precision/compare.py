@@ -208,13 +208,17 @@ def _compare_exact(name: str, ref: np.ndarray, cand: np.ndarray) -> OutputMetric
 def compare_outputs(
     reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray], tol: Tolerance, oracle: str
 ) -> Comparison:
-    """Compare one sample's outputs (every output of ``reference``; a missing one fails)."""
+    """Compare one sample's outputs (every output of ``reference``; a missing one fails), then ask
+    the tolerance's ``accept``, if any."""
     metrics = []
     for name, ref in reference.items():
         if name not in candidate:
             metrics.append(_failed(name, "missing from the candidate's outputs"))
             continue
         metrics.append(compare_array(name, ref, candidate[name], tol))
+    why = tol.accept(reference, candidate) if tol.accept is not None else ""
+    if why:  # the caller's judgement is of the outputs together: each fails with its words
+        metrics = [replace(m, passed=False, passed_by="", failures=(*m.failures, why)) for m in metrics]
     return Comparison(tuple(metrics), all(m.passed for m in metrics), oracle, 1)
 
 

@@ -72,15 +72,37 @@ from typing import Union
 import numpy as np
 import onnx
 
-from .context import ModelContext
 from .convert import ConvertedModel, ConvertOptions, convert_model
-from .errors import InternalError, SearchError, UsageError
+from .convert.in_memory import SampleInput
+from .errors import SearchError, UsageError
+from .float16_helpers import (
+    add_cast_node,
+    add_new_value_info,
+    find_donwstream_node_by_input_name,
+    find_upstream_node_by_output_name,
+    remove_identity_node_from_graph,
+    remove_identity_node_from_model,
+    remove_unnecessary_cast_node,
+    sort_graph_node,
+    sort_topology,
+)
 from .graph import walk_nodes
 from .storage import load_light
 from .tolerance import Tolerance
 from .vocab import Mode
 
 logger = logging.getLogger(__name__)
+
+# onnxconverter-common 1.16's float16 names this module has (the README's drop-in section lists the
+# ones it has not: the steps of onnxconverter-common's own conversion), then its own.
+__all__ = [
+    "DEFAULT_OP_BLOCK_LIST", "FLOAT16", "FLOAT32", "add_cast_node", "add_new_value_info",
+    "check_if_fp16_ready", "convert_float_to_float16", "convert_float_to_float16_model_path",
+    "convert_np_to_float16", "convert_tensor_float_to_float16", "find_donwstream_node_by_input_name",
+    "find_upstream_node_by_output_name", "make_value_info_from_tensor", "remove_identity_node_from_graph",
+    "remove_identity_node_from_model", "remove_unnecessary_cast_node", "sort_graph_node", "sort_topology",
+    "auto_convert_mixed_precision", "DropInError", "ValidationFailed",
+]
 
 # onnxconverter-common 1.16's float16.DEFAULT_OP_BLOCK_LIST: ops kept FP32 when op_block_list is None.
 DEFAULT_OP_BLOCK_LIST = [
@@ -91,6 +113,8 @@ DEFAULT_OP_BLOCK_LIST = [
     "Min", "Max", "Upsample",
 ]
 _CLAMP_DEFAULTS = {"min_positive_val": 1e-7, "max_finite_val": 1e4}
+FLOAT32 = onnx.TensorProto.FLOAT  # onnxconverter-common's names of the two element types
+FLOAT16 = onnx.TensorProto.FLOAT16
 
 Model = Union[onnx.ModelProto, str, "os.PathLike[str]"]
 Outputs = list[np.ndarray]
@@ -102,6 +126,68 @@ class DropInError(UsageError, ValueError):
 
 class ValidationFailed(SearchError, ValueError):
     """No model passes: onnxconverter-common's "validation failed for ... model" ValueError."""
+
+
+def convert_np_to_float16(np_array: np.ndarray, min_positive_val: float = 1e-7,
+                          max_finite_val: float = 1e4) -> np.ndarray:
+    """onnxconverter-common's ``float16.convert_np_to_float16``, with its meaning: ``np_array`` as
+    float16, each finite nonzero magnitude first clamped into [``min_positive_val``,
+    ``max_finite_val``] (0, NaN and ±inf unchanged), with its warnings. A clamp is what this
+    helper is asked for; :func:`convert_float_to_float16` never calls it."""
+    x = np.asarray(np_array)
+    _warn_truncated(x, min_positive_val, max_finite_val)
+    finite = np.isfinite(x)
+    clamped = np.where(finite & (x > 0), np.clip(x, min_positive_val, max_finite_val), x)
+    clamped = np.where(finite & (x < 0), np.clip(x, -max_finite_val, -min_positive_val), clamped)
+    return np.asarray(clamped).astype(np.float16)
+
+
+def _warn_truncated(x: np.ndarray, min_positive_val: float, max_finite_val: float) -> None:
+    """onnxconverter-common's warnings, in its words and order: each sign's extremes at or beyond a
+    bound (±inf included, which it warns of and leaves)."""
+    positive, negative = x[x > 0], x[x < 0]
+    checks = []
+    if positive.size:
+        checks += [(positive.max(), positive.max() >= max_finite_val, max_finite_val),
+                   (positive.min(), positive.min() <= min_positive_val, min_positive_val)]
+    if negative.size:
+        checks += [(negative.min(), negative.min() <= -max_finite_val, -max_finite_val),
+                   (negative.max(), negative.max() >= -min_positive_val, -min_positive_val)]
+    for value, beyond, bound in checks:
+        if beyond:
+            warnings.warn(f"the float32 number {value} will be truncated to {bound}", stacklevel=3)
+
+
+def convert_tensor_float_to_float16(tensor: onnx.TensorProto, min_positive_val: float = 1e-7,
+                                    max_finite_val: float = 1e4) -> onnx.TensorProto:
+    """onnxconverter-common's ``float16.convert_tensor_float_to_float16``: a float ``tensor`` made
+    float16 in place (and returned), its values through :func:`convert_np_to_float16`, stored where
+    they were (``float_data`` as float16 bit patterns in ``int32_data``, ``raw_data`` as float16
+    bytes); other types unchanged. A tensor whose data is in an external file is refused (there
+    the values cannot be converted; onnxconverter-common retypes it and leaves the float32 bytes)."""
+    if not isinstance(tensor, onnx.TensorProto):
+        raise DropInError(f"Expected input type is an ONNX TensorProto but got {type(tensor)}")
+    if tensor.data_type != FLOAT32:
+        return tensor
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        raise DropInError(f"tensor '{tensor.name}': its data is in an external file; read it in first "
+                          f"(onnx.external_data_helper.load_external_data_for_tensor)")
+    tensor.data_type = FLOAT16
+    if tensor.float_data:
+        half = convert_np_to_float16(np.array(tensor.float_data), min_positive_val, max_finite_val)
+        tensor.int32_data[:] = half.view(np.uint16).astype(np.int32).tolist()
+        tensor.float_data[:] = []
+    if tensor.raw_data:
+        single = np.frombuffer(tensor.raw_data, dtype="<f4")
+        half = convert_np_to_float16(single, min_positive_val, max_finite_val)
+        tensor.raw_data = half.astype("<f2").tobytes()
+    return tensor
+
+
+def make_value_info_from_tensor(tensor: onnx.TensorProto) -> onnx.ValueInfoProto:
+    """onnxconverter-common's ``float16.make_value_info_from_tensor``: the value_info of
+    ``tensor``'s name, type and shape (its data not read: it may be external)."""
+    return onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
 
 
 def convert_float_to_float16(
@@ -118,10 +204,25 @@ def convert_float_to_float16(
     ones (and those FP16 cannot compute or hold), unverified; see the module docstring for the
     differences. The warnings of the conversion are issued as Python warnings."""
     _unused_clamps(min_positive_val=min_positive_val, max_finite_val=max_finite_val)
-    options = _options(model, "all-fp16", keep_io_types, op_block_list, node_block_list, check_fp16_ready)
+    options = _options(_model_proto(model), "all-fp16", keep_io_types, op_block_list, node_block_list,
+                       check_fp16_ready)
     converted = convert_model(model, options=options)
     _warn(converted)
     return converted.model
+
+
+def convert_float_to_float16_model_path(
+    model_path: str | os.PathLike[str],
+    min_positive_val: float = 1e-7,
+    max_finite_val: float = 1e4,
+    keep_io_types: bool = False,
+) -> onnx.ModelProto:
+    """onnxconverter-common's ``float16.convert_float_to_float16_model_path``: the model at
+    ``model_path`` (its external data read from beside it) converted as
+    :func:`convert_float_to_float16` converts it; the ModelProto comes back holding its weights."""
+    if not isinstance(model_path, (str, os.PathLike)):
+        raise DropInError(f"model_path: expected the path of an .onnx file; got {type(model_path).__name__}")
+    return convert_float_to_float16(model_path, min_positive_val, max_finite_val, keep_io_types)
 
 
 def auto_convert_mixed_precision(
@@ -133,40 +234,89 @@ def auto_convert_mixed_precision(
     keep_io_types: bool = False,
 ) -> onnx.ModelProto:
     """onnxconverter-common's ``auto_mixed_precision.auto_convert_mixed_precision``: as few FP32
-    nodes as keep the outputs on ``feed_dict`` within ``rtol``/``atol`` (and ``validate_fn``),
-    judged by the FP16 emulation; see the module docstring for the differences."""
+    nodes as keep the outputs on ``feed_dict`` within ``rtol``/``atol`` and ``validate_fn``
+    (each judges every plan the search probes), judged by the FP16 emulation; see the module
+    docstring for the differences."""
     if rtol is None and atol is not None:
         rtol = 1e-5
     if atol is None and rtol is not None:
         atol = 1e-8
     if rtol is None and validate_fn is None:
         raise DropInError("Argument `validate_fn` and `rtol` cannot both be `None`.")
-    options = _options(model, "auto", keep_io_types, None, None, check_fp16_ready=True)
-    if rtol is not None and atol is not None:
-        options = replace(options, tolerance=Tolerance(error_stat="elemwise", rtol=rtol, atol=atol))
+    given = None if rtol is None or atol is None else Tolerance(error_stat="elemwise", rtol=rtol, atol=atol)
+    return mixed_precision(model, feed_dict, given, validate_fn, keep_io_types,
+                           "validation failed for original fp32 model").model
+
+
+def mixed_precision(model: Model, feeds: SampleInput, tolerance: Tolerance | None,
+                    validate_fn: Callable[[Outputs, Outputs], bool] | None, keep_io_types: bool,
+                    fp32_failure: str) -> ConvertedModel:
+    """The auto drop-ins' conversion: outputs within ``tolerance`` (None: any, but no new NaN/Inf)
+    and accepted by ``validate_fn`` on every plan probed; ``fp32_failure``: the error when
+    ``validate_fn`` rejects FP32's outputs themselves. Raises :class:`ValidationFailed` where no
+    plan passes."""
+    proto = _model_proto(model)
+    options = _options(proto, "auto", keep_io_types, None, None, check_fp16_ready=True)
+    # onnxconverter-common judges by validate_fn alone when no rtol is given: every element may move
+    judged = Tolerance(error_stat="elemwise", max_outside_fraction=1.0) if tolerance is None else tolerance
+    if validate_fn is not None:
+        judged = replace(judged, accept=_Steer(proto, validate_fn, keep_io_types, fp32_failure))
     try:
-        converted = convert_model(model, feed_dict, options)
+        converted = convert_model(model, feeds, replace(options, tolerance=judged))
+    except ValidationFailed:
+        raise
     except SearchError as e:
         raise ValidationFailed(f"validation failed: {e}") from e
     if converted.report is not None and converted.report.status == "ort-load-failed":
-        warnings.warn(f"the converted model passes, but {converted.report.message}", stacklevel=2)
+        warnings.warn(f"the converted model passes, but {converted.report.message}", stacklevel=3)
     elif not converted.passed:
         message = converted.report.message if converted.report is not None else converted.status
         raise ValidationFailed(f"validation failed for final fp16 model: {message}")
-    if validate_fn is not None:
-        _validate(converted, validate_fn)
     _warn(converted)
-    return converted.model
+    return converted
 
 
-def _options(model: object, mode: Mode, keep_io_types: object, op_block_list: Iterable[str] | None,
+class _Steer:
+    """``validate_fn`` as the tolerance's ``accept``: asked of every sample of every plan the search
+    probes (and of the converted model's verification), with the outputs onnxconverter-common gives
+    it: lists in graph output order, FP32's first, the candidate's in the types the converted model
+    outputs (float16 ones unless ``keep_io_types``). FP32's outputs against themselves are asked first, as onnxconverter-common
+    does: a rejection there stops the conversion."""
+
+    __name__ = "validate_fn"
+
+    def __init__(self, model: onnx.ModelProto, validate_fn: Callable[[Outputs, Outputs], bool],
+                 keep_io_types: bool, fp32_failure: str) -> None:
+        self.validate_fn = validate_fn
+        self.fp32_failure = fp32_failure
+        self.names = [o.name for o in model.graph.output]
+        # the converted model's float outputs: float32 with keep_io_types, else float16 (a probe's
+        # emulated outputs come in the type each output's node computes in)
+        float_type = np.float32 if keep_io_types else np.float16
+        self.types = {o.name: float_type for o in model.graph.output
+                      if o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
+        self.accepted_fp32: set[int] = set()  # the reference samples validate_fn accepted (their ids)
+
+    def __call__(self, reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray]) -> str:
+        if any(name not in candidate for name in self.names):
+            return ""  # the comparison already fails it, naming the missing output
+        expected = [np.asarray(reference[name]) for name in self.names]
+        if id(reference) not in self.accepted_fp32:
+            if not self.validate_fn(expected, expected):
+                raise ValidationFailed(f"{self.fp32_failure} (validate_fn)")
+            self.accepted_fp32.add(id(reference))
+        got = [np.asarray(candidate[name]) for name in self.names]
+        got = [a.astype(self.types[name]) if name in self.types else a for name, a in zip(self.names, got)]
+        return "" if self.validate_fn(expected, got) else "validate_fn rejects the outputs"
+
+
+def _options(proto: onnx.ModelProto, mode: Mode, keep_io_types: object, op_block_list: Iterable[str] | None,
              node_block_list: Iterable[str] | None, check_fp16_ready: bool) -> ConvertOptions:
     """The ConvertOptions of onnxconverter-common's arguments, checked against the model."""
-    proto = _model_proto(model)
     if not isinstance(keep_io_types, (bool, int, np.bool_)):
         raise DropInError(f"keep_io_types: expected a bool (True keeps the graph's inputs and outputs "
                           f"float32); got {type(keep_io_types).__name__}")
-    if check_fp16_ready and _fp16_ready(proto):
+    if check_fp16_ready and check_if_fp16_ready(proto.graph):
         raise DropInError("The model is already converted to float16, if convert again, the model might be "
                           "wrong. If you are sure to convert again, please set check_fp16_ready=False.")
     nodes = list(walk_nodes(proto.graph))
@@ -199,10 +349,11 @@ def _model_proto(model: object) -> onnx.ModelProto:
                       f"{type(model).__name__}")
 
 
-def _fp16_ready(model: onnx.ModelProto) -> bool:
-    """onnxconverter-common's ``check_if_fp16_ready``: the main graph has a float16 input, output or
-    value_info, a float16 initializer, or a Cast to float16."""
-    graph = model.graph
+def check_if_fp16_ready(graph_proto: onnx.GraphProto) -> bool:
+    """onnxconverter-common's ``float16.check_if_fp16_ready``: whether the graph has a float16
+    input, output or value_info, a float16 initializer, or a Cast to float16 (its subgraphs not
+    looked into)."""
+    graph = graph_proto
     fp16 = onnx.TensorProto.FLOAT16
     values = list(graph.input) + list(graph.output) + list(graph.value_info)
     return (any(v.type.tensor_type.elem_type == fp16 for v in values)
@@ -216,30 +367,6 @@ def _unused_clamps(**given: float) -> None:
     if changed:
         warnings.warn(f"{', '.join(changed)}: not used; onnx-precision never clamps constants (a constant "
                       f"FP16 cannot hold keeps its consumers FP32)", stacklevel=3)
-
-
-def _validate(converted: ConvertedModel, validate_fn: Callable[[Outputs, Outputs], bool]) -> None:
-    """``validate_fn`` on the FP32 outputs against themselves, then against the converted model's
-    emulated outputs (in graph output order, float16 where the converted model outputs float16)."""
-    from . import oracle
-
-    if converted.auto is None:
-        raise InternalError("validate_fn: an auto-mode conversion without the search's result")
-    feeds = converted.auto.samples.feeds
-    names = [o.name for o in converted.model.graph.output]
-    written = ModelContext(converted.model, converted.source, converted.base_dir)
-    emulated = oracle.run_emulated(written, feeds).outputs
-    fp16 = {o.name for o in converted.model.graph.output
-            if o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16}
-    for reference, candidate in zip(converted.auto.reference_outputs, emulated):
-        expected = [np.asarray(reference[n]) for n in names]
-        if not validate_fn(expected, expected):
-            raise ValidationFailed("validation failed for original fp32 model (validate_fn)")
-        got = [np.asarray(candidate[n]).astype(np.float16) if n in fp16 else np.asarray(candidate[n])
-               for n in names]
-        if not validate_fn(expected, got):
-            raise ValidationFailed("validation failed for final fp16 model (validate_fn, on the emulated "
-                                   "FP16 outputs)")
 
 
 def _warn(converted: ConvertedModel) -> None:

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -14,6 +14,11 @@ from .errors import UsageError
 
 ERROR_STATS = ("rms", "max", "mean", "median", "quantile", "elemwise")
 SLICE_MIN_ELEMENTS = 32  # a slice is whole rows of the last axis, at least this many elements
+
+# A caller's own judgement of one sample's outputs (FP32 reference, candidate; output name -> array)
+# on top of the statistics: "" accepts, anything else is why it rejects. Python callers only
+# (onnxconverter-common's validate_fn): a function has no JSON nor command-line spelling.
+Accept = Callable[[Mapping[str, Any], Mapping[str, Any]], str]
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,7 @@ class Tolerance:
     min_iou: float = 0.99
     allow_fp32_nonfinite: bool = False
     per_output: tuple[tuple[str, Tolerance], ...] = ()
+    accept: Accept | None = None  # judges every sample's outputs together, after the statistics
 
     def __post_init__(self) -> None:
         if self.error_stat not in ERROR_STATS:
@@ -42,6 +48,9 @@ class Tolerance:
             raise ValueError(f"error_quantile {self.error_quantile} is not in [0, 1]")
         if self.top_k < 0:
             raise ValueError(f"top_k {self.top_k} is negative")
+        if self.accept is not None and not callable(self.accept):
+            raise ValueError(f"accept: expected a function of (reference, candidate); got "
+                             f"{type(self.accept).__name__}")
 
     def for_output(self, name: str) -> Tolerance:
         """The tolerance that judges output ``name`` (``allow_fp32_nonfinite`` is the same for all)."""
@@ -77,13 +86,15 @@ class Tolerance:
             parts.append(f"{name}: {', '.join(changed) or 'as the others'}")
         if self.allow_fp32_nonfinite:
             parts.append("compared only where FP32 is finite")
+        if self.accept is not None:
+            parts.append(f"and {accept_name(self.accept)} accepts the outputs")
         return "; ".join(parts)
 
     def cli_args(self) -> list[str]:
         """The command-line options that give this tolerance (settings at their default left out)."""
         out: list[str] = []
         for f in fields(self):
-            if f.name in ("per_output", "allow_fp32_nonfinite"):
+            if f.name in ("per_output", "allow_fp32_nonfinite", "accept"):
                 continue
             flag = "--" + f.name.replace("_", "-")
             if getattr(self, f.name) != getattr(_DEFAULT, f.name):
@@ -100,11 +111,14 @@ class Tolerance:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name in listed}
         out["per_output"] = {name: {k: v for k, v in tol.to_json().items() if k != "per_output"}
                              for name, tol in self.per_output}
+        if self.accept is not None:  # named, so the report says the outputs were judged by it too
+            out["accept"] = accept_name(self.accept)
         return out
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> Tolerance:
-        known = {f.name for f in fields(Tolerance)} - {"per_output"}
+        # a report's "accept" names a Python function, which JSON cannot bring back
+        known = {f.name for f in fields(Tolerance)} - {"per_output", "accept"}
         base = Tolerance(**{k: v for k, v in data.items() if k in known})
         per = tuple((name, Tolerance(**{k: v for k, v in values.items() if k in known}))
                     for name, values in dict(data.get("per_output", {})).items())
@@ -112,6 +126,11 @@ class Tolerance:
 
 
 _DEFAULT = Tolerance()
+
+
+def accept_name(accept: Accept) -> str:
+    """The name reports give a caller's judgement (its ``__name__``, else its class's)."""
+    return str(getattr(accept, "__name__", type(accept).__name__))
 
 
 def _arg(value: object) -> str:
