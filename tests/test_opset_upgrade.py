@@ -144,3 +144,17 @@ def test_the_in_memory_conversion_raises_the_opset_too(tmp_path):
     assert result.model.opset_import[0].version == 22
     assert result.plan.precision("conv_a") == "bf16"
     assert model.opset_import[0].version == 17  # the caller's model is left as it was
+
+
+def test_a_model_with_external_data_is_raised_and_its_bf16_weights_are_written_beside_it(tmp_path, capsys):
+    model = onnx.load(_cnn(str(tmp_path / "src.onnx")))
+    path, out = str(tmp_path / "ext.onnx"), str(tmp_path / "o.onnx")
+    onnx.save(model, path, save_as_external_data=True, location="ext.data", size_threshold=0)
+    assert main(["convert", path, "-o", out, "--mode", "static", "--low-precision", "bf16", "--target",
+                 "tensorrt", "--external-data", "-q"]) == 0
+    written = onnx.load(out)
+    assert written.opset_import[0].version == 22
+    assert [(w.name, w.data_type) for w in written.graph.initializer] == [("w1", TensorProto.BFLOAT16),
+                                                                          ("w2", TensorProto.BFLOAT16)]
+    notes = json.load(open(str(tmp_path / "o.report.json")))["notes"]
+    assert notes[0].startswith("opset 17 -> 22 so that Conv")

@@ -294,7 +294,8 @@ def _stream_tensor(ref: ext.ExternalRef, out: BinaryIO, buffer: np.ndarray) -> N
             out.write(chunk)
         return
     for values in ext.iter_chunks(ref, buffer):
-        out.write(np.ascontiguousarray(values).data)
+        # as bytes: a bfloat16 chunk (an ml_dtypes array) exposes no buffer of its own type
+        out.write(np.ascontiguousarray(values).view(np.uint8).data)
 
 
 def _read_whole(ref: ext.ExternalRef) -> bytes:
