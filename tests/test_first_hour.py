@@ -145,9 +145,11 @@ def test_the_summary_ends_with_the_command_that_runs_the_model_on_its_target(tmp
     model, out = generate.model_path(name), str(tmp_path / "o.onnx")
     assert main(["convert", model, "-o", out, "--inputs", generate.data_path(name)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
-        f"next: run {out} with onnxruntime-gpu (CUDAExecutionProvider) or any FP16 runtime; "
-        f"'onnx-precision check {model} {out} --inputs {generate.data_path(name)} --oracle cuda' checks it on the GPU")
+        f"next: onnx-precision check {model} {out} --inputs {generate.data_path(name)} --oracle cuda  # checks it "
+        f"on the GPU (onnxruntime-gpu's CUDA provider) as this run judged it; any FP16 runtime runs it")
     assert main(["convert", model, "-o", out, "--mode", "all-fp16", "--target", "tensorrt"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-2] == f"next: trtexec --onnx={out} --stronglyTyped (TensorRT 9.0 and later; --trt-flags for older)"
-    assert lines[-1].startswith(f"not verified: --mode all-fp16 runs nothing ('onnx-precision check {model} {out} ")
+    assert lines[-2] == (f"next: trtexec --onnx={out} --stronglyTyped  # TensorRT 9.0 and later builds it as written "
+                         f"(--trt-flags for older)")
+    assert lines[-1] == (f"not verified: --mode all-fp16 runs nothing (--mode auto or static verifies it); to check "
+                         f"it: onnx-precision check {model} {out} --target tensorrt")

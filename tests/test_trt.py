@@ -12,6 +12,7 @@ from conftest import parse
 from onnx_precision.errors import PlanError
 from onnx_precision.graph import name_nodes
 from onnx_precision.plan import Precision, Reason, uniform_plan
+from onnx_precision.suggested import RunArgs
 from onnx_precision.trt import trt_flags, trt_flags_text
 from onnx_precision.trt.versions import V
 
@@ -81,7 +82,7 @@ def test_trtexec_8_6_gets_no_int64_output_type_and_the_file_says_so():
     assert flags.layer_output_types == ()
     assert flags.problems == (("node 'node_of_v' (TopK): trtexec before 9.1 rejects int64 and bool in "
                                "--layerOutputTypes, so its output types are left to TensorRT"),)
-    lines = trt_flags_text(model, plan, "m.onnx", "o.onnx").splitlines()
+    lines = trt_flags_text(model, plan, RunArgs("m.onnx", "o.onnx")).splitlines()
     assert lines[1] == "# TensorRT 8.6 to 9.0 (weakly typed; these flags are deprecated in 10.12 and removed in 11.0)."
     assert lines[3] == "trtexec --onnx=m.onnx --fp16 --precisionConstraints=obey --layerPrecisions=node_of_v:fp32"
     assert lines[4].startswith("#   not expressed: node 'node_of_v' (TopK): trtexec before 9.1 rejects")
@@ -103,7 +104,7 @@ def test_colon_in_a_name_is_fine_comma_and_quote_are_written_down_not_raised():
         ("node 'out,y' (Div) cannot be named in trtexec's flags: its name contains ',': trtexec splits the list "
         "on ','; rename it in the model, or build the Cast-pinned model with --stronglyTyped (TensorRT 10.x) "
         "instead"),)
-    text = trt_flags_text(model, plan, "m.onnx", "o.onnx")
+    text = trt_flags_text(model, plan, RunArgs("m.onnx", "o.onnx"))
     assert "#   not expressed: node 'out,y' (Div) cannot be named in trtexec's flags" in text
     # Polygraphy takes one name per argument: it can name both.
     convert = next(line for line in text.splitlines() if line.startswith("polygraphy convert m.onnx"))
@@ -112,7 +113,8 @@ def test_colon_in_a_name_is_fine_comma_and_quote_are_written_down_not_raised():
 
 def test_text_has_both_generations_with_comments():
     model, plan = model_and_plan(["node_of_norm"])
-    text = trt_flags_text(model, plan, "in dir/model.onnx", "out.onnx", input_shapes={"x": [(2, 4), (8, 4), (2, 4)]})
+    text = trt_flags_text(model, plan, RunArgs("in dir/model.onnx", "out.onnx",
+                                                  sample_shapes={"x": [(2, 4), (8, 4), (2, 4)]}))
     assert text.splitlines()[1:3] == [
         "# Shape profile: 'x' min the samples' smallest, opt the samples' most common, max the samples' largest.",
         "# An engine built on a range read off the samples rejects every shape outside it: give the deployment's "
@@ -161,22 +163,22 @@ def test_the_polygraphy_snr_check_agrees_with_the_whole_output_bound():
 
 
 def test_a_verdict_polygraphy_cannot_express_says_so_and_gives_the_tools_own_check():
+    from onnx_precision.data import SampleSpec
     from onnx_precision.tolerance import Tolerance
-    from onnx_precision.trt.flags import Verdict
 
     model, plan = model_and_plan(["node_of_norm"])
-    text = trt_flags_text(model, plan, "m.onnx", "o.onnx", input_shapes={"x": [(2, 4)]},
-                          verdict=Verdict(Tolerance(error_stat="max", atol=0.01), ("--inputs", "d.npz")))
+    text = trt_flags_text(model, plan, RunArgs("m.onnx", "o.onnx", SampleSpec("d.npz"),
+                                               Tolerance(error_stat="max", atol=0.01), sample_shapes={"x": [(2, 4)]}))
     lines = text.splitlines()
-    assert shlex.split(lines[-2]) == ["onnx-precision", "check", "m.onnx", "o.onnx", "--oracle", "tensorrt",
-                                      "--inputs", "d.npz", "--error-stat", "max", "--atol", "0.01"]
+    assert shlex.split(lines[-2]) == ["onnx-precision", "check", "m.onnx", "o.onnx", "--inputs", "d.npz",
+                                      "--error-stat", "max", "--atol", "0.01", "--oracle", "tensorrt"]
     assert lines[-1].startswith("# Polygraphy has no check that agrees with this one: its max check passes")
     assert "polygraphy run" not in text
 
 
 def test_dynamic_input_without_sample_shapes_is_written_down():
     model, plan = model_and_plan(["node_of_norm"])
-    text = trt_flags_text(model, plan, "m.onnx", "o.onnx")
+    text = trt_flags_text(model, plan, RunArgs("m.onnx", "o.onnx"))
     assert ("#   not expressed: input 'x' has dynamic dimensions and no sample shapes were given: add "
             "--minShapes/--optShapes/--maxShapes for it") in text.splitlines()
 
@@ -190,7 +192,7 @@ def test_fp16_io_gives_io_formats_per_input_and_output():
     # 8.6's parser turns INT64 I/O into INT32.
     assert trt_flags(model, plan, version=V("8.6")).weakly_typed_args() == [
         "--fp16", "--inputIOFormats=fp16:chw,int32:chw", "--outputIOFormats=fp16:chw,int32:chw"]
-    text = trt_flags_text(model, plan, "m.onnx", "o.onnx")
+    text = trt_flags_text(model, plan, RunArgs("m.onnx", "o.onnx"))
     assert ("polygraphy convert m.onnx --fp16 --tensor-datatypes x:float16 v:float16 -o m.engine"
             in text.splitlines())
 
@@ -198,7 +200,7 @@ def test_fp16_io_gives_io_formats_per_input_and_output():
 def test_a_given_profile_is_written_in_every_line_and_said_to_be_given():
     model, plan = model_and_plan(["node_of_norm"])
     given = {"x": {"min": (1, 4), "opt": (4, 4), "max": (64, 4)}}
-    text = trt_flags_text(model, plan, "m.onnx", "o.onnx", input_shapes={"x": [(2, 4)]}, profile=given)
+    text = trt_flags_text(model, plan, RunArgs("m.onnx", "o.onnx", trt_profile=given, sample_shapes={"x": [(2, 4)]}))
     assert text.splitlines()[1] == "# Shape profile: 'x' min, opt, max as given."
     trtexec = [line for line in text.splitlines() if line.startswith("trtexec")]
     assert trtexec and all("--minShapes=x:1x4 --optShapes=x:4x4 --maxShapes=x:64x4" in line for line in trtexec)

@@ -25,6 +25,7 @@ from ..flops import estimate_flops, low_flop_share
 from ..metrics import Comparison
 from ..plan import Precision, PrecisionPlan, Reason, apply_user_choices
 from ..rewriter import RewriteResult, rewrite
+from ..suggested import RunArgs, quoted
 from ..target import GENERIC, Target
 from ..tolerance import Tolerance
 from ..trt.layer_precisions import LayerFlags, layer_pins
@@ -97,6 +98,7 @@ class ConvertResult:
     report_paths: tuple[str, ...] = ()
     nothing_to_convert: str = ""  # why no node computes in float32 ("" when some do)
     next_step: str = ""  # the command that builds or runs the written model on its target
+    check_step: str = ""  # all-fp16 mode: the command that checks the written model as the run would have
 
     @property
     def all_warnings(self) -> tuple[str, ...]:
@@ -149,8 +151,8 @@ class ConvertResult:
         lines.extend(f"note: {n}" for n in self.rewrite.notes)
         lines.extend(f"wrote {p}" for p in self.written[1:])
         return lines + nxt + [  # the warning last: it is what a user of this mode must not miss
-            f"not verified: --mode all-fp16 runs nothing ('onnx-precision check {self.model_path} "
-            f"{self.output_path} --inputs SAMPLES', or --mode auto or static, verifies it)"]
+            f"not verified: --mode all-fp16 runs nothing (--mode auto or static verifies it); to check it: "
+            f"{self.check_step}"]
 
 
 def _counts(plan: PrecisionPlan) -> str:
@@ -307,20 +309,17 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     check_written(staged_model, ctx)
     if options.plan_out:
         outputs.stage_text(options.plan_out, result.plan.dumps())
+    run = _run_args(model_path, output_path, options, auto_result)
     if options.trt_flags_path:
-        from ..trt.flags import sample_shapes
-
-        shapes = sample_shapes(auto_result.samples.feeds) if auto_result is not None else None
-        samples = ("--inputs", options.samples.inputs) if options.samples.inputs else ()
-        text = ctx.target.flags_text(ctx, _as_built_from_original(ctx, result.plan), output_path, shapes,
-                                     options.tolerance, samples, options.trt_profile)
+        text = ctx.target.flags_text(ctx, _as_built_from_original(ctx, result.plan), run)
         outputs.stage_text(options.trt_flags_path, _with_caveats(text, _flags_caveats(ctx, result.plan)))
     texts = tuple(p for p in (options.plan_out, options.trt_flags_path) if p)
     if auto_result is None:
         outputs.commit()
         return ConvertResult(model_path, output_path, result.plan, result, tuple(warnings),
                              (output_path,) + texts, nothing_to_convert=ctx.nothing_to_convert,
-                             next_step=ctx.target.next_step(model_path, output_path, options.samples.inputs))
+                             next_step=ctx.target.next_step(ctx.model, run),
+                             check_step=quoted(run.check_args(ctx.target.cli_args())))
     write = PhaseCost("write", time.perf_counter() - started)
     if progress is not None:
         progress("verify", 0, 0, None)
@@ -336,7 +335,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     outputs.commit()
     return ConvertResult(model_path, output_path, result.plan, result, outcome.warnings,
                          (output_path,) + texts + paths, auto_result, report, paths, ctx.nothing_to_convert,
-                         ctx.target.next_step(model_path, output_path, options.samples.inputs))
+                         ctx.target.next_step(ctx.model, run))
 
 
 def upgrade_for(options: ConvertOptions) -> Upgrade | None:
@@ -354,6 +353,16 @@ def with_notes(ctx: ModelContext, result: RewriteResult, auto_result: AutoResult
         return result
     notes = opset_upgrade.run_notes(ctx, result.plan, estimate_flops(ctx.model, {}))
     return replace(result, notes=notes + result.notes) if notes else result
+
+
+def _run_args(model_path: str, output_path: str, options: ConvertOptions,
+              auto_result: AutoResult | None) -> RunArgs:
+    """What the commands the run suggests repeat of it (the shapes: the feeds it ran, if any)."""
+    from ..trt.flags import sample_shapes
+
+    shapes = sample_shapes(auto_result.samples.feeds) if auto_result is not None else None
+    return RunArgs(model_path, output_path, options.samples, options.tolerance, options.custom_op_libraries,
+                   options.oracle, options.trt_profile, shapes)
 
 
 def _flags_caveats(ctx: ModelContext, plan: PrecisionPlan) -> list[str]:

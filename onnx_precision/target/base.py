@@ -9,14 +9,14 @@ flags exporter. Stages ask the target; nothing outside this package asks which t
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import onnx
 
 from ..float_types import FP16, LowPrecision
 from ..plan import PrecisionPlan
-from ..tolerance import Tolerance
+from ..suggested import RunArgs, quoted
 
 Fresh = Callable[[str], str]  # a fresh value/node name from a base name
 
@@ -98,34 +98,31 @@ class Target(ABC):
         whatever its ``stash_type`` says (then statistics FP16 cannot hold need it fed FP32)."""
         return False
 
-    def next_step(self, model_path: str, output_path: str, samples: str | None = None) -> str:
-        """What to do with the written model on this target: the command that builds or runs it
-        (``samples``: the --inputs it was verified on, for the check on the real device)."""
-        inputs = f" --inputs {samples}" if samples else ""
+    def cli_args(self) -> list[str]:
+        """The options that select this target in a suggested command (``--target``, ``--low-precision``;
+        at their defaults left out)."""
+        return ["--low-precision", self.low.precision] if self.low is not FP16 else []
+
+    def next_step(self, model: onnx.ModelProto, run: RunArgs) -> str:
+        """What to do with the written model on this target, as one command line that runs when pasted,
+        its shell comment saying what it does: here the check on the GPU, judged as the run judged."""
         types = self.low.name + (f"/{self.fallback.name}" if self.fallback is not None else "")
-        return (f"run {output_path} with onnxruntime-gpu (CUDAExecutionProvider) or any {types} "
-                f"runtime; "
-                f"'onnx-precision check {model_path} {output_path}{inputs} --oracle cuda' checks it on the "
-                f"GPU")
+        provider = {"cuda": "CUDA", "tensorrt": "TensorRT"}[run.native_oracle]
+        return (f"{quoted(run.check_args(self.cli_args(), run.native_oracle))}  # checks it on the GPU "
+                f"(onnxruntime-gpu's {provider} provider) as this run judged it; any {types} runtime runs it")
 
     def stored_in_layers(self, op_type: str) -> str:
         """Where an op's internal values are stored in the low precision between layers (a phrase
         for a rule's message), or "" where the op computes internally in FP32."""
         return ""
 
-    def flags_text(self, model: LoadedModel, plan: PrecisionPlan, converted_path: str,
-                   input_shapes: Mapping[str, Sequence[Sequence[int]]] | None, tolerance: Tolerance,
-                   samples: Sequence[str] = (),
-                   profile: Mapping[str, Mapping[str, tuple[int, ...]]] | None = None) -> str:
+    def flags_text(self, model: LoadedModel, plan: PrecisionPlan, run: RunArgs) -> str:
         """The ``--trt-flags`` file: TensorRT's flags for the plan, per release, whatever the target
         the plan was measured on (a generic plan is also a TensorRT user's starting point), and the
-        lines that check an engine by ``tolerance`` on the samples (``samples``: their options);
-        ``profile``: the shape profile given per input, else the samples' range."""
-        from ..trt.flags import Verdict, trt_flags_text
+        lines that check an engine as ``run`` judged the model."""
+        from ..trt.flags import trt_flags_text
 
-        return trt_flags_text(model.model, plan, model.path, converted_path, renamed=model.renamed,
-                              input_shapes=input_shapes, profile=profile,
-                              verdict=Verdict(tolerance, tuple(samples)),
+        return trt_flags_text(model.model, plan, run, self.cli_args(), renamed=model.renamed,
                               types=model.types)
 
     def __str__(self) -> str:

@@ -17,6 +17,8 @@ import onnx
 
 from ..float_types import FP16, LowPrecision
 from ..graph import is_onnx_domain, onnx_opset
+from ..suggested import RunArgs, quoted
+from ..trt.flags import strongly_typed_build
 from ..trt.ops import decompose, normalization_in_input_precision
 from ..trt.spell import DecompositionError
 from ..trt.versions import NEWEST, TrtVersion
@@ -73,8 +75,15 @@ class TensorRTTarget(Target):
         # compute their statistics in FP16.
         return True
 
-    def next_step(self, model_path: str, output_path: str, samples: str | None = None) -> str:
-        return f"trtexec --onnx={output_path} --stronglyTyped (TensorRT 9.0 and later; --trt-flags for older)"
+    def cli_args(self) -> list[str]:
+        version = ["--trt-version", str(self.version)] if self.version != NEWEST else []
+        return ["--target", "tensorrt", *version, *super().cli_args()]
+
+    def next_step(self, model: onnx.ModelProto, run: RunArgs) -> str:
+        args, profile = strongly_typed_build(model, run)
+        missing = "".join(f"; {p}" for p in profile.problems)
+        return (f"{quoted(args)}  # TensorRT 9.0 and later builds it as written (--trt-flags for older)"
+                f"{missing}")
 
     def stored_in_layers(self, op_type: str) -> str:
         where = _LAYERED.get(op_type)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import bisect
 import math
 import os
-import shlex
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,7 +35,8 @@ import onnx
 from ..errors import UsageError
 from ..graph import walk_nodes
 from ..plan import Precision, PrecisionPlan
-from ..tolerance import Tolerance
+from ..suggested import RunArgs, quoted
+from ..suggested import dims_text as _dims
 from ..typing_rules import elem_type, tensor_types
 from .naming import INTERNAL_PREFIXES, LayersCache, NodeNames, trt_layer_names
 from .versions import (
@@ -86,7 +86,14 @@ class TrtFlags:
     input_formats: tuple[str, ...] = ()
     output_formats: tuple[str, ...] = ()
     switches: tuple[str, ...] = ("--fp16",)  # the 16-bit types the plan uses: --fp16, --bf16 (9.1+)
-    unmeasured: bool = False  # the flags cannot build the plan measured (its BF16 nodes, before 9.1)
+    # the nodes the run measured as needing FP32 or BF16 that these flags cannot hold there (a problem
+    # above names each): the flags would build another plan than the one measured
+    unheld: tuple[str, ...] = ()
+
+    @property
+    def unmeasured(self) -> bool:
+        """Whether these flags cannot build the plan measured."""
+        return bool(self.unheld)
 
     def weakly_typed_args(self) -> list[str]:
         args = list(self.switches)
@@ -145,18 +152,14 @@ class ShapeProfile:
                 for i, which in enumerate(("min", "opt", "max"))]
 
     def polygraphy_args(self, *, run: bool = False) -> list[str]:
-        args: list[str] = []
-        for i, which in enumerate(("min", "opt", "max")):
-            if self.inputs:
-                args += [f"--trt-{which}-shapes"] + [f"{name}:{list(s[i])}".replace(" ", "")
-                                                     for name, s in self.inputs]
-        if run and self.inputs:
-            args += ["--input-shapes"] + [f"{name}:{list(s[1])}".replace(" ", "") for name, s in self.inputs]
-        return args
+        # Polygraphy splits NAME:[D0,D1] on the last ':' and keeps the name whole, spaces included
+        def listed(i: int) -> list[str]:
+            return [f"{name}:[{_dims(s[i], ',')}]" for name, s in self.inputs]
 
-
-def _dims(shape: tuple[int, ...]) -> str:
-    return "x".join(str(d) for d in shape)
+        if not self.inputs:
+            return []
+        args = [arg for i, which in enumerate(PROFILE) for arg in (f"--trt-{which}-shapes", *listed(i))]
+        return args + (["--input-shapes", *listed(1)] if run else [])
 
 
 def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -331,6 +334,7 @@ def _flags(m: _Model, version: TrtVersion) -> tuple[TrtFlags, list[NodeNames]]:
     if not bf16 and Precision.BF16 in m.lows:
         layers.problems.append(f"the {len(m.plan.nodes_in(Precision.BF16))} BF16 node(s): trtexec before 9.1 "
                                f"has no bf16; {STRONGLY_TYPED_HINT}")
+        layers.unheld += m.plan.nodes_in(Precision.BF16)
     for precision, group in constrained.items():
         for n in group if bf16 or precision != "bf16" else ():
             layers.constrain(n, precision)
@@ -352,7 +356,7 @@ def _flags(m: _Model, version: TrtVersion) -> tuple[TrtFlags, list[NodeNames]]:
     switches = tuple(f"--{p.value}" for p in (Precision.FP16, Precision.BF16)
                      if p in m.lows and (bf16 or p is Precision.FP16)) or ("--fp16",)
     flags = TrtFlags(tuple(precisions), tuple(output_types), tuple(dict.fromkeys(problems)), inputs, outputs,
-                     switches, not bf16 and Precision.BF16 in m.lows)
+                     switches, tuple(dict.fromkeys(layers.unheld)))
     return flags, names
 
 
@@ -367,7 +371,12 @@ class _LayerConstraints:
         self.precisions: list[tuple[str, str]] = []
         self.output_types: list[tuple[str, tuple[str, ...]]] = []
         self.problems: list[str] = []
+        self.unheld: list[str] = []  # the constrained nodes some layer of which the entries miss
         self.patterns: set[str] = set()
+
+    def _unheld(self, n: NodeNames, problem: str) -> None:
+        self.problems.append(problem)
+        self.unheld.append(n.node)
 
     def constrain(self, n: NodeNames, precision: str) -> None:
         """The entries that keep node ``n``'s layers in ``precision`` ("fp32", "bf16")."""
@@ -376,12 +385,12 @@ class _LayerConstraints:
         what = f"node '{n.base}' ({n.op_type})"
         bad = _unparseable(n.base)
         if bad:
-            self.problems.append(f"{what} cannot be named in trtexec's flags: {bad}; rename it in the model, "
+            self._unheld(n, f"{what} cannot be named in trtexec's flags: {bad}; rename it in the model, "
                                  f"or {STRONGLY_TYPED_HINT}")
             return
         if not n.named:
             if n.unreachable:
-                self.problems.append(f"{what}: onnx-tensorrt names none of its layers after it, so no flag "
+                self._unheld(n, f"{what}: onnx-tensorrt names none of its layers after it, so no flag "
                                      f"can pin it; {STRONGLY_TYPED_HINT}")
             return
         if n.base in n.named:
@@ -396,12 +405,12 @@ class _LayerConstraints:
                 self.output_types.append((n.base, out))
         extra = [name for name in n.named if name != n.base]
         if extra and version not in TRTEXEC_PATTERNS:
-            self.problems.append(f"{what}: trtexec before 9.1 matches layer names exactly (no patterns), so "
+            self._unheld(n, f"{what}: trtexec before 9.1 matches layer names exactly (no patterns), so "
                                  f"its layers {', '.join(extra)} cannot be named; {STRONGLY_TYPED_HINT}")
         elif extra and n.base not in self.patterns:
             clash = self.others.clash(n.base)
             if clash:
-                self.problems.append(f"{what}: its layers {', '.join(extra)} need the pattern '{n.base}_*', "
+                self._unheld(n, f"{what}: its layers {', '.join(extra)} need the pattern '{n.base}_*', "
                                      f"which would also pin {', '.join(clash)}; rename the node, or "
                                      f"{STRONGLY_TYPED_HINT}")
             else:
@@ -411,7 +420,7 @@ class _LayerConstraints:
                     self.output_types.append((f"{n.base}_*", (precision,)))
         if n.unreachable:
             kinds = ", ".join(layer.kind for layer in n.unreachable)
-            self.problems.append(f"{what}: onnx-tensorrt gives its {kinds} layer(s) no name (TensorRT calls "
+            self._unheld(n, f"{what}: onnx-tensorrt gives its {kinds} layer(s) no name (TensorRT calls "
                                  f"them '(Unnamed Layer* N) [...]'), so no flag can keep them out of FP16; "
                                  f"{STRONGLY_TYPED_HINT}")
 
@@ -463,18 +472,48 @@ def flags_by_release(model: onnx.ModelProto, plan: PrecisionPlan, *, renamed: Se
     return FlagsByRelease(tuple(groups), tuple(names), pinned, m)
 
 
-def _quote(args: Iterable[str]) -> str:
-    return " ".join(shlex.quote(a) for a in args)
-
-
 def _engine_path(model_path: str) -> str:
     return os.path.splitext(model_path)[0] + ".engine"
 
 
-def _polygraphy_lines(names: Sequence[NodeNames], m: _Model, profile: ShapeProfile,
-                      original_path: str, converted_path: str, fp16_io: bool, io_names: list[str],
-                      verdict: Verdict) -> list[str]:
-    exact, unnamed_extra = [], []
+# kSTRONGLY_TYPED exists from TensorRT 9.0 (onnxruntime's TensorRT provider sets it "#if
+# NV_TENSORRT_MAJOR > 8"); 10.12 deprecates the weakly typed flags and 11.0 builds only so.
+STRONGLY_TYPED_FROM = TrtVersion(9, 0)
+
+
+def strongly_typed_build(model: onnx.ModelProto, run: RunArgs) -> tuple[list[str], ShapeProfile]:
+    """trtexec's strongly typed build of the written model, with the shape profile of ``model``'s dynamic
+    inputs (given, else the run's sample shapes); the profile's problems say what it could not give."""
+    profile = shape_profile(model, run.shapes(), run.trt_profile)
+    return ["trtexec", f"--onnx={run.output_path}", "--stronglyTyped", *profile.trtexec_args()], profile
+
+
+def _listed(nodes: Sequence[str], m: _Model, most: int = 5) -> str:
+    """"'a' (FP32), 'b' (BF16)", the first ``most`` of ``nodes`` with the precision the plan measured."""
+    named = [f"'{n}' ({m.plan.decisions[n].precision.value.upper()})" for n in nodes[:most]]
+    return ", ".join(named) + (f" and {len(nodes) - most} more" if len(nodes) > most else "")
+
+
+def _not_the_plan(line: str, unheld: Sequence[str], m: _Model, where: str, instead: str) -> list[str]:
+    """``line`` shown, not offered, when its flags cannot hold ``unheld`` as measured (``where``: whose
+    flags; ``instead``: what builds the plan measured there)."""
+    return [f"# (not the plan measured) {line}",
+            f"#   no runnable line {where}: its flags cannot hold {_listed(unheld, m)}, so TensorRT would "
+            f"build another plan than the one measured; {instead}"]
+
+
+def _instead(group: ReleaseFlags, later: Sequence[ReleaseFlags]) -> str:
+    """What builds the plan measured where the flags of ``group``'s releases cannot: the strongly typed
+    model (from 9.0), or the flags of a later range that can."""
+    held = next((g for g in later if not g.flags.unmeasured), None)
+    also = f" or the flags of TensorRT {span_text(list(held.releases))} (their line below)" if held else ""
+    return (f"the plan measured is built by the strongly typed line below (TensorRT {STRONGLY_TYPED_FROM} "
+            f"and later){also}")
+
+
+def _polygraphy_lines(names: Sequence[NodeNames], m: _Model, profile: ShapeProfile, run: RunArgs,
+                      target_args: Sequence[str], fp16_io: bool, io_names: list[str]) -> list[str]:
+    exact, unnamed_extra, unheld = [], [], []
     for n in names:
         constrained = m.constrained(n.node)
         if constrained is None:
@@ -483,6 +522,8 @@ def _polygraphy_lines(names: Sequence[NodeNames], m: _Model, profile: ShapeProfi
             exact.append(f"{n.base}:{_POLYGRAPHY_TYPES[constrained]}")
         if any(name != n.base for name in n.named):
             unnamed_extra.append(n.base)
+        if n.unreachable or any(name != n.base for name in n.named):
+            unheld.append(n.node)
     constraints = [f"--{p.value}" for p in (Precision.FP16, Precision.BF16) if p in m.lows] or ["--fp16"]
     if exact:
         constraints += ["--precision-constraints", "obey", "--layer-precisions", *exact]
@@ -495,67 +536,61 @@ def _polygraphy_lines(names: Sequence[NodeNames], m: _Model, profile: ShapeProfi
                      f"line below pins them)")
     io_type = "bfloat16" if m.lows == {Precision.BF16} else "float16"
     io = ["--tensor-datatypes", *(f"{name}:{io_type}" for name in io_names)] if fp16_io and io_names else []
-    lines.append(_quote(["polygraphy", "convert", original_path, *constraints, *io,
+    pinned = quoted(["polygraphy", "convert", run.model_path, *constraints, *io, *profile.polygraphy_args(),
+                     "-o", _engine_path(run.model_path)])
+    lines += (_not_the_plan(pinned, unheld, m, "by layer name", "the plan measured is built by the "
+                                                                "--strongly-typed line below")
+              if unheld else [pinned])
+    lines.append(quoted(["polygraphy", "convert", run.output_path, "--strongly-typed",
                          *profile.polygraphy_args(),
-                         "-o", _engine_path(original_path)]))
-    lines.append(_quote(["polygraphy", "convert", converted_path, "--strongly-typed",
-                         *profile.polygraphy_args(),
-                         "-o", _engine_path(converted_path)]))
-    return lines + verdict.lines(original_path, converted_path, constraints, profile)
+                         "-o", _engine_path(run.output_path)]))
+    return lines + _check_lines(run, target_args, constraints, profile, bool(unheld))
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """How to check an engine by the tool's own verdict (``tolerance``; ``samples``: the sample data's
-    command-line options), and what Polygraphy's own check can say of it."""
-
-    tolerance: Tolerance
-    samples: tuple[str, ...] = ()
-
-    def lines(self, original_path: str, converted_path: str, constraints: Sequence[str],
-              profile: ShapeProfile) -> list[str]:
-        tol = self.tolerance
-        check = ["onnx-precision", "check", original_path, converted_path, "--oracle", "tensorrt",
-                 *self.samples, *tol.cli_args()]
-        lines = [f"# Check the written model built by TensorRT with the verdict the conversion used "
-                 f"({tol.describe()}), through onnxruntime's TensorRT provider:", _quote(check)]
-        if tol.error_stat != "rms" or tol.per_output:
-            return lines + [f"# Polygraphy has no check that agrees with this one: its {tol.error_stat} "
-                            f"check passes an element (elemwise) or an output (max, mean, median, quantile) "
-                            f"within atol OR within rtol of each element, where this verdict bounds atol + "
-                            f"rtol x |ref| (elemwise) or atol + rtol x max|ref| and the cosine; use the line "
-                            f"above."]
-        snr = -20 * math.log10(tol.max_rel_rms) if tol.max_rel_rms > 0 else math.inf
-        return lines + [
-            f"# Polygraphy's closest check: SNR >= {snr:.2f} dB is rel RMS err <= {tol.max_rel_rms:g} over "
-            f"each whole output; it has no per-slice bound (every slice <= {tol.max_slice_rel_rms:g}) and no "
-            f"pass by all |err| <= atol {tol.atol:g}, so where those decide it can disagree with the verdict "
-            f"(its default, elementwise atol/rtol, fails engines that match the emulation):",
-            # onnxruntime first: Polygraphy takes the first runner's output as the signal
-            _quote(["polygraphy", "run", original_path, "--onnxrt", "--trt", *constraints,
-                    *profile.polygraphy_args(run=True), "--compare", "snr", "--snr-threshold", f"{snr:.2f}"])]
+def _check_lines(run: RunArgs, target_args: Sequence[str], constraints: Sequence[str], profile: ShapeProfile,
+                 unheld: bool) -> list[str]:
+    """How to check an engine by the run's own verdict, and what Polygraphy's own check can say of it
+    (shown, not offered, when its pins cannot build the plan measured: ``unheld``)."""
+    tol = run.tolerance
+    lines = [f"# Check the written model built by TensorRT with the verdict the conversion used "
+             f"({tol.describe()}), through onnxruntime's TensorRT provider:",
+             quoted(run.check_args(target_args, "tensorrt"))]
+    if tol.error_stat != "rms" or tol.per_output:
+        return lines + [f"# Polygraphy has no check that agrees with this one: its {tol.error_stat} "
+                        f"check passes an element (elemwise) or an output (max, mean, median, quantile) "
+                        f"within atol OR within rtol of each element, where this verdict bounds atol + "
+                        f"rtol x |ref| (elemwise) or atol + rtol x max|ref| and the cosine; use the line "
+                        f"above."]
+    snr = -20 * math.log10(tol.max_rel_rms) if tol.max_rel_rms > 0 else math.inf
+    # onnxruntime first: Polygraphy takes the first runner's output as the signal
+    compare = quoted(["polygraphy", "run", run.model_path, "--onnxrt", "--trt", *constraints,
+                      *profile.polygraphy_args(run=True), "--compare", "snr", "--snr-threshold",
+                      f"{snr:.2f}"])
+    return lines + [
+        f"# Polygraphy's closest check: SNR >= {snr:.2f} dB is rel RMS err <= {tol.max_rel_rms:g} over "
+        f"each whole output; it has no per-slice bound (every slice <= {tol.max_slice_rel_rms:g}) and no "
+        f"pass by all |err| <= atol {tol.atol:g}, so where those decide it can disagree with the verdict "
+        f"(its default, elementwise atol/rtol, fails engines that match the emulation):",
+        f"# (not the plan measured: its pins are the line above it) {compare}" if unheld else compare]
 
 
-DEFAULT_VERDICT = Verdict(Tolerance())
-
-
-def trt_flags_text(model: onnx.ModelProto, plan: PrecisionPlan, original_path: str, converted_path: str, *,
-                   renamed: Sequence[tuple[str, str]] = (),
-                   input_shapes: Mapping[str, Sequence[Sequence[int]]] | None = None,
-                   profile: GivenProfile | None = None, verdict: Verdict = DEFAULT_VERDICT,
+def trt_flags_text(model: onnx.ModelProto, plan: PrecisionPlan, run: RunArgs, target_args: Sequence[str] = (),
+                   *, renamed: Sequence[tuple[str, str]] = (),
                    types: Mapping[str, onnx.TypeProto] | None = None) -> str:
     """The --trt-flags file: trtexec lines per TensorRT generation (and per release where the flags
     differ), each with a comment saying which releases it is for, then the Polygraphy equivalents.
-    ``input_shapes`` holds the sample shapes of each input (:func:`sample_shapes`), from which the
-    dynamic inputs get their min/opt/max shapes; ``verdict`` spells the comparison lines."""
+    ``run`` holds the paths, the shapes the dynamic inputs' min/opt/max come from and the verdict the
+    check lines repeat (``target_args``: the target's options for them). A release range whose flags
+    cannot hold the plan measured gets no runnable line: it says why, and what builds the plan there."""
     by_release = flags_by_release(model, plan, renamed=renamed, types=types)
-    shape_range = shape_profile(model, input_shapes, profile)
+    strongly_typed, shape_range = strongly_typed_build(model, run)
     shapes = shape_range.trtexec_args()
     bf16 = plan.nodes_in(Precision.BF16) if Precision.FP16 in by_release.model.lows else ()
     lines = [f"# onnx-precision: TensorRT flags for {len(by_release.pinned)} node(s) pinned to FP32"
              + (f" and {len(bf16)} in BF16." if bf16 else ".")]
     lines += shape_range.comment()
-    for i, group in enumerate(by_release.groups):
+    groups = by_release.groups
+    for i, group in enumerate(groups):
         span = span_text(list(group.releases))
         lines.append(f"# TensorRT {span} (weakly typed; these flags are deprecated in 10.12 and removed in "
                      f"11.0).")
@@ -563,19 +598,16 @@ def trt_flags_text(model: onnx.ModelProto, plan: PrecisionPlan, original_path: s
             lines.append("# Layers are named as onnx-tensorrt names them (the node's name, then "
                          "<name>_<k>), so the "
                          "flags apply to the original FP32 model:")
-        line = _quote(["trtexec", f"--onnx={original_path}", *group.flags.weakly_typed_args(), *shapes])
-        # a line that would build something else than the plan measured is shown, not offered
-        lines.append(f"# (not the plan measured) {line}" if group.flags.unmeasured else line)
+        line = quoted(["trtexec", f"--onnx={run.model_path}", *group.flags.weakly_typed_args(), *shapes])
+        lines += (_not_the_plan(line, group.flags.unheld, by_release.model, f"for TensorRT {span}",
+                                _instead(group, groups[i + 1:])) if group.flags.unmeasured else [line])
         lines += [f"#   not expressed: {p}" for p in group.flags.problems]
-    # kSTRONGLY_TYPED exists from TensorRT 9.0 (onnxruntime's TensorRT provider sets it "#if
-    # NV_TENSORRT_MAJOR > 8"); 10.12 deprecates the weakly typed flags and 11.0 builds only so.
-    lines.append("# TensorRT 9.0 and later, strongly typed (the way from 10.12, the only one in 11.x): build "
-                 "the Cast-pinned model as written:")
-    lines.append(_quote(["trtexec", f"--onnx={converted_path}", "--stronglyTyped", *shapes]))
+    lines.append(f"# TensorRT {STRONGLY_TYPED_FROM} and later, strongly typed (the way from 10.12, the only "
+                 f"one in 11.x): build the Cast-pinned model as written:")
+    lines.append(quoted(strongly_typed))
     lines += [f"#   not expressed: {p}" for p in shape_range.problems]
     io_names = [vi.name for vi in _graph_inputs(model) + list(model.graph.output)
                 if vi.type.tensor_type.elem_type in _FLOAT_TYPES]
-    lines += _polygraphy_lines(by_release.names, by_release.model, shape_range, original_path,
-                               converted_path, plan.fp16_io, io_names, verdict)
+    lines += _polygraphy_lines(by_release.names, by_release.model, shape_range, run, target_args,
+                               plan.fp16_io, io_names)
     return "\n".join(lines) + "\n"
-

@@ -1,0 +1,76 @@
+"""The commands a run suggests (the next step, the check of the written model, the flags file's check),
+spelled from one value that holds what they must repeat of the run.
+
+A suggested command must work when pasted: it carries the sample data's options (the same feeds),
+the tolerance (the same verdict), the custom op libraries (the same sessions) and the target's options,
+and every argument goes through :func:`shlex.quote`, so a path or name holding spaces, ``;`` or quotes
+reaches the command as one argument and runs nothing else.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .data import SampleSpec
+from .tolerance import Tolerance
+
+
+def quoted(args: Iterable[str]) -> str:
+    """``args`` as one shell command line, each argument quoted where the shell would split or read it."""
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def dims_text(shape: Sequence[int], separator: str = "x") -> str:
+    """``1x3x224x224`` (or with ``separator``)."""
+    return separator.join(str(d) for d in shape)
+
+
+@dataclass(frozen=True)
+class RunArgs:
+    """What the commands a run suggests repeat of it: the model read and the model written, the sample
+    data's options, the tolerance, the custom op libraries, the oracle, the shape profile given
+    (``--trt-*-shapes``: input -> {"min"|"opt"|"max": shape}) and the shapes of the feeds the run ran
+    (input -> one shape per feed; None when it ran none)."""
+
+    model_path: str
+    output_path: str
+    samples: SampleSpec = field(default_factory=SampleSpec)
+    tolerance: Tolerance = field(default_factory=Tolerance)
+    custom_op_libraries: tuple[str, ...] = ()
+    oracle: str = "emulate"
+    trt_profile: Mapping[str, Mapping[str, tuple[int, ...]]] = field(default_factory=dict)
+    sample_shapes: Mapping[str, Sequence[tuple[int, ...]]] | None = None
+
+    def sample_args(self) -> list[str]:
+        """The options that give the same feeds: the data file, else the synthetic feeds' seed, shapes
+        and ranges (feeds handed in memory have no spelling: the command then runs synthetic ones)."""
+        spec = self.samples
+        if spec.inputs:
+            return ["--inputs", spec.inputs]
+        args = ["--seed", str(spec.seed)] if spec.seed else []
+        for name, shape in spec.input_shapes.items():
+            args += ["--input-shape", f"{name}:{dims_text(shape)}"]
+        for name, (lo, hi) in spec.input_ranges.items():
+            args += ["--input-range", f"{name}:[{lo!r},{hi!r}]"]
+        return args
+
+    def shapes(self) -> Mapping[str, Sequence[tuple[int, ...]]]:
+        """Each input's shapes as the run fed it: the feeds', else the synthetic shapes given."""
+        if self.sample_shapes is not None:
+            return self.sample_shapes
+        return {name: [tuple(shape)] for name, shape in self.samples.input_shapes.items()}
+
+    def check_args(self, target_args: Sequence[str], oracle: str = "emulate") -> list[str]:
+        """``onnx-precision check`` of the written model against the model read, judged as the run judged
+        it (``target_args``: the target's options, :meth:`.Target.cli_args`), on ``oracle``."""
+        libraries = [arg for path in self.custom_op_libraries for arg in ("--ort-custom-op-library", path)]
+        return ["onnx-precision", "check", self.model_path, self.output_path, *self.sample_args(),
+                *self.tolerance.cli_args(), *target_args, *libraries,
+                *(["--oracle", oracle] if oracle != "emulate" else [])]
+
+    @property
+    def native_oracle(self) -> str:
+        """The runtime a check on the GPU runs the model on: the run's own native oracle, else CUDA."""
+        return self.oracle if self.oracle in ("cuda", "tensorrt") else "cuda"
