@@ -1,14 +1,23 @@
 """Drop-in replacements for onnxconverter-common's FP16 conversion, verified by the FP16 emulation.
 
-A user of onnxconverter-common (1.16) changes one import::
+A user of onnxconverter-common (1.16) changes one import: its modules have the same names here
+(this one, :mod:`onnx_precision.auto_mixed_precision`,
+:mod:`onnx_precision.auto_mixed_precision_model_path`)::
 
     from onnxconverter_common import float16                  # before
     from onnx_precision import float16                        # after
     model16 = float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=["norm"])
 
-    from onnxconverter_common.auto_mixed_precision import auto_convert_mixed_precision   # before
-    from onnx_precision.float16 import auto_convert_mixed_precision                    # after
-    model16 = auto_convert_mixed_precision(model, feed_dict, rtol=0.01, atol=0.001, keep_io_types=True)
+    from onnxconverter_common import auto_mixed_precision     # before
+    from onnx_precision import auto_mixed_precision           # after
+    model16 = auto_mixed_precision.auto_convert_mixed_precision(model, feed_dict, rtol=0.01, atol=0.001)
+
+The names onnxconverter-common exports at its top level are in these modules
+(``from onnx_precision.float16 import convert_float_to_float16``); the README's drop-in section
+lists the few names not provided. The helpers (:func:`convert_np_to_float16`,
+:func:`convert_tensor_float_to_float16`, :func:`check_if_fp16_ready`, the graph edits of
+:mod:`onnx_precision.float16_helpers`) do what onnxconverter-common's do, clamping included:
+that is what they are called for; the conversions below never call them.
 
 Both take the same arguments, with the same defaults and meanings, and return a ModelProto; the
 conversion is :func:`onnx_precision.convert.convert_model`'s (``mode="all-fp16"`` for the first,
@@ -30,10 +39,10 @@ The differences that remain:
   from bisecting the main graph's node list; progress goes to ``logging``, not ``print``.
 * ``rtol``/``atol`` scale by the FP32 value; ``numpy.allclose`` as onnxconverter-common calls it
   scales by the FP16 one (the two bounds differ by at most ``rtol`` times the error itself).
-* ``validate_fn(fp32_outputs, fp16_outputs)`` gates the returned model (its emulated outputs, FP16
-  ones as float16 when ``keep_io_types`` is False) but does not steer the search: with
-  ``validate_fn`` alone the search judges by onnx-precision's default tolerance (relative RMS
-  error at most 0.05 per output), then ``validate_fn`` must accept the result.
+* ``validate_fn(fp32_outputs, fp16_outputs)`` is asked of every sample of every plan the search
+  probes, as onnxconverter-common asks it of each attempt, and of the converted model: the
+  candidate's outputs are the emulated ones, in the types the converted model outputs. With
+  ``validate_fn`` alone it decides, but a new NaN/Inf where FP32 is finite always fails.
 * ``min_positive_val``/``max_finite_val``: nothing is clamped (onnxconverter-common moves every
   constant beyond 1e4 to 1e4 and every nonzero one below 1e-7 to 1e-7, silently changing values
   FP16 holds). A constant FP16 cannot hold (past 65504, or all its nonzero values below FP16's
@@ -280,8 +289,8 @@ class _Steer:
     """``validate_fn`` as the tolerance's ``accept``: asked of every sample of every plan the search
     probes (and of the converted model's verification), with the outputs onnxconverter-common gives
     it: lists in graph output order, FP32's first, the candidate's in the types the converted model
-    outputs (float16 ones unless ``keep_io_types``). FP32's outputs against themselves are asked first, as onnxconverter-common
-    does: a rejection there stops the conversion."""
+    outputs (float16 ones unless ``keep_io_types``). FP32's outputs against themselves are asked
+    first, as onnxconverter-common does: a rejection there stops the conversion."""
 
     __name__ = "validate_fn"
 

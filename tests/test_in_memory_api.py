@@ -1,5 +1,5 @@
 """The in-memory API (``convert_model``, ``ConvertedModel.save``) and the onnxconverter-common drop-ins
-(``onnx_precision.float16``), each argument compared with onnxconverter-common where its behaviour is
+(``onnx_precision.float16``; the other modules and names: tests/test_dropin_api.py), each argument compared with onnxconverter-common where its behaviour is
 right, and the L2-normalize case where it is not: onnxconverter-common validates on onnxruntime's CPU
 provider, which hides FP16 overflow, and returns a model the emulated check fails."""
 
@@ -417,7 +417,9 @@ def test_auto_convert_mixed_precision_agrees_with_onnxconverter_common_where_not
     assert io_types(ours) == io_types(theirs)
 
 
-def test_validate_fn_gates_the_result_with_the_outputs_onnxconverter_common_gives_it():
+def test_validate_fn_is_given_the_outputs_onnxconverter_common_gives_it():
+    """It steers the search (tests/test_dropin_api.py); here, what it is given: the last call's
+    arrays are of the dtypes and shapes onnxconverter-common's last call has."""
     model, feed = onnx.load(MLP), dict(np.load(MLP_DATA))
     calls: dict[str, list] = {"theirs": [], "ours": []}
 
