@@ -1,7 +1,8 @@
 """The in-memory API (``convert_model``, ``ConvertedModel.save``) and the onnxconverter-common drop-ins
-(``onnx_precision.float16``; the other modules and names: tests/test_dropin_api.py), each argument compared with onnxconverter-common where its behaviour is
-right, and the L2-normalize case where it is not: onnxconverter-common validates on onnxruntime's CPU
-provider, which hides FP16 overflow, and returns a model the emulated check fails."""
+(``onnx_precision.float16``; the other modules and names: tests/test_dropin_api.py), each argument
+compared with onnxconverter-common where its behaviour is right, and the L2-normalize case where it
+is not: onnxconverter-common validates on onnxruntime's CPU provider, which hides FP16 overflow, and
+returns a model the emulated check fails."""
 
 from __future__ import annotations
 
