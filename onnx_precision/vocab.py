@@ -20,8 +20,9 @@ Status = Literal["passed", "failed", "fp32-nonfinite", "not-checked", "ort-load-
 # The oracles a user can ask for by name; results also carry "native:<provider>" labels.
 OracleName = Literal["emulate", "cuda", "tensorrt", "reference"]
 
-# Why a node has its precision (see plan.Reason).
+# Why a node has its precision (see plan.Reason); "load": kept FP32 so that onnxruntime loads the
+# written model at its default options (convert.written_check.load_remedies).
 ReasonSource = Literal["default", "user", "type", "initializer", "rule", "range", "search", "headroom",
-                       "target"]
+                       "target", "load"]
 REASON_SOURCES: tuple[ReasonSource, ...] = get_args(ReasonSource)
 ORACLE_NAMES: tuple[OracleName, ...] = get_args(OracleName)  # oracle.verify.ORACLES has one runner each

@@ -31,7 +31,7 @@ from ..tolerance import Tolerance
 from ..trt.layer_precisions import LayerFlags, layer_pins
 from ..vocab import MODES, Mode, OracleName, Status
 from .outcome import ConversionOutcome, Verification
-from .written_check import check_written
+from .written_check import check_written, load_remedies
 
 if TYPE_CHECKING:
     from ..report import RunReport
@@ -304,9 +304,19 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     if progress is not None:
         progress("write", 0, 0, None)
     result = with_notes(ctx, rewrite(ctx, plan), auto_result)
-    staged_model = storage.save_model(result.model, output_path, source_dir=ctx.base_dir,
-                                      external_data=True if options.external_data else None, outputs=outputs)
-    check_written(staged_model, ctx)
+    staged_model = _stage_model(ctx, result, output_path, options, outputs)
+    verification = None
+    if auto_result is not None:
+        write = PhaseCost("write", time.perf_counter() - started)
+        if progress is not None:
+            progress("verify", 0, 0, None)
+        verification = verify(ctx, staged_model, auto_result, options, write)
+        result, verification, auto_result = _load_remedy(ctx, result, verification, auto_result, options,
+                                                         output_path, outputs)
+        if auto_result.passed and not verification.verified.passed:
+            # Written all the same: the model and its report are the bug report (status: failed, exit 1).
+            logger.error("the plan passed the emulated search but the written model %s fails the emulated "
+                         "check (a bug: please report it with %s)", output_path, options.report_json)
     if options.plan_out:
         outputs.stage_text(options.plan_out, result.plan.dumps())
     run = _run_args(model_path, output_path, options, auto_result)
@@ -320,14 +330,6 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
                              (output_path,) + texts, nothing_to_convert=ctx.nothing_to_convert,
                              next_step=ctx.target.next_step(ctx.model, run),
                              check_step=quoted(run.check_args(ctx.target.cli_args())))
-    write = PhaseCost("write", time.perf_counter() - started)
-    if progress is not None:
-        progress("verify", 0, 0, None)
-    verification = verify(ctx, staged_model, auto_result, options, write)
-    if auto_result.passed and not verification.verified.passed:
-        # Written all the same: the model and its report are the bug report (status: failed, exit 1).
-        logger.error("the plan passed the emulated search but the written model %s fails the emulated check "
-                     "(a bug: please report it with %s)", output_path, options.report_json)
     outcome = _outcome(auto_result, result.plan, options, verification, tuple(warnings),
                        helper_sessions.built() - helpers_before, output_path, ctx.target)
     report = _report(ctx, outcome)
@@ -336,6 +338,54 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     return ConvertResult(model_path, output_path, result.plan, result, outcome.warnings,
                          (output_path,) + texts + paths, auto_result, report, paths, ctx.nothing_to_convert,
                          ctx.target.next_step(ctx.model, run))
+
+
+def _stage_model(ctx: ModelContext, result: RewriteResult, output_path: str, options: ConvertOptions,
+                 outputs: storage.Outputs) -> str:
+    """The written model staged at ``output_path`` (replacing one staged before) and checked."""
+    staged = storage.save_model(result.model, output_path, source_dir=ctx.base_dir,
+                                external_data=True if options.external_data else None, outputs=outputs)
+    check_written(staged, ctx)
+    return staged
+
+
+def _load_remedy(ctx: ModelContext, result: RewriteResult, verification: Verification,
+                 auto_result: AutoResult, options: ConvertOptions, output_path: str, outputs: storage.Outputs,
+                 ) -> tuple[RewriteResult, Verification, AutoResult]:
+    """Where the target runs on onnxruntime and it cannot load the written model at its default
+    options: the first rewrite with more FP32 pins that loads (:func:`.load_remedies`) and passes as
+    the first did, staged in its place, its pins said in a note; else ``result`` as it was."""
+    first = conversion_status(auto_result, verification, ctx.target)[0]
+    if first != "ort-load-failed":
+        return result, verification, auto_result
+    started, tried = time.perf_counter(), 0
+    for remedy in load_remedies(ctx, result, verification.default_load):
+        tried += 1
+        staged = _stage_model(ctx, remedy.result, output_path, options, outputs)
+        checked = verify(ctx, staged, auto_result, options, PhaseCost("write", 0.0))
+        if conversion_status(auto_result, checked, ctx.target)[0] == "passed":
+            cost = PhaseCost("load remedy", time.perf_counter() - started, *_costs(checked.phases))
+            notes = auto_result.notes + (remedy.note(ctx.target.low.name),)
+            return (remedy.result, replace(checked, phases=verification.phases + (cost,)),
+                    replace(auto_result, notes=notes))
+    if tried:  # the model first written goes back in place
+        _stage_model(ctx, result, output_path, options, outputs)
+    return result, verification, auto_result
+
+
+def _costs(phases: tuple[PhaseCost, ...]) -> tuple[int, int]:
+    """The sessions and probes of ``phases``, together."""
+    return sum(p.sessions for p in phases), sum(p.probes for p in phases)
+
+
+def _run_args(model_path: str, output_path: str, options: ConvertOptions,
+              auto_result: AutoResult | None) -> RunArgs:
+    """What the commands the run suggests repeat of it (the shapes: the feeds it ran, if any)."""
+    from ..trt.flags import sample_shapes
+
+    shapes = sample_shapes(auto_result.samples.feeds) if auto_result is not None else None
+    return RunArgs(model_path, output_path, options.samples, options.tolerance, options.custom_op_libraries,
+                   options.oracle, options.trt_profile, shapes)
 
 
 def upgrade_for(options: ConvertOptions) -> Upgrade | None:
@@ -353,16 +403,6 @@ def with_notes(ctx: ModelContext, result: RewriteResult, auto_result: AutoResult
         return result
     notes = opset_upgrade.run_notes(ctx, result.plan, estimate_flops(ctx.model, {}))
     return replace(result, notes=notes + result.notes) if notes else result
-
-
-def _run_args(model_path: str, output_path: str, options: ConvertOptions,
-              auto_result: AutoResult | None) -> RunArgs:
-    """What the commands the run suggests repeat of it (the shapes: the feeds it ran, if any)."""
-    from ..trt.flags import sample_shapes
-
-    shapes = sample_shapes(auto_result.samples.feeds) if auto_result is not None else None
-    return RunArgs(model_path, output_path, options.samples, options.tolerance, options.custom_op_libraries,
-                   options.oracle, options.trt_profile, shapes)
 
 
 def _flags_caveats(ctx: ModelContext, plan: PrecisionPlan) -> list[str]:
@@ -498,8 +538,11 @@ def conversion_status(auto_result: AutoResult, verification: Verification | None
     if verification.default_load:
         if target.onnxruntime_kernels(target.low):
             return "ort-load-failed", f"the written model passes, but {verification.default_load}", ()
+        from ..oracle.default_load import LoadFailure
+
+        cpu_only = LoadFailure.of(verification.default_load).cpu_only
         return status, message, (f"{verification.default_load} ({target.title} builds the model; "
-                                 f"onnxruntime is not the target)",)
+                                 f"onnxruntime is not the target{', and ' + cpu_only if cpu_only else ''})",)
     return status, message, ()
 
 

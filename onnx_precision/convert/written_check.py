@@ -1,16 +1,30 @@
-"""Is a written model one that onnx accepts? Checked before anything is moved into place.
+"""Is a written model one that onnx accepts, and one onnxruntime loads? Checked before anything is
+moved into place.
 
-The load-time checks of an input model are :mod:`onnx_precision.validation`'s; this is the check of
-what the rewriter wrote, which tells the user's model at fault from the rewriter at fault.
+The load-time checks of an input model are :mod:`onnx_precision.validation`'s; :func:`check_written`
+is the check of what the rewriter wrote, which tells the user's model at fault from the rewriter at
+fault. :func:`load_remedies` answers a written model that onnxruntime cannot load at its default
+options (:mod:`onnx_precision.oracle.default_load`) with the same plan and a few more FP32 pins, the
+nodes of the pattern that fails: a model every consumer loads as it is, instead of a session option
+each must set.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import onnx
 
 from ..context import ModelContext
 from ..errors import InternalError, ModelLoadError
+from ..plan import PrecisionPlan, Reason
+from ..rewriter import RewriteResult, rewrite
 from ..validation import CHECK_ERRORS, checkable_copy, checker_message
+
+if TYPE_CHECKING:  # the oracle stack is loaded by the runs that measure, when they need it
+    from ..oracle.default_load import LoadFailure
 
 
 def check_written(staged: str | onnx.ModelProto, ctx: ModelContext) -> None:
@@ -29,3 +43,45 @@ def check_written(staged: str | onnx.ModelProto, ctx: ModelContext) -> None:
                                  f"{checker_message(e)}") from e
         raise InternalError(f"the written model fails onnx's full check, while {ctx.path} passes it: "
                             f"{checker_message(written)}") from written
+
+
+@dataclass(frozen=True)
+class LoadRemedy:
+    """A rewrite that onnxruntime loads at its default options where the plan first written did not
+    (``failure``): the same plan with ``pins`` kept FP32."""
+
+    pins: tuple[str, ...]
+    result: RewriteResult
+    failure: LoadFailure
+
+    def note(self, low: str) -> str:
+        """What the run says of it (``low``: the 16-bit type's name, "FP16")."""
+        failure, optimizer = self.failure, self.failure.optimizer
+        found = "" if not optimizer else f", in {optimizer} (" + (
+            "onnxruntime's message names it)" if failure.named_nodes else "disabling it loads the model)")
+        where = f"; {failure.cpu_only}: the pins are for CPU loads, a GPU provider does not run it" \
+            if failure.cpu_only else ""
+        return (f"the {low} model as first written does not load at onnxruntime's default options: "
+                f"{failure.outcome}{found}; keeping {', '.join(self.pins)} FP32 avoids it: the written model "
+                f"loads{where}")
+
+
+def load_remedies(ctx: ModelContext, written: RewriteResult, problem: str,
+                  write: Callable[[PrecisionPlan], RewriteResult] | None = None) -> Iterator[LoadRemedy]:
+    """Rewrites of ``written``'s plan with FP32 pins that may avoid ``problem`` (the default load's
+    sentence, :class:`.LoadFailure`), the fewest pins first (:func:`.pin_candidates`), each yielded
+    once onnxruntime loads it at its default options in a child process: the caller verifies it and
+    stops at the one it takes. None when the model cannot be handed to a child in memory (weights in
+    files). ``write``: how a plan is written (:func:`.rewrite` by default)."""
+    from ..oracle.default_load import LoadFailure, default_load_outcome, loadable_in_memory, pin_candidates
+
+    if not loadable_in_memory(written.model):
+        return
+    failure = LoadFailure.of(problem)
+    why = Reason("load", f"onnxruntime at default options cannot load the model with it 16-bit "
+                         f"({failure.optimizer or failure.outcome}); FP32 it loads")
+    write = write or (lambda plan: rewrite(ctx, plan))
+    for pins in pin_candidates(ctx, written.plan.low_nodes, failure):
+        pinned = write(written.plan.with_fp32(pins, why))
+        if not default_load_outcome(pinned.model, ctx.custom_op_libraries):
+            yield LoadRemedy(pins, pinned, failure)

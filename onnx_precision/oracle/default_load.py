@@ -9,6 +9,11 @@ in its own child, and names the first that loads. :class:`DefaultLoad` starts th
 once, so the load runs while the caller verifies the model (on the 26 401-node LayerNorm stack the
 child takes 5 s, as long as half the verification). A model converted in memory is handed to the
 child serialized, on its standard input, as ``InferenceSession(bytes)`` loads it.
+
+:class:`LoadFailure` reads what failed back from the sentence a run keeps (which optimiser: the one
+onnxruntime's message names, or the one whose disabling loads the model), and :func:`pin_candidates`
+turns it into the few sets of nodes that, kept FP32, may avoid it
+(:func:`onnx_precision.convert.written_check.load_remedies` tries them).
 """
 
 from __future__ import annotations
@@ -16,10 +21,11 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Union, cast
 
@@ -166,8 +172,126 @@ def default_load_problem(path: str, libraries: Sequence[str] = ()) -> str:
 def _with_workarounds(model: Model, problem: str, libraries: Sequence[str]) -> str:
     if not problem:
         return ""
-    for attempt in WORKAROUNDS:
-        if not _try(model, attempt, libraries):
-            return f"with default session options {problem}; it loads with {attempt.label}"
-    return f"with default session options {problem}, and with every workaround tried " \
-           f"({'; '.join(a.label for a in WORKAROUNDS)})"
+    loads_with = next((a for a in WORKAROUNDS if not _try(model, a, libraries)), None)
+    return LoadFailure(problem, loads_with).sentence
+
+
+@dataclass(frozen=True)
+class LoadFailure:
+    """Why onnxruntime at its default options cannot load a model: what happened there
+    (``onnxruntime crashes (SIGSEGV) loading it``), and the first workaround that loads it (None:
+    none does). :attr:`sentence` is how a run states it; :meth:`of` reads it back."""
+
+    outcome: str
+    loads_with: Attempt | None = None
+
+    @property
+    def sentence(self) -> str:
+        if self.loads_with is not None:
+            return f"with default session options {self.outcome}; it loads with {self.loads_with.label}"
+        return f"with default session options {self.outcome}, and with every workaround tried " \
+               f"({'; '.join(a.label for a in WORKAROUNDS)})"
+
+    @staticmethod
+    def of(sentence: str) -> LoadFailure:
+        """The failure a :attr:`sentence` states (a run keeps only the sentence)."""
+        outcome = sentence.removeprefix("with default session options ")
+        for attempt in WORKAROUNDS:
+            loads = f"; it loads with {attempt.label}"
+            if outcome.endswith(loads):
+                return LoadFailure(outcome.removesuffix(loads), attempt)
+        return LoadFailure(outcome.partition(", and with every workaround tried (")[0])
+
+    @property
+    def named_nodes(self) -> tuple[str, ...]:
+        """The nodes onnxruntime's message names, as its optimisers name what they make of one
+        (``node (b0_scale/LayerNormFusion/)``)."""
+        return tuple(dict.fromkeys(m.group(1) for m in _OPTIMISED_NODE.finditer(self.outcome)))
+
+    @property
+    def optimizer(self) -> str:
+        """The optimiser that fails: the one onnxruntime's message names, else the one whose
+        disabling loads the model; "" when neither tells."""
+        named = [m.group(2) for m in _OPTIMISED_NODE.finditer(self.outcome)]
+        if named:
+            return named[0]
+        disabled = self.loads_with.disabled_optimizers if self.loads_with is not None else ()
+        return disabled[0] if len(disabled) == 1 else ""
+
+    @property
+    def cpu_only(self) -> str:
+        """That the failing optimiser rewrites only what onnxruntime runs on its CPU provider, said
+        ("" when it does not, or is not known)."""
+        pattern = PATTERNS.get(self.optimizer)
+        if pattern is None or not pattern.cpu_only:
+            return ""
+        return f"{self.optimizer} rewrites only what onnxruntime runs on its CPU provider"
+
+
+# onnxruntime names a node an optimiser made after the node it replaced: "<node>/<Optimizer>/"
+_OPTIMISED_NODE = re.compile(r"\(([^()/]+)/([A-Za-z]+)/\)")
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """What an optimiser rewrites: nodes of the ``anchors`` op types, then, following their outputs,
+    the nodes of the ``through`` op types that read what it rewrote."""
+
+    anchors: frozenset[str]
+    through: frozenset[str]
+    cpu_only: bool
+
+
+# onnxruntime/core/optimizer/nchwc_transformer.cc (NchwcTransformerImpl::Transform): it runs only on
+# nodes assigned to the CPU provider, and an FP16 Conv is one there (computed in FP32 between Casts)
+PATTERNS = {
+    "NchwcTransformer": Pattern(
+        frozenset({"Conv", "MaxPool", "AveragePool"}),
+        frozenset({"Add", "Sum", "Mul", "Concat", "Relu", "Sigmoid", "Tanh", "BatchNormalization",
+                   "Transpose", "Upsample", "Resize", "GlobalMaxPool", "GlobalAveragePool"}),
+        cpu_only=True),
+}
+MAX_PIN_SETS = 4  # child loads a remedy may cost (each as long as the default load)
+
+
+def pin_candidates(ctx: ModelContext, low_nodes: Collection[str], failure: LoadFailure,
+                   ) -> tuple[tuple[str, ...], ...]:
+    """Sets of the 16-bit nodes ``low_nodes`` that, kept FP32, may avoid ``failure``: the smallest
+    first, :data:`MAX_PIN_SETS` at most. The nodes onnxruntime's message names, if it names some;
+    else the nodes the failing optimiser rewrites (:data:`PATTERNS`): those of each op type it
+    extends the pattern through, one op type at a time, then all of them, then its anchors too."""
+    named = [n for n in failure.named_nodes if n in low_nodes]
+    pattern = PATTERNS.get(failure.optimizer)
+    if named or pattern is None:
+        return (tuple(named),) if named else ()
+    rewritten = [n for n in _rewritten(ctx, pattern) if n in low_nodes]
+    by_op: dict[str, list[str]] = {}
+    for name in rewritten:
+        by_op.setdefault(ctx.node_ops[name], []).append(name)
+    through = sorted((nodes for op, nodes in by_op.items() if op not in pattern.anchors),
+                     key=lambda nodes: (len(nodes), ctx.node_ops[nodes[0]]))
+    union = [n for n in rewritten if ctx.node_ops[n] not in pattern.anchors]
+    sets = [tuple(nodes) for nodes in through[:MAX_PIN_SETS - 2]] + [tuple(union), tuple(rewritten)]
+    return tuple(s for s in dict.fromkeys(sets) if s)[:MAX_PIN_SETS]
+
+
+def _rewritten(ctx: ModelContext, pattern: Pattern) -> list[str]:
+    """The nodes ``pattern`` may rewrite, in the model's order: its anchors, and every node of its
+    ``through`` types that reads (through such nodes) what an anchor computed."""
+    reached = {ref.name for ref in ctx.nodes if ref.node.op_type in pattern.anchors}
+    frontier = list(reached)
+    by_name = {ref.name: ref for ref in ctx.nodes}
+    while frontier:
+        ref = by_name[frontier.pop()]
+        for value in ref.node.output:
+            for reader in ctx.index.consumers.get(value, ()):
+                if reader.name not in reached and reader.node.op_type in pattern.through | pattern.anchors:
+                    reached.add(reader.name)
+                    frontier.append(reader.name)
+    return [ref.name for ref in ctx.nodes if ref.name in reached]
+
+
+def default_load_outcome(model: onnx.ModelProto, libraries: Sequence[str] = ()) -> str:
+    """"" when ``model`` (held in memory: :func:`loadable_in_memory`) loads with onnxruntime's
+    default session options in a child process, else what happened (no workaround is tried)."""
+    return _try(model.SerializeToString(), DEFAULT, libraries)
