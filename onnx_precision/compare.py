@@ -218,7 +218,8 @@ def compare_outputs(
         metrics.append(compare_array(name, ref, candidate[name], tol))
     why = tol.accept(reference, candidate) if tol.accept is not None else ""
     if why:  # the caller's judgement is of the outputs together: each fails with its words
-        metrics = [replace(m, passed=False, passed_by="", failures=(*m.failures, why)) for m in metrics]
+        metrics = [replace(m, passed=False, passed_by="", room=float("inf"), room_clause="",
+                           failures=(*m.failures, why)) for m in metrics]
     return Comparison(tuple(metrics), all(m.passed for m in metrics), oracle, 1)
 
 

@@ -19,6 +19,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx_precision import auto_mixed_precision, auto_mixed_precision_model_path, float16
+from onnx_precision.compare import compare_outputs
 from onnx_precision.convert import convert_model
 from onnx_precision.tolerance import Tolerance
 
@@ -160,6 +161,11 @@ def test_the_tolerance_names_its_accept_in_reports_and_json_cannot_bring_it_back
     assert Tolerance.from_json(tol.to_json()) == Tolerance() and tol.cli_args() == []
     with pytest.raises(ValueError, match="accept: expected a function of"):
         Tolerance(accept="my_check")  # type: ignore[arg-type]
+    same = {"y": np.ones(4, np.float32), "z": np.zeros(2, np.float32)}
+    rejected = compare_outputs(same, same, Tolerance(accept=lambda ref, cand: "my words"), "emulate")
+    assert not rejected.passed and rejected.failure() == "output 'y' my words"
+    assert all(not m.passed and m.failures == ("my words",) and m.room == np.inf for m in rejected.outputs)
+    assert compare_outputs(same, same, tol, "emulate").passed
 
 
 # --- the float16 helpers, against onnxconverter-common's --------------------------------------------
