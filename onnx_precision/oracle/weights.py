@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, MutableMapping
 
-import ml_dtypes
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -112,11 +111,13 @@ def by_reference(model: onnx.ModelProto, base_dir: str, shared: MutableMapping |
 
 
 def _ort_value(values: np.ndarray) -> ort.OrtValue:
-    """An OrtValue over ``values`` without a copy; a bfloat16 array (ml_dtypes, which onnxruntime
-    does not know) goes as its bits with the ONNX type named."""
-    if values.dtype == ml_dtypes.bfloat16:
-        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(values.view(np.uint16),
-                                                               onnx.TensorProto.BFLOAT16)
+    """An OrtValue over ``values`` without a copy; an ml_dtypes array (bfloat16, the float8 types:
+    numpy types that onnxruntime does not know, and refuses as 'string' arrays) goes as its bits
+    with the ONNX type named."""
+    if values.dtype.kind == "V":  # ml_dtypes' types are numpy 'void' types
+        bits = values.view(np.dtype(f"u{values.dtype.itemsize}"))
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+            bits, onnx.helper.np_dtype_to_tensor_dtype(values.dtype))
     return ort.OrtValue.ortvalue_from_numpy(values)
 
 
