@@ -56,6 +56,14 @@ class LowPrecision:
         under = math.log2(min_nonzero_abs / self.flush) if 0 < min_nonzero_abs < math.inf else math.inf
         return over, under
 
+    def scale_binades(self, max_abs: float) -> float:
+        """Binades the largest |x| of values lies above the normal minimum (negative: below it). Errors
+        are judged against a tensor's scale, its largest values; below the normal minimum the type's
+        spacing is fixed (``min_subnormal``), so at a scale of ``min_normal`` a rounding is already as
+        coarse relative to it as a normal value's relative precision, and it grows twice as coarse
+        each binade lower: a tensor that peaks there keeps only the bits above the subnormal floor."""
+        return math.log2(max_abs / self.min_normal) if 0 < max_abs < math.inf else math.inf
+
     @property
     def max_text(self) -> str:
         """The largest finite value as messages write it: "65504", "3.39e+38"."""

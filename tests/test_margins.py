@@ -1,4 +1,5 @@
-"""Thin margins: a pass near its bound or on one sample says so; the tolerance lists what it applied."""
+"""Thin margins: a pass near its bound or on one sample says so; the tolerance lists what it applied;
+nodes that peak near FP16's normal minimum (the underflow headroom) are named."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from onnx_precision.compare import compare_array, compare_samples
 from onnx_precision.data import SampleSpec
 from onnx_precision.tolerance import Tolerance
 from onnx_precision.verdict import thin_pass_note
+from tests.conftest import parse
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REMEDY = "more samples: --inputs DIR with several .npz"
@@ -118,3 +120,52 @@ def test_a_report_read_back_keeps_the_tolerance_it_listed():
     assert back.tolerance == Tolerance(max_rel_rms=0.1)
     assert "- tolerance: rms: rel RMS err <= 0.1, every slice <= 0.2 (or all |err| <= atol 0.001)" in \
         rep.to_markdown(back).splitlines()
+
+
+QUIET = """
+<ir_version: 8, opset_import: ["" : 17]>
+quiet (float[1, 64] x) => (float[1, 64] y) {
+  three = Constant<value = float {3.0}>()
+  big = Constant<value = float {100000.0}>()
+  scaled = Mul(x, three)
+  squashed = Tanh(scaled)
+  y = Mul(squashed, big)
+}
+"""
+
+
+def test_nodes_peaking_near_the_normal_minimum_are_named_with_their_margin(tmp_path, capsys, save):
+    """A quiet input (~1e-6): its first nodes peak 4.4 binades below FP16's normal minimum, where
+    steps of 6e-8 leave a few bits; the run passes, says so, and keeps them FP16 (a warning only)."""
+    x = np.random.default_rng(0).uniform(0.5, 1.0, (1, 64)).astype(np.float32) * 1e-6
+    data = str(tmp_path / "quiet.npz")
+    np.savez(data, x=x)
+    out = str(tmp_path / "quiet16.onnx")
+    assert main(["convert", save(parse(QUIET)), "-o", out, "--inputs", data]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    report = json.load(open(str(tmp_path / "quiet16.report.json")))
+    peaks = {n: report["node_stats"][n]["max_abs"] for n in ("node_of_squashed", "node_of_scaled")}
+    assert peaks["node_of_squashed"] < peaks["node_of_scaled"] == pytest.approx(3 * float(x.max()))
+    named = ", ".join(f"{n} (peaks at {p:.2g}, {-np.log2(p / 2**-14):.1f} binade(s) below)"
+                      for n, p in peaks.items())
+    assert named.startswith("node_of_squashed (peaks at 3e-06, 4.3")
+    note = (f"2 16-bit node(s) peak within the headroom (2x) of the FP16 normal minimum 6.1e-05, where an "
+            f"input 2x quieter loses their precision: {named}; kept 16-bit, as they pass here; --keep-fp32 "
+            f"NODE keeps one FP32")
+    assert f"note: {note}" in printed
+    assert "verified: pass (rel RMS err <= 0.05" in printed[7]  # FP16 passes here, but has no bits to spare
+    assert note in report["notes"] and f"- {note}" in open(str(tmp_path / "quiet16.report.md")).read()
+    assert [p["node"] for p in report["pinned"]] == ["node_of_y"]  # its 1e5 weight overflows FP16, no more
+    # off with the headroom
+    assert main(["convert", save(parse(QUIET)), "-o", out, "--inputs", data, "--headroom", "0", "-q"]) == 0
+    notes = json.load(open(str(tmp_path / "quiet16.report.json")))["notes"]
+    assert not any("normal minimum" in n for n in notes)
+
+
+def test_a_model_of_ordinary_magnitudes_is_not_named(tmp_path):
+    out = str(tmp_path / "l2.onnx")
+    model, data = (os.path.join(ROOT, "models", f"l2_normalize.{ext}") for ext in ("onnx", "npz"))
+    assert main(["convert", model, "-o", out, "--inputs", data, "-q"]) == 0
+    report = json.load(open(str(tmp_path / "l2.report.json")))
+    assert not any("normal minimum" in n for n in report["notes"])
+    assert [p["node"] for p in report["pinned"]] == ["sumsq", "norm"]

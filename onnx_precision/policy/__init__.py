@@ -22,6 +22,7 @@ from .pins import (
                    range_flags,
                    rule_pins,
                    target_reasons,
+                   underflow_headroom,
                    unmeasured_static_plan,
                    with_flags,
 )
@@ -31,6 +32,6 @@ from .shape_headroom import largest, shape_headroom_pins
 __all__ = ["DecomposedLayerNorm", "always_fp32", "decomposed_layer_norms", "fused_names", "layer_norm_pins",
            "written_forms",
            "FLUSH_SHARE", "fp16_holders", "flagged", "headroom_pins", "range_flags", "rule_pins",
-           "target_reasons", "unmeasured_static_plan", "with_flags", "NodeBlockers", "blockers",
-           "forced_fp32", "held_in", "node_blockers", "resolve", "resolve_plan", "largest",
+           "target_reasons", "underflow_headroom", "unmeasured_static_plan", "with_flags", "NodeBlockers",
+           "blockers", "forced_fp32", "held_in", "node_blockers", "resolve", "resolve_plan", "largest",
            "shape_headroom_pins"]

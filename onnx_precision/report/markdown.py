@@ -73,7 +73,8 @@ def to_markdown(report: RunReport) -> str:
     if report.headroom:
         lines.append(
             f"- headroom: {report.headroom:g} (nodes whose FP32 activations exceed "
-            f"{low_of(report.low_precision).max / report.headroom:.6g} are pinned)"
+            f"{low_of(report.low_precision).max / report.headroom:.6g} are pinned; those that peak under "
+            f"{low_of(report.low_precision).min_normal * report.headroom:.3g} are named in the notes)"
         )
     elif report.headroom is not None:
         lines.append("- headroom: off (only the search pins)")

@@ -16,6 +16,7 @@ from ..flops import estimate_flops, low_flop_share, precision_shares
 from ..metrics import Comparison
 from ..oracle.inspection import NodeStats
 from ..plan import PrecisionPlan
+from ..policy import underflow_headroom
 from ..tolerance import Tolerance
 from ..tradeoff import PlanPoint, error_statistic, tolerance_line
 from ..tradeoff_picture import Picture, front_svg
@@ -117,7 +118,9 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         headroom=auto.headroom,
         helper_sessions=outcome.helper_sessions,
         points=auto.points,
-        notes=auto.notes + _float64_notes(outcome.plan, auto.node_flops) + _thin_pass_notes(verification),
+        notes=(auto.notes + _float64_notes(outcome.plan, auto.node_flops)
+               + _underflow_notes(ctx, outcome.plan, auto.node_stats, auto.headroom)
+               + _thin_pass_notes(verification)),
         tradeoff_svg=outcome.tradeoff_svg,
         chosen_point=auto.chosen_point,
         tradeoff_note=auto.unsearched,
@@ -127,6 +130,22 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         before_plan=outcome.before_plan,
         margins=_margins(outcome.plan, auto.node_stats, ctx.target.low),
     )
+
+
+def _underflow_notes(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping[str, NodeStats], headroom: float,
+                     ) -> tuple[str, ...]:
+    """The 16-bit nodes that peak within the headroom of the type's normal minimum
+    (:func:`~onnx_precision.policy.underflow_headroom`), the nearest first, each with its margin."""
+    found = sorted(underflow_headroom(ctx, plan, stats, headroom).items(), key=lambda item: item[1])
+    if not found:
+        return ()
+    low = ctx.target.low
+    names = ", ".join(f"{node} (peaks at {stats[node].max_abs:.2g}, {abs(b):.1f} binade(s) "
+                      f"{'above' if b >= 0 else 'below'})" for node, b in found[:5])
+    more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+    return (f"{len(found)} 16-bit node(s) peak within the headroom ({headroom:g}x) of the {low.name} normal "
+            f"minimum {low.min_normal:.2g}, where an input {headroom:g}x quieter loses their precision: "
+            f"{names}{more}; kept 16-bit, as they pass here; --keep-fp32 NODE keeps one FP32",)
 
 
 def _thin_pass_notes(verification: Verification | None) -> tuple[str, ...]:
