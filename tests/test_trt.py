@@ -1,4 +1,5 @@
-"""TensorRT flags: exact layer names, only float layers, both TensorRT generations, problems written not raised."""
+"""TensorRT flags: exact layer names, only float layers, both TensorRT generations, problems written not
+raised."""
 
 from __future__ import annotations
 
@@ -6,10 +7,8 @@ import shlex
 
 import onnx
 import pytest
-
 from conftest import parse
 
-from onnx_precision.errors import PlanError
 from onnx_precision.graph import name_nodes
 from onnx_precision.plan import Precision, Reason, uniform_plan
 from onnx_precision.suggested import RunArgs
@@ -83,12 +82,15 @@ def test_trtexec_8_6_gets_no_int64_output_type_and_the_file_says_so():
     assert flags.problems == (("node 'node_of_v' (TopK): trtexec before 9.1 rejects int64 and bool in "
                                "--layerOutputTypes, so its output types are left to TensorRT"),)
     lines = trt_flags_text(model, plan, RunArgs("m.onnx", "o.onnx")).splitlines()
-    assert lines[1] == "# TensorRT 8.6 to 9.0 (weakly typed; these flags are deprecated in 10.12 and removed in 11.0)."
-    assert lines[3] == "trtexec --onnx=m.onnx --fp16 --precisionConstraints=obey --layerPrecisions=node_of_v:fp32"
+    assert lines[1] == ("# TensorRT 8.6 to 9.0 (weakly typed; these flags are deprecated in 10.12 and "
+                        "removed in 11.0).")
+    assert lines[3] == ("trtexec --onnx=m.onnx --fp16 --precisionConstraints=obey "
+                        "--layerPrecisions=node_of_v:fp32")
     assert lines[4].startswith("#   not expressed: node 'node_of_v' (TopK): trtexec before 9.1 rejects")
-    assert lines[5] == "# TensorRT 9.1 to 10.11 (weakly typed; these flags are deprecated in 10.12 and removed in 11.0)."
-    assert lines[6] == ("trtexec --onnx=m.onnx --fp16 --precisionConstraints=obey --layerPrecisions=node_of_v:fp32 "
-                        "--layerOutputTypes=node_of_v:fp32+int64")
+    assert lines[5] == ("# TensorRT 9.1 to 10.11 (weakly typed; these flags are deprecated in 10.12 and "
+                        "removed in 11.0).")
+    assert lines[6] == ("trtexec --onnx=m.onnx --fp16 --precisionConstraints=obey "
+                        "--layerPrecisions=node_of_v:fp32 --layerOutputTypes=node_of_v:fp32+int64")
 
 
 def test_colon_in_a_name_is_fine_comma_and_quote_are_written_down_not_raised():
@@ -101,9 +103,9 @@ def test_colon_in_a_name_is_fine_comma_and_quote_are_written_down_not_raised():
     # trtexec splits "name:precision" on the last ':'.
     assert flags.layer_precisions == (("norm:0", "fp32"),)
     assert flags.problems == (
-        ("node 'out,y' (Div) cannot be named in trtexec's flags: its name contains ',': trtexec splits the list "
-        "on ','; rename it in the model, or build the Cast-pinned model with --stronglyTyped (TensorRT 10.x) "
-        "instead"),)
+        ("node 'out,y' (Div) cannot be named in trtexec's flags: its name contains ',': trtexec splits the "
+         "list on ','; rename it in the model, or build the Cast-pinned model with --stronglyTyped "
+         "(TensorRT 10.x) instead"),)
     text = trt_flags_text(model, plan, RunArgs("m.onnx", "o.onnx"))
     assert "#   not expressed: node 'out,y' (Div) cannot be named in trtexec's flags" in text
     # Polygraphy takes one name per argument: it can name both.
@@ -116,9 +118,10 @@ def test_text_has_both_generations_with_comments():
     text = trt_flags_text(model, plan, RunArgs("in dir/model.onnx", "out.onnx",
                                                   sample_shapes={"x": [(2, 4), (8, 4), (2, 4)]}))
     assert text.splitlines()[1:3] == [
-        "# Shape profile: 'x' min the samples' smallest, opt the samples' most common, max the samples' largest.",
-        "# An engine built on a range read off the samples rejects every shape outside it: give the deployment's "
-        "with --trt-min-shapes/--trt-opt-shapes/--trt-max-shapes."]
+        "# Shape profile: 'x' min the samples' smallest, opt the samples' most common, max the samples' "
+        "largest.",
+        "# An engine built on a range read off the samples rejects every shape outside it: give the "
+        "deployment's with --trt-min-shapes/--trt-opt-shapes/--trt-max-shapes."]
     lines = [line for i, line in enumerate(text.splitlines()) if i not in (1, 2)]
     assert lines[0] == "# onnx-precision: TensorRT flags for 1 node(s) pinned to FP32."
     assert lines[1].startswith("# TensorRT 8.6 to 10.11 (weakly typed")
@@ -126,26 +129,30 @@ def test_text_has_both_generations_with_comments():
         "trtexec", "--onnx=in dir/model.onnx", "--fp16", "--precisionConstraints=obey",
         "--layerPrecisions=node_of_norm:fp32", "--layerOutputTypes=node_of_norm:fp32",
         "--minShapes=x:2x4", "--optShapes=x:2x4", "--maxShapes=x:8x4"]
-    assert lines[4].startswith("# TensorRT 9.0 and later, strongly typed (the way from 10.12, the only one in 11.x)")
-    assert lines[5] == "trtexec --onnx=out.onnx --stronglyTyped --minShapes=x:2x4 --optShapes=x:2x4 --maxShapes=x:8x4"
-    assert lines[6] == "# Polygraphy: the same pins by exact layer name (it has no patterns; names as TensorRT 10.11 " \
-                       "gives them):"
+    assert lines[4].startswith("# TensorRT 9.0 and later, strongly typed (the way from 10.12, the only one "
+                               "in 11.x)")
+    assert lines[5] == ("trtexec --onnx=out.onnx --stronglyTyped --minShapes=x:2x4 --optShapes=x:2x4 "
+                        "--maxShapes=x:8x4")
+    assert lines[6] == ("# Polygraphy: the same pins by exact layer name (it has no patterns; names as "
+                        "TensorRT 10.11 gives them):")
     assert shlex.split(lines[7]) == [
         "polygraphy", "convert", "in dir/model.onnx", "--fp16", "--precision-constraints", "obey",
-        "--layer-precisions", "node_of_norm:float32", "--trt-min-shapes", "x:[2,4]", "--trt-opt-shapes", "x:[2,4]",
-        "--trt-max-shapes", "x:[8,4]", "-o", "in dir/model.engine"]
+        "--layer-precisions", "node_of_norm:float32", "--trt-min-shapes", "x:[2,4]", "--trt-opt-shapes",
+        "x:[2,4]", "--trt-max-shapes", "x:[8,4]", "-o", "in dir/model.engine"]
     assert lines[8] == ("polygraphy convert out.onnx --strongly-typed --trt-min-shapes 'x:[2,4]' "
                         "--trt-opt-shapes 'x:[2,4]' --trt-max-shapes 'x:[8,4]' -o out.engine")
     # the verdict: the tool's own check of the written model on TensorRT, then Polygraphy's closest
-    assert lines[9].startswith("# Check the written model built by TensorRT with the verdict the conversion used")
+    assert lines[9].startswith("# Check the written model built by TensorRT with the verdict the conversion "
+                               "used")
     assert shlex.split(lines[10]) == ["onnx-precision", "check", "in dir/model.onnx", "out.onnx", "--oracle",
                                       "tensorrt"]
-    assert lines[11].startswith("# Polygraphy's closest check: SNR >= 26.02 dB is rel RMS err <= 0.05 over each "
-                                "whole output; it has no per-slice bound")
+    assert lines[11].startswith("# Polygraphy's closest check: SNR >= 26.02 dB is rel RMS err <= 0.05 over "
+                                "each whole output; it has no per-slice bound")
     assert shlex.split(lines[12]) == [
-        "polygraphy", "run", "in dir/model.onnx", "--onnxrt", "--trt", "--fp16", "--precision-constraints", "obey",
-        "--layer-precisions", "node_of_norm:float32", "--trt-min-shapes", "x:[2,4]", "--trt-opt-shapes", "x:[2,4]",
-        "--trt-max-shapes", "x:[8,4]", "--input-shapes", "x:[2,4]", "--compare", "snr", "--snr-threshold", "26.02"]
+        "polygraphy", "run", "in dir/model.onnx", "--onnxrt", "--trt", "--fp16", "--precision-constraints",
+        "obey", "--layer-precisions", "node_of_norm:float32", "--trt-min-shapes", "x:[2,4]",
+        "--trt-opt-shapes", "x:[2,4]", "--trt-max-shapes", "x:[8,4]", "--input-shapes", "x:[2,4]",
+        "--compare", "snr", "--snr-threshold", "26.02"]
     assert len(lines) == 13
 
 
@@ -168,7 +175,8 @@ def test_a_verdict_polygraphy_cannot_express_says_so_and_gives_the_tools_own_che
 
     model, plan = model_and_plan(["node_of_norm"])
     text = trt_flags_text(model, plan, RunArgs("m.onnx", "o.onnx", SampleSpec("d.npz"),
-                                               Tolerance(error_stat="max", atol=0.01), sample_shapes={"x": [(2, 4)]}))
+                                               Tolerance(error_stat="max", atol=0.01),
+                                               sample_shapes={"x": [(2, 4)]}))
     lines = text.splitlines()
     assert shlex.split(lines[-2]) == ["onnx-precision", "check", "m.onnx", "o.onnx", "--inputs", "d.npz",
                                       "--error-stat", "max", "--atol", "0.01", "--oracle", "tensorrt"]
@@ -200,10 +208,12 @@ def test_fp16_io_gives_io_formats_per_input_and_output():
 def test_a_given_profile_is_written_in_every_line_and_said_to_be_given():
     model, plan = model_and_plan(["node_of_norm"])
     given = {"x": {"min": (1, 4), "opt": (4, 4), "max": (64, 4)}}
-    text = trt_flags_text(model, plan, RunArgs("m.onnx", "o.onnx", trt_profile=given, sample_shapes={"x": [(2, 4)]}))
+    text = trt_flags_text(model, plan, RunArgs("m.onnx", "o.onnx", trt_profile=given,
+                                               sample_shapes={"x": [(2, 4)]}))
     assert text.splitlines()[1] == "# Shape profile: 'x' min, opt, max as given."
     trtexec = [line for line in text.splitlines() if line.startswith("trtexec")]
-    assert trtexec and all("--minShapes=x:1x4 --optShapes=x:4x4 --maxShapes=x:64x4" in line for line in trtexec)
+    assert trtexec and all("--minShapes=x:1x4 --optShapes=x:4x4 --maxShapes=x:64x4" in line
+                           for line in trtexec)
     polygraphy = [line for line in text.splitlines() if line.startswith("polygraphy")]
     assert polygraphy and all("--trt-max-shapes 'x:[64,4]'" in line for line in polygraphy)
 
