@@ -23,7 +23,6 @@ from .errors import ModelLoadError, PrecisionError, UsageError
 from .float_types import LOW_TYPES
 from .flops import estimate_flops
 from .format import json_safe
-from .graph import graphs
 from .metrics import Comparison
 from .target import GENERIC, Target
 from .tolerance import Tolerance
@@ -108,8 +107,8 @@ def _require_distinct(reference: ModelContext, candidate: ModelContext) -> None:
     graph: a conversion that kept every node FP32 writes one) is a candidate with no 16-bit compute,
     which the check runs and warns of."""
     if os.path.samefile(reference.path, candidate.path):
-        raise UsageError(f"{candidate.path}: the candidate is the FP32 model {reference.path} itself (the same "
-                         f"file); check compares a 16-bit candidate with its FP32 model")
+        raise UsageError(f"{candidate.path}: the candidate is the FP32 model {reference.path} itself (the "
+                         f"same file); check compares a 16-bit candidate with its FP32 model")
 
 
 @dataclass(frozen=True)
