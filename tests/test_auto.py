@@ -7,12 +7,12 @@ import os
 import numpy as np
 import onnx
 import pytest
+from conftest import unfused
 
 import models
-from conftest import unfused
-from onnx_precision.convert import choose as auto
 from onnx_precision.compare import compare_samples
 from onnx_precision.context import ModelContext, load_model
+from onnx_precision.convert import choose as auto
 from onnx_precision.data import Samples
 from onnx_precision.errors import PrecisionError, SearchError
 from onnx_precision.graph import walk_nodes
@@ -105,7 +105,8 @@ def test_two_independent_culprits_found_by_search_are_one_minimal(tmp_path):
     # Headroom off: the search alone must find both branches.
     result, loaded, samples = choose("two_culprits", tmp_path, headroom=0)
     assert set(result.plan.fp32_nodes) == {"a_sumsq", "a_norm", "b_exp", "b_sum_exp", "b_normalize"}
-    assert all(r.source == "search" for n in result.plan.fp32_nodes for r in result.plan.decisions[n].reasons[:1])
+    assert all(r.source == "search"
+               for n in result.plan.fp32_nodes for r in result.plan.decisions[n].reasons[:1])
     session = EmulationSession(loaded, capture_intermediates=False)
     refs = [session.run(None, f) for f in samples.feeds]
     for node in result.plan.fp32_nodes:
@@ -342,7 +343,8 @@ def test_convert_api_returns_plan_metrics_and_paths(tmp_path):
 
     model, data = shipped("two_culprits")
     out = str(tmp_path / "two.onnx")
-    result = convert(model, out, ConvertOptions(samples=SampleSpec(inputs=data), report_json=str(tmp_path / "r.json")))
+    result = convert(model, out, ConvertOptions(samples=SampleSpec(inputs=data),
+                                                report_json=str(tmp_path / "r.json")))
     assert result.exit_code == 0 and result.report.verified.passed
     assert result.plan.fp32_nodes == EXPECTED["two_culprits"]
     assert result.report_paths == (str(tmp_path / "r.json"), str(tmp_path / "two.report.md"),
@@ -436,7 +438,8 @@ def _fake_gpu(monkeypatch, providers):
         providers.append(provider)
         return real(ctx, "CPUExecutionProvider")
 
-    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(ort, "get_available_providers",
+                        lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
     monkeypatch.setattr(runs, "native_executor", executor)
     monkeypatch.setattr(runners, "native_executor", executor)
 
@@ -450,7 +453,8 @@ def test_convert_native_oracle_drives_the_search_and_verifies_the_written_model(
     providers: list[str] = []
     _fake_gpu(monkeypatch, providers)
     model, data = shipped("l2_normalize")
-    assert main(["convert", model, "-o", str(tmp_path / "l2.onnx"), "--inputs", data, "--oracle", "cuda"]) == 0
+    assert main(["convert", model, "-o", str(tmp_path / "l2.onnx"), "--inputs", data, "--oracle",
+                 "cuda"]) == 0
     report = json.load(open(str(tmp_path / "l2.report.json")))
     native = "native:CUDAExecutionProvider"
     assert [report["outputs"][k]["oracle"] for k in ("before", "after", "verified", "native")] == \
@@ -473,12 +477,13 @@ def test_convert_fails_when_the_native_run_fails(tmp_path, monkeypatch, capsys):
 
     def broken_gpu(ctx, feeds, provider):
         run = real_native(ctx, feeds, provider)
-        return oracle_lib.OracleRun(run.oracle,
-                                    tuple({k: np.zeros_like(v) for k, v in out.items()} for out in run.outputs))
+        return oracle_lib.OracleRun(run.oracle, tuple({k: np.zeros_like(v) for k, v in out.items()}
+                                                      for out in run.outputs))
 
     monkeypatch.setattr(oracle_lib.verify, "run_native", broken_gpu)
     model, data = shipped("l2_normalize")
-    assert main(["convert", model, "-o", str(tmp_path / "l2.onnx"), "--inputs", data, "--oracle", "cuda"]) == 1
+    assert main(["convert", model, "-o", str(tmp_path / "l2.onnx"), "--inputs", data, "--oracle",
+                 "cuda"]) == 1
     report = json.load(open(str(tmp_path / "l2.report.json")))
     assert report["status"] == "failed"
     assert report["message"] == "the written model fails on native:CUDAExecutionProvider (passes emulated)"
@@ -490,7 +495,8 @@ def test_report_flags_in_all_fp16_mode_warn(tmp_path, capsys):
 
     model, data = shipped("benign_mlp")
     out = str(tmp_path / "b.onnx")
-    assert main(["convert", model, "-o", out, "--mode", "all-fp16", "--report", str(tmp_path / "r.json")]) == 0
+    assert main(["convert", model, "-o", out, "--mode", "all-fp16", "--report",
+                 str(tmp_path / "r.json")]) == 0
     assert "warning: --report/--report-md apply to --mode static and auto" in capsys.readouterr().err
     assert os.listdir(tmp_path) == ["b.onnx"]
     assert main(["convert", model, "-o", out, "--mode", "all-fp16", "--oracle", "cuda"]) == 0
@@ -554,13 +560,16 @@ def test_quiet_prints_the_verdict_line_of_every_ending(tmp_path, capsys, monkeyp
     model, data = shipped("l2_normalize")
     out = str(tmp_path / "a.onnx")
     assert main(["convert", model, "-o", out, "--inputs", data, "--mode", "all-fp16", "-q"]) == 0
-    assert capsys.readouterr().out == f"{model} -> {out}: written, not verified (--mode all-fp16 runs nothing)\n"
-    monkeypatch.setattr(default_load, "_outcome", lambda child: child.kill() or "onnxruntime crashes (SIGSEGV) loading it")
+    assert capsys.readouterr().out == (f"{model} -> {out}: written, not verified (--mode all-fp16 runs "
+                                       "nothing)\n")
+    monkeypatch.setattr(default_load, "_outcome",
+                        lambda child: child.kill() or "onnxruntime crashes (SIGSEGV) loading it")
     out = str(tmp_path / "b.onnx")
     assert main(["convert", model, "-o", out, "--inputs", data, "-q"]) == 3
     line = capsys.readouterr().out
     assert line.startswith(f"{model} -> {out}: ort-load-failed (the written model passes, but with default "
-                           f"session options onnxruntime crashes (SIGSEGV) loading it") and line.count("\n") == 1
+                           f"session options onnxruntime crashes (SIGSEGV) loading it")
+    assert line.count("\n") == 1
 
 
 def test_a_held_out_sample_that_fails_the_plan_fails_the_run_and_is_named(tmp_path, capsys):

@@ -88,7 +88,8 @@ def test_the_fallback_moves_the_overflowing_pins_to_bf16_and_keeps_the_rest_fp16
     assert _precisions(report) == {"square": "fp16", "sumsq": "bf16", "norm": "bf16", "normalize": "fp16"}
     reasons = report["plan"]["nodes"]["sumsq"]["reasons"]
     assert reasons[-1]["detail"].startswith("FP16 fails here; BF16 holds")
-    assert reasons[0]["detail"] == "'sumsq' reaches 1.219e+05 in FP32, over the FP16 maximum 65504"  # why FP16 failed
+    # why FP16 failed
+    assert reasons[0]["detail"] == "'sumsq' reaches 1.219e+05 in FP32, over the FP16 maximum 65504"
     markdown = open(tmp_path / "o.report.md").read()
     assert "## BF16 nodes (2)" in markdown and "| `sumsq` | ReduceSum | range: 'sumsq' reaches" in markdown
     shares = report["fp16_share"]["flops_by_precision"]
@@ -146,8 +147,8 @@ def test_bf16_below_opset_13_that_cannot_be_raised_is_one_line_and_writes_nothin
 
 
 def test_a_fallback_in_the_runs_own_type_is_a_usage_error(tmp_path, capsys):
-    assert main(["convert", generate.model_path(L2), "-o", str(tmp_path / "o.onnx"), "--low-precision", "bf16",
-                 "--fallback", "bf16"]) == 2
+    assert main(["convert", generate.model_path(L2), "-o", str(tmp_path / "o.onnx"), "--low-precision",
+                 "bf16", "--fallback", "bf16"]) == 2
     assert "--fallback bf16 with --low-precision bf16" in capsys.readouterr().err
     assert not (tmp_path / "o.onnx").exists()
 
@@ -168,8 +169,8 @@ def test_a_node_the_target_has_no_bf16_kernel_for_stays_fp32_with_that_reason(tm
                                 opset_imports=[helper.make_opsetid("", 22)]), path)
     out = str(tmp_path / "o.onnx")
     plan = str(tmp_path / "plan.json")
-    assert main(["convert", path, "-o", out, "--mode", "all-fp16", "--low-precision", "bf16", "--target", target,
-                 "--save-plan", plan, "-q"]) == 0
+    assert main(["convert", path, "-o", out, "--mode", "all-fp16", "--low-precision", "bf16", "--target",
+                 target, "--save-plan", plan, "-q"]) == 0
     nodes_json = json.load(open(plan))["nodes"]
     if blocked is None:
         assert nodes_json["conv"]["precision"] == "bf16"
@@ -238,10 +239,13 @@ def test_the_rules_judge_the_runs_own_type():
         ctx.target = GenericTarget(low)
         found[low.name] = {(f.rule, f.kind) for f in rules.run_rules(rules.ModelFacts(ctx, recorded)).findings
                            if f.confirmed}
-    assert ("cancellation", "precision") in found["BF16"] and ("cancellation", "precision") not in found["FP16"]
+    assert ("cancellation", "precision") in found["BF16"]
+    assert ("cancellation", "precision") not in found["FP16"]
     assert ("cumsum", "overflow") in found["FP16"] and ("cumsum", "overflow") not in found["BF16"]
-    [bf16_cancel] = [f for f in rules.run_rules(rules.ModelFacts(ctx, recorded)).findings if f.rule == "cancellation"]
-    assert bf16_cancel.message == "inputs up to 30 cancel to at most 1: the difference keeps 3.1 of BF16's 8 bits"
+    [bf16_cancel] = [f for f in rules.run_rules(rules.ModelFacts(ctx, recorded)).findings
+                     if f.rule == "cancellation"]
+    assert bf16_cancel.message == ("inputs up to 30 cancel to at most 1: the difference keeps 3.1 of BF16's "
+                                   "8 bits")
 
 
 def test_the_flags_file_writes_bf16_where_trtexec_takes_it_and_points_to_the_strongly_typed_model(tmp_path):
@@ -251,8 +255,8 @@ def test_the_flags_file_writes_bf16_where_trtexec_takes_it_and_points_to_the_str
                  "--trt-flags", flags, "-q"]) == 0
     lines = open(flags).read().splitlines()
     assert lines[0] == "# onnx-precision: TensorRT flags for 0 node(s) pinned to FP32 and 2 in BF16."
-    old = lines[lines.index("# TensorRT 8.6 to 9.0 (weakly typed; these flags are deprecated in 10.12 and removed "
-                            "in 11.0).") + 2]
+    old = lines[lines.index("# TensorRT 8.6 to 9.0 (weakly typed; these flags are deprecated in 10.12 and "
+                            "removed in 11.0).") + 2]
     assert old == f"# (not the plan measured) trtexec --onnx={model} --fp16"  # no bf16 before 9.1
     new = lines[lines.index("# TensorRT 9.1 to 10.11 (weakly typed; these flags are deprecated in 10.12 and "
                             "removed in 11.0).") + 1]
@@ -260,16 +264,16 @@ def test_the_flags_file_writes_bf16_where_trtexec_takes_it_and_points_to_the_str
                    f"--layerPrecisions=sumsq:bf16,norm:bf16 --layerOutputTypes=sumsq:bf16,norm:bf16")
     hint = "build the Cast-pinned model with --stronglyTyped (TensorRT 10.x) instead"
     assert f"#   not expressed: the 2 BF16 node(s): trtexec before 9.1 has no bf16; {hint}" in lines
-    assert (f"#   not expressed: the FP16 layers: with --bf16 on, TensorRT may run an unconstrained layer in BF16 "
-            f"rather than FP16; {hint}") in lines
+    assert (f"#   not expressed: the FP16 layers: with --bf16 on, TensorRT may run an unconstrained layer in "
+            f"BF16 rather than FP16; {hint}") in lines
     assert any(line.startswith(f"polygraphy convert {model} --fp16 --bf16 --precision-constraints obey "
                                f"--layer-precisions sumsq:bfloat16 norm:bfloat16") for line in lines)
-    assert main(["convert", model, "-o", str(tmp_path / "b.onnx"), "--inputs", data, "--low-precision", "bf16",
-                 "--trt-flags", flags, "-q"]) == 0
+    assert main(["convert", model, "-o", str(tmp_path / "b.onnx"), "--inputs", data, "--low-precision",
+                 "bf16", "--trt-flags", flags, "-q"]) == 0
     assert f"trtexec --onnx={model} --bf16" in open(flags).read().splitlines()
     # and --fp16-io in a BF16 run is bfloat16 I/O
-    assert main(["convert", model, "-o", str(tmp_path / "b.onnx"), "--inputs", data, "--low-precision", "bf16",
-                 "--fp16-io", "--trt-flags", flags, "-q"]) == 0
+    assert main(["convert", model, "-o", str(tmp_path / "b.onnx"), "--inputs", data, "--low-precision",
+                 "bf16", "--fp16-io", "--trt-flags", flags, "-q"]) == 0
     assert (f"trtexec --onnx={model} --bf16 --inputIOFormats=bf16:chw --outputIOFormats=bf16:chw"
             in open(flags).read().splitlines())
 
@@ -300,7 +304,8 @@ def test_a_fallback_point_replays_with_its_bf16_nodes(tmp_path):
 
 def test_a_bf16_weight_large_enough_to_go_to_onnxruntime_by_reference_converts(tmp_path):
     """Weights over 64 KiB reach onnxruntime by reference, as arrays; a bfloat16 one goes as its bits."""
-    w = onnx.numpy_helper.from_array(np.random.default_rng(0).normal(0, 0.05, (256, 256)).astype(np.float32), "w")
+    w = onnx.numpy_helper.from_array(np.random.default_rng(0).normal(0, 0.05, (256, 256)).astype(np.float32),
+                                     "w")
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 256])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 256])], [w])
@@ -310,7 +315,8 @@ def test_a_bf16_weight_large_enough_to_go_to_onnxruntime_by_reference_converts(t
     assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--inputs", data, "--low-precision", "bf16",
                  "-q"]) == 0
     [weight] = onnx.load(str(tmp_path / "o.onnx")).graph.initializer
-    assert weight.data_type == TensorProto.BFLOAT16 and json.load(open(tmp_path / "o.report.json"))["pinned"] == []
+    assert weight.data_type == TensorProto.BFLOAT16
+    assert json.load(open(tmp_path / "o.report.json"))["pinned"] == []
 
 
 def test_a_scalar_keeps_its_shape_when_rounded_to_bf16(tmp_path):
@@ -325,17 +331,19 @@ def test_a_scalar_keeps_its_shape_when_rounded_to_bf16(tmp_path):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     np.savez(data, x=np.array(2.0, np.float32))
     for io in ([], ["--fp16-io"]):
-        assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--inputs", data, "--low-precision", "bf16",
-                     "-q", *io]) == 0
+        assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--inputs", data, "--low-precision",
+                     "bf16", "-q", *io]) == 0
         assert json.load(open(tmp_path / "o.report.json"))["pinned"] == []
 
 
 def test_an_all_bf16_plan_in_an_fp16_run_searches_and_a_bf16_model_is_analyzed(tmp_path):
     model, data = generate.model_path(L2), generate.data_path(L2)
     plan = str(tmp_path / "plan.json")
-    json.dump({"nodes": {n: {"precision": "bf16"} for n in ("square", "sumsq", "normalize")}}, open(plan, "w"))
+    json.dump({"nodes": {n: {"precision": "bf16"} for n in ("square", "sumsq", "normalize")}},
+              open(plan, "w"))
     # norm stays FP16 and reads the BF16 sum of squares rounded to FP16: inf, so a search runs on it
-    assert main(["convert", model, "-o", str(tmp_path / "o.onnx"), "--inputs", data, "--plan", plan, "-q"]) == 0
+    assert main(["convert", model, "-o", str(tmp_path / "o.onnx"), "--inputs", data, "--plan", plan,
+                 "-q"]) == 0
     assert _precisions(json.load(open(tmp_path / "o.report.json")))["norm"] == "fp32"
     bf16, _ = _l2(tmp_path, "--low-precision", "bf16")
     assert main(["analyze", str(tmp_path / "o.onnx"), "--inputs", data]) == 0  # a BF16 model is emulated
