@@ -36,7 +36,8 @@ def test_a_rule_never_says_over_none_elements():
 def test_a_pin_found_by_the_headroom_and_the_range_flags_carries_the_reason_once(tmp_path):
     out = str(tmp_path / "o.onnx")
     name = "l2_normalize"
-    assert main(["convert", generate.model_path(name), "-o", out, "--inputs", generate.data_path(name), "-q"]) == 0
+    assert main(["convert", generate.model_path(name), "-o", out, "--inputs", generate.data_path(name),
+                 "-q"]) == 0
     reasons = json.load(open(tmp_path / "o.report.json"))["pinned"][0]["reasons"]
     details = [r["detail"] for r in reasons]
     assert len(details) == len(set(details)) and sum("over the FP16 maximum" in d for d in details) == 1
@@ -50,7 +51,8 @@ def test_saved_inputs_and_outputs_round_trip_through_polygraphys_loaders(tmp_pat
     name = "two_culprits"
     feeds, outs = str(tmp_path / "inputs.json"), str(tmp_path / "outputs.json")
     assert main(["convert", generate.model_path(name), "-o", str(tmp_path / "o.onnx"), "-q",
-                 "--load-inputs", generate.data_path(name), "--save-inputs", feeds, "--save-outputs", outs]) == 0
+                 "--load-inputs", generate.data_path(name), "--save-inputs", feeds, "--save-outputs",
+                 outs]) == 0
     data = dict(np.load(generate.data_path(name)))
     loaded = load_json(feeds)
     assert len(loaded) == 1 and loaded[0].keys() == data.keys()
@@ -62,7 +64,8 @@ def test_saved_inputs_and_outputs_round_trip_through_polygraphys_loaders(tmp_pat
     assert all(np.allclose(iterations[0][o.name], w, rtol=1e-6)
                for o, w in zip(onnx.load(generate.model_path(name)).graph.output, want))
     # and the saved feeds are data again (--inputs reads Polygraphy JSON)
-    assert main(["convert", generate.model_path(name), "-o", str(tmp_path / "p.onnx"), "-q", "--inputs", feeds]) == 0
+    assert main(["convert", generate.model_path(name), "-o", str(tmp_path / "p.onnx"), "-q", "--inputs",
+                 feeds]) == 0
 
 
 def test_a_shape_given_to_inputs_says_to_use_input_shapes(tmp_path, capsys):
@@ -70,8 +73,8 @@ def test_a_shape_given_to_inputs_says_to_use_input_shapes(tmp_path, capsys):
     assert main(["convert", generate.model_path(name), "-o", str(tmp_path / "o.onnx"),
                  "--inputs", "x:[2,64]"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "onnx-precision: error: x:[2,64]: no such file or directory; it reads like input shapes (Polygraphy's "
-        "--inputs takes shapes): give them with --input-shapes x:[2,64]")
+        "onnx-precision: error: x:[2,64]: no such file or directory; it reads like input shapes "
+        "(Polygraphy's --inputs takes shapes): give them with --input-shapes x:[2,64]")
     assert not (tmp_path / "o.onnx").exists()
 
 
@@ -111,9 +114,11 @@ def test_off_a_terminal_a_long_run_logs_its_phases_and_a_heartbeat_every_30_s_an
 def test_check_writes_its_result_as_json(tmp_path, capsys):
     name = "l2_normalize"
     out = str(tmp_path / "o.onnx")
-    assert main(["convert", generate.model_path(name), "-o", out, "--inputs", generate.data_path(name), "-q"]) == 0
+    assert main(["convert", generate.model_path(name), "-o", out, "--inputs", generate.data_path(name),
+                 "-q"]) == 0
     path = str(tmp_path / "check.json")
-    assert main(["check", generate.model_path(name), out, "--inputs", generate.data_path(name), "--json", path]) == 0
+    assert main(["check", generate.model_path(name), out, "--inputs", generate.data_path(name), "--json",
+                 path]) == 0
     result = json.load(open(path))
     assert result["format"] == "onnx-precision-check/1" and result["passed"] is True
     assert result["oracle"] == "emulate" and result["samples"]["count"] == 1
@@ -145,11 +150,12 @@ def test_the_summary_ends_with_the_command_that_runs_the_model_on_its_target(tmp
     model, out = generate.model_path(name), str(tmp_path / "o.onnx")
     assert main(["convert", model, "-o", out, "--inputs", generate.data_path(name)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
-        f"next: onnx-precision check {model} {out} --inputs {generate.data_path(name)} --oracle cuda  # checks it "
-        f"on the GPU (onnxruntime-gpu's CUDA provider) as this run judged it; any FP16 runtime runs it")
+        f"next: onnx-precision check {model} {out} --inputs {generate.data_path(name)} --oracle cuda  "
+        f"# checks it on the GPU (onnxruntime-gpu's CUDA provider) as this run judged it; any FP16 runtime "
+        f"runs it")
     assert main(["convert", model, "-o", out, "--mode", "all-fp16", "--target", "tensorrt"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-2] == (f"next: trtexec --onnx={out} --stronglyTyped  # TensorRT 9.0 and later builds it as written "
-                         f"(--trt-flags for older)")
-    assert lines[-1] == (f"not verified: --mode all-fp16 runs nothing (--mode auto or static verifies it); to check "
-                         f"it: onnx-precision check {model} {out} --target tensorrt")
+    assert lines[-2] == (f"next: trtexec --onnx={out} --stronglyTyped  # TensorRT 9.0 and later builds it as "
+                         f"written (--trt-flags for older)")
+    assert lines[-1] == (f"not verified: --mode all-fp16 runs nothing (--mode auto or static verifies it); "
+                         f"to check it: onnx-precision check {model} {out} --target tensorrt")

@@ -1,4 +1,5 @@
-"""Decomposed LayerNorms are written as one LayerNormalization (opset 17+): loadable at onnxruntime's defaults."""
+"""Decomposed LayerNorms are written as one LayerNormalization (opset 17+): loadable at onnxruntime's
+defaults."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ def test_the_patterns_are_found_with_what_one_node_needs():
     found = policy.decomposed_layer_norms(ModelContext.of(stack(2)))
     assert [ln.add for ln in found] == ["b0_shift", "b1_shift"]
     first = found[0]
-    assert first.nodes == ("b0_mean", "b0_sub", "b0_pow", "b0_var", "b0_add_eps", "b0_sqrt", "b0_div", "b0_scale",
-                           "b0_shift")
+    assert first.nodes == ("b0_mean", "b0_sub", "b0_pow", "b0_var", "b0_add_eps", "b0_sqrt", "b0_div",
+                           "b0_scale", "b0_shift")
     assert (first.x, first.axis, first.scale_index, first.bias_index) == ("x", 1, 1, 1)
     assert first.epsilon == pytest.approx(1e-5)
     assert policy.decomposed_layer_norms(ModelContext.of(stack(2, opset=16))) == ()  # no LayerNormalization
@@ -69,7 +70,8 @@ def test_a_tail_not_all_16_bit_pins_the_layer_norm_fp32_and_a_trt_one_needing_fp
         assert set(pinned.fp32_nodes) == nine
         assert pinned.decisions["b0_mean"].reasons[-1].source == "type"
     stats_fp32 = ctx.all_low_plan().with_fp32(["b0_var", "b0_sqrt"])
-    assert policy.layer_norm_pins(ctx, stats_fp32).fp32_nodes == ("b0_var", "b0_sqrt")  # generic: stats in FP32 anyway
+    # generic: stats in FP32 anyway
+    assert policy.layer_norm_pins(ctx, stats_fp32).fp32_nodes == ("b0_var", "b0_sqrt")
     trt = ModelContext.of(stack(1))
     trt.target = TensorRTTarget()
     fed = policy.layer_norm_pins(trt, stats_fp32)
@@ -124,9 +126,10 @@ def test_the_flags_on_the_original_pin_the_statistics_the_written_layernorm_comp
     assert main(["convert", generate.model_path("layernorm_eps"), "-o", str(tmp_path / "o.onnx"), "--inputs",
                  generate.data_path("layernorm_eps"), "--trt-flags", flags, "-q"]) == 0
     lines = open(flags).read().splitlines()
-    assert lines[1] == ("# Note: this plan was measured for onnxruntime, which computes the statistics of its 1 "
-                        "16-bit LayerNormalization(s) in FP32; a strongly typed TensorRT network computes them "
-                        "in 16 bits. For the model TensorRT builds, convert with --target tensorrt.")
+    assert lines[1] == ("# Note: this plan was measured for onnxruntime, which computes the statistics of "
+                        "its 1 16-bit LayerNormalization(s) in FP32; a strongly typed TensorRT network "
+                        "computes them in 16 bits. For the model TensorRT builds, convert with --target "
+                        "tensorrt.")
     line = next(x for x in lines if x.startswith("trtexec") and "--layerPrecisions" in x)
     pinned = line.split("--layerPrecisions=")[1].split()[0].split(",")
     assert pinned == [f"{n}:fp32" for n in ("ln_mean", "ln_sub", "ln_sq", "ln_var", "ln_add_eps", "ln_sqrt",
@@ -149,9 +152,10 @@ def test_under_tensorrt_a_written_fp16_layernormalization_computes_its_statistic
     onnx.save(ex.model, path)
     with open(data, "wb") as f:
         f.write(npz_bytes(ex.feeds[0]))
-    assert main(["convert", path, "-o", out, "--inputs", data, "--max-rel-rms", "0.002", "--target", "tensorrt",
-                 "-q"]) == 0
+    assert main(["convert", path, "-o", out, "--inputs", data, "--max-rel-rms", "0.002", "--target",
+                 "tensorrt", "-q"]) == 0
     report = json.load(open(tmp_path / "t16.report.json"))
     after, verified = ({o["name"]: o for o in report["outputs"][k]["outputs"]} for k in ("after", "verified"))
-    assert report["pinned"] == [] and after["y"]["rel_rms_err"] == verified["y"]["rel_rms_err"]  # 0.000981 before
+    # 0.000981 before
+    assert report["pinned"] == [] and after["y"]["rel_rms_err"] == verified["y"]["rel_rms_err"]
     assert sum(n.op_type == "LayerNormalization" for n in onnx.load(out).graph.node) == 2

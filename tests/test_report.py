@@ -32,7 +32,8 @@ l2 (float[N, 64] x) => (float[N, 64] y) {
 def metrics(name, err, cosine, nonfinite=0, passed=True):
     return OutputMetrics(name=name, max_abs_err=err, max_rel_err=err, cosine=cosine,
                          new_nonfinite=nonfinite, passed=passed, elements=64,
-                         failures=() if passed else ((f"{nonfinite} new NaN/Inf",) if nonfinite else ("bad",)))
+                         failures=() if passed
+                         else ((f"{nonfinite} new NaN/Inf",) if nonfinite else ("bad",)))
 
 
 def make_report(**overrides) -> rep.RunReport:
@@ -144,7 +145,8 @@ def test_estimate_flops_uses_sample_shape_for_symbolic_dims():
 
 
 def test_default_report_paths_are_siblings_of_the_output():
-    assert rep.default_paths("out/m.fp16.onnx", None, None) == ("out/m.fp16.report.json", "out/m.fp16.report.md")
+    assert rep.default_paths("out/m.fp16.onnx", None, None) == ("out/m.fp16.report.json",
+                                                                 "out/m.fp16.report.md")
     assert rep.default_paths("m", "r.json", None) == ("r.json", "m.report.md")
 
 
@@ -154,9 +156,9 @@ def _outcome(model, verified: Comparison, native: Comparison | None = None, defa
     import numpy as np
 
     from onnx_precision.convert.choose import AutoResult
+    from onnx_precision.convert.outcome import Verification
     from onnx_precision.convert.run import ConvertOptions, _outcome
     from onnx_precision.data import Samples
-    from onnx_precision.convert.outcome import Verification
     from onnx_precision.target import GENERIC
 
     plan = uniform_plan([n.name for n in model.graph.node], Precision.FP16, Reason("default", "auto"))
@@ -253,10 +255,12 @@ def test_samples_of_several_shapes_are_reported_per_shape(tmp_path, capsys):
         np.savez(data / f"s{i}.npz", x=rng.standard_normal((1, length)).astype(np.float32))
     assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--inputs", str(data)]) == 0
     verified = [line for line in capsys.readouterr().out.splitlines() if line.startswith("verified:")][0]
-    assert "; x:1x16 (1 sample(s)): y rel RMS err " in verified and "; x:1x64 (2 sample(s)): y rel RMS err" in verified
+    assert "; x:1x16 (1 sample(s)): y rel RMS err " in verified
+    assert "; x:1x64 (2 sample(s)): y rel RMS err" in verified
     report = json.load(open(tmp_path / "o.report.json"))
     by_shape = report["outputs"]["verified"]["by_shape"]
-    assert [(s["shapes"], s["samples"], s["passed"]) for s in by_shape] == [("x:1x16", 1, True), ("x:1x64", 2, True)]
+    assert [(s["shapes"], s["samples"], s["passed"]) for s in by_shape] == [("x:1x16", 1, True),
+                                                                             ("x:1x64", 2, True)]
     assert "- by shape: x:1x64 (2 sample(s))" in open(tmp_path / "o.report.md").read()
     assert rep.from_json(report).verified.by_shape[1][1].samples == 2  # the report reads it back
 
@@ -274,6 +278,8 @@ def test_estimate_flops_counts_no_constant_and_ignores_a_converters_negative_dim
              helper.make_node("MatMul", ["r", "w"], ["y"], name="mm")]
     stale = helper.make_tensor_value_info("r", TensorProto.FLOAT, [-1, 32])
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 32])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 16])], value_info=[stale])
-    flops = estimate_flops(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), {"x": (4, 32)})
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 16])],
+                              value_info=[stale])
+    flops = estimate_flops(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                           {"x": (4, 32)})
     assert flops == {"weights": 0.0, "relu": 4 * 32, "mm": 2 * 4 * 16 * 32}

@@ -1,4 +1,5 @@
-"""onnx-tensorrt's layer names (shared counter, duplicates, unnamed nodes, split ops) and the flags built on them."""
+"""onnx-tensorrt's layer names (shared counter, duplicates, unnamed nodes, split ops) and the flags built on
+them."""
 
 from __future__ import annotations
 
@@ -64,14 +65,15 @@ def test_flags_use_the_names_in_the_file_after_the_loader_renamed_nodes():
         "--layerOutputTypes=rl2:fp32,rl2_*:fp32,node_of_r:fp32,dup:fp32,dup_*:fp32,rlse:fp32,rlse_*:fp32",
     ]
     assert flags.problems == (
-        (f"node 'rl2' (ReduceL2): onnx-tensorrt gives its ElementWise PROD layer(s) no name (TensorRT calls them "
-        f"'(Unnamed Layer* N) [...]'), so no flag can keep them out of FP16; {STRONG}"),)
+        (f"node 'rl2' (ReduceL2): onnx-tensorrt gives its ElementWise PROD layer(s) no name (TensorRT calls "
+         f"them '(Unnamed Layer* N) [...]'), so no flag can keep them out of FP16; {STRONG}"),)
 
 
 def test_second_duplicate_alone_is_pinned_by_pattern_when_the_first_has_one_layer():
     model = mixed_model()
     renamed = name_nodes(model)
-    plan = uniform_plan([n.name for n in model.graph.node], Precision.FP16, Reason("d", "")).with_fp32(["dup_1"])
+    plan = uniform_plan([n.name for n in model.graph.node], Precision.FP16,
+                        Reason("d", "")).with_fp32(["dup_1"])
     # The second 'dup' is layer dup_1 in TensorRT: 'dup_*' reaches it and nothing of the first 'dup'.
     flags = trt_flags(model, plan, renamed=renamed)
     assert flags.layer_precisions == (("dup_*", "fp32"),)
@@ -87,8 +89,8 @@ def test_pattern_that_would_reach_another_node_is_not_written():
     flags = trt_flags(model, plan)
     assert flags.layer_precisions == (("lse", "fp32"),)
     assert flags.problems == (
-        ("node 'lse' (ReduceLogSumExp): its layers lse_0, lse_1 need the pattern 'lse_*', which would also pin "
-        f"'lse_exp' of node 'lse_exp'; rename the node, or {STRONG}"),)
+        ("node 'lse' (ReduceLogSumExp): its layers lse_0, lse_1 need the pattern 'lse_*', which would also "
+         f"pin 'lse_exp' of node 'lse_exp'; rename the node, or {STRONG}"),)
     # Pinned too, the other node is no longer a clash.
     both = trt_flags(model, plan.with_fp32(["lse_exp"]))
     assert both.layer_precisions == (("lse", "fp32"), ("lse_*", "fp32"), ("lse_exp", "fp32"))
@@ -138,15 +140,16 @@ def test_parse_order_is_onnx_tensorrt_toposort():
 def test_trtexec_before_9_1_has_no_patterns_so_extra_layers_are_written_down():
     model = mixed_model()
     renamed = name_nodes(model)
-    plan = uniform_plan([n.name for n in model.graph.node], Precision.FP16, Reason("d", "")).with_fp32(["rlse"])
+    plan = uniform_plan([n.name for n in model.graph.node], Precision.FP16,
+                        Reason("d", "")).with_fp32(["rlse"])
     groups = flags_by_release(model, plan, renamed=renamed).groups
     assert [(str(g.releases[0]), str(g.releases[-1]), g.flags.layer_precisions) for g in groups] == [
         ("8.6", "9.0", (("rlse", "fp32"),)),
         ("9.1", "10.11", (("rlse", "fp32"), ("rlse_*", "fp32"))),
     ]
     assert groups[0].flags.problems == (
-        ("node 'rlse' (ReduceLogSumExp): trtexec before 9.1 matches layer names exactly (no patterns), so its layers "
-        f"rlse_2, rlse_3 cannot be named; {STRONG}"),)
+        ("node 'rlse' (ReduceLogSumExp): trtexec before 9.1 matches layer names exactly (no patterns), so "
+         f"its layers rlse_2, rlse_3 cannot be named; {STRONG}"),)
 
 
 def test_bool_io_has_no_trtexec_format_before_9_1():
@@ -157,7 +160,7 @@ def test_bool_io_has_no_trtexec_format_before_9_1():
     plan = uniform_plan(["not", "where"], Precision.FP16, Reason("d", ""), fp16_io=True)
     groups = flags_by_release(model, plan).groups
     assert groups[0].flags.input_formats == () and groups[0].flags.problems == (
-        ("the I/O formats: trtexec before 9.1 has no name for bool or uint8 I/O, so --inputIOFormats/--outputIOFormats "
-        "are left out (the engine keeps FP32 I/O)"),)
+        ("the I/O formats: trtexec before 9.1 has no name for bool or uint8 I/O, so "
+         "--inputIOFormats/--outputIOFormats are left out (the engine keeps FP32 I/O)"),)
     assert groups[1].flags.weakly_typed_args() == ["--fp16", "--inputIOFormats=fp16:chw,bool:chw",
                                                    "--outputIOFormats=fp16:chw"]

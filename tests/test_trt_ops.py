@@ -84,7 +84,8 @@ def test_spelled_layers_compute_the_op_in_fp32(op, opset, attrs, constants, shap
 
 
 def kinds(node, release=NEWEST, opset=17):
-    return [(layer.kind, layer.naming.value) for layer in node_layers(node, release, opset=opset) if layer.computes]
+    return [(layer.kind, layer.naming.value) for layer in node_layers(node, release, opset=opset)
+            if layer.computes]
 
 
 def test_layers_of_the_ops_in_the_issue():
@@ -95,16 +96,19 @@ def test_layers_of_the_ops_in_the_issue():
         ("ElementWise PROD", "unnamed"), ("Reduce SUM", "node"), ("Unary SQRT", "node")]
     assert kinds(helper.make_node("ReduceLogSumExp", x, ["y"])) == [
         ("Unary EXP", "node"), ("Reduce SUM", "node"), ("Unary LOG", "node")]
-    assert kinds(helper.make_node("ReduceLogSum", x, ["y"])) == [("Reduce SUM", "node"), ("Unary LOG", "node")]
+    assert kinds(helper.make_node("ReduceLogSum", x, ["y"])) == [("Reduce SUM", "node"),
+                                                                ("Unary LOG", "node")]
     assert kinds(helper.make_node("ReduceL1", x, ["y"])) == [("Unary ABS", "node"), ("Reduce SUM", "node")]
     assert kinds(helper.make_node("LogSoftmax", x, ["y"])) == [("SoftMax", "node"), ("Unary LOG", "unnamed")]
     cumsum = helper.make_node("CumSum", ["x", "axis"], ["y"])
     assert kinds(cumsum, V("10.7")) == [("ElementWise SUM (loop body: the running sum)", "unnamed")]
     assert kinds(cumsum, V("10.8")) == [("Cumulative SUM", "node")]
-    assert kinds(helper.make_node("LayerNormalization", ["x", "s"], ["y"]), V("10.0")) == [("Normalization", "unnamed")]
-    assert kinds(helper.make_node("LayerNormalization", ["x", "s"], ["y"]), V("10.1")) == [("Normalization", "node")]
+    layer_norm = helper.make_node("LayerNormalization", ["x", "s"], ["y"])
+    assert kinds(layer_norm, V("10.0")) == [("Normalization", "unnamed")]
+    assert kinds(layer_norm, V("10.1")) == [("Normalization", "node")]
     assert kinds(helper.make_node("Gemm", ["a", "b", "c"], ["y"], alpha=2.0)) == [
-        ("MatrixMultiply", "node"), ("ElementWise PROD (alpha)", "unnamed"), ("ElementWise SUM (bias)", "unnamed")]
+        ("MatrixMultiply", "node"), ("ElementWise PROD (alpha)", "unnamed"),
+        ("ElementWise SUM (bias)", "unnamed")]
     assert kinds(helper.make_node("Relu", x, ["y"])) == [("Relu", "node")]  # not in the table: one layer
 
 
@@ -136,9 +140,10 @@ def test_fp16_spelling_rounds_each_layer_output_but_not_the_node_output():
     node = helper.make_node("ReduceL2", ["x"], ["y"], name="rl2", axes=[1])
     spelled = decompose(node, opset=17, fp16=True)
     assert spelled.rounded == ("y__0_mul", "y__1_reducesum")
-    assert [n.op_type for n in spelled.nodes] == ["Mul", "Cast", "Cast", "Constant", "ReduceSum", "Cast", "Cast",
-                                                  "Sqrt"]
-    assert [n.attribute[0].i for n in spelled.nodes if n.op_type == "Cast"] == [TensorProto.FLOAT16, TensorProto.FLOAT] * 2
+    assert [n.op_type for n in spelled.nodes] == ["Mul", "Cast", "Cast", "Constant", "ReduceSum", "Cast",
+                                                  "Cast", "Sqrt"]
+    assert [n.attribute[0].i for n in spelled.nodes if n.op_type == "Cast"] == [TensorProto.FLOAT16,
+                                                                                TensorProto.FLOAT] * 2
     assert spelled.nodes[-1].output == ["y"] and spelled.nodes[-1].input == ["y__1_reducesum__rounded"]
     assert [layer.kind for layer, _ in spelled.layers] == ["ElementWise PROD", "Reduce SUM", "Unary SQRT"]
     # Names come from the caller's fresh(), so they never collide with the model's (opset 11: axes attribute).
@@ -155,8 +160,8 @@ def test_cumsum_loop_scan_matches_the_numpy_loop_bit_for_bit():
     for exclusive in (0, 1):
         for reverse in (0, 1):
             node = helper.make_node("CumSum", ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)
-            model = layer_model(node, [_vi("x", [3, 4096])], [_vi("y", [3, 4096])], opset=14, version=V("10.7"),
-                                initializers=[ints("axis", -1)])
+            model = layer_model(node, [_vi("x", [3, 4096])], [_vi("y", [3, 4096])], opset=14,
+                                version=V("10.7"), initializers=[ints("axis", -1)])
             onnx.checker.check_model(model, full_check=True)
             got = run(model, {"x": x})[0]
             want = cumsum_fp16_loop(x, -1, exclusive=bool(exclusive), reverse=bool(reverse))
