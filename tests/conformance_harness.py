@@ -15,8 +15,9 @@ import functools
 import glob
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 import onnx
@@ -100,7 +101,8 @@ def _matches_expected(got: Sequence, expected: Sequence, rtol: float, atol: floa
             if a.shape != b.shape:
                 return False
             if a.dtype.kind in "fc":
-                if not np.allclose(a.astype(np.float64), b.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True):
+                if not np.allclose(a.astype(np.float64), b.astype(np.float64), rtol=rtol, atol=atol,
+                                   equal_nan=True):
                     return False
             elif a.dtype.kind in "OSU":
                 if not np.array_equal(a.astype(str), b.astype(str)):
@@ -110,7 +112,7 @@ def _matches_expected(got: Sequence, expected: Sequence, rtol: float, atol: floa
     return True
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def selection(name: str) -> str | None:
     """None when ``name`` is in the selection, else why not."""
     case = node_cases()[name]
@@ -194,7 +196,8 @@ def mixed_plan_converter(seed: int) -> Callable[[onnx.ModelProto], onnx.ModelPro
 
 def has_control_flow_or_sequences(model: onnx.ModelProto) -> bool:
     types = typing_rules.tensor_types(model)
-    return bool(_ops(model) & {"If", "Loop", "Scan"}) or any(not typing_rules.is_tensor(t) for t in types.values())
+    return bool(_ops(model) & {"If", "Loop", "Scan"}) or any(not typing_rules.is_tensor(t)
+                                                             for t in types.values())
 
 
 def onnxconverter_fp16(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -8,9 +8,9 @@ import os
 import numpy as np
 import onnx
 import pytest
+from conftest import unfused
 
 import models
-from conftest import unfused
 from models.generate import data_path, model_path, npz_bytes
 from onnx_precision import analysis
 from onnx_precision.cli import main
@@ -315,7 +315,8 @@ def test_margins_to_the_16_bit_limits_are_reported_nearest_first(tmp_path, capsy
     rows = {r["node"]: r for r in json.load(open(tmp_path / "a.json"))["rows"]}
     assert rows["square"]["margins"] == {"overflow_binades": 0.712, "underflow_binades": 25.0}
     # convert: the JSON report lists every FP16 node's margins, the nearest first
-    assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--inputs", data, "-q", "--headroom", "0"]) == 0
+    assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--inputs", data, "-q", "--headroom",
+                 "0"]) == 0
     report = json.load(open(tmp_path / "o.report.json"))
     assert [m["node"] for m in report["margins"]] == ["square", "root"]
     assert report["margins"][0] == {"node": "square", "overflow_binades": 0.712, "underflow_binades": 25.0}
@@ -333,6 +334,6 @@ def test_nodes_inside_a_layernorm_written_as_one_node_are_said_to_compute_in_fp3
     assert result.all_fp16 is not None and result.all_fp16.passed
     row = result.row("l3_ln2_sq")
     assert row.verdict == "overflow" and row.forced_fp32 is not None
-    assert row.forced_fp32.detail == ("inside the LayerNormalization 'l3_ln2_shift' the written model computes in "
-                                      "its place, with FP32 statistics")
+    assert row.forced_fp32.detail == ("inside the LayerNormalization 'l3_ln2_shift' the written model "
+                                      "computes in its place, with FP32 statistics")
     assert "overflow (fp32)" in result.table()

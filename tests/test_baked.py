@@ -136,7 +136,8 @@ def _same_inspection(got, want) -> None:
     assert ref.first_nonfinite == want_ref.first_nonfinite
     assert layer.nodes == want_layer.nodes and layer.first_divergence == want_layer.first_divergence
     for ours, theirs in zip(layer.outputs + ref.outputs, want_layer.outputs + want_ref.outputs):
-        assert ours.keys() == theirs.keys() and all(np.array_equal(ours[k], theirs[k], equal_nan=True) for k in ours)
+        assert ours.keys() == theirs.keys()
+        assert all(np.array_equal(ours[k], theirs[k], equal_nan=True) for k in ours)
 
 
 @pytest.mark.parametrize("budget", [0, 1 << 30])  # every tensor summarised in the graph / fetched whole
@@ -156,7 +157,8 @@ def test_the_twin_graph_sees_what_capturing_every_tensor_sees(name, budget):
         assert len(exposed) == len(set(exposed))
         fetched_whole = set(twin.twin.whole) - set(twin.twin.outputs)  # graph outputs always are
         assert bool(fetched_whole) == bool(budget) and bool(twin.twin.summaries) != bool(budget)
-        _same_inspection(inspect_plan(emulator, plan, samples), inspect_plan(EmulationSession(ctx), plan, samples))
+        _same_inspection(inspect_plan(emulator, plan, samples),
+                         inspect_plan(EmulationSession(ctx), plan, samples))
         assert emulator.sessions_built == 2  # one twin per inspection, no baked session
 
 
@@ -215,17 +217,20 @@ def test_a_summary_computed_in_the_graph_equals_numpys(case):
     from onnx_precision.oracle.rounding import Names
     from onnx_precision.oracle.twin import _Constants, summary_nodes
 
-    ref = np.array(SUMMARISED[case], np.float32).reshape(-1, 1) if SUMMARISED[case] else np.zeros((0, 3), np.float32)
+    ref = (np.array(SUMMARISED[case], np.float32).reshape(-1, 1) if SUMMARISED[case]
+           else np.zeros((0, 3), np.float32))
     with np.errstate(over="ignore"):
         plan = ref.astype(np.float16).astype(np.float32)
     vis = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("r", "c")]
-    model = helper.make_model(helper.make_graph([], "g", vis, []), opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(helper.make_graph([], "g", vis, []),
+                              opset_imports=[helper.make_opsetid("", 17)])
     names = Names(model)
     consts = _Constants(model, names)
     for with_plan in (False, True):
         nodes, (floats, ints) = summary_nodes("r", "c" if with_plan else None, names, consts, FP16.flush)
-        graph = helper.make_graph(nodes, "g", vis, [helper.make_tensor_value_info(floats, TensorProto.FLOAT, None),
-                                                    helper.make_tensor_value_info(ints, TensorProto.INT32, None)],
+        graph = helper.make_graph(nodes, "g", vis,
+                                  [helper.make_tensor_value_info(floats, TensorProto.FLOAT, None),
+                                   helper.make_tensor_value_info(ints, TensorProto.INT32, None)],
                                   list(model.graph.initializer))
         summary = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
         session = ort.InferenceSession(summary.SerializeToString(), providers=["CPUExecutionProvider"])

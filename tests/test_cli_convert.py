@@ -9,8 +9,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-
 from conftest import parse
+
 from onnx_precision.cli import main
 
 MODEL = """<ir_version: 8, opset_import: ["": 17]>
@@ -35,10 +35,12 @@ def test_convert_writes_valid_fp16_model_and_summary(model_path, tmp_path, capsy
     assert main(["convert", model_path, "-o", out]) == 0
     converted = onnx.load(out)
     onnx.checker.check_model(converted, full_check=True)
-    assert [n.name for n in converted.graph.node if n.op_type != "Cast"] == ["node_of_a", "node_of_b", "node_of_y"]
+    assert [n.name for n in converted.graph.node if n.op_type != "Cast"] == ["node_of_a", "node_of_b",
+                                                                             "node_of_y"]
     x = np.random.default_rng(0).random((2, 3), dtype=np.float32)
     got = ort.InferenceSession(out).run(None, {"x": x})[0]
-    np.testing.assert_allclose(got, np.maximum(np.exp(x * np.array([0.5, 1.5, 2.5], np.float32)), 0), rtol=2e-3)
+    np.testing.assert_allclose(got, np.maximum(np.exp(x * np.array([0.5, 1.5, 2.5], np.float32)), 0),
+                               rtol=2e-3)
     assert "3 node(s) FP16, 0 FP32, 2 Cast(s) added" in capsys.readouterr().out
 
 
@@ -110,7 +112,8 @@ def error_of(argv, capsys) -> str:
 
 def test_missing_file(tmp_path, capsys):
     missing = str(tmp_path / "nope.onnx")
-    assert f"{missing}: no such file" in error_of(["convert", missing, "-o", str(tmp_path / "o.onnx")], capsys)
+    assert f"{missing}: no such file" in error_of(["convert", missing, "-o", str(tmp_path / "o.onnx")],
+                                                  capsys)
     assert files(tmp_path) == []
 
 
@@ -216,7 +219,8 @@ def test_outputs_never_overwrite_the_sample_data_or_the_plan(model_path, tmp_pat
     plan.write_text(json.dumps({"nodes": {}}))
     before = {p: p.read_bytes() for p in (data, plan)}
     out = str(tmp_path / "o.onnx")
-    for argv in (["--inputs", str(data), "--report", str(data)], ["--plan", str(plan), "--save-plan", str(plan)],
+    for argv in (["--inputs", str(data), "--report", str(data)],
+                 ["--plan", str(plan), "--save-plan", str(plan)],
                  ["--inputs", str(tmp_path), "--report-md", str(data)]):
         err = error_of(["convert", model_path, "-o", out] + argv, capsys)
         assert "output path is the input file" in err
@@ -228,7 +232,8 @@ def test_outputs_never_overwrite_the_sample_data_or_the_plan(model_path, tmp_pat
 
 @pytest.mark.parametrize("flag, value, expected", [
     ("--seed", "-1", "expected an integer >= 0"),
-    ("--input-range", "x:-inf,0", "both finite float32 values"), ("--input-range", "x:-1e39,1", "both finite")])
+    ("--input-range", "x:-inf,0", "both finite float32 values"),
+    ("--input-range", "x:-1e39,1", "both finite")])
 def test_bad_sample_options_are_usage_errors(model_path, capsys, flag, value, expected):
     assert main(["analyze", model_path, flag, value]) == 2
     assert expected in capsys.readouterr().err.strip().splitlines()[-1]

@@ -18,13 +18,15 @@ def test_defaults_are_the_library_defaults():
 
 
 def test_values_for_every_output_and_for_one_output():
-    tol = parsed("--atol", "1e-2", "--error-stat", "max", "--atol", "y:0.5", "--check-error-stat", "logits:0:median",
-                 "--top-k", "logits:0:5", "--min-top-k-agreement", "logits:0:0.9", "--threshold", "map:0.3",
-                 "--max-slice-rel-rms", "0.3", "--allow-fp32-nonfinite")
-    assert tol.error_stat == "max" and tol.atol == 0.01 and tol.max_slice_rel_rms == 0.3 and tol.allow_fp32_nonfinite
+    tol = parsed("--atol", "1e-2", "--error-stat", "max", "--atol", "y:0.5", "--check-error-stat",
+                 "logits:0:median", "--top-k", "logits:0:5", "--min-top-k-agreement", "logits:0:0.9",
+                 "--threshold", "map:0.3", "--max-slice-rel-rms", "0.3", "--allow-fp32-nonfinite")
+    assert tol.error_stat == "max" and tol.atol == 0.01
+    assert tol.max_slice_rel_rms == 0.3 and tol.allow_fp32_nonfinite
     y, logits, heat = tol.for_output("y"), tol.for_output("logits:0"), tol.for_output("map")
     assert (y.atol, y.error_stat) == (0.5, "max")
-    assert (logits.error_stat, logits.top_k, logits.min_top_k_agreement, logits.atol) == ("median", 5, 0.9, 0.01)
+    assert (logits.error_stat, logits.top_k, logits.min_top_k_agreement, logits.atol) == ("median", 5, 0.9,
+                                                                                           0.01)
     assert heat.threshold == 0.3 and heat.max_slice_rel_rms == 0.3
     assert tol.for_output("other") is tol
 

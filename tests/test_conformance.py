@@ -1,4 +1,5 @@
-"""Conformance: every ONNX backend node case in the selection converts to a valid, running, matching FP16 model.
+"""Conformance: every ONNX backend node case in the selection converts to a valid, running, matching FP16
+model.
 
 The selection (tests/conformance_harness.py) is every deterministic node case with float32 tensors
 that onnxruntime (CPU) runs and matches the suite's expected outputs in FP32. Cases outside it are
@@ -16,11 +17,10 @@ from __future__ import annotations
 
 import os
 
+import conformance_harness as h
 import numpy as np
 import onnx
 import pytest
-
-import conformance_harness as h
 
 # A selected case that may fail, with the reason. Empty: every selected case passes.
 EXCLUDED: dict[str, str] = {}
@@ -39,7 +39,8 @@ def test_node_case_converts(name):
 
 @pytest.mark.parametrize("seed", [1, 2])
 @pytest.mark.parametrize("name", sorted(n for n, c in h.node_cases().items()
-                                         if h.has_control_flow_or_sequences(c.model) and h.selection(n) is None))
+                                        if h.has_control_flow_or_sequences(c.model)
+                                        and h.selection(n) is None))
 def test_control_flow_and_sequence_cases_with_mixed_plans(name, seed):
     """Half the nodes pinned FP32 at random: Casts across If/Loop/Scan bodies, outer-scope values
     and sequence values (which cannot be Cast) must still give a valid, matching model."""
@@ -76,7 +77,8 @@ def test_converting_the_output_again_changes_nothing(name):
     plan = h.mixed_plan(case.model, seed=5)
     once = h.rewriter.rewrite(h.ModelContext.of(case.model), plan).model
     names = [r.name for r in h.graph.walk_nodes(once.graph)]
-    again_plan = h.uniform_plan(names, h.Precision.FP16, h.Reason("default", "all-fp16")).with_fp32(plan.fp32_nodes)
+    again_plan = h.uniform_plan(names, h.Precision.FP16, h.Reason("default", "all-fp16")).with_fp32(
+        plan.fp32_nodes)
     again = h.rewriter.rewrite(h.ModelContext.of(once), again_plan).model
     assert again.SerializeToString(deterministic=True) == once.SerializeToString(deterministic=True)
 

@@ -10,12 +10,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from onnx_precision import policy
-from onnx_precision import rules
+from onnx_precision import policy, rules
 from onnx_precision.cli import main
 from onnx_precision.context import ModelContext, load_model
-from onnx_precision.storage import external_data
 from onnx_precision.policy import resolution as resolve_module
+from onnx_precision.storage import external_data
 
 
 def _external_mlp(directory: str, layers: int = 3) -> str:
@@ -105,7 +104,8 @@ def test_blockers_are_computed_once_per_context(tmp_path, monkeypatch):
     ctx = load_model(_external_mlp(str(tmp_path)))
     calls = []
     original = resolve_module.node_blockers
-    monkeypatch.setattr(resolve_module, "node_blockers", lambda c, low=None: calls.append(c) or original(c, low))
+    monkeypatch.setattr(resolve_module, "node_blockers",
+                        lambda c, low=None: calls.append(c) or original(c, low))
     for _ in range(3):
         policy.resolve(ctx, ctx.all_low_plan())
     assert policy.forced_fp32(ctx) == frozenset()

@@ -308,7 +308,8 @@ def test_the_default_load_starts_at_once_and_is_waited_for_or_cancelled(tmp_path
     assert DefaultLoad(path).problem() == ""
     broken = tmp_path / "broken.onnx"
     broken.write_bytes(b"not a model")
-    assert DefaultLoad(str(broken)).problem().startswith("with default session options onnxruntime cannot load it")
+    assert DefaultLoad(str(broken)).problem().startswith(
+        "with default session options onnxruntime cannot load it")
     cancelled = DefaultLoad(path)
     cancelled.cancel()
     with pytest.raises(ValueError, match="cancelled"):
@@ -422,7 +423,8 @@ def test_a_damaged_npz_member_is_one_line(tmp_path, capsys):
 def _detector(tmp_path) -> str:
     """A detector with dynamic N, H and W: verified on a 1x3x1x1 image it would be verified on nothing."""
     nodes = [N("Relu", ["x"], ["h"], name="r"), N("ReduceSum", ["h"], ["y"], name="s", keepdims=0)]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+    graph = helper.make_graph(nodes, "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -435,8 +437,8 @@ def test_symbolic_dimensions_without_data_stop_before_any_work(tmp_path, capsys,
     out = tmp_path / "out"
     out.mkdir()
     line = refused([a.format(m=path, out=out) for a in COMMANDS[command]], capsys, out, (path,))
-    assert line == ("onnx-precision: error: symbolic dimensions with no size to verify at: input 'x' (Nx3xHxW): "
-                    "H (axis 2), W (axis 3); give sample data (--inputs DATA) or the sizes "
+    assert line == ("onnx-precision: error: symbolic dimensions with no size to verify at: input 'x' "
+                    "(Nx3xHxW): H (axis 2), W (axis 3); give sample data (--inputs DATA) or the sizes "
                     "(--input-shape x:1x3x<H>x<W>)")
     sized = [a.format(m=path, out=out) for a in COMMANDS[command]] + ["--input-shape", "x:1x3x16x16", "-q"]
     assert main(_with_candidate(sized, out)) == 0
@@ -455,7 +457,7 @@ def test_analyze_without_sizes_runs_the_static_rules_alone_and_says_why(tmp_path
     assert sums["fp32_range"] is None and sums["findings"]  # a reduction is still flagged, unconfirmed
 
 
-def test_all_fp16_still_converts_a_model_with_symbolic_dimensions_and_says_nothing_was_verified(tmp_path, capsys):
+def test_all_fp16_converts_a_model_with_symbolic_dimensions_and_says_nothing_was_verified(tmp_path, capsys):
     path = _detector(tmp_path)
     assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--mode", "all-fp16"]) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith("not verified: --mode all-fp16 runs nothing")

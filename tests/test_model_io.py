@@ -173,7 +173,8 @@ def test_external_false_writes_a_single_file_and_inline_model_can_go_external(tm
     src = build(tmp_path)
     loaded = load_model(src)
     single = str(tmp_path / "single.onnx")
-    save_model(to_fp16(loaded.model, loaded.base_dir), single, source_dir=loaded.base_dir, external_data=False)
+    save_model(to_fp16(loaded.model, loaded.base_dir), single, source_dir=loaded.base_dir,
+               external_data=False)
     assert not os.path.exists(single + ".data")
     inline = onnx.load(single, load_external_data=False)
     assert all(t.data_location != TensorProto.EXTERNAL for t in inline.graph.initializer)
@@ -184,8 +185,10 @@ def test_external_false_writes_a_single_file_and_inline_model_can_go_external(tm
     again = str(tmp_path / "again.onnx")
     save_model(inline, again, external_data=True)
     raw = initializers(onnx.load(again, load_external_data=False))
-    assert raw["w"].data_location == TensorProto.EXTERNAL and raw["tiny"].data_location != TensorProto.EXTERNAL
-    assert numpy_helper.to_array(initializers(onnx.load(again))["keep"]).tobytes() == weights()["keep"].tobytes()
+    assert raw["w"].data_location == TensorProto.EXTERNAL
+    assert raw["tiny"].data_location != TensorProto.EXTERNAL
+    assert (numpy_helper.to_array(initializers(onnx.load(again))["keep"]).tobytes()
+            == weights()["keep"].tobytes())
 
 
 def test_a_model_over_the_proto_limit_as_read_or_written_keeps_a_data_file(tmp_path, monkeypatch):
@@ -273,7 +276,8 @@ def test_packed_int4_external_tensor_loads_reads_and_copies(tmp_path):
     assert read_array(q, loaded.base_dir).astype(np.int8).tolist() == values.tolist()
     out = str(tmp_path / "copy.onnx")
     save_model(loaded.model, out, source_dir=loaded.base_dir)
-    assert numpy_helper.to_array(initializers(onnx.load(out))["q"]).astype(np.int8).tolist() == values.tolist()
+    assert (numpy_helper.to_array(initializers(onnx.load(out))["q"]).astype(np.int8).tolist()
+            == values.tolist())
 
 
 def one_line(error: Exception) -> str:
@@ -340,7 +344,8 @@ def test_fast_fp16_conversion_gives_numpy_bits_for_every_kind_of_value():
 
     rng = np.random.default_rng(3)
     patterns = rng.integers(0, 2**32, size=1 << 20, dtype=np.uint64).astype(np.uint32)
-    patterns[:4] = [0x7F800001, 0xFF800001, 0x7FC00000, 0x33000000]  # signalling/quiet NaN, 2**-25 (ties to 0)
+    # signalling/quiet NaN, 2**-25 (ties to 0)
+    patterns[:4] = [0x7F800001, 0xFF800001, 0x7FC00000, 0x33000000]
     values = patterns.view(np.float32)
     assert values.size >= fast_cast.MIN_FAST_ELEMENTS
     assert fast_cast.to_float16(values).view(np.uint16).tolist() == fp16(values).view(np.uint16).tolist()

@@ -7,9 +7,9 @@ import os
 import numpy as np
 import onnx
 import pytest
+from conftest import unfused
 
 import models
-from conftest import unfused
 from models import generate as build
 from onnx_precision import oracle
 from onnx_precision.compare import compare_samples

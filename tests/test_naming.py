@@ -6,8 +6,8 @@ import onnx
 import pytest
 from conftest import parse
 
-from onnx_precision.errors import ModelLoadError
 from onnx_precision.context import load_model
+from onnx_precision.errors import ModelLoadError
 from onnx_precision.graph import name_nodes, walk_nodes
 
 TEXT = """

@@ -6,9 +6,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from conftest import parse
 from onnx import TensorProto
 
-from conftest import parse
 from onnx_precision import graph
 from onnx_precision.context import ModelContext
 from onnx_precision.plan import Precision, Reason, uniform_plan
@@ -39,7 +39,8 @@ def casts(model: onnx.ModelProto) -> list[onnx.NodeProto]:
 
 
 def value_types(graph: onnx.GraphProto) -> dict[str, int]:
-    return {v.name: v.type.tensor_type.elem_type for v in list(graph.input) + list(graph.output) + list(graph.value_info)}
+    return {v.name: v.type.tensor_type.elem_type
+            for v in list(graph.input) + list(graph.output) + list(graph.value_info)}
 
 
 def valid_and_close(original, converted, feeds, rtol=1e-2, atol=1e-2):
@@ -154,7 +155,8 @@ g (float[3] x) => (float[3] y) <float[3] w = {1e-9, 0.5, -0.25}> {
     assert decision.reasons[-1] == Reason(
         "initializer", "initializer 'w': nonzero |x| down to 1e-09 flush to zero in FP16, less than the "
         "rounding error of its largest values (max |x| 0.5)", (("tensor", "w"),))
-    assert result.notes[-1].startswith("1 FP16 node(s) have weights whose tiniest values flush to zero: node_of_y:")
+    assert result.notes[-1].startswith("1 FP16 node(s) have weights whose tiniest values flush to zero: "
+                                       "node_of_y:")
     w = onnx.numpy_helper.to_array(result.model.graph.initializer[0])
     assert w.dtype == np.float16 and list(w) == [0.0, 0.5, -0.25]
 

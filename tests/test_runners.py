@@ -1,4 +1,5 @@
-"""The search runs on any PlanRunner: a fake one here, onnx.reference on a tiny model, the emulation by default."""
+"""The search runs on any PlanRunner: a fake one here, onnx.reference on a tiny model, the emulation by
+default."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from conftest import parse
 
 import models
 from models import generate
-from onnx_precision.convert import choose as auto
 from onnx_precision.cli import main
 from onnx_precision.context import ModelContext
+from onnx_precision.convert import choose as auto
 from onnx_precision.data import Samples
 from onnx_precision.oracle import Emulator, reference_runner
 from onnx_precision.plan import PrecisionPlan
@@ -62,7 +63,8 @@ def test_the_search_probes_the_runner_it_is_given_and_finds_its_culprit():
     h2 = next(n for n, op in ctx.node_ops.items() if op == "Mul" and n.endswith("h2"))
     feeds = [{"x": np.linspace(-1, 1, 8, dtype=np.float32)}]
     fake = FakeTarget(ctx, h2)
-    result = auto.choose_plan(ctx, ctx.all_low_plan(), Samples(feeds, False, "test"), Tolerance(), runner=fake)
+    result = auto.choose_plan(ctx, ctx.all_low_plan(), Samples(feeds, False, "test"), Tolerance(),
+                              runner=fake)
     assert result.passed and result.plan.fp32_nodes == (h2,)
     assert result.plan.decisions[h2].reasons[-1].source == "search"
     # every comparison the report shows is the runner's, and every probe went through it

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Iterable
+from typing import Callable
 
 import pytest
 
@@ -142,7 +143,8 @@ def test_step_after_done_is_an_error():
         search.step(True)
 
 
-@pytest.mark.parametrize("culprits", [("n000",), ("n199",), ("n000", "n199"), ("n010", "n011", "n012", "n013")])
+@pytest.mark.parametrize("culprits", [("n000",), ("n199",), ("n000", "n199"),
+                                      ("n010", "n011", "n012", "n013")])
 def test_result_matches_culprits_exactly(culprits):
     passes = needs_all(*culprits)
     search = PinSearch(NODES, NODES)

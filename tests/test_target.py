@@ -108,7 +108,8 @@ def test_onnxruntime_cpu_kernels_bind_the_plan_only_where_the_target_runs_on_onn
     generic.target = GENERIC
     trt = ModelContext.of(_scatter_add())
     trt.target = TensorRTTarget(NEWEST)
-    assert generic.typing["scatter"].fp16_blocker == "onnxruntime has no float16 ScatterND kernel with reduction 'add'"
+    assert generic.typing["scatter"].fp16_blocker == ("onnxruntime has no float16 ScatterND kernel with "
+                                                      "reduction 'add'")
     assert policy.resolve(generic, generic.all_low_plan()).fp32_nodes == ("scatter",)
     assert trt.typing["scatter"].fp16_blocker is None
     assert policy.resolve(trt, trt.all_low_plan()).fp32_nodes == ()
@@ -119,7 +120,7 @@ def test_a_16_bit_type_is_one_row_every_limit_is_read_from():
     from dataclasses import replace
 
     from onnx_precision import policy
-    from onnx_precision.float_types import FP16, LowPrecision
+    from onnx_precision.float_types import FP16
     from onnx_precision.oracle import TensorStats
     from onnx_precision.target import GENERIC, GenericTarget
 
@@ -149,6 +150,7 @@ def test_targets_by_name():
 
     assert target_named("generic") == GENERIC and GENERIC.name == "generic"
     assert target_named("tensorrt", V("8.6")) == TensorRTTarget(V("8.6"))
-    assert TensorRTTarget(V("8.6")).name == "tensorrt 8.6" and TensorRTTarget(V("8.6")).title == "TensorRT 8.6"
+    assert TensorRTTarget(V("8.6")).name == "tensorrt 8.6"
+    assert TensorRTTarget(V("8.6")).title == "TensorRT 8.6"
     with pytest.raises(ValueError, match="unknown target 'cuda'"):
         target_named("cuda")

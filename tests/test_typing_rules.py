@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-
 from conftest import parse
-from onnx_precision import policy
-from onnx_precision import graph
+
+from onnx_precision import graph, policy
 from onnx_precision import typing_rules as tr
 from onnx_precision.context import ModelContext
-from onnx_precision.typing_rules import kernels
 from onnx_precision.plan import Precision, Reason, uniform_plan
+from onnx_precision.typing_rules import kernels
 
 
 def typing_of(text: str, ir_version: int = 8) -> dict[str, tr.NodeTyping]:
@@ -159,7 +158,8 @@ g (float[3] x) => (float[3] y, float[3] z) <float[3] mask = {0, -inf, 1}, float[
 def test_loop_carried_floats_convert_and_counters_do_not():
     t = typing_of("""<ir_version: 8, opset_import: ["": 17]>
 g (float[2] x, int64 n, bool c) => (float[2] s, int64 k) {
-  s, k = Loop(n, c, x, n) <body = b (int64 i, bool c_in, float[2] acc, int64 cnt) => (bool c_out, float[2] acc2, int64 cnt2) {
+  s, k = Loop(n, c, x, n) <body = b (int64 i, bool c_in, float[2] acc, int64 cnt)
+                                 => (bool c_out, float[2] acc2, int64 cnt2) {
       c_out = Identity(c_in)
       acc2 = Add(acc, acc)
       cnt2 = Add(cnt, i)
@@ -183,7 +183,8 @@ def test_node_signatures_are_probed_in_one_session_when_all_load(monkeypatch):
 
     monkeypatch.setattr(kernels, "_PROBES", {})
     before = helper_sessions.built()
-    typing = typing_of(MANY_OPS.replace("    e = EyeLike<dtype=1>(s)\n", "").replace(", float[3,3] e", ""), 10)
+    typing = typing_of(MANY_OPS.replace("    e = EyeLike<dtype=1>(s)\n", "").replace(", float[3,3] e", ""),
+                       10)
     assert helper_sessions.built() - before == 1
     assert all(t.fp16_blocker is None for t in typing.values())
 
