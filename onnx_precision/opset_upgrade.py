@@ -13,6 +13,12 @@ model the run converts, writes (at the new opset) and takes its FP32 reference f
 original is kept, its nodes stay FP32 with their reasons, and a note says why. ``--keep-opset``
 refuses instead (:func:`upgrade` with ``keep_opset``): one line naming the opset and the ops.
 
+The same for an FP16 run of a quantized model: QuantizeLinear and DequantizeLinear take a float16
+input, output and scale only from opset 19, so below it every DQ feeding a Conv/MatMul/Gemm would be
+written FP32 with a Cast to the kernel (which stops TensorRT's INT8 fusion) or its whole quantized
+group kept FP32. An FP16 run raises a model with Q/DQ nodes below 19 (and only such a model: only the
+Q/DQ nodes count), verified and said the same way.
+
 How: ``onnx.version_converter.convert_version``. Both it and a minimal upgrade of our own (raise
 opset_import, move the attributes that became inputs: Squeeze/Unsqueeze/ReduceSum axes and Split's
 split at 13, the other Reduce* axes at 18) were tried on the examples in ``models/`` and the trained
@@ -43,11 +49,11 @@ import numpy as np
 import onnx
 import onnx.version_converter
 
-from . import typing_rules
+from . import quantized, typing_rules
 from .context import ModelContext, Upgrade
 from .data import SampleSpec
 from .errors import ModelLoadError, PrecisionError, UsageError
-from .float_types import BF16
+from .float_types import BF16, LowPrecision
 from .graph import is_onnx_domain, sort_topologically, walk_nodes
 from .plan import PrecisionPlan
 from .target import Target
@@ -74,33 +80,39 @@ class Needed:
         return shown + (f" and {len(self.ops) - _LISTED} more" if len(self.ops) > _LISTED else "")
 
 
-def needed_opset(model: onnx.ModelProto, target: Target) -> Needed:
-    """The lowest ai.onnx opset (at least Cast's 13) at which every node of ``model`` whose schema has
-    no bfloat16 type today gets one that ``target`` also has a kernel for; a node that has none up to
-    the newest opset onnx knows does not count (it stays FP32 at any opset)."""
+def needed_opset(model: onnx.ModelProto, target: Target, low: LowPrecision = BF16) -> Needed:
+    """The lowest ai.onnx opset (at least the Cast's of ``low``) at which every node of ``model`` whose
+    schema has no ``low`` type today gets one that ``target`` also has a kernel for; a node that has
+    none up to the newest opset onnx knows does not count (it stays FP32 at any opset). In FP16 only
+    the Q/DQ nodes count (their scales take float16 from opset 19): a model without them is not raised."""
     opsets = typing_rules.opset_map(model)
     current = opsets.get("", 0)
     types = typing_rules.tensor_types(model)
     newest = onnx.defs.onnx_opset_version()
-    opset, ops = max(current, BF16.cast_opset), {"Cast": BF16.cast_opset} if current < BF16.cast_opset else {}
+    opset, ops = max(current, low.cast_opset), {"Cast": low.cast_opset} if current < low.cast_opset else {}
     for ref in walk_nodes(model.graph):
         node = ref.node
-        if not is_onnx_domain(node.domain) or not typing_rules.schema_typing(node, opsets, types,
-                                                                             BF16).fp16_blocker:
+        if not is_onnx_domain(node.domain):
+            continue
+        if low is BF16 and not typing_rules.schema_typing(node, opsets, types, low).fp16_blocker:
+            continue
+        # a DQ before 19 has no blocker, only a float output that cannot convert
+        if low is not BF16 and (not quantized.is_qdq(node) or _takes_low(node, opsets, current, types, target,
+                                                                          low)):
             continue
         later = range(current + 1, newest + 1)
-        since = next((v for v in later if _takes_bf16(node, opsets, v, types, target)), None)
+        since = next((v for v in later if _takes_low(node, opsets, v, types, target, low)), None)
         if since is not None:
             opset = max(opset, since)
             ops.setdefault(node.op_type, since)
     return Needed(current, opset if ops else current, tuple(ops))
 
 
-def _takes_bf16(node: onnx.NodeProto, opsets: Mapping[str, int], opset: int,
-                types: Mapping[str, onnx.TypeProto], target: Target) -> bool:
-    typing = typing_rules.schema_typing(node, {**opsets, "": opset}, types, BF16)
+def _takes_low(node: onnx.NodeProto, opsets: Mapping[str, int], opset: int,
+               types: Mapping[str, onnx.TypeProto], target: Target, low: LowPrecision) -> bool:
+    typing = typing_rules.schema_typing(node, {**opsets, "": opset}, types, low)
     return (typing.fp16_blocker is None and typing.has_float
-            and target.kernel_blocker(node, BF16, opset) is None)
+            and target.kernel_blocker(node, low, opset) is None)
 
 
 def wants_bf16(target: Target) -> bool:
@@ -111,9 +123,7 @@ def wants_bf16(target: Target) -> bool:
 def for_run(target: Target, samples: SampleSpec, custom_op_libraries: Sequence[str] = (),
             keep_opset: bool = False) -> Upgrade | None:
     """What a run hands :func:`onnx_precision.context.load_model`: :func:`upgrade` with the run's
-    target and samples, or None when the run writes no BF16."""
-    if not wants_bf16(target):
-        return None
+    target and samples (an FP16 run: for a model with Q/DQ nodes only, see :func:`needed_opset`)."""
     return partial(upgrade, target=target, samples=samples, custom_op_libraries=tuple(custom_op_libraries),
                    keep_opset=keep_opset)
 
@@ -121,36 +131,42 @@ def for_run(target: Target, samples: SampleSpec, custom_op_libraries: Sequence[s
 def upgrade(model: onnx.ModelProto, path: str, base_dir: str, *, target: Target, samples: SampleSpec,
             custom_op_libraries: tuple[str, ...] = (), keep_opset: bool = False,
             ) -> tuple[onnx.ModelProto, tuple[str, ...]]:
-    """``model`` at the opset that gives its nodes a bfloat16 type (:func:`needed_opset`), verified
-    against ``model`` on ``samples``, and the note that says so; ``model`` itself and a note saying
-    why when the upgrade fails or does not verify. ``keep_opset``: a UsageError instead. A model
-    below Cast's opset 13 that cannot be upgraded is refused (ModelLoadError): nothing there can be
-    BF16."""
-    need = needed_opset(model, target)
+    """``model`` at the opset that gives its nodes a bfloat16 type (:func:`needed_opset`; in an FP16
+    run its Q/DQ nodes a float16 one), verified against ``model`` on ``samples``, and the note that
+    says so; ``model`` itself and a note saying why when the upgrade fails or does not verify.
+    ``keep_opset``: a UsageError instead. A model below Cast's opset 13 that cannot be upgraded is
+    refused (ModelLoadError): nothing there can be BF16."""
+    low = BF16 if wants_bf16(target) else target.low
+    if low is not BF16 and not any(quantized.is_qdq(ref.node) for ref in walk_nodes(model.graph)):
+        return model, ()
+    need = needed_opset(model, target, low)
     if need.opset == need.current:
         return model, ()
+    if keep_opset and low is not BF16:  # an FP16 run converts without it: the quantized groups stay FP32
+        return model, (f"--keep-opset: opset {need.current} kept, where {need.ops_text} take no "
+                       f"{low.type_name}: the quantized groups stay FP32",)
     if keep_opset:
-        raise UsageError(f"{path}: --keep-opset: BF16 needs ai.onnx opset {need.opset} for {need.ops_text} "
-                         f"and the model imports opset {need.current} (without --keep-opset the model is "
-                         f"upgraded and verified)")
+        raise UsageError(f"{path}: --keep-opset: {low.name} needs ai.onnx opset {need.opset} for "
+                         f"{need.ops_text} and the model imports opset {need.current} (without "
+                         f"--keep-opset the model is upgraded and verified)")
     upgraded, failure = _converted(model, need.opset)
     err = None
     if upgraded is not None:
         err, failure = _verified(model, upgraded, base_dir, samples, custom_op_libraries)
     step = f"opset {need.current} -> {need.opset}"
     if upgraded is None or err is None:
-        if need.current < BF16.cast_opset:
+        if need.current < low.cast_opset:
             raise ModelLoadError(f"{path}: BF16 needs ai.onnx opset {BF16.cast_opset} or later (Cast takes "
                                  f"bfloat16 from opset {BF16.cast_opset}) and the model imports opset "
                                  f"{need.current}; the upgrade ({step}) is not used: {failure}; use "
                                  f"--low-precision fp16")
         return model, (f"no {step} upgrade: {failure}; the nodes of {need.ops_text} stay FP32 (no "
-                       f"bfloat16 type at opset {need.current})",)
+                       f"{low.type_name} type at opset {need.current})",)
     sort_topologically(upgraded.graph)
     agreement = "bit-identical" if err == 0 else f"max rel err {err:.2g}"
     take = "takes" if len(need.ops) == 1 else "take"
-    return upgraded, (f"{step} so that {need.ops_text} {take} bfloat16 (onnx's version converter); the "
-                      f"upgraded FP32 model matches the original on the samples ({agreement}) and is the "
+    return upgraded, (f"{step} so that {need.ops_text} {take} {low.type_name} (onnx's version converter); "
+                      f"the upgraded FP32 model matches the original on the samples ({agreement}) and is the "
                       f"FP32 reference; the written model is at opset {need.opset}",)
 
 

@@ -3,6 +3,8 @@ written around it, and the scales FP16 cannot hold. Every model is quantized by 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -38,6 +40,115 @@ def fp8_block(n: int = 512) -> onnx.ModelProto:
              helper.make_node("Relu", ["a"], ["r"], name="relu"),
              helper.make_node("Softmax", ["r"], ["y"], name="softmax", axis=-1)]
     return _model(nodes, inits, [4, n], [4, n], 19, "fp8_block")
+
+
+def qdq_mlp(opset: int, layers: int = 2, n: int = 32) -> onnx.ModelProto:
+    """x -> [Q/DQ (per-tensor INT8) -> MatMul <- DQ (per-column INT8 weight) -> Add -> Relu] x layers
+    -> Softmax."""
+    rng = np.random.default_rng(0)
+    nodes, inits, x = [], [], "x"
+    for i in range(layers):
+        w = rng.standard_normal((n, n)).astype(np.float32) * 0.2
+        w_scale = (np.abs(w).max(axis=0) / 127).astype(np.float32)
+        inits += [numpy_helper.from_array(np.round(w / w_scale).astype(np.int8), f"w{i}_q"),
+                  numpy_helper.from_array(w_scale, f"w{i}_s"),
+                  numpy_helper.from_array(np.zeros(n, np.int8), f"w{i}_zp"),
+                  numpy_helper.from_array(np.array(0.05, np.float32), f"a{i}_s"),
+                  numpy_helper.from_array(np.array(0, np.int8), f"a{i}_zp"),
+                  numpy_helper.from_array(rng.standard_normal(n).astype(np.float32) * 0.1, f"b{i}")]
+        nodes += [helper.make_node("QuantizeLinear", [x, f"a{i}_s", f"a{i}_zp"], [f"q{i}"], name=f"q{i}"),
+                  helper.make_node("DequantizeLinear", [f"q{i}", f"a{i}_s", f"a{i}_zp"], [f"d{i}"],
+                                   name=f"dq{i}"),
+                  helper.make_node("DequantizeLinear", [f"w{i}_q", f"w{i}_s", f"w{i}_zp"], [f"dw{i}"],
+                                   name=f"dqw{i}", axis=1),
+                  helper.make_node("MatMul", [f"d{i}", f"dw{i}"], [f"mm{i}"], name=f"matmul{i}"),
+                  helper.make_node("Add", [f"mm{i}", f"b{i}"], [f"ad{i}"], name=f"add{i}"),
+                  helper.make_node("Relu", [f"ad{i}"], [f"r{i}"], name=f"relu{i}")]
+        x = f"r{i}"
+    nodes.append(helper.make_node("Softmax", [x], ["y"], name="softmax", axis=-1))
+    return _model(nodes, inits, [4, n], [4, n], opset, "qdq_mlp")
+
+
+def qdq_conv(opset: int, c: int = 8, x_scale: float = 0.02) -> onnx.ModelProto:
+    """x -> Q/DQ (UINT8) -> Conv <- DQ (per-channel INT8) -> Relu -> Q/DQ -> GlobalAveragePool -> Sigmoid."""
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((c, c, 3, 3)).astype(np.float32) * 0.2
+    w_scale = (np.abs(w).reshape(c, -1).max(axis=1) / 127).astype(np.float32)
+    inits = [numpy_helper.from_array(np.round(w / w_scale[:, None, None, None]).astype(np.int8), "w_q"),
+             numpy_helper.from_array(w_scale, "w_s"), numpy_helper.from_array(np.zeros(c, np.int8), "w_zp"),
+             numpy_helper.from_array(np.array(x_scale, np.float32), "x_s"),
+             numpy_helper.from_array(np.array(0, np.uint8), "x_zp"),
+             numpy_helper.from_array(np.array(0.05, np.float32), "y_s"),
+             numpy_helper.from_array(np.array(0, np.uint8), "y_zp"),
+             numpy_helper.from_array(rng.standard_normal(c).astype(np.float32) * 0.1, "b")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "x_s", "x_zp"], ["xq"], name="q_x"),
+             helper.make_node("DequantizeLinear", ["xq", "x_s", "x_zp"], ["xd"], name="dq_x"),
+             helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_zp"], ["wd"], name="dq_w", axis=0),
+             helper.make_node("Conv", ["xd", "wd", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("QuantizeLinear", ["r", "y_s", "y_zp"], ["rq"], name="q_y"),
+             helper.make_node("DequantizeLinear", ["rq", "y_s", "y_zp"], ["rd"], name="dq_y"),
+             helper.make_node("GlobalAveragePool", ["rd"], ["p"], name="pool"),
+             helper.make_node("Sigmoid", ["p"], ["y"], name="sigmoid")]
+    return _model(nodes, inits, [1, c, 16, 16], [1, c, 1, 1], opset, "qdq_conv")
+
+
+def dq_cast_kernels(model: onnx.ModelProto) -> list[tuple[str, str]]:
+    """(DQ, kernel) for every DequantizeLinear -> Cast -> Conv/MatMul/Gemm in ``model``."""
+    made = {out: node for node in model.graph.node for out in node.output}
+    return [(made[cast.input[0]].name, kernel.name) for kernel in model.graph.node
+            if kernel.op_type in ("Conv", "MatMul", "Gemm") for name in kernel.input[:2]
+            for cast in [made.get(name)] if cast is not None and cast.op_type == "Cast"
+            and cast.input[0] in made and made[cast.input[0]].op_type == "DequantizeLinear"]
+
+
+def _written_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Node name -> the element type of its first output, in the written model."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    values = list(inferred.graph.value_info) + list(inferred.graph.output)
+    types = {v.name: v.type.tensor_type.elem_type for v in values}
+    return {n.name: types.get(n.output[0], 0) for n in inferred.graph.node}
+
+
+def test_a_qdq_mlp_at_opset_17_is_raised_to_19_and_its_dqs_feed_the_matmuls_in_fp16(tmp_path, capsys):
+    # before: every DQ written FP32 (DequantizeLinear outputs float only before 19) and Cast to FP16
+    # for its MatMul: 4 DQ -> Cast -> MatMul, each stopping TensorRT's INT8 fusion
+    path, out = str(tmp_path / "mlp.onnx"), str(tmp_path / "o.onnx")
+    onnx.save(qdq_mlp(17), path)
+    assert main(["convert", path, "-o", out]) == 0
+    printed = capsys.readouterr().out
+    assert ("note: opset 17 -> 19 so that QuantizeLinear, DequantizeLinear take float16 (onnx's version "
+            "converter); the upgraded FP32 model matches the original on the samples "
+            "(bit-identical)") in printed
+    written = onnx.load(out)
+    assert written.opset_import[0].version == 19
+    assert dq_cast_kernels(written) == []
+    types = _written_types(written)
+    assert {types[n] for n in ("dq0", "dqw0", "matmul0", "dq1", "dqw1", "matmul1")} == {TensorProto.FLOAT16}
+
+
+def test_a_qdq_conv_block_at_opset_13_converts_with_no_cast_between_a_dq_and_its_conv(tmp_path):
+    path, out = str(tmp_path / "conv.onnx"), str(tmp_path / "o.onnx")
+    onnx.save(qdq_conv(13), path)
+    assert main(["convert", path, "-o", out, "-q"]) == 0
+    written = onnx.load(out)
+    assert dq_cast_kernels(written) == []
+    assert _written_types(written)["conv"] == TensorProto.FLOAT16
+
+
+def test_with_keep_opset_a_quantized_group_stays_fp32_whole_rather_than_cast_inside(tmp_path, capsys):
+    path, out, plan = str(tmp_path / "conv.onnx"), str(tmp_path / "o.onnx"), str(tmp_path / "p.json")
+    onnx.save(qdq_conv(17), path)
+    assert main(["convert", path, "-o", out, "--keep-opset", "--save-plan", plan]) == 0
+    assert ("note: --keep-opset: opset 17 kept, where QuantizeLinear, DequantizeLinear take no float16: the "
+            "quantized groups stay FP32") in capsys.readouterr().out
+    written = onnx.load(out)
+    assert written.opset_import[0].version == 17 and dq_cast_kernels(written) == []
+    decisions = json.load(open(plan))["nodes"]
+    assert decisions["conv"]["precision"] == "fp32"
+    assert decisions["conv"]["reasons"][-1]["detail"] == (
+        "quantized group of 'conv' (INT8): 'dq_x' is FP32, and a Cast inside the group would stop its fusion")
+    assert decisions["relu"]["precision"] == "fp16"
 
 
 def test_an_fp8_qdq_block_with_a_large_fp8_weight_converts(tmp_path, capsys):

@@ -11,10 +11,12 @@ from dataclasses import dataclass, replace
 
 import onnx
 
+from .. import quantized
 from ..context import ModelContext
 from ..float_types import LOW_TYPES, LowPrecision, low_of
 from ..graph import graphs_with_owner, walk_nodes
 from ..plan import NodeDecision, Precision, PrecisionPlan, Reason
+from ..quantized import QuantGroup
 from ..typing_rules import FLOAT, NodeTyping, constant_tensor, constant_verdict, elem_type, is_tensor
 
 
@@ -192,7 +194,39 @@ def resolve_plan(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
         resolved = _with_notes(resolved, {n: r for n, r in found.notes.items() if n in mine})
         edges = found.edges
     resolved = _force_fp32(resolved, _non_tensor_conflicts(resolved, ctx.typing, edges))
+    resolved = _force_fp32(resolved, _split_groups(resolved, ctx.typing, quantized.of(ctx).groups))
     return replace(resolved, resolved=True)
+
+
+def _split_groups(plan: PrecisionPlan, typing: Mapping[str, NodeTyping], groups: tuple[QuantGroup, ...],
+                  ) -> dict[str, Reason]:
+    """The 16-bit members of each quantized group (DQ -> Conv/MatMul/Gemm <- DQ -> Q) that has an FP32
+    member, with why: a group is written in one type, as a Cast between its DQ and its kernel stops the
+    integer kernel's fusion (the kernel then runs in float). A DQ whose output the opset fixes to float
+    (DequantizeLinear before 19) is FP32 whatever the plan says. Until nothing changes: groups share DQs."""
+    dequantize = {dq for group in groups for dq in group.dequantize}
+
+    def fixed_fp32(member: str) -> bool:
+        t = typing[member]
+        return bool(t.fp16_blocker) or (member in dequantize and 0 not in t.convertible_outputs)
+
+    out: dict[str, Reason] = {}
+    changed = True
+    while changed:
+        changed = False
+        for group in groups:
+            members = [m for m in group.members if m in plan.decisions]
+            wide = next((m for m in members if m in out or not plan.is_low(m) or fixed_fp32(m)), None)
+            precisions = {plan.precision(m) for m in members if m not in out}
+            if wide is None and len(precisions) <= 1:
+                continue
+            why = f"'{wide}' is FP32" if wide is not None else "its members are in two 16-bit types"
+            for member in members:
+                if member not in out and plan.is_low(member):
+                    out[member] = Reason("type", f"quantized group of '{group.kernel}' ({group.label}): "
+                                                 f"{why}, and a Cast inside the group would stop its fusion")
+                    changed = True
+    return out
 
 
 def _with_notes(plan: PrecisionPlan, notes: Mapping[str, Reason]) -> PrecisionPlan:
