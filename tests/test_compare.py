@@ -19,7 +19,8 @@ REF = np.linspace(-4.0, 4.0, 64, dtype=np.float32)  # max |ref| = 4, crosses zer
 
 def test_identical_outputs_pass_with_zero_error():
     m = compare_array("y", REF, REF.copy(), TOL)
-    assert (m.max_abs_err, m.max_rel_err, m.rel_rms_err, m.new_nonfinite, m.passed) == (0.0, 0.0, 0.0, 0, True)
+    assert (m.max_abs_err, m.max_rel_err, m.rel_rms_err, m.new_nonfinite, m.passed) == (0.0, 0.0, 0.0, 0,
+                                                                                        True)
     assert m.cosine == pytest.approx(1.0, abs=1e-12)
     assert (m.outside_bound, m.elements, m.failures) == (0, 64, ())
 
@@ -124,8 +125,8 @@ def test_json_round_trip_keeps_every_statistic():
     cand = REF.copy()
     cand[3] = np.inf
     tol = Tolerance(top_k=2).with_output("z", threshold=0.0)
-    c = compare_samples([{"y": REF.reshape(8, 8), "z": REF}], [{"y": cand.reshape(8, 8), "z": REF * 1.01}], tol,
-                        "emulate")
+    c = compare_samples([{"y": REF.reshape(8, 8), "z": REF}], [{"y": cand.reshape(8, 8), "z": REF * 1.01}],
+                        tol, "emulate")
     data = json.loads(json.dumps(c.to_json()))  # strings for inf/nan: every JSON parser reads it
     assert Comparison.from_json(data) == c
     y = data["outputs"][0]

@@ -95,7 +95,8 @@ def test_other_symbolic_dimensions_are_never_invented():
 
 def test_synthetic_shape_too_big_to_allocate_is_a_data_error():
     # 2**60 x 4 float32 is past what numpy can address: it refuses before allocating anything.
-    with pytest.raises(DataError, match=r"^input 'x': no memory for a synthetic 1152921504606846976x4 float32"):
+    with pytest.raises(DataError,
+                       match=r"^input 'x': no memory for a synthetic 1152921504606846976x4 float32"):
         load_samples(MODEL, SampleSpec(input_shapes={"x": (2 ** 60, 4)}))
 
 

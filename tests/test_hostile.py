@@ -165,8 +165,8 @@ def test_outputs_follow_the_umask(tmp_path, umask):
     model = _plain_model(tmp_path)
     old = os.umask(umask)
     try:
-        assert main(["convert", model, "-o", str(tmp_path / "o.onnx"), "--save-plan", str(tmp_path / "p.json"),
-                     "-q"]) == 0
+        assert main(["convert", model, "-o", str(tmp_path / "o.onnx"), "--save-plan",
+                     str(tmp_path / "p.json"), "-q"]) == 0
     finally:
         os.umask(old)
     for name in ("o.onnx", "p.json", "o.report.json", "o.report.md"):

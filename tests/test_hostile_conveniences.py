@@ -97,8 +97,8 @@ def test_a_polygraphy_json_is_read_whatever_its_name_and_quietly(tmp_path, capsy
     assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--inputs", data, "-q"]) == 0
     captured = capsys.readouterr()
     # the verdict line alone, and no [I]/[W] lines from Polygraphy under -q
-    assert captured.out == (f"{path} -> {tmp_path / 'o.onnx'}: passed; worst y: rel RMS err 0; FP16: 1/1 nodes "
-                            f"(100.0%), 100.0% of estimated FLOPs\n") and captured.err == ""
+    assert captured.out == (f"{path} -> {tmp_path / 'o.onnx'}: passed; worst y: rel RMS err 0; FP16: 1/1 "
+                            f"nodes (100.0%), 100.0% of estimated FLOPs\n") and captured.err == ""
 
 
 def test_an_npz_is_read_whatever_its_name(tmp_path):

@@ -310,7 +310,8 @@ def test_switch_graph_rounds_external_weights_in_the_fp16_branch(tmp_path):
     name_nodes(model)
     loaded = saved_external(model, str(tmp_path / "fp32.onnx"))
     session = EmulationSession(loaded, capture_intermediates=False)
-    weights = [t for t in session.switch_model.model.graph.initializer if t.data_type == onnx.TensorProto.FLOAT]
+    weights = [t for t in session.switch_model.model.graph.initializer
+               if t.data_type == onnx.TensorProto.FLOAT]
     assert [t.name for t in weights] == ["w1", "w2"]  # no rounded copy
     assert all(external_location(t) == "fp32.onnx.data" for t in weights)
     ctx = ModelContext.of(model)

@@ -61,10 +61,12 @@ def test_plan_file_errors_are_one_line(tmp_path):
         PrecisionPlan.load(str(tmp_path / "missing.json"))
 
 
-@pytest.mark.parametrize("reasons", [["why"], [{"detail": "no source"}], [{"source": "s", "evidence": [1]}], 3])
+@pytest.mark.parametrize("reasons", [["why"], [{"detail": "no source"}], [{"source": "s", "evidence": [1]}],
+                                     3])
 def test_malformed_reasons_are_a_plan_error(reasons):
     with pytest.raises(PlanError, match="hand.json: node 'a' has malformed 'reasons'"):
-        PrecisionPlan.from_json({"nodes": {"a": {"precision": "fp32", "reasons": reasons}}}, source="hand.json")
+        PrecisionPlan.from_json({"nodes": {"a": {"precision": "fp32", "reasons": reasons}}},
+                                source="hand.json")
 
 
 def test_user_choices_regex_op_and_plan():

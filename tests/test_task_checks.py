@@ -59,6 +59,7 @@ def test_task_checks_gate_the_output_and_are_reported_beside_the_statistics():
 def test_samples_merge_to_the_worst_agreement():
     tol = Tolerance(threshold=0.5, min_iou=0.0)
     ref = {"y": np.array([0.6, 0.7, 0.2, 0.1])}
-    c = compare_samples([ref, ref], [{"y": ref["y"].copy()}, {"y": np.array([0.6, 0.4, 0.2, 0.1])}], tol, "emulate")
+    c = compare_samples([ref, ref], [{"y": ref["y"].copy()}, {"y": np.array([0.6, 0.4, 0.2, 0.1])}], tol,
+                        "emulate")
     (merged,) = c.outputs[0].tasks
     assert merged.agreement == 0.5 and merged.disagreeing == 1 and merged.total == 8

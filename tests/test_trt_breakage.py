@@ -20,12 +20,14 @@ def _vi(name, shape):
 
 
 def run(model, feeds):
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    return ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feeds)[0]
 
 
 def generic_fp16(node, inputs, outputs, opset, initializers=()):
     """Today's emulation of an FP16 node: inputs rounded, the op in FP32, the output rounded."""
-    inner = helper.make_node(node.op_type, [f"{n}_r" if n in {i.name for i in inputs} else n for n in node.input],
+    inner = helper.make_node(node.op_type,
+                             [f"{n}_r" if n in {i.name for i in inputs} else n for n in node.input],
                              ["raw"], **{a.name: helper.get_attribute_value(a) for a in node.attribute})
     nodes = []
     for vi in inputs:

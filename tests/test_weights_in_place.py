@@ -93,7 +93,8 @@ def test_a_model_carrying_the_in_model_file_key_itself_is_refused(tmp_path):
     for key, value in (("location", "m.onnx"), (IN_MODEL_FILE_KEY, "1")):
         w.external_data.add(key=key, value=value)
     onnx.save(model, path)
-    with pytest.raises(ModelLoadError, match=f"tensor 'w1' uses the reserved external data keys.*{IN_MODEL_FILE_KEY}"):
+    with pytest.raises(ModelLoadError,
+                       match=f"tensor 'w1' uses the reserved external data keys.*{IN_MODEL_FILE_KEY}"):
         load_model(path)
 
 
