@@ -10,11 +10,11 @@ import pytest
 from models import generate
 from onnx_precision.cli import main
 from onnx_precision.oracle import ORACLES
-from onnx_precision.vocab import ORACLE_NAMES
+from onnx_precision.target import ORACLE_NAMES
 
 
 def test_every_oracle_name_has_one_runner():
-    assert set(ORACLES) == set(ORACLE_NAMES) == {"emulate", "reference", "cuda", "tensorrt"}
+    assert set(ORACLES) == set(ORACLE_NAMES) == {"emulate", "reference", "cuda", "tensorrt", "webgpu"}
 
 
 def test_convert_and_check_with_the_reference_oracle(tmp_path, capsys):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..vocab import ORACLE_NAMES
+from ..target import ORACLE_NAMES
 from . import common
 
 
@@ -18,7 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--oracle",
         choices=ORACLE_NAMES,
         default="emulate",
-        help="emulate FP16 on CPU (default), run natively on a GPU provider (cuda, tensorrt), or in "
+        help="emulate FP16 on CPU (default), run natively on a provider (cuda, tensorrt, webgpu), or in "
              "onnx.reference with FP16 arithmetic inside every op (reference: slow, pessimistic)",
     )
     p.add_argument("--json", metavar="FILE",

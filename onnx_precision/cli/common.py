@@ -14,7 +14,7 @@ import numpy as np
 from ..data import SampleSpec
 from ..errors import UsageError
 from ..float_types import LOW_PRECISIONS, low_of
-from ..target import KINDS, Target, target_named
+from ..target import KINDS, Target, target_help, target_named
 from ..tolerance import ERROR_STATS, SLICE_MIN_ELEMENTS, Tolerance
 from ..trt.versions import NEWEST, TrtVersion
 
@@ -145,11 +145,7 @@ def add_runtime_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ort-custom-op-library", action="append", default=[], metavar="PATH",
                         help="a shared library of onnxruntime kernels for the model's custom ops, registered "
                              "on every session (repeatable)")
-    parser.add_argument("--target", choices=KINDS, default="generic",
-                        help="what FP16 runs on: generic (default: every op computes in FP32 and "
-                             "stores FP16, as GPU kernels that accumulate in FP32 do) or tensorrt (ops its "
-                             "ONNX parser builds from several layers, e.g. ReduceL2, LogSoftmax, CumSum, are "
-                             "emulated layer by layer, each layer storing FP16)")
+    parser.add_argument("--target", choices=KINDS, default="generic", help=target_help())
     parser.add_argument("--trt-version", type=_trt_version, default=NEWEST, metavar="X.Y",
                         help=f"with --target tensorrt: the release whose parser is followed "
                              f"(default {NEWEST})")

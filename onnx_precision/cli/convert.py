@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 
 from .. import convert as convert_lib
+from ..target import ORACLE_NAMES
 from ..trt.layer_precisions import LayerFlags
-from ..vocab import MODES, ORACLE_NAMES
+from ..vocab import MODES
 from . import common
 
 
@@ -79,8 +80,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--oracle",
         choices=ORACLE_NAMES,
         default="emulate",
-        help="also check the written model natively on a GPU provider (cuda, tensorrt: needs "
-             "onnxruntime-gpu) or in onnx.reference (reference: FP16 arithmetic inside every op)",
+        help="also check the written model natively on a provider (cuda, tensorrt: needs "
+             "onnxruntime-gpu; webgpu: a build with WebGPU) or in onnx.reference (reference: FP16 "
+             "arithmetic inside every op)",
     )
     p.add_argument("--fallback", choices=("fp32", "bf16"), default="fp32",
                    help="where a node goes when it fails in FP16: fp32 (default), or bf16 first, FP32 only "

@@ -122,5 +122,5 @@ def plan_runner(oracle: str, ctx: ModelContext) -> PlanRunner | None:
     emulator is the runner)."""
     if oracle == REFERENCE:
         return reference_runner(ctx)
-    provider = NATIVE_PROVIDERS.get(oracle)  # type: ignore[call-overload]  # names are checked first
+    provider = NATIVE_PROVIDERS.get(oracle)  # names are checked first
     return None if provider is None else native_runner(ctx, provider)

@@ -12,7 +12,7 @@ on a provider, or in ``onnx.reference``; each gives an :class:`OracleRun` over s
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +21,7 @@ import onnxruntime as ort
 
 from ..context import ModelContext
 from ..storage import is_external, model_tensors, read_array
-from ..vocab import OracleName
+from ..target import NATIVE_PROVIDERS as NATIVE_PROVIDERS  # each runtime's (the registry of targets)
 from .emulation import EMULATE, as_fp32
 from .reference_ops import SPEC_OPS
 from .sessions import Feed, cast_feed, input_dtypes, make_session, run_session
@@ -32,8 +32,6 @@ log = logging.getLogger(__name__)
 Executor = Callable[[Feed], dict[str, np.ndarray]]  # one model's outputs for one feed
 
 REFERENCE = "reference"
-NATIVE_PROVIDERS: Mapping[OracleName, str] = {"cuda": "CUDAExecutionProvider",
-                                              "tensorrt": "TensorrtExecutionProvider"}
 
 
 def native_oracle(provider: str) -> str:

@@ -41,7 +41,7 @@ def require_oracle(oracle: str) -> None:
     """Fail before any work when ``oracle`` is unknown or names a provider this onnxruntime lacks."""
     if oracle not in ORACLES:
         raise OracleUnavailable(f"unknown oracle '{oracle}'; expected one of {', '.join(ORACLES)}")
-    provider = NATIVE_PROVIDERS.get(oracle)  # type: ignore[call-overload]  # checked just above
+    provider = NATIVE_PROVIDERS.get(oracle)  # checked just above
     if provider is not None:
         import onnxruntime as ort
         if provider not in ort.get_available_providers():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Literal, Protocol
 
 import onnx
 
@@ -19,6 +19,7 @@ from ..plan import PrecisionPlan
 from ..suggested import RunArgs, quoted
 
 Fresh = Callable[[str], str]  # a fresh value/node name from a base name
+Accumulation = Literal["fp32", "fp16"]  # the type a kernel keeps its running sums in
 
 
 class LoadedModel(Protocol):
@@ -91,6 +92,13 @@ class Target(ABC):
                  types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh) -> Spelling:
         """How ``model``'s FP16 nodes compute here (``types``: every value's type, or None to infer
         them when needed)."""
+
+    @property
+    def accumulation(self) -> Mapping[str, Accumulation]:
+        """How each op kind's kernel accumulates here, by op type; an op kind left out keeps its sums in
+        FP32 (or sums nothing). An "fp16" op kind is emulated with the overflow of its sums
+        (:mod:`.accumulation`)."""
+        return {}
 
     @property
     def normalizes_in_input_precision(self) -> bool:

@@ -31,7 +31,7 @@ FLOAT = TensorProto.FLOAT
 FLOAT16 = TensorProto.FLOAT16
 
 # Where each ONNX reduction takes its axes from an input instead of an attribute.
-_AXES_INPUT_SINCE = {"ReduceSum": 13, "ReduceMean": 18, "Squeeze": 13, "Unsqueeze": 13}
+_AXES_INPUT_SINCE = {"ReduceSum": 13, "ReduceMean": 18, "ReduceMax": 18, "Squeeze": 13, "Unsqueeze": 13}
 
 
 class DecompositionError(ValueError):

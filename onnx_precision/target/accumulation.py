@@ -1,0 +1,240 @@
+"""Sums kept in the 16-bit type, emulated in the graph: where a partial sum passes the type's largest value.
+
+Some runtimes accumulate a reduction, a contraction, a Softmax denominator or a normalisation statistic
+in FP16 inside the kernel (:mod:`.webgpu`, :mod:`.fp16_accumulate`); the emulation computes each op in
+FP32 and would not see the overflow. A target says which op kinds accumulate in its 16-bit type
+(:attr:`.Target.accumulation`); :class:`Accumulating` spells each such FP16 node as the node itself
+plus a *bound* of the magnitude its accumulator reaches, and where the bound rounds to infinity in the
+16-bit type the node's output becomes what the runtime gives there (``Where(bound finite, out, out·r)``:
+r = inf for a sum, whose accumulator is then ±inf; r = 0 for a Softmax or a normalisation, whose
+division by an infinite denominator or standard deviation gives 0).
+
+The bound is the sum of the magnitudes of the terms (``ReduceSum(|x|)``, ``MatMul(|A|, |B|)``,
+``Conv(|x|, |W|)``, Σx² of a variance). For non-negative terms a sequential sum's running value
+reaches the full sum, so the bound is exact: the runtime overflows where it does. For terms of both
+signs the sum of magnitudes bounds every partial sum from above whatever the order of the terms, so
+the emulation is pessimistic there: it may say a sum overflows that cancels before it does. It is
+also pessimistic where FP16 rounding stalls a long running sum below 65504 (2048 + 1 rounds to 2048).
+The precision lost by rounding each partial sum is not emulated.
+
+The check adds a few nodes to each accumulating node's FP16 spelling, so it runs inside the switch,
+baked and twin graphs as the node does: a search costs no more sessions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..float_types import FP16, LowPrecision
+from ..graph import is_onnx_domain, onnx_opset
+from ..trt.spell import DecompositionError, Speller
+from ..typing_rules import tensor_types
+from ..typing_rules.constants import small_constant_arrays
+from .base import Fresh, OneOp, Spelling, Target
+
+log = logging.getLogger(__name__)
+
+FLOAT = onnx.TensorProto.FLOAT
+SMALL_CONSTANT = 64  # elements: the axes a bound reads
+FIRST_OPSET = 9  # Where (opset 9) and broadcasting Less (opset 7) spell the check
+
+
+def _x(s: Speller, i: int = 0) -> str:
+    return s.input(i)
+
+
+def _abs(s: Speller, i: int = 0) -> str:
+    return s.helper_node("Abs", [_x(s, i)])
+
+
+def _sum_over(s: Speller, data: str, axes: list[int]) -> str:
+    extra, attrs = s.axes_arg("ReduceSum", axes)
+    return s.helper_node("ReduceSum", [data, *extra], keepdims=1, **attrs)
+
+
+def _sum_like_node(s: Speller, terms: str) -> str:
+    """``terms`` summed as the node reduces (its axes, keepdims, noop_with_empty_axes)."""
+    axes = s.node_axes()
+    if axes is None and s.int_attr("noop_with_empty_axes", 0):
+        return terms  # no axis reduced: each term is its own sum
+    extra, attrs = s.axes_arg("ReduceSum", axes)
+    return s.helper_node("ReduceSum", [terms, *extra], keepdims=s.int_attr("keepdims", 1), **attrs)
+
+
+def _trailing_axes(s: Speller, first: int) -> list[int]:
+    rank = s.need_rank()
+    return list(range(first + rank if first < 0 else first, rank))
+
+
+def _reduce_abs(s: Speller) -> str:  # ReduceSum, ReduceMean, ReduceL1, ReduceLogSum: Σ|x|
+    return _sum_like_node(s, _abs(s))
+
+
+def _reduce_square(s: Speller) -> str:  # ReduceSumSquare, ReduceL2: Σx²
+    return _sum_like_node(s, s.helper_node("Mul", [_x(s), _x(s)]))
+
+
+def _reduce_exp(s: Speller) -> str:  # ReduceLogSumExp as a kernel that sums exp(x) unshifted
+    return _sum_like_node(s, s.helper_node("Exp", [_x(s)]))
+
+
+def _softmax_axes(s: Speller) -> list[int]:
+    # From opset 13 Softmax normalises one axis; before, the input is coerced to 2D at ``axis``
+    if s.opset >= 13:
+        axis = s.int_attr("axis", -1)
+        return [axis + s.need_rank() if axis < 0 else axis]
+    return _trailing_axes(s, s.int_attr("axis", 1))
+
+
+def _softmax_denominator(s: Speller) -> str:  # Σexp(x - max) over the normalised axes
+    axes = _softmax_axes(s)
+    extra, attrs = s.axes_arg("ReduceMax", axes)
+    top = s.helper_node("ReduceMax", [_x(s), *extra], keepdims=1, **attrs)
+    return _sum_over(s, s.helper_node("Exp", [s.helper_node("Sub", [_x(s), top])]), axes)
+
+
+def _contraction(s: Speller) -> str:  # MatMul, Gemm, Conv, ConvTranspose on |inputs|, without bias
+    a, b = _abs(s, 0), _abs(s, 1)
+    attrs = {at.name: helper.get_attribute_value(at) for at in s.node.attribute
+             if at.name not in ("alpha", "beta")}
+    return s.helper_node(s.node.op_type, [a, b], **attrs)
+
+
+def _average_pool(s: Speller) -> str:  # the window's Σ|x| <= its mean of |x| times the window's size
+    attrs = {a.name: helper.get_attribute_value(a) for a in s.node.attribute}
+    mean = s.helper_node("AveragePool", [_abs(s)], **attrs)
+    size = int(np.prod(s.ints_attr("kernel_shape") or [1]))
+    return s.helper_node("Mul", [mean, s.scalar(float(size))])
+
+
+def _global_average_pool(s: Speller) -> str:  # Σ|x| over the spatial axes
+    return _sum_over(s, _abs(s), _trailing_axes(s, 2))
+
+
+def _cumsum(s: Speller) -> str:  # each output's running Σ|x|
+    attrs = {a.name: helper.get_attribute_value(a) for a in s.node.attribute}
+    return s.helper_node("CumSum", [_abs(s), _x(s, 1)], **attrs)
+
+
+def _statistics(s: Speller, axes: list[int]) -> str:
+    """A normalisation's statistics: max(Σ|x|, Σx²) over ``axes`` (the mean's sum and the one-pass
+    variance's sum of squares, which bounds the two-pass Σ(x - mean)² too)."""
+    squares = s.helper_node("Mul", [_x(s), _x(s)])
+    return s.helper_node("Max", [_sum_over(s, _abs(s), axes), _sum_over(s, squares, axes)])
+
+
+def _layer_norm(s: Speller) -> str:  # LayerNormalization, RMSNormalization: axis to the last
+    return _statistics(s, _trailing_axes(s, s.int_attr("axis", -1)))
+
+
+def _instance_norm(s: Speller) -> str:
+    return _statistics(s, _trailing_axes(s, 2))
+
+
+def _mvn(s: Speller) -> str:
+    return _statistics(s, s.ints_attr("axes") or [0, 2, 3])
+
+
+@dataclass(frozen=True)
+class Overflow:
+    """How an op kind's accumulator is bounded, and what its output becomes where the bound overflows."""
+
+    bound: Callable[[Speller], str]  # the bound's tensor, broadcastable to output 0
+    becomes: float  # the output is multiplied by it there: inf (a sum), 0 (divided by an infinite sum)
+    terms: str  # what is summed, for the README and messages
+
+
+_SUM, _DIVIDED = float("inf"), 0.0
+OVERFLOWS: Mapping[str, Overflow] = {
+    "ReduceSum": Overflow(_reduce_abs, _SUM, "Σ|x| over the reduced axes"),
+    "ReduceMean": Overflow(_reduce_abs, _SUM, "Σ|x| over the reduced axes (divided by their count after)"),
+    "ReduceL1": Overflow(_reduce_abs, _SUM, "Σ|x| over the reduced axes"),
+    "ReduceLogSum": Overflow(_reduce_abs, _SUM, "Σ|x| over the reduced axes"),
+    "ReduceSumSquare": Overflow(_reduce_square, _SUM, "Σx² over the reduced axes"),
+    "ReduceL2": Overflow(_reduce_square, _SUM, "Σx² over the reduced axes"),
+    "ReduceLogSumExp": Overflow(_reduce_exp, _SUM, "Σexp(x) over the reduced axes"),
+    "MatMul": Overflow(_contraction, _SUM, "Σ|a·b| over the contracted axis"),
+    "Gemm": Overflow(_contraction, _SUM, "Σ|a·b| over the contracted axis (before alpha, beta·C)"),
+    "Conv": Overflow(_contraction, _SUM, "Σ|x·w| over each output's window and input channels"),
+    "ConvTranspose": Overflow(_contraction, _SUM, "Σ|x·w| over each output's contributions"),
+    "AveragePool": Overflow(_average_pool, _SUM, "Σ|x| over the window"),
+    "GlobalAveragePool": Overflow(_global_average_pool, _SUM, "Σ|x| over H×W"),
+    "CumSum": Overflow(_cumsum, _SUM, "the running Σ|x|"),
+    "Softmax": Overflow(_softmax_denominator, _DIVIDED, "the denominator Σexp(x - max)"),
+    "LogSoftmax": Overflow(_softmax_denominator, _SUM, "the denominator Σexp(x - max)"),
+    "LayerNormalization": Overflow(_layer_norm, _DIVIDED, "the statistics Σ|x| and Σx²"),
+    "RMSNormalization": Overflow(_layer_norm, _DIVIDED, "the statistic Σx²"),
+    "InstanceNormalization": Overflow(_instance_norm, _DIVIDED, "the statistics Σ|x| and Σx² over H×W"),
+    "MeanVarianceNormalization": Overflow(_mvn, _DIVIDED, "the statistics Σ|x| and Σx² over its axes"),
+}
+
+
+class Accumulating(Spelling):
+    """Spells FP16 nodes as ``inner`` does, with the overflow check of each node whose op kind the target
+    accumulates in the 16-bit type (``fp16``: those op kinds; each has an :data:`OVERFLOWS` entry)."""
+
+    def __init__(self, inner: Spelling, fp16: frozenset[str], opset: int, types: Mapping[str, onnx.TypeProto],
+                 constants: Mapping[str, np.ndarray], fresh: Fresh) -> None:
+        self.inner = inner
+        self.fp16 = fp16
+        self.opset = opset
+        self.types = types
+        self.constants = constants
+        self.fresh = fresh
+
+    def _rank(self, name: str) -> int | None:
+        t = self.types.get(name)
+        if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+            return None
+        return len(t.tensor_type.shape.dim)
+
+    def spell(self, node: onnx.NodeProto, low: LowPrecision = FP16) -> list[onnx.NodeProto]:
+        spelled = self.inner.spell(node, low)
+        if node.op_type not in self.fp16 or not is_onnx_domain(node.domain) or self.opset < FIRST_OPSET:
+            return spelled
+        s = Speller(node, self.opset, fp16=False, fresh=self.fresh, constants=self.constants,
+                    rank=self._rank(node.input[0]))
+        rule = OVERFLOWS[node.op_type]
+        try:
+            bound = rule.bound(s)
+        except DecompositionError as e:  # an axis or rank not known here: no check (said at debug level)
+            log.debug("%s: FP16 accumulation not emulated (%s)", node.name, e)
+            return spelled
+        out = node.output[0]
+        exact = self.fresh(f"{out}__accumulated")
+        renamed = []
+        for n in spelled:
+            copy = onnx.NodeProto()
+            copy.CopyFrom(n)
+            copy.output[:] = [exact if o == out else o for o in n.output]
+            renamed.append(copy)
+        # The bound as the 16-bit accumulator holds it: infinite where it passes the type's range
+        held = s.helper_node("Cast", [s.helper_node("Cast", [bound], to=low.elem_type)], to=FLOAT)
+        finite = s.helper_node("Less", [held, self._constant(s, np.inf)])
+        overflowed = s.helper_node("Mul", [exact, self._constant(s, rule.becomes)])
+        check = helper.make_node("Where", [finite, exact, overflowed], [out],
+                                 name=self.fresh(f"{node.name}__fp16_sum"))
+        return renamed + s.nodes + [check]
+
+    def _constant(self, s: Speller, value: float) -> str:
+        out = self.fresh(f"{s.node.output[0]}__const")
+        tensor = numpy_helper.from_array(np.array(value, dtype=np.float32), out)
+        s.nodes.append(helper.make_node("Constant", [], [out], name=self.fresh(f"{out}__node"), value=tensor))
+        return out
+
+    def layer_kinds(self, node: onnx.NodeProto) -> list[str]:
+        return self.inner.layer_kinds(node)
+
+
+def accumulating(target: Target, model: onnx.ModelProto, base_dir: str,
+                 types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh) -> Spelling:
+    """Each FP16 node as one op, with the overflow check of the op kinds ``target`` sums in FP16."""
+    fp16 = frozenset(op for op, how in target.accumulation.items() if how == "fp16")
+    return Accumulating(OneOp(), fp16, onnx_opset(model, 13), tensor_types(model) if types is None else types,
+                        small_constant_arrays(model, base_dir, SMALL_CONSTANT), fresh)

@@ -1,0 +1,118 @@
+"""The WebGPU target: onnxruntime's WebGPU provider, whose shaders keep many sums in FP16.
+
+Which op kinds accumulate in FP16 is read from the WGSL shader generators of microsoft/onnxruntime,
+``onnxruntime/core/providers/webgpu/``, read on 2026-11-25 at the commits given per file (the stored
+snapshot of each file; the repository's tags were not fetchable here, so no release is named: every
+file below is from after 1.22). An FP16 tensor's WGSL element type is ``f16``; a shader that declares
+its accumulator with the input's or output's element type (``x_value_t``, ``output_value_t``,
+``a_element_t``) sums in FP16, one that declares ``f32`` sums in FP32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import onnx
+
+from ..float_types import FP16, LowPrecision
+from ..suggested import RunArgs, quoted
+from .accumulation import accumulating
+from .base import Accumulation, Fresh, Spelling, Target
+
+WEBGPU_ACCUMULATION: Mapping[str, Accumulation] = {
+    # math/matmul_packed.cc (commit e0432f8d126cb90da5d5fa210d98054f241a0740) MatMulProgram:
+    #   'std::string data_type = "a_element_t";' passed to MakeMatMulPackedVec4Source/MakeMatMulPackedSource,
+    # and math/gemm_utils.cc (commit 100d864ab1d4230595f0b0d6caf73c7482197943) declares the tile's
+    # accumulator with it: '"  var acc: array<vec4<" << data_type << ">, rowPerThread>;\n"'.
+    "MatMul": "fp16",
+    # math/gemm_packed.cc (commit 8f2e9165f74800483193e4657d225eb22158343c) GemmProgram:
+    #   'const std::string data_type = "output_element_t";' into the same MakeMatMulPacked*Source.
+    "Gemm": "fp16",
+    # nn/conv2d_mm_webgpu.cc (commit 32f8ecbfa39ea9a48ba9b2008b5ba93ccf9f5562) Conv2dMMProgram:
+    #   'std::string data_type = "x_element_t";' into the same MakeMatMulPacked*Source.
+    "Conv": "fp16",
+    # reduction/reduction_ops.cc (commit 7dc1cd04e8e706ade8feb7464d06d08ecbb0dd80) ReduceSharedProgram:
+    #   '"var bestValue = output_value_t(" << reduce_op_init_values_map[...]' summed with
+    #   '{ReduceOpType::Mean, "bestValue + candidate"}' (Sum the same, SumSquare
+    #   "bestValue + candidate * candidate", L1 "bestValue + abs(candidate)", LogSumExp
+    #   "bestValue + output_value_t(exp(f32(candidate)))": exp(x) summed without subtracting the max),
+    # and the Mean divided after: '"(bestValue / output_element_t(uniforms.reduceSize))"'. Only the
+    # naive program sums in f32 ('{"var sum = f32(0);", "sum += f32(current_element);", ...}'), chosen
+    # when 'use_naive_reduction = ... (reduce_size < 32 && output_size > 1024) ...': a sum of fewer than
+    # 32 terms, which cannot pass 65504 from FP16 terms below 2048; the table takes the shared program.
+    "ReduceSum": "fp16",
+    "ReduceMean": "fp16",
+    "ReduceL1": "fp16",
+    "ReduceL2": "fp16",
+    "ReduceSumSquare": "fp16",
+    "ReduceLogSum": "fp16",
+    "ReduceLogSumExp": "fp16",
+    # math/softmax.cc (commit 697ab887bd10d1b618a0a632f6a837cb5e4edc32) SoftmaxProgram: the denominator
+    #   '"  var thread_sum = x_value_t(0.0);\n"' ... '"    thread_sum += sub_exp;\n"', reduced in
+    #   'var<workgroup> thread_shared : array<x_value_t, ...>' and divided:
+    #   '"    let value = exp(getValue(row, col, row_stride) - row_max_shared) / row_sum_shared;\n"'.
+    "Softmax": "fp16",
+    # nn/pool.cc (commit 8b77e058e5a9e82e20a0b50de9618ec70f1faee4) PoolProgram for average pools:
+    #   'var_decl_ss << "  var value = " << (is_float16_ ? "f16(0)" : "f32(0)")', '"      value += x_val;\n"'.
+    "AveragePool": "fp16",
+    "GlobalAveragePool": "fp16",
+    # math/cum_sum.cc (commit 3eda700a53f2ed945664dce56203d40e0168328a) CumSumProgram:
+    #   '"var sum : output_value_t = 0;\n"' ... '"  sum = sum + " << input.GetByIndices("input_indices")'.
+    "CumSum": "fp16",
+    # MeanVarianceNormalization has no WebGPU kernel (nn/ registers none); onnxruntime inlines its function
+    # body, whose ReduceMean nodes are the ReduceSharedProgram above.
+    "MeanVarianceNormalization": "fp16",
+    # Accumulate in FP32:
+    # nn/layer_norm.cc (commit 5aeccdd85d030bb98463986a3ffedf3f8860f53f) LayerNormProgram:
+    #   '"var mean_vector = f32_val_t(0);\n"', '"var mean_square_vector = f32_val_t(0);\n"' with
+    #   'alias f32_val_t = ... "f32"' (LayerNormalization and SimplifiedLayerNormalization).
+    "LayerNormalization": "fp32",
+    # nn/instance_norm.cc (commit d7929231823942fc99cd172d7cb413b86e0e5db1) ComputeChannelScaleShiftProgram:
+    #   '"  var sum = f32_val_t(0);\n"', '"  var squared_sum = f32_val_t(0);\n"'.
+    "InstanceNormalization": "fp32",
+}
+# The option that changes it: 'enableMatmulFp32Accumulation' (onnxruntime PRs 29599/29611) is read by
+# compute_context.h 'inline bool EnableMatmulFp32Accumulation() const' ("Get whether MatMulNBits dot
+# products accumulate in f32 rather than in the output element type"): it concerns com.microsoft
+# MatMulNBits (4-bit weights) only, which this tool does not convert; the table above holds with it set.
+# The WebGPU provider registers float and float16 kernels only (WebGpuSupportedFloatTypes): no BF16.
+WEBGPU_PROVIDER = "WebGpuExecutionProvider"
+
+
+@dataclass(frozen=True)
+class WebGpuTarget(Target):
+    low: LowPrecision = FP16
+    fallback: LowPrecision | None = None
+
+    @property
+    def name(self) -> str:
+        return "webgpu"
+
+    @property
+    def title(self) -> str:
+        return "onnxruntime's WebGPU provider"
+
+    @property
+    def accumulation(self) -> Mapping[str, Accumulation]:
+        return WEBGPU_ACCUMULATION
+
+    def onnxruntime_kernels(self, low: LowPrecision) -> bool:
+        # The model is loaded by onnxruntime (a WebGPU build): what its CPU provider cannot load in FP16,
+        # the same session cannot either.
+        return low.cpu_kernels
+
+    def kernel_blocker(self, node: onnx.NodeProto, low: LowPrecision, opset: int) -> str | None:
+        return None if low.cpu_kernels else f"onnxruntime's WebGPU provider has no {low.type_name} kernels"
+
+    def spelling(self, model: onnx.ModelProto, base_dir: str,
+                 types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh) -> Spelling:
+        return accumulating(self, model, base_dir, types, fresh)
+
+    def cli_args(self) -> list[str]:
+        return ["--target", "webgpu", *super().cli_args()]
+
+    def next_step(self, model: onnx.ModelProto, run: RunArgs) -> str:
+        return (f"{quoted(run.check_args(self.cli_args(), 'webgpu'))}  # checks it on onnxruntime's WebGPU "
+                f"provider (a build with {WEBGPU_PROVIDER}) as this run judged it")
+

@@ -1,0 +1,209 @@
+"""Runtimes that accumulate in FP16 (issue 24): one registry of runtimes, the webgpu and fp16-accumulate
+targets, and the overflow of sums kept in FP16 emulated in the graph.
+
+Each model is built inline. "Today's plan" is what a generic run writes (every node FP16 here): it
+passes on generic and fails on an FP16-accumulating target, whose own run keeps the summing node FP32.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+from onnx_precision.cli import main
+from onnx_precision.oracle import ORACLES
+from onnx_precision.oracle.sessions import make_session
+from onnx_precision.oracle.written import emulate_model
+from onnx_precision.target import (
+    GENERIC,
+    KINDS,
+    NATIVE_PROVIDERS,
+    ORACLE_NAMES,
+    RUNTIMES,
+    Fp16AccumulateTarget,
+    WebGpuTarget,
+    target_named,
+)
+from onnx_precision.target.accumulation import OVERFLOWS
+from onnx_precision.target.webgpu import WEBGPU_ACCUMULATION
+
+ACCUMULATING = ("webgpu", "fp16-accumulate")
+
+
+def _model(nodes, inputs, outputs, opset=17, inits=()):
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info(n, T.FLOAT, s) for n, s in inputs],
+                         [h.make_tensor_value_info(n, T.FLOAT, s) for n, s in outputs], list(inits))
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
+
+
+def _save(model, tmp_path, name):
+    path = str(tmp_path / f"{name}.onnx")
+    onnx.save(model, path)
+    return path
+
+
+def _pins(report_path):
+    report = json.load(open(report_path))
+    return report["status"], sorted(n for n, v in report["plan"]["nodes"].items() if v["precision"] == "fp32")
+
+
+def _today_and_new(tmp_path, model, name, ranges, target):
+    """Today's (generic) plan checked on ``target`` and on generic, and ``target``'s own run."""
+    path = _save(model, tmp_path, name)
+    data = [arg for r in ranges for arg in ("--input-range", r)]
+    today = str(tmp_path / f"{name}.generic.onnx")
+    assert main(["convert", path, "-o", today, *data, "-q"]) == 0
+    on_target = main(["check", path, today, *data, "--target", target, "-q"])
+    on_generic = main(["check", path, today, *data, "-q"])
+    new = str(tmp_path / f"{name}.{target}.onnx")
+    assert main(["convert", path, "-o", new, *data, "--target", target, "-q"]) == 0
+    return on_target, on_generic, _pins(str(tmp_path / f"{name}.{target}.report.json"))
+
+
+# --- one registry ---------------------------------------------------------------------------------------
+
+def test_the_target_and_oracle_choices_come_from_one_registry():
+    assert KINDS == ("generic", "tensorrt", "webgpu", "fp16-accumulate")
+    assert ORACLE_NAMES == ("emulate", "cuda", "tensorrt", "webgpu", "reference")
+    assert set(ORACLES) == set(ORACLE_NAMES)
+    assert NATIVE_PROVIDERS == {"cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider",
+                                "webgpu": "WebGpuExecutionProvider"}
+    names = [target_named(r.kind).name for r in RUNTIMES]
+    assert names == ["generic", "tensorrt 10.15", "webgpu", "fp16-accumulate"]
+    assert target_named("generic") == GENERIC and GENERIC.accumulation == {}
+
+
+def test_every_op_kind_a_target_sums_in_fp16_has_its_overflow_spelled():
+    for kind in KINDS:
+        fp16 = {op for op, how in target_named(kind).accumulation.items() if how == "fp16"}
+        assert fp16 <= set(OVERFLOWS), kind
+    assert {op for op, how in WEBGPU_ACCUMULATION.items() if how == "fp32"} == {"LayerNormalization",
+                                                                               "InstanceNormalization"}
+    assert set(Fp16AccumulateTarget().accumulation) == set(OVERFLOWS)
+
+
+def test_webgpu_has_no_bf16_kernels():
+    node = h.make_node("MatMul", ["a", "b"], ["c"], name="mm")
+    assert WebGpuTarget().kernel_blocker(node, target_named("webgpu").low, 17) is None
+    from onnx_precision.float_types import BF16
+    blocker = WebGpuTarget(BF16).kernel_blocker(node, BF16, 17)
+    assert blocker == "onnxruntime's WebGPU provider has no bfloat16 kernels"
+
+
+# --- the emulation against FP16 arithmetic ------------------------------------------------------------
+
+def _fp16_model(model):
+    from onnxconverter_common import float16
+    return float16.convert_float_to_float16(model, keep_io_types=True)
+
+
+def _emulated(model, target, feed):
+    emulated = emulate_model(_fp16_model(model), "", target)
+    return make_session(emulated, "").run(None, feed)[0]
+
+
+def _softmax(width):
+    return _model([h.make_node("Softmax", ["x"], ["y"], name="sm", axis=-1)], [("x", [1, width])],
+                  [("y", [1, width])])
+
+
+def test_a_softmax_denominator_past_65504_gives_zeros_as_onnx_reference_in_fp16():
+    from onnx.reference import ReferenceEvaluator
+    model = _softmax(70000)
+    x = np.zeros((1, 70000), np.float32)
+    with np.errstate(all="ignore"):
+        reference = ReferenceEvaluator(_fp16_model(model)).run(None, {"x": x})[0]
+    assert not reference.any()  # numpy's FP16 sum of 70000 ones is inf: every exp(0)/inf is 0
+    assert not _emulated(model, WebGpuTarget(), {"x": x}).any()
+    assert np.allclose(_emulated(model, GENERIC, {"x": x}), 1 / 70000, rtol=0.05)
+    ok = np.zeros((1, 60000), np.float32)  # below 65504 the check changes nothing
+    small = _softmax(60000)
+    assert np.array_equal(_emulated(small, WebGpuTarget(), {"x": ok}), _emulated(small, GENERIC, {"x": ok}))
+
+
+def test_a_sum_overflows_where_its_fp16_running_sum_does_and_mixed_signs_are_bounded_pessimistically():
+    def mean(x):
+        nodes = [h.make_node("ReduceMean", ["x"], ["y"], name="mean", axes=[1], keepdims=0)]
+        return _emulated(_model(nodes, [("x", list(x.shape))], [("y", [1])]), WebGpuTarget(), {"x": x})[0]
+
+    positive = np.full((1, 8), 9000.0, np.float32)
+    with np.errstate(over="ignore"):
+        running = np.cumsum(positive.astype(np.float16), dtype=np.float16)  # the kernel's FP16 accumulator
+    assert np.isinf(running[-1]) and np.isinf(mean(positive))
+    assert mean(np.full((1, 7), 9000.0, np.float32)) == np.float16(9000)  # 63000 holds
+    # +9000, -9000, ...: no partial sum passes 65504, but Σ|x| = 72000 does: the bound says it overflows
+    # (a sum of 0 times inf: NaN)
+    alternating = np.tile(np.array([9000.0, -9000.0], np.float32), 4)[None]
+    assert np.isnan(mean(alternating))
+
+
+# --- the cases of the issue: today's plan fails on the FP16-accumulating targets, the new one passes --------
+
+@pytest.mark.parametrize("target", ACCUMULATING)
+def test_a_reduce_mean_over_h_w_holds_at_128_and_fails_at_256_square(tmp_path, target):
+    def reduce_mean(side):
+        node = h.make_node("ReduceMean", ["x"], ["y"], name="mean", axes=[2, 3], keepdims=1)
+        return _model([node], [("x", [1, 2, side, side])], [("y", [1, 2, 1, 1])])
+
+    held = _today_and_new(tmp_path, reduce_mean(128), "small", ["x:0.9,1.5"], target)
+    assert held == (0, 0, ("passed", []))
+    overflowed = _today_and_new(tmp_path, reduce_mean(256), "large", ["x:0.9,1.5"], target)
+    assert overflowed == (1, 0, ("passed", ["mean"]))
+
+
+@pytest.mark.parametrize("target", ACCUMULATING)
+def test_a_global_average_pool_over_256_square_fails_today(tmp_path, target):
+    model = _model([h.make_node("GlobalAveragePool", ["x"], ["y"], name="gap")], [("x", [1, 2, 256, 256])],
+                   [("y", [1, 2, 1, 1])])
+    assert _today_and_new(tmp_path, model, "gap", ["x:0.9,1.5"], target) == (1, 0, ("passed", ["gap"]))
+
+
+@pytest.mark.parametrize("target", ACCUMULATING)
+def test_a_contraction_of_16384_positive_terms_of_4(tmp_path, target):
+    # A scaled MatMul (Gemm's alpha, as attention scores are scaled): the output, 65536/4096 = 16, holds in
+    # FP16, the accumulator of 16384 products of ~4 does not
+    node = h.make_node("Gemm", ["a", "b"], ["y"], name="scores", alpha=1 / 4096)
+    model = _model([node], [("a", [4, 16384]), ("b", [16384, 4])], [("y", [4, 4])])
+    result = _today_and_new(tmp_path, model, "gemm", ["a:1.9,2.1", "b:1.9,2.1"], target)
+    assert result == (1, 0, ("passed", ["scores"]))
+
+
+@pytest.mark.parametrize("target", ACCUMULATING)
+def test_mvn_over_257_by_256_as_onnxruntime_expands_it(tmp_path, target):
+    # MeanVarianceNormalization's function body (a lone MVN node has no FP16 CPU kernel: it stays FP32):
+    # the mean's sum over 257×256 = 65 792 terms of ~1 passes 65504 (OpenVINO PR 35942's size)
+    nodes = [h.make_node("ReduceMean", ["x"], ["m"], name="mean", axes=[2, 3]),
+             h.make_node("Sub", ["x", "m"], ["d"], name="centre"),
+             h.make_node("Mul", ["d", "d"], ["d2"], name="square"),
+             h.make_node("ReduceMean", ["d2"], ["v"], name="variance", axes=[2, 3]),
+             h.make_node("Sqrt", ["v"], ["sd"], name="sd"),
+             h.make_node("Div", ["d", "sd"], ["y"], name="normalise")]
+    model = _model(nodes, [("x", [1, 2, 257, 256])], [("y", [1, 2, 257, 256])])
+    on_target, on_generic, (status, pins) = _today_and_new(tmp_path, model, "mvn", ["x:0.5,1.5"], target)
+    assert (on_target, on_generic, status) == (1, 0, "passed") and "mean" in pins and "variance" not in pins
+
+
+def test_instance_normalization_statistics_are_fp32_on_webgpu_and_fp16_on_the_bound(tmp_path):
+    scale, bias = (onnx.numpy_helper.from_array(np.ones(2, np.float32), "s"),
+                   onnx.numpy_helper.from_array(np.zeros(2, np.float32), "b"))
+    node = h.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], name="norm")
+    model = _model([node], [("x", [1, 2, 257, 256])], [("y", [1, 2, 257, 256])], inits=[scale, bias])
+    assert _today_and_new(tmp_path, model, "in_webgpu", ["x:0.5,1.5"], "webgpu") == (0, 0, ("passed", []))
+    assert _today_and_new(tmp_path, model, "in_bound", ["x:0.5,1.5"], "fp16-accumulate") == (
+        1, 0, ("passed", ["norm"]))
+
+
+@pytest.mark.parametrize("target", ACCUMULATING)
+def test_a_softmax_over_a_151936_wide_vocabulary_of_near_maximal_logits(tmp_path, target):
+    # Every probability is below 1/65504, within the default atol of 0 as of its FP32 value: the log-probs
+    # a decoder reads show the zeros the infinite denominator gives
+    nodes = [h.make_node("Softmax", ["x"], ["p"], name="probs", axis=-1),
+             h.make_node("Log", ["p"], ["y"], name="log")]
+    model = _model(nodes, [("x", [1, 151936])], [("y", [1, 151936])])
+    on_target, on_generic, (status, pins) = _today_and_new(tmp_path, model, "softmax", ["x:0,0.1"], target)
+    assert (on_target, on_generic, status) == (1, 0, "passed") and "probs" in pins
