@@ -300,8 +300,8 @@ def deep_cnn(blocks: int = 20, channels: int = 16, size: int = 64, gain: float =
     nodes += [node("Add", ["head_raw", "shift"], ["head_centred"], "head_shift"),
               node("Mul", ["head_centred", "gain"], ["logits"], "head_gain"),
               node("Sigmoid", ["logits"], ["y"], "sigmoid")]
-    model = make_model("deep_cnn", nodes, [tensor("x", [1, 3, size, size])], [tensor("y", [1, 1, size, size])],
-                       inits)
+    model = make_model("deep_cnn", nodes, [tensor("x", [1, 3, size, size])],
+                       [tensor("y", [1, 1, size, size])], inits)
     # The sample: a few smooth blobs per channel, normalised, plus a little pixel noise.
     yy, xx = np.mgrid[0:size, 0:size] / size
     x = np.zeros((1, 3, size, size))

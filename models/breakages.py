@@ -50,8 +50,10 @@ def token_attention(offset: float = 4000.0, token: int = 40, head: int = 1, seq:
         node("MatMul", ["p", "v"], ["ctx"], "context"),
     ]
     model = make_model("token_attention", nodes,
-                       [tensor("q", [1, 4, seq, dim]), tensor("kt", [1, 4, dim, seq]), tensor("v", [1, 4, seq, dim])],
-                       [tensor("p", [1, 4, seq, seq]), tensor("ctx", [1, 4, seq, dim])], [const("bias", bias)])
+                       [tensor("q", [1, 4, seq, dim]), tensor("kt", [1, 4, dim, seq]),
+                        tensor("v", [1, 4, seq, dim])],
+                       [tensor("p", [1, 4, seq, seq]), tensor("ctx", [1, 4, seq, dim])],
+                       [const("bias", bias)])
     feed = {"q": gen.normal(0.0, 0.5, (1, 4, seq, dim)).astype(np.float32),
             "kt": gen.normal(0.0, 1.0, (1, 4, dim, seq)).astype(np.float32),
             "v": gen.normal(0.0, 1.0, (1, 4, seq, dim)).astype(np.float32)}
@@ -66,11 +68,12 @@ def layernorm_row_offset(rows: int = 16, width: int = 256, row: int = 5) -> Exam
     nodes = layernorm_nodes("ln", "x", "y", "gamma", "beta", "eps")
     inits = [const("two", 2.0), const("eps", 1e-5), const("gamma", gen.uniform(0.5, 1.5, width)),
              const("beta", gen.uniform(-0.1, 0.1, width))]
-    model = make_model("layernorm_row_offset", nodes, [tensor("x", [rows, width])], [tensor("y", [rows, width])],
-                       inits)
+    model = make_model("layernorm_row_offset", nodes, [tensor("x", [rows, width])],
+                       [tensor("y", [rows, width])], inits)
     x = gen.normal(0.0, 1.0, (rows, width))
     x[row] = 1000.0 + gen.normal(0.0, 0.05, width)
-    return Example("layernorm_row_offset", model, ({"x": x.astype(np.float32)},), layernorm_row_offset.__doc__ or "")
+    return Example("layernorm_row_offset", model, ({"x": x.astype(np.float32)},),
+                   layernorm_row_offset.__doc__ or "")
 
 
 def one_nan() -> Example:
@@ -78,8 +81,8 @@ def one_nan() -> Example:
     its ``x`` is 0: one NaN (0/0) in 1024 otherwise exact elements."""
     gen = rng(23)
     nodes = [node("Div", ["x", "y"], ["q"], "divide"), node("Mul", ["q", "half"], ["z"], "halve")]
-    model = make_model("one_nan", nodes, [tensor("x", [8, 128]), tensor("y", [8, 128])], [tensor("z", [8, 128])],
-                       [const("half", 0.5)])
+    model = make_model("one_nan", nodes, [tensor("x", [8, 128]), tensor("y", [8, 128])],
+                       [tensor("z", [8, 128])], [const("half", 0.5)])
     x = gen.normal(0.0, 1.0, (8, 128)).astype(np.float32)
     y = gen.uniform(0.5, 2.0, (8, 128)).astype(np.float32)
     x[3, 77], y[3, 77] = 0.0, 1e-9

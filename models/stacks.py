@@ -34,12 +34,14 @@ def layer_norm_stack(blocks: int, hidden: int = 64, rows: int = 2, opset: int = 
                   h.make_node("Add", [p + "sc", p + "b"], [p + "y"], name=p + "shift")]
         weight = np.linspace(0.5, 1.5, hidden) if ramp else np.ones(hidden)
         bias = np.linspace(-0.1, 0.1, hidden) if ramp else np.zeros(hidden)
-        inits += [nh.from_array(weight.astype(np.float32), p + "g"), nh.from_array(bias.astype(np.float32), p + "b")]
+        inits += [nh.from_array(weight.astype(np.float32), p + "g"),
+                  nh.from_array(bias.astype(np.float32), p + "b")]
         x = p + "y"
     if tail:
         nodes.append(h.make_node(tail, [x], ["y"], name="out"))
         x = "y"
-    graph = h.make_graph(nodes, "layer_norm_stack", [h.make_tensor_value_info("x", TensorProto.FLOAT, [rows, hidden])],
+    graph = h.make_graph(nodes, "layer_norm_stack",
+                         [h.make_tensor_value_info("x", TensorProto.FLOAT, [rows, hidden])],
                          [h.make_tensor_value_info(x, TensorProto.FLOAT, [rows, hidden])], inits)
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
     model.ir_version = 8

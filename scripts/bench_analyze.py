@@ -112,7 +112,8 @@ def main() -> int:
             ours = best("analyze", model, data, args.repeat)
         name = f"transformer L{args.layers} seq{cfg['seq']} d{cfg['d_model']} ff{cfg['ff']}"
         print(f"{name:34} {nodes:5d} {size / 2**20:6.1f} {plain['seconds']:8.3f} "
-              f"{plain['runs_seconds']:7.3f} {ours['seconds']:9.3f} {ours['seconds'] / plain['seconds']:6.2f} "
+              f"{plain['runs_seconds']:7.3f} {ours['seconds']:9.3f} "
+              f"{ours['seconds'] / plain['seconds']:6.2f} "
               f"{plain['max_rss_mb']:7.0f}MB {ours['max_rss_mb']:9.0f}MB "
               f"{ours['max_rss_mb'] / plain['max_rss_mb']:9.2f}  {', '.join(ours['problems'])}")
         phases = ", ".join(f"{k} {v:.3f}s" for k, v in ours["phases"].items())

@@ -86,8 +86,8 @@ def block(nodes: list, w: WeightWriter, x: str, i: int, width: int) -> str:
         mm = node("MatMul", [inp, w.add(p + name + "_w", (n_in, n_out))], name + "_mm")
         return node("Add", [mm, w.add(p + name + "_b", (n_out,))], name)
 
-    ln1 = node("LayerNormalization", [x, w.add(p + "ln1_g", (width,), 1.0), w.add(p + "ln1_b", (width,), 0.0)],
-               "ln1", axis=-1)
+    ln1 = node("LayerNormalization",
+               [x, w.add(p + "ln1_g", (width,), 1.0), w.add(p + "ln1_b", (width,), 0.0)], "ln1", axis=-1)
     q, k, v = (linear(ln1, name, width, width) for name in ("q", "k", "v"))
     kt = node("Transpose", [k], "kt", perm=[1, 0])
     scores = node("MatMul", [q, kt], "scores")
@@ -95,8 +95,8 @@ def block(nodes: list, w: WeightWriter, x: str, i: int, width: int) -> str:
     attn = node("Softmax", [scaled], "attn", axis=-1)
     ctx = node("MatMul", [attn, v], "ctx")
     h = node("Add", [x, linear(ctx, "o", width, width)], "res1")
-    ln2 = node("LayerNormalization", [h, w.add(p + "ln2_g", (width,), 1.0), w.add(p + "ln2_b", (width,), 0.0)],
-               "ln2", axis=-1)
+    ln2 = node("LayerNormalization",
+               [h, w.add(p + "ln2_g", (width,), 1.0), w.add(p + "ln2_b", (width,), 0.0)], "ln2", axis=-1)
     up = linear(ln2, "up", width, ffn)
     gate = node("Sigmoid", [node("Mul", [up, w.add(p + "gelu_k", (), 1.702)], "gelu_in")], "gelu_gate")
     act = node("Mul", [up, gate], "gelu")
@@ -115,7 +115,8 @@ def build(directory: str, layers: int, width: int) -> tuple[str, int]:
     w.close()
     graph = helper.make_graph(nodes, "transformer",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [SEQ, width])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [SEQ, width])], w.tensors)
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [SEQ, width])],
+                              w.tensors)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     path = os.path.join(directory, "transformer.onnx")
@@ -219,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         src, model_bytes = build(directory, args.layers, args.width)
         print(f"synthetic transformer: {args.layers} layers, width {args.width}, "
-              f"{gib(model_bytes)} GiB of FP32 weights in external data (built in {time.perf_counter() - t0:.1f} s)")
+              f"{gib(model_bytes)} GiB of FP32 weights in external data "
+              f"(built in {time.perf_counter() - t0:.1f} s)")
         candidates = [("ours", "onnx-precision", OURS), ("onnx", "onnx load+save", ONNX_LOAD_SAVE),
                       ("occ", "onnxconverter-common", CONVERTER_COMMON)]
         runs: dict[str, Run] = {}

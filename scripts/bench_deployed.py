@@ -52,7 +52,8 @@ def transformer14(layers: int = 2, hidden: int = 64, seq: int = 16, heads: int =
     nodes: list[onnx.NodeProto] = []
     inits = [nh.from_array(np.array(2, np.float32), "two"), nh.from_array(np.array(1e-5, np.float32), "eps"),
              nh.from_array(np.array(np.sqrt(hidden // heads), np.float32), "scale"),
-             nh.from_array(np.array(np.sqrt(2), np.float32), "sqrt2"), nh.from_array(np.array(1, np.float32), "one"),
+             nh.from_array(np.array(np.sqrt(2), np.float32), "sqrt2"),
+             nh.from_array(np.array(1, np.float32), "one"),
              nh.from_array(np.array(0.5, np.float32), "half"),
              nh.from_array(np.array([seq, heads, hidden // heads], np.int64), "split_heads"),
              nh.from_array(np.array([seq, hidden], np.int64), "merge_heads")]
@@ -78,22 +79,27 @@ def transformer14(layers: int = 2, hidden: int = 64, seq: int = 16, heads: int =
     for k in range(layers):
         p = f"l{k}_"
         a = layer_norm(x, p + "ln1_")
-        q, kk, v = (op("Reshape", [op("MatMul", [a, weight(p + w, hidden, hidden)], p + w + "_mm"), "split_heads"],
-                       p + w + "_heads") for w in ("q", "k", "v"))
+        q, kk, v = (op("Reshape", [op("MatMul", [a, weight(p + w, hidden, hidden)], p + w + "_mm"),
+                                   "split_heads"], p + w + "_heads")
+                    for w in ("q", "k", "v"))
         qt = op("Transpose", [q], p + "qt", perm=[1, 0, 2])
         kt = op("Transpose", [kk], p + "kt", perm=[1, 2, 0])
         vt = op("Transpose", [v], p + "vt", perm=[1, 0, 2])
         scores = op("Div", [op("MatMul", [qt, kt], p + "qk"), "scale"], p + "scores")
         ctx = op("MatMul", [op("Softmax", [scores], p + "softmax", axis=-1), vt], p + "ctx")
-        merged = op("Reshape", [op("Transpose", [ctx], p + "ctx_t", perm=[1, 0, 2]), "merge_heads"], p + "merged")
+        merged = op("Reshape", [op("Transpose", [ctx], p + "ctx_t", perm=[1, 0, 2]), "merge_heads"],
+                    p + "merged")
         x = op("Add", [x, op("MatMul", [merged, weight(p + "o", hidden, hidden)], p + "o_mm")], p + "res1")
         b = layer_norm(x, p + "ln2_")
         up = op("MatMul", [b, weight(p + "up", hidden, 4 * hidden)], p + "up_mm")
-        gelu = op("Mul", [op("Mul", [up, op("Add", [op("Erf", [op("Div", [up, "sqrt2"], p + "gelu_div")], p + "erf"),
-                                                     "one"], p + "gelu_add")], p + "gelu_mul"), "half"], p + "gelu")
-        x = op("Add", [x, op("MatMul", [gelu, weight(p + "down", 4 * hidden, hidden)], p + "down_mm")], p + "res2")
+        erf = op("Erf", [op("Div", [up, "sqrt2"], p + "gelu_div")], p + "erf")
+        gelu = op("Mul", [op("Mul", [up, op("Add", [erf, "one"], p + "gelu_add")], p + "gelu_mul"), "half"],
+                  p + "gelu")
+        x = op("Add", [x, op("MatMul", [gelu, weight(p + "down", 4 * hidden, hidden)], p + "down_mm")],
+               p + "res2")
     x = layer_norm(x, "final_ln_")
-    graph = h.make_graph(nodes, "transformer14", [h.make_tensor_value_info("x", TensorProto.FLOAT, [seq, hidden])],
+    graph = h.make_graph(nodes, "transformer14",
+                         [h.make_tensor_value_info("x", TensorProto.FLOAT, [seq, hidden])],
                          [h.make_tensor_value_info(x, TensorProto.FLOAT, [seq, hidden])], inits)
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 14)])
     model.ir_version = 8

@@ -107,7 +107,8 @@ def build_model(nodes: int) -> onnx.ModelProto:
             inputs.append(f"c{i}")
         graph_nodes.append(helper.make_node(op, inputs, [out], name=f"n{i}"))
         current = out
-    graph = helper.make_graph(graph_nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16])],
+    graph = helper.make_graph(graph_nodes, "chain",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -134,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         inline = os.path.join(tmp, "inline.onnx")
         onnx.save(model, inline)
         external = os.path.join(tmp, "external.onnx")
-        onnx.save(model, external, save_as_external_data=True, location="external.onnx.data", size_threshold=0)
+        onnx.save(model, external, save_as_external_data=True, location="external.onnx.data",
+                  size_threshold=0)
         print(f"{args.nodes} nodes, {len(model.graph.initializer)} initializers; "
               f"inline model {os.path.getsize(inline) / 2**20:.1f} MiB, external model "
               f"{os.path.getsize(external) / 2**20:.1f} MiB + data; best of {args.repeat}")

@@ -43,10 +43,9 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+import scale_models  # a sibling: the script's folder is first on sys.path
 
-import scale_models
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 COMMANDS = ("plain", "all-fp16", "auto", "analyze", "check")
 BIG = ("llama", "llama-1k")
@@ -229,7 +228,8 @@ def bench_model(name: str, args, commands: list[str]) -> ModelRuns:
         free = mem_available()
         if free < args.min_free_gb * 2**30:
             return ModelRuns(name, spec.description, 0, 0,
-                             skipped=f"skipped: {free / 2**30:.1f} GB available, --min-free-gb {args.min_free_gb}")
+                             skipped=f"skipped: {free / 2**30:.1f} GB available, "
+                                     f"--min-free-gb {args.min_free_gb}")
     build = subprocess.run([sys.executable, os.path.join(HERE, "scale_models.py"), "--dir", args.dir, name],
                            capture_output=True, text=True, check=False)
     if build.returncode != 0:
@@ -255,7 +255,8 @@ def bench_model(name: str, args, commands: list[str]) -> ModelRuns:
         elif command == "analyze":
             kind, argv = "cli", ["analyze", model, "--inputs", sample]
         else:
-            candidate = next((p for c, p in reversed(list(outputs.items())) if os.path.exists(p + ".onnx")), None)
+            candidate = next((p for c, p in reversed(list(outputs.items())) if os.path.exists(p + ".onnx")),
+                             None)
             if candidate is None:
                 result.runs.append(Run(command, "no output to check", 0.0, 0))
                 continue
@@ -280,8 +281,8 @@ def fmt_phases(phases: dict) -> str:
 
 def print_table(results: list[ModelRuns]) -> None:
     print()
-    print(f"{'model':<12} {'nodes':>6} {'file MB':>8}  {'command':<9} {'status':<18} {'time s':>7} {'x plain':>7} "
-          f"{'peak GB':>7} {'x plain':>7}  phases (s)")
+    print(f"{'model':<12} {'nodes':>6} {'file MB':>8}  {'command':<9} {'status':<18} {'time s':>7} "
+          f"{'x plain':>7} {'peak GB':>7} {'x plain':>7}  phases (s)")
     for m in results:
         if m.skipped:
             print(f"{m.name:<12} {m.skipped}")
@@ -305,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="cnn,gpt2,lnstack,llama",
                         help="comma-separated: cnn, gpt2, lnstack, lnstackN, llama, llama-1k "
                              "(default cnn,gpt2,lnstack,llama)")
-    parser.add_argument("--commands", default=",".join(COMMANDS), help=f"comma-separated subset of {COMMANDS}")
+    parser.add_argument("--commands", default=",".join(COMMANDS),
+                        help=f"comma-separated subset of {COMMANDS}")
     parser.add_argument("--dir", default=scale_models.DEFAULT_DIR,
                         help=f"model cache and outputs (default {scale_models.DEFAULT_DIR})")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per command (default 600)")

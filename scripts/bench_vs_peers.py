@@ -1,10 +1,10 @@
 """Benchmark: our automatic FP16 conversion against the peers that choose an FP32 set.
 
 For each example model of ``models/`` (and a 12-layer BERT-style encoder with two true culprits)
-(and the same encoder four times wider) this prints, per tool: wall time, onnxruntime sessions built, probes (plans evaluated), FP32
-nodes, FP16 share of the original nodes, and whether the result passes OUR emulated check
-(``onnx_precision.check``: FP16 rounding emulated on CPU, since onnxruntime's CPU provider hides
-FP16 overflow).
+(and the same encoder four times wider) this prints, per tool: wall time, onnxruntime sessions
+built, probes (plans evaluated), FP32 nodes, FP16 share of the original nodes, and whether the
+result passes OUR emulated check (``onnx_precision.check``: FP16 rounding emulated on CPU, since
+onnxruntime's CPU provider hides FP16 overflow).
 
 Tools:
 * ``ours``: ``convert --mode auto`` (one emulation session for the reference, layerwise and every
@@ -133,7 +133,8 @@ def fp32_nodes_of(original: onnx.ModelProto, converted: onnx.ModelProto) -> list
     or a float input read as float32 while the node has no float16 tensor)."""
     inferred = onnx.shape_inference.infer_shapes(converted)
     types = {vi.name: vi.type.tensor_type.elem_type
-             for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output)}
+             for vi in (list(inferred.graph.value_info) + list(inferred.graph.input)
+                        + list(inferred.graph.output))}
     for init in inferred.graph.initializer:
         types[init.name] = init.data_type
     by_name = {n.name: n for n in inferred.graph.node}
@@ -285,19 +286,21 @@ def probe_cost(model_path: str, feeds, plan) -> tuple[float, float, float]:
 
 def fmt(row: Row) -> str:
     share = "" if row.fp16_share is None else f"{100 * row.fp16_share:.1f}%"
-    return (f"| {row.model} | {row.tool} | {row.seconds:.2f} | {row.sessions} | {row.probes} | {row.fp32_nodes} "
-            f"| {share} | {row.passes} | {row.note} |")
+    return (f"| {row.model} | {row.tool} | {row.seconds:.2f} | {row.sessions} | {row.probes} "
+            f"| {row.fp32_nodes} | {share} | {row.passes} | {row.note} |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--headroom", default=f"{auto.DEFAULT_HEADROOM:g},0",
-                        help="comma-separated headroom values for our tool (0: off, so the search does all the work)")
+                        help="comma-separated headroom values for our tool (0: off, so the search does all "
+                             "the work)")
     parser.add_argument("--models", default=",".join(EXAMPLES))
     args = parser.parse_args()
     headrooms = [float(h) for h in args.headroom.split(",")]
     print(f"tolerance atol {TOL.atol:g}, rtol {TOL.rtol:g}, cosine {TOL.min_cosine:g}")
-    print("| model | tool | seconds | sessions | probes | FP32 nodes | FP16 share | passes our check | note |")
+    print("| model | tool | seconds | sessions | probes | FP32 nodes | FP16 share | passes our check "
+          "| note |")
     print("|---|---|---|---|---|---|---|---|---|")
     probe_costs = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -308,7 +311,8 @@ def main() -> None:
                 row.tool = f"ours (headroom {headroom:g})"
                 print(fmt(row), flush=True)
                 if result.search is not None and result.search.probes_run > 1:
-                    print(fmt(run_session_per_probe(name, model_path, data, result, search_seconds)), flush=True)
+                    print(fmt(run_session_per_probe(name, model_path, data, result, search_seconds)),
+                          flush=True)
             probe, optimized, plain = probe_cost(model_path, feeds, result.plan)
             probe_costs.append((name, probe * 1e3, probe / optimized, probe / plain))
             print(fmt(run_occ(name, model_path, data, feeds, tmp)), flush=True)
@@ -318,7 +322,8 @@ def main() -> None:
     if probe_costs:
         print()
         print("one probe (emulation session run + comparison, all samples) against one plain FP32 run:")
-        print("| model | probe ms | x plain run (ORT default optimizations) | x plain run (no graph optimizations) |")
+        print("| model | probe ms | x plain run (ORT default optimizations) "
+              "| x plain run (no graph optimizations) |")
         print("|---|---|---|---|")
         for name, ms, optimized, plain in probe_costs:
             print(f"| {name} | {ms:.2f} | {optimized:.2f} | {plain:.2f} |")

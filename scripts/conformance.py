@@ -75,7 +75,8 @@ def light_models(converters) -> None:
                 if a @ b / (np.linalg.norm(a) * np.linalg.norm(b) or 1.0) > 0.999:
                     passed.append(case.name)
             except Exception as e:  # a failing converter is a data point, not a crash
-                print(f"    {case.name}: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
+                first_line = str(e).splitlines()[0][:120] if str(e) else ""
+                print(f"    {case.name}: {type(e).__name__}: {first_line}")
         print(f"{label}: light models {len(passed)}/{len(h.light_models())} pass")
 
 

@@ -36,14 +36,14 @@ import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+import scale_models  # a sibling: the script's folder is first on sys.path
 
-import scale_models
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 CHILD = r"""
 import cProfile, json, os, pstats, signal, sys, threading, time
-mode, top, timeout, save, max_rss = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+mode, top, timeout, save, max_rss = (sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4],
+                                     float(sys.argv[5]))
 argv = sys.argv[6:]
 
 def rss(key="VmRSS"):
@@ -162,7 +162,8 @@ if profiler:
     profiler.disable()
 signal.setitimer(signal.ITIMER_REAL, 0)
 seconds = time.perf_counter() - start
-print(json.dumps({"status": status, "seconds": seconds, "phases": phases, "peak": rss("VmHWM"), "steps": steps}))
+print(json.dumps({"status": status, "seconds": seconds, "phases": phases, "peak": rss("VmHWM"),
+                  "steps": steps}))
 if profiler:
     if save != "-":
         profiler.dump_stats(save)
@@ -338,14 +339,16 @@ def switch_variants(name: str, args) -> None:
             continue
         r = json.loads(child.stdout.strip().splitlines()[-1])
         print(f"{label:<30} {r.get('switch_graph', 0):>7.2f} {r['nodes']:>7} {r.get('ifs', 0):>6} "
-              f"{r.get('subgraphs', 0):>6} {r.get('outputs', 0):>7} {r.get('mb', 0):>7.1f} {r['build']:>7.2f} "
+              f"{r.get('subgraphs', 0):>6} {r.get('outputs', 0):>7} {r.get('mb', 0):>7.1f} "
+              f"{r['build']:>7.2f} "
               f"{gb(r['held']):>7} {r['first_run']:>7.3f} {r['run']:>7.3f} {r.get('run_all', 0):>9.3f}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="lnstack300,lnstack1200",
-                        help="comma-separated models of scripts/scale_models.py (default lnstack300,lnstack1200)")
+                        help="comma-separated models of scripts/scale_models.py "
+                             "(default lnstack300,lnstack1200)")
     parser.add_argument("--command", default="auto", choices=["auto", "all-fp16", "analyze", "check"])
     parser.add_argument("--dir", default=scale_models.DEFAULT_DIR)
     parser.add_argument("--top", type=int, default=25, help="functions listed per sort (default 25)")

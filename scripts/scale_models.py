@@ -82,7 +82,8 @@ def _bottleneck(cin: int, width: int, stride: int):
             self.conv3, self.bn3 = nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout)
             self.down = None
             if stride != 1 or cin != cout:
-                self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
+                self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False),
+                                          nn.BatchNorm2d(cout))
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             y = torch.relu(self.bn1(self.conv1(x)))
@@ -266,8 +267,10 @@ def build_lnstack(directory: str, blocks: int = 2400, width: int = 64, rows: int
         ln = node("Add", [node("Mul", [node("Div", [d, std], "norm"), gamma], "scaled"), beta], "ln")
         x = node("Mul", [ln, half], "out")
     nodes.append(helper.make_node("Identity", [x], ["y"], name="output"))
-    graph = helper.make_graph(nodes, "lnstack", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows, width])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, rows, width])], inits)
+    graph = helper.make_graph(nodes, "lnstack",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows, width])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, rows, width])],
+                              inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
     model.ir_version = 8
     onnx.save(model, os.path.join(directory, "model.onnx"))
@@ -328,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.names or ["cnn", "gpt2", "lnstack"]:
         model, _, seconds = ensure(args.dir, name)
         size = sum(os.path.getsize(p) for p in (model, model + ".data") if os.path.exists(p))
-        print(f"{name}: {model}, {size / 1e6:.1f} MB" + (f", built in {seconds:.1f} s" if seconds else ", cached"))
+        print(f"{name}: {model}, {size / 1e6:.1f} MB"
+              + (f", built in {seconds:.1f} s" if seconds else ", cached"))
     return 0
 
 

@@ -23,7 +23,8 @@ from onnx_precision.cli import main  # noqa: E402
 MODES = ("all-fp16", "static", "auto")
 # (file-name tag, extra arguments): the generic target, and TensorRT's newest and oldest releases
 # (the op table's layers differ between them), for the measuring modes.
-TARGETS = (("", ()), (".trt", ("--target", "tensorrt")), (".trt86", ("--target", "tensorrt", "--trt-version", "8.6")))
+TARGETS = (("", ()), (".trt", ("--target", "tensorrt")),
+           (".trt86", ("--target", "tensorrt", "--trt-version", "8.6")))
 
 
 def _zero_seconds(value):
@@ -53,7 +54,8 @@ def _normalise_reports(stem: str) -> None:
 
 
 def snapshot(out_dir: str) -> list[str]:
-    """Convert each example in each mode into ``out_dir``; returns the commands that did not exit 0, 1 or 3."""
+    """Convert each example in each mode into ``out_dir``; returns the commands that did not exit 0, 1 or
+    3."""
     os.makedirs(out_dir, exist_ok=True)
     os.chdir(out_dir)  # outputs named relative to it, so the TensorRT flags files compare equal
     odd = []
