@@ -512,7 +512,7 @@ def test_range_pins_also_carry_their_rule_reasons(tmp_path):
 
 def test_absorbed_fp32_infinity_is_not_an_error(tmp_path):
     """log(mask) is -inf where the mask is 0; Softmax turns it into exact zeros: a working model."""
-    from tests.conftest import parse
+    from conftest import parse
 
     model = parse("""
     <ir_version: 8, opset_import: ["" : 17]>

@@ -6,6 +6,7 @@ import os
 
 import onnx
 import pytest
+from conftest import parse
 
 from onnx_precision.check import check
 from onnx_precision.cli import main
@@ -14,7 +15,6 @@ from onnx_precision.data import SampleSpec
 from onnx_precision.graph import walk_nodes
 from onnx_precision.plan import Precision, Reason, uniform_plan
 from onnx_precision.rewriter import rewrite
-from tests.conftest import parse
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -4,12 +4,12 @@ an FP32 model that is itself non-finite (refused, or compared where finite)."""
 from __future__ import annotations
 
 import pytest
+from test_check import example, write_plan
 
 from onnx_precision.check import FP32NonFinite, check
 from onnx_precision.cli import main
 from onnx_precision.data import SampleSpec
 from onnx_precision.tolerance import Tolerance
-from tests.test_check import example, write_plan
 
 
 @pytest.fixture(scope="module")

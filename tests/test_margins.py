@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 import pytest
+from conftest import parse
 
 from onnx_precision import report as rep
 from onnx_precision.check import check
@@ -16,7 +17,6 @@ from onnx_precision.compare import compare_array, compare_samples
 from onnx_precision.data import SampleSpec
 from onnx_precision.tolerance import Tolerance
 from onnx_precision.verdict import thin_pass_note
-from tests.conftest import parse
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REMEDY = "more samples: --inputs DIR with several .npz"
@@ -113,7 +113,7 @@ def test_convert_and_check_say_a_pass_rests_on_one_sample(tmp_path, capsys):
 
 
 def test_a_report_read_back_keeps_the_tolerance_it_listed():
-    from tests.test_report import make_report
+    from test_report import make_report
 
     report = make_report(tolerance=Tolerance(max_rel_rms=0.1))
     back = rep.from_json(json.loads(rep.dumps(report)))

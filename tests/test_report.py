@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import parse
 
 from onnx_precision import report as rep
 from onnx_precision.cli.progress import ProgressLine
@@ -15,7 +16,6 @@ from onnx_precision.metrics import Comparison, OutputMetrics
 from onnx_precision.oracle.inspection import NodeStats
 from onnx_precision.plan import Precision, Reason, uniform_plan
 from onnx_precision.tolerance import Tolerance
-from tests.conftest import parse
 
 L2 = """
 <ir_version: 8, opset_import: ["" : 17]>
