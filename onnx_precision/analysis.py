@@ -267,7 +267,9 @@ def _reasons(r: NodeRow, low: LowPrecision) -> list[str]:
         what = (f"{r.error.new_nonfinite} new NaN/Inf" if r.error.new_nonfinite
                 else f"relative error {number(r.error.max_rel_err, 3)}")
         out.append(f"emulated {low.name} error appears here ({what}) while its inputs are still close")
-    if r.forced_fp32 is not None:
+    if r.forced_fp32 is not None and r.forced_fp32 in [f.reason() for f in r.active_findings]:
+        out.append("kept FP32 in any plan (the rule's finding)")  # its message is above
+    elif r.forced_fp32 is not None:
         out.append(f"kept FP32 in any plan ({r.forced_fp32.source}: {r.forced_fp32.detail})")
     if r.note:
         out.append(r.note)

@@ -160,3 +160,65 @@ def test_an_fp8_qdq_block_with_a_large_fp8_weight_converts(tmp_path, capsys):
     assert ": passed;" in capsys.readouterr().out
     written = onnx.load(out)
     assert [t.data_type for t in written.graph.initializer if t.name == "w_q"] == [TensorProto.FLOAT8E4M3FN]
+
+
+def torchao_block(x_scale: float, n: int = 16) -> onnx.ModelProto:
+    """x -> Q/DQ (FP8 E5M2, scale ``x_scale``) -> MatMul <- DQ (FP8 E5M2 weight) -> Relu, at opset 21
+    (Q/DQ take FP16 scales there)."""
+    w = np.random.default_rng(2).standard_normal((n, n)).astype(np.float32) * 0.2
+    inits = [numpy_helper.from_array(np.array(x_scale, np.float32), "x_s"),
+             helper.make_tensor("zp", TensorProto.FLOAT8E5M2, [], [0.0]),
+             helper.make_tensor("w_q", TensorProto.FLOAT8E5M2, [n, n], (w / 0.01).ravel().tolist()),
+             numpy_helper.from_array(np.array(0.01, np.float32), "w_s")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "x_s", "zp"], ["xq"], name="q_x"),
+             helper.make_node("DequantizeLinear", ["xq", "x_s", "zp"], ["xd"], name="dq_x"),
+             helper.make_node("DequantizeLinear", ["w_q", "w_s", "zp"], ["wd"], name="dq_w"),
+             helper.make_node("MatMul", ["xd", "wd"], ["mm"], name="matmul"),
+             helper.make_node("Relu", ["mm"], ["y"], name="relu")]
+    return _model(nodes, inits, [4, n], [4, n], 21, "torchao")
+
+
+def _zero_input(tmp_path) -> str:
+    """A sample in [0, 0.1] with zeros (where 0 * inf = NaN)."""
+    x = np.random.default_rng(0).uniform(0, 0.1, (4, 16)).astype(np.float32)
+    x[:, ::3] = 0
+    np.savez(tmp_path / "x.npz", x=x)
+    return str(tmp_path / "x.npz")
+
+
+TORCHAO = ("qdq-scale: scale 'x_s' is 1.74e-06: its reciprocal 5.73e+05 overflows FP16 (max 65504), so a "
+           "runtime that multiplies by 1/scale in FP16 gets inf and 0 * inf = NaN at the input's zeros "
+           "(torchao's FP8 cast)")
+
+
+def test_the_torchao_scale_keeps_fp32_with_its_group_named_with_its_value(tmp_path, capsys):
+    # a [0, 0.1] range mapped onto E5M2's 57344: scale 1.7e-6, written FP16 and named nowhere before
+    path, out, plan = str(tmp_path / "t.onnx"), str(tmp_path / "o.onnx"), str(tmp_path / "p.json")
+    onnx.save(torchao_block(0.1 / 57344), path)
+    assert main(["convert", path, "-o", out, "--inputs", _zero_input(tmp_path), "--save-plan", plan]) == 0
+    assert "FP32 pins (4): q_x (rule), dq_x (rule), dq_w (type), matmul (type)" in capsys.readouterr().out
+    decisions = json.load(open(plan))["nodes"]
+    assert decisions["q_x"]["reasons"][-1]["detail"] == TORCHAO
+    assert decisions["q_x"]["reasons"][-1]["evidence"] == {"scale": "x_s", "value": "1.744e-06"}
+    written = onnx.load(out)
+    assert {t.name: t.data_type for t in written.graph.initializer}["x_s"] == TensorProto.FLOAT
+    assert dq_cast_kernels(written) == []
+    assert main(["analyze", path, "--inputs", str(tmp_path / "x.npz")]) == 0
+    assert ("q_x: " + TORCHAO.removeprefix("qdq-scale: ") + "; kept FP32 in any plan (the rule's finding)"
+            in capsys.readouterr().out.splitlines())
+
+
+def test_a_scale_that_flushes_in_fp16_and_a_subnormal_one_are_named_and_kept_fp32(tmp_path, capsys):
+    # 2e-8 rounds to 0 in FP16 (at or below half its smallest subnormal 5.96e-8)
+    for x_scale, detail in ((2e-8, "scale 'x_s' is 2e-08, zero in FP16: x/0 = inf and 0/0 = NaN on every "
+                                   "runtime"),
+                            (4e-5, "scale 'x_s' is 4e-05, subnormal in FP16 (below 6.1e-05): 10 significant "
+                                   "bit(s) left, and a runtime that flushes subnormals to zero reads a zero "
+                                   "scale")):
+        path, plan = str(tmp_path / "t.onnx"), str(tmp_path / "p.json")
+        onnx.save(torchao_block(x_scale), path)
+        assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "-q", "--save-plan", plan]) == 0
+        decisions = json.load(open(plan))["nodes"]
+        assert decisions["dq_x"]["reasons"][-1]["detail"] == f"qdq-scale: {detail}"
+        assert decisions["matmul"]["precision"] == "fp32"
+        assert decisions["relu"]["precision"] == "fp16"

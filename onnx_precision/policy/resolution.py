@@ -17,6 +17,7 @@ from ..float_types import LOW_TYPES, LowPrecision, low_of
 from ..graph import graphs_with_owner, walk_nodes
 from ..plan import NodeDecision, Precision, PrecisionPlan, Reason
 from ..quantized import QuantGroup
+from ..rules.quant import scale_finding
 from ..typing_rules import FLOAT, NodeTyping, constant_tensor, constant_verdict, elem_type, is_tensor
 
 
@@ -48,6 +49,10 @@ def node_blockers(ctx: ModelContext, low: LowPrecision | None = None) -> NodeBlo
         t = typing[node.name]
         if t.fp16_blocker:
             forced[node.name] = Reason("type", t.fp16_blocker)
+            continue
+        scale = scale_finding(node, ctx, low) if 1 in t.convertible_inputs else None
+        if scale is not None:  # what the samples cannot show: a runtime's 1/scale, its flushing
+            forced[node.name] = scale.reason()
             continue
         for i in t.convertible_inputs:
             name = node.input[i]

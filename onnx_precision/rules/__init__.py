@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from . import constants, ops
+from . import constants, ops, quant
 from .facts import (
     HIGH,
     LOW,
@@ -56,6 +56,7 @@ RULES: tuple[Rule, ...] = (
     constants.mask_constant,
     constants.float_integer,
     constants.flush_to_zero,
+    quant.qdq_scale,
 )
 
 
