@@ -365,6 +365,10 @@ class SwitchBuilder:
                     nodes.extend(round_nodes(renamed.get(src, src), local[key], self.names, low))
                 else:
                     local[key] = self.rounded(src, scopes, out, low) or src
+                # the spelling reads a rank off its input's type (a LayerNormalization's layers
+                # under TensorRT): unknown, the node would be emulated as one op, unlike the
+                # model written (oracle/written.py spells it on the model's own names)
+                self._alias(local[key], src)
             fp16.input[i] = local[key]
         convertible = self._outputs(node)
         rounded.update((node.output[i], low.elem_type) for i in convertible)

@@ -96,9 +96,6 @@ def _emulate_graph(graph: onnx.GraphProto, types: Mapping[str, int], names: Name
     for node in graph.node:
         for _, sub in subgraphs(node):
             _emulate_graph(sub, types, names, base_dir, layers, is_main=False)
-        for i, name in enumerate(node.input):
-            if name in renamed_inputs:
-                node.input[i] = renamed_inputs[name]
         _retype_attributes(node, base_dir)
         lows = [LOW_TYPES[types[o]] for o in node.output if o and types.get(o) in LOW_TYPES]
         rounds: list[onnx.NodeProto] = []
@@ -116,7 +113,11 @@ def _emulate_graph(graph: onnx.GraphProto, types: Mapping[str, int], names: Name
                 exact = names.fresh(o + "__exact")
                 node.output[i] = exact
                 rounds.extend(round_nodes(exact, o, names, low))
+        # spelled on the model's own input names, whose types the spelling reads (the rank of a
+        # LayerNormalization's input under TensorRT), then fed the rounded graph inputs
         spelled = layers.spell(node, lows[0]) if lows and node.op_type != "Cast" else [node]
+        for step in spelled:
+            step.input[:] = [renamed_inputs.get(name, name) for name in step.input]
         new_nodes.extend(spelled + rounds)
     # A graph output that is itself an FP16 graph input passes through unrounded: rounding it would
     # need a node writing that name, which SSA forbids, and the value is exactly what was fed.

@@ -16,15 +16,17 @@ Add). :func:`layer_norm_pins` makes the plan say what is written: a tail not all
 is written FP32, statistics and all, so the whole pattern is pinned FP32; and where the target
 computes a normalisation's statistics in its input's precision (TensorRT strongly typed: its
 importer casts nothing to ``stash_type``, see :mod:`onnx_precision.target.tensorrt`) and the plan
-keeps the statistics FP32 (or in a 16-bit type other than the tail's: a BF16 fallback), the whole
-pattern is pinned FP32, so the node is fed FP32. The rewriter
-applies these pins to every plan it writes, and the emulation to every plan it runs.
+keeps a node before the tail (a statistic, the centring, the division) FP32 or in a 16-bit type
+other than the tail's (a BF16 fallback), the whole pattern is pinned FP32, so the node is fed FP32.
+The rewriter applies these pins to every plan it writes, and the emulation to every plan it runs.
 
 A 16-bit fused node computes its statistics in FP32 and rounds only its output: not what the
 pattern's nodes, each rounding its own output, compute. So the emulation of a plan computes each
 such pattern's last node as the LayerNormalization written in its place (:func:`written_forms`) and
 the nodes before it in FP32 (:func:`always_fp32`), and a search measures the model the rewriter
-writes.
+writes. Under TensorRT the form is computed as its Normalization layer: in 16 bits, the pattern's
+steps each stored in the node's type; FP32, one FP32 node (onnxruntime's, as the written model's
+emulation runs it), where the nine nodes would round differently.
 """
 
 from __future__ import annotations
@@ -74,8 +76,10 @@ class DecomposedLayerNorm:
                 self.add)
 
     @property
-    def statistics(self) -> tuple[str, ...]:
-        return (self.pow, self.var, self.add_eps, self.sqrt)
+    def inside(self) -> tuple[str, ...]:
+        """The nodes but the tail (Mul and last Add): the statistics and the normalisation, which the
+        LayerNormalization written computes inside."""
+        return (self.mean, self.sub, self.pow, self.var, self.add_eps, self.sqrt, self.div)
 
     def fused(self, x: str, scale: str, bias: str, y: str) -> onnx.NodeProto:
         """The LayerNormalization written in place of the nine nodes, named after the last Add, with
@@ -202,16 +206,17 @@ def layer_norm_pins(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
     for ln in patterns:
         tail = {plan.precision(n) if plan.is_low(n) and n not in forced else Precision.FP32
                 for n in (ln.mul, ln.add)}
-        stats = {plan.precision(n) if plan.is_low(n) and n not in forced else Precision.FP32
-                 for n in ln.statistics}
+        inside = {plan.precision(n) if plan.is_low(n) and n not in forced else Precision.FP32
+                  for n in ln.inside}
         if len(tail) > 1 or Precision.FP32 in tail:
             why = Reason("type", f"written as one LayerNormalization ('{ln.add}'), statistics included, in "
                                  f"the one type of its scale and bias: FP32, as its Mul or last Add is FP32 "
                                  f"or the two differ")
-        elif ctx.target.normalizes_in_input_precision and stats != tail:
-            # statistics in FP32, or in the other 16-bit type (a BF16 fallback): the node written
-            # computes them in its tail's type, which is not what the plan asks of them
-            need = "FP32" if Precision.FP32 in stats else "/".join(sorted(p.name for p in stats))
+        elif ctx.target.normalizes_in_input_precision and inside != tail:
+            # statistics (or the mean, the centring, the division) in FP32, or in the other 16-bit
+            # type (a BF16 fallback): the node written computes them in its tail's type, which is not
+            # what the plan asks of them
+            need = "FP32" if Precision.FP32 in inside else "/".join(sorted(p.name for p in inside))
             why = Reason("target", f"{ctx.target.title} computes a LayerNormalization's statistics in its "
                                    f"input's precision when strongly typed; they need {need} here, so the "
                                    f"node written for '{ln.add}' is fed FP32")
@@ -225,11 +230,12 @@ def written_forms(ctx: ModelContext) -> Mapping[str, onnx.NodeProto]:
     """Node -> the node the written model computes in its place, which the emulation of every plan
     computes there, in the type of the pattern's tail (one type once pinned, :func:`layer_norm_pins`):
     each decomposed LayerNorm's last Add -> its LayerNormalization (inputs by their names in the
-    model), whose statistics are FP32 whatever its type. None where the target computes them in the
-    input's precision (:attr:`~onnx_precision.target.Target.normalizes_in_input_precision`): there
-    the nodes' own rounding is the closer model of a 16-bit one."""
-    if ctx.target.normalizes_in_input_precision:
-        return {}
+    model), computed as the target computes it. Its statistics are FP32 whatever its type, but where
+    the target computes them in the input's precision
+    (:attr:`~onnx_precision.target.Target.normalizes_in_input_precision`: TensorRT's Normalization
+    layer, which the emulation spells in 16 bits as the pattern's steps, each stored in the node's
+    type, :func:`onnx_precision.trt.ops.normalization_in_input_precision`); pinned FP32, it is one FP32
+    layer there too, not nine."""
     return {ln.add: ln.fused(ln.x, ln.scale, ln.bias, ln.y) for ln in decomposed_layer_norms(ctx)}
 
 
@@ -237,15 +243,16 @@ def always_fp32(ctx: ModelContext) -> frozenset[str]:
     """The nodes every model the rewriter writes computes in FP32, whatever the plan: those every
     resolved plan keeps FP32 (:func:`~onnx_precision.policy.forced_fp32`), and the statistics of each
     LayerNorm written as its form (:func:`written_forms`: all its nodes but the tail, inside the
-    LayerNormalization). Found once per context."""
+    LayerNormalization), except where the target computes them in the input's precision: there they
+    are in the node's type, and the plan's precision for them decides whether the node is fed FP32
+    (:func:`layer_norm_pins`). Found once per context."""
     return ctx.memo(_always_fp32)
 
 
 def _always_fp32(ctx: ModelContext) -> frozenset[str]:
-    forms = written_forms(ctx)
-    inside = {n for ln in decomposed_layer_norms(ctx) if ln.add in forms for n in ln.nodes
-              if n not in (ln.mul, ln.add)}
-    return forced_fp32(ctx) | inside
+    if ctx.target.normalizes_in_input_precision:
+        return forced_fp32(ctx)
+    return forced_fp32(ctx) | {n for ln in decomposed_layer_norms(ctx) for n in ln.inside}
 
 
 def fused_names(patterns: tuple[DecomposedLayerNorm, ...]) -> Mapping[str, str]:

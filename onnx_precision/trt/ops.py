@@ -229,14 +229,16 @@ def normalization_in_input_precision(node: onnx.NodeProto, *, opset: int, fresh:
     (see :attr:`onnx_precision.target.TensorRTTarget.normalizes_in_input_precision`), so the
     statistics are computed, and each step stored, in ``low``: the steps of the decomposed LayerNorm
     the emulation searched, node for node. Its naming is one layer (the op table's). None where it
-    is not one output over a known rank (then it is emulated as one op)."""
-    if len([o for o in node.output if o]) != 1 or rank is None:
-        return None
+    is not one output, or its axis counts from the front of a rank not known (then it is emulated as
+    one op)."""
     s = Speller(node, opset, fp16=True, fresh=fresh, constants={}, rank=rank, low=low)
+    axis = s.int_attr("axis", -1)
+    if len([o for o in node.output if o]) != 1 or (rank is None and axis >= 0):
+        return None
     x, scale = s.input(0), s.input(1)
     bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
-    axis = s.int_attr("axis", -1)
-    axes = list(range(axis + rank if axis < 0 else axis, rank))
+    # the normalised axes are axis to the last: counted from the back, they need no rank
+    axes = list(range(axis, 0)) if axis < 0 else list(range(axis, s.need_rank()))
     step = named("Normalization")
     mean = s.reduce(step, "ReduceMean", x, axes, keepdims=1)
     centred = s.layer(step, "Sub", [x, mean])
