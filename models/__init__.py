@@ -73,7 +73,7 @@ def l2_normalize() -> Example:
     model = make_model("l2_normalize", nodes, [tensor("x", [1, 64])], [tensor("y", [1, 64])],
                        [const("axes", [-1], np.int64)])
     x = rng(1).uniform(30.0, 55.0, size=(1, 64)).astype(np.float32)
-    return Example("l2_normalize", model, ({"x": x},), l2_normalize.__doc__)
+    return Example("l2_normalize", model, ({"x": x},), l2_normalize.__doc__ or "")
 
 
 def nafnet_boxfilter(size: int = 256, kernel: int = 8) -> Example:
@@ -107,7 +107,7 @@ def nafnet_boxfilter(size: int = 256, kernel: int = 8) -> Example:
     model = make_model("nafnet_boxfilter", nodes, [tensor("x", [1, 1, size, size])],
                        [tensor("y", [1, 1, out, out])], inits)
     x = rng(2).uniform(1.0, 2.0, size=(1, 1, size, size)).astype(np.float32)
-    return Example("nafnet_boxfilter", model, ({"x": x},), nafnet_boxfilter.__doc__)
+    return Example("nafnet_boxfilter", model, ({"x": x},), nafnet_boxfilter.__doc__ or "")
 
 
 def layernorm_nodes(prefix: str, x: str, out: str, gamma: str, beta: str, eps: str) -> list[onnx.NodeProto]:
@@ -139,7 +139,7 @@ def layernorm_eps() -> Example:
     ordinary = gen.normal(0.0, 1.0, size=(2, width))
     near_constant = gen.uniform(-3e-5, 3e-5, size=(2, width))  # e.g. padding positions
     x = np.concatenate([ordinary, near_constant]).astype(np.float32)
-    return Example("layernorm_eps", model, ({"x": x},), layernorm_eps.__doc__)
+    return Example("layernorm_eps", model, ({"x": x},), layernorm_eps.__doc__ or "")
 
 
 def softmax_nomax() -> Example:
@@ -153,7 +153,7 @@ def softmax_nomax() -> Example:
     model = make_model("softmax_nomax", nodes, [tensor("logits", [2, 32])], [tensor("probs", [2, 32])],
                        [const("axes", [-1], np.int64)])
     logits = rng(4).uniform(0.0, 13.0, size=(2, 32)).astype(np.float32)
-    return Example("softmax_nomax", model, ({"logits": logits},), softmax_nomax.__doc__)
+    return Example("softmax_nomax", model, ({"logits": logits},), softmax_nomax.__doc__ or "")
 
 
 def log_underflow() -> Example:
@@ -165,7 +165,7 @@ def log_underflow() -> Example:
     ]
     model = make_model("log_underflow", nodes, [tensor("logits", [2, 16])], [tensor("log_p", [2, 16])])
     logits = rng(5).uniform(-25.0, 5.0, size=(2, 16)).astype(np.float32)
-    return Example("log_underflow", model, ({"logits": logits},), log_underflow.__doc__)
+    return Example("log_underflow", model, ({"logits": logits},), log_underflow.__doc__ or "")
 
 
 def benign_mlp() -> Example:
@@ -181,7 +181,7 @@ def benign_mlp() -> Example:
              const("w2", gen.normal(0, 0.25, (32, 8))), const("b2", gen.normal(0, 0.1, 8))]
     model = make_model("benign_mlp", nodes, [tensor("x", [4, 16])], [tensor("y", [4, 8])], inits)
     x = gen.uniform(-1.0, 1.0, size=(4, 16)).astype(np.float32)
-    return Example("benign_mlp", model, ({"x": x},), benign_mlp.__doc__)
+    return Example("benign_mlp", model, ({"x": x},), benign_mlp.__doc__ or "")
 
 
 def fp32_nan() -> Example:
@@ -195,7 +195,7 @@ def fp32_nan() -> Example:
                        [const("scale", 2.0), const("one", 1.0)])
     x = rng(7).uniform(-1.0, 4.0, size=(1, 16)).astype(np.float32)
     x[0, 3] = -0.5  # at least one negative whatever the generator does
-    return Example("fp32_nan", model, ({"x": x},), fp32_nan.__doc__)
+    return Example("fp32_nan", model, ({"x": x},), fp32_nan.__doc__ or "")
 
 
 def two_culprits() -> Example:
@@ -215,7 +215,7 @@ def two_culprits() -> Example:
     gen = rng(8)
     x = gen.uniform(30.0, 55.0, size=(1, 64)).astype(np.float32)
     z = gen.uniform(0.0, 13.0, size=(1, 16)).astype(np.float32)
-    return Example("two_culprits", model, ({"x": x, "z": z},), two_culprits.__doc__)
+    return Example("two_culprits", model, ({"x": x, "z": z},), two_culprits.__doc__ or "")
 
 
 def if_branch() -> Example:
@@ -238,7 +238,7 @@ def if_branch() -> Example:
                        [tensor("y", [1, 64])],
                        [const("axes", [-1], np.int64), const("half", 0.5), const("bias", 0.25)])
     x = rng(9).uniform(30.0, 55.0, size=(1, 64)).astype(np.float32)
-    return Example("if_branch", model, ({"x": x, "cond": np.array(True)},), if_branch.__doc__)
+    return Example("if_branch", model, ({"x": x, "cond": np.array(True)},), if_branch.__doc__ or "")
 
 
 def dynamic_batch() -> Example:
@@ -255,7 +255,7 @@ def dynamic_batch() -> Example:
     gen = rng(10)
     small = gen.uniform(-1.0, 1.0, size=(2, 64)).astype(np.float32)
     large = gen.uniform(30.0, 55.0, size=(5, 64)).astype(np.float32)
-    return Example("dynamic_batch", model, ({"x": small}, {"x": large}), dynamic_batch.__doc__)
+    return Example("dynamic_batch", model, ({"x": small}, {"x": large}), dynamic_batch.__doc__ or "")
 
 
 def deep_cnn(blocks: int = 20, channels: int = 16, size: int = 64, gain: float = 64.0, seed: int = 12
@@ -391,7 +391,7 @@ def transformer(layers: int = 12, d_model: int = 64, heads: int = 4, seq: int = 
     model = make_model("transformer", nodes, [tensor("x", [1, seq, d_model])],
                        [tensor("y", [1, seq, d_model])], inits)
     feed = {"x": gen.normal(0.0, 1.0, size=(1, seq, d_model)).astype(np.float32)}
-    return Example("transformer", model, (feed,), transformer.__doc__)
+    return Example("transformer", model, (feed,), transformer.__doc__ or "")
 
 
 # Imported here, after the helpers it uses (models.precisions imports them from this module)

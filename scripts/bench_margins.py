@@ -84,7 +84,8 @@ def measure(case: Case, headroom: float, quiet: float) -> str:
     under = policy.underflow_headroom(ctx, start, node_stats, headroom)
     pinned = policy.resolve(ctx, start.with_fp32(under, Reason("user", "bench: the underflow headroom")))
     least = min((FP16.scale_binades(s.max_abs) for n, s in node_stats.items()
-                 if start.is_low(n) and ctx.node_ops[n] != "Constant"), default=math.inf)
+                 if start.is_low(n) and ctx.node_ops[n] != "Constant" and s.max_abs is not None),
+                default=math.inf)
     flops = estimate_flops(ctx.model, {k: np.shape(v) for k, v in samples.feeds[0].items()})
     quiet_feeds = [{k: (v * np.asarray(quiet, v.dtype) if np.issubdtype(v.dtype, np.floating) else v)
                     for k, v in feed.items()} for feed in samples.feeds]

@@ -17,10 +17,12 @@ oracle.switch.GROUP_SIZE (1: one If per node, no groups) to compare group sizes.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import resource
 import sys
 import time
+from typing import Callable
 
 import onnxruntime as ort
 
@@ -85,12 +87,12 @@ def main() -> None:
           f"{len(names)} nodes; onnxruntime {ort.__version__}, {os.cpu_count()} CPUs, "
           f"{args.threads or 'all'} intra-op thread(s), group size {args.group_size}")
 
-    timed = {}
+    timed: dict[str, Callable[[], object]] = {}
     levels = (("plain FP32 run, ORT_ENABLE_ALL (default)", ort.GraphOptimizationLevel.ORT_ENABLE_ALL),
               ("plain FP32 run, ORT_DISABLE_ALL", ort.GraphOptimizationLevel.ORT_DISABLE_ALL))
     for label, level in levels:
         session = plain_session(model, level, args.threads)
-        timed[label] = lambda session=session: session.run(None, feed)
+        timed[label] = functools.partial(session.run, None, feed)
 
     all16 = uniform_plan(names, Precision.FP16, Reason("default", "bench"))
     half = all16.with_fp32(names[::2])
@@ -105,10 +107,10 @@ def main() -> None:
                        f"{len(emu.switch_model.model.graph.node)} nodes)", time.perf_counter() - t0))
         sessions.append((tag, emu))
         for plan_label, plan in (("all FP32", None), ("all FP16", all16), ("half FP16", half)):
-            timed[f"probe, {tag}, {plan_label}"] = lambda emu=emu, plan=plan: emu.run(plan, feed)
+            timed[f"probe, {tag}, {plan_label}"] = functools.partial(emu.run, plan, feed)
         if capture:
             timed[f"reference run + TensorStats of {len(emu.intermediates)} intermediates"] = \
-                lambda emu=emu: reference_stats(emu, [feed])
+                functools.partial(reference_stats, emu, [feed])
     rows = list(best_seconds(timed, args.repeat).items()) + builds
     base = rows[0][1]
     for tag, emu in sessions:

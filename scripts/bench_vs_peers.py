@@ -91,7 +91,7 @@ class SessionCounter:
         original = ort.InferenceSession
         counter = self
 
-        class Counted(original):  # type: ignore[misc, valid-type]
+        class Counted(original):
             def __init__(self, *args, **kwargs):
                 counter.count += 1
                 if any(f.filename.endswith(HELPER_SESSIONS) for f in traceback.extract_stack()):
@@ -176,6 +176,8 @@ def run_ours(name: str, model_path: str, data: str, out_dir: str, headroom: floa
         seconds = time.perf_counter() - started
     floats = set(float_nodes(onnx.load(model_path)))
     fp32 = [n for n in result.plan.fp32_nodes if n in floats]
+    # --mode auto: a plan chosen (result.auto) and the written file verified (report.verified)
+    assert result.auto is not None and result.report is not None and result.report.verified is not None
     search_seconds = sum(p.seconds for p in result.auto.phases if p.name == "search")
     probes = result.auto.search.probes_run if result.auto.search else 1
     note = f"search {search_seconds:.2f}s" + ("" if result.report.verified.passed else " VERIFY FAILED")
@@ -316,9 +318,9 @@ def main() -> None:
             probe, optimized, plain = probe_cost(model_path, feeds, result.plan)
             probe_costs.append((name, probe * 1e3, probe / optimized, probe / plain))
             print(fmt(run_occ(name, model_path, data, feeds, tmp)), flush=True)
-            modelopt = run_modelopt(name)
-            if modelopt is not None:
-                print(fmt(modelopt), flush=True)
+            modelopt_row = run_modelopt(name)
+            if modelopt_row is not None:
+                print(fmt(modelopt_row), flush=True)
     if probe_costs:
         print()
         print("one probe (emulation session run + comparison, all samples) against one plain FP32 run:")

@@ -25,7 +25,7 @@ def main() -> int:
     parser.add_argument("--no-baseline", action="store_true")
     args = parser.parse_args()
     cases = {n: c for n, c in h.node_cases().items() if args.filter in n}
-    not_selected = collections.Counter()
+    not_selected: collections.Counter[str] = collections.Counter()
     selected = []
     for name in sorted(cases):
         why = h.selection(name)
