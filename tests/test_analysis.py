@@ -15,6 +15,7 @@ from models.generate import data_path, model_path, npz_bytes
 from onnx_precision import analysis
 from onnx_precision.cli import main
 from onnx_precision.data import SampleSpec
+from onnx_precision.rules import Severity
 
 
 def run(name: str, tmp_path=None) -> analysis.AnalysisResult:
@@ -254,7 +255,7 @@ def _stats(max_abs: float, flush: float = 0.0):
     return TensorStats(max_abs, 1e-3, flush, 0, 0, 16)
 
 
-def _flush_finding(severity: str = "medium"):
+def _flush_finding(severity: Severity = "medium"):
     from onnx_precision import rules
     return rules.Finding("n", "Op", "flush-to-zero", "underflow", severity, {}, "m", True)
 

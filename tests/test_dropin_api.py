@@ -160,7 +160,7 @@ def test_the_tolerance_names_its_accept_in_reports_and_json_cannot_bring_it_back
     assert tol.to_json()["accept"] == "my_check" and "accept" not in Tolerance().to_json()
     assert Tolerance.from_json(tol.to_json()) == Tolerance() and tol.cli_args() == []
     with pytest.raises(ValueError, match="accept: expected a function of"):
-        Tolerance(accept="my_check")  # type: ignore[arg-type]
+        Tolerance(accept="my_check")
     same = {"y": np.ones(4, np.float32), "z": np.zeros(2, np.float32)}
     rejected = compare_outputs(same, same, Tolerance(accept=lambda ref, cand: "my words"), "emulate")
     assert not rejected.passed and rejected.failure() == "output 'y' my words"
@@ -201,7 +201,7 @@ def test_convert_tensor_float_to_float16_writes_the_same_tensor():
         assert (float16.make_value_info_from_tensor(ours).SerializeToString()
                 == theirs_module.make_value_info_from_tensor(theirs).SerializeToString())
     with pytest.raises(ValueError, match="Expected input type is an ONNX TensorProto but got <class 'str'>"):
-        float16.convert_tensor_float_to_float16("W")  # type: ignore[arg-type]
+        float16.convert_tensor_float_to_float16("W")
     external = copy(raw)
     onnx.external_data_helper.set_external_data(external, "w.bin")
     external.data_location = TensorProto.EXTERNAL
@@ -235,7 +235,7 @@ def test_convert_float_to_float16_model_path_and_check_if_fp16_ready_as_onnxconv
         assert float16.check_if_fp16_ready(model.graph) == theirs_module.check_if_fp16_ready(model.graph)
     assert float16.check_if_fp16_ready(ours.graph) and not float16.check_if_fp16_ready(chain().graph)
     with pytest.raises(ValueError, match="model_path: expected the path of an .onnx file; got ModelProto"):
-        float16.convert_float_to_float16_model_path(chain())  # type: ignore[arg-type]
+        float16.convert_float_to_float16_model_path(chain())
 
 
 def test_the_graph_helpers_edit_as_onnxconverter_common():

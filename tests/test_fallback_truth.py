@@ -17,13 +17,15 @@ import pytest
 from onnx import TensorProto, helper
 from onnx import numpy_helper as nh
 
+from models.generate import npz_bytes
 from onnx_precision.cli import main
 
 
 def _run(tmp_path, model: onnx.ModelProto, feed: dict[str, np.ndarray], *flags: str, name: str = "o") -> dict:
     path, data, out = str(tmp_path / "m.onnx"), str(tmp_path / "m.npz"), str(tmp_path / f"{name}.onnx")
     onnx.save(model, path)
-    np.savez(data, **feed)
+    with open(data, "wb") as f:
+        f.write(npz_bytes(feed))
     assert main(["convert", path, "-o", out, "--inputs", data, "-q", *flags]) == 0
     return json.load(open(tmp_path / f"{name}.report.json"))
 

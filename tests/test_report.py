@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from conftest import parse
@@ -42,7 +43,7 @@ def make_report(**overrides) -> rep.RunReport:
     plan = plan.with_fp32(["sumsq"], Reason("range", "FP32 max |x| 1.6e+05 > 65504",
                                              (("max_abs", "160000"),)))
     plan = plan.with_fp32(["sumsq", "norm"], Reason("search", "un-pinning it fails (probe 3)"))
-    fields = dict(
+    fields: dict[str, Any] = dict(  # each field's type is RunReport's to check
         model="l2.onnx", output="l2.fp16.onnx", mode="auto", oracle="emulate", status="passed", message="",
         plan=plan, node_ops=ops, samples_source="l2.npz", samples_synthetic=False, sample_count=2,
         tolerance=Tolerance(), headroom=2.0,

@@ -219,7 +219,7 @@ def test_min_16bit_share_is_validated(fp32, tmp_path, capsys, value):
 @pytest.mark.parametrize("value", [101.0, -1.0, float("nan"), "50"])
 def test_the_library_validates_min_16bit_share(value):
     with pytest.raises(UsageError, match="^--min-16bit-share .*: expected a percentage between 0 and 100$"):
-        ConvertOptions(min_16bit_share=value)  # type: ignore[arg-type]
+        ConvertOptions(min_16bit_share=value)
 
 
 def test_the_library_gates_the_share(tmp_path):

@@ -34,8 +34,10 @@ def _texts(root: ET.Element) -> list[str]:
 
 def _dot(root: ET.Element, index: int) -> ET.Element:
     """The circle drawn for point ``index`` (its tooltip names it)."""
-    return next(g.find(f"{SVG}circle") for g in root.iter(f"{SVG}g")
-                if (g.findtext(f"{SVG}title") or "").startswith(f"point {index}:"))
+    circle = next(g.find(f"{SVG}circle") for g in root.iter(f"{SVG}g")
+                  if (g.findtext(f"{SVG}title") or "").startswith(f"point {index}:"))
+    assert circle is not None
+    return circle
 
 
 def _share_ticks(root: ET.Element) -> list[float]:

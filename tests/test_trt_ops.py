@@ -12,7 +12,7 @@ from onnx_precision.trt.cumsum import cumsum_fp16_loop
 from onnx_precision.trt.ops import TABLE, decompose, node_layers, split_op_types
 from onnx_precision.trt.reference import layer_model
 from onnx_precision.trt.spell import DecompositionError
-from onnx_precision.trt.versions import NEWEST, V
+from onnx_precision.trt.versions import NEWEST, TrtVersion, V
 
 RNG = np.random.default_rng(7)
 
@@ -39,7 +39,7 @@ def ints(name, values):
 
 X4 = (2, 3, 4, 5)
 # (op, opset, attributes, extra constant inputs, input shapes, release)
-CASES = [
+CASES: list[tuple[str, int, dict[str, object], list[onnx.TensorProto], list[tuple[int, ...]], TrtVersion]] = [
     ("ReduceSumSquare", 17, {"axes": [1, 3]}, [], [X4], NEWEST),
     ("ReduceSumSquare", 18, {"keepdims": 0}, [ints("axes", [2])], [X4], NEWEST),
     ("ReduceL2", 13, {"axes": [-1], "keepdims": 0}, [], [X4], NEWEST),

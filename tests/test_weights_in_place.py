@@ -24,7 +24,7 @@ ROWS = 256  # 256x256 float32: 256 KiB per weight, over the 64 KiB by-reference 
 def _mlp(path: str, huge_last: bool = False) -> dict[str, np.ndarray]:
     """x -> MatMul w1 -> Exp -> MatMul w2 -> y, weights inline; Exp overflows FP16 on big inputs."""
     rng = np.random.default_rng(0)
-    weights = {"w1": (rng.standard_normal((ROWS, ROWS)) / 16).astype(np.float32),
+    weights: dict[str, np.ndarray] = {"w1": (rng.standard_normal((ROWS, ROWS)) / 16).astype(np.float32),
                "w2": (rng.standard_normal((ROWS, 128)) / 16).astype(np.float32),
                "bias": np.arange(4, dtype=np.float32),
                "ids": np.arange(ROWS * 64, dtype=np.int64)}  # 128 KiB of integers: could be a shape
