@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -88,18 +88,23 @@ def _inferred_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence
     return shapes
 
 
-def precision_shares(plan: PrecisionPlan, node_flops: Mapping[str, float]) -> dict[str, float]:
+def precision_shares(plan: PrecisionPlan, node_flops: Mapping[str, float],
+                     apart: Collection[str] = ()) -> dict[str, float]:
     """Each precision's share of the estimated FLOPs of ``plan``'s nodes (where no FLOPs are
-    estimated, by node count), the precisions in the plan only."""
-    flops = {n: node_flops.get(n, 0.0) for n in plan.decisions}
+    estimated, by node count), the precisions in the plan only; the nodes ``apart`` (quantized
+    compute: :attr:`..quantized.Quantization.compute`) are left out, so the shares are the remainder's."""
+    flops = {n: node_flops.get(n, 0.0) for n in plan.decisions if n not in apart}
     total = sum(flops.values())
     shares: dict[str, float] = {}
-    for name, decision in plan.decisions.items():
+    for name in flops:
+        decision = plan.decisions[name]
         weight = flops[name] / total if total > 0 else 1 / len(flops)
         shares[decision.precision.value] = shares.get(decision.precision.value, 0.0) + weight
     return shares
 
 
-def low_flop_share(plan: PrecisionPlan, node_flops: Mapping[str, float]) -> float:
-    """The 16-bit (FP16 and BF16) share of the estimated FLOPs of ``plan``'s nodes."""
-    return 1.0 - precision_shares(plan, node_flops).get("fp32", 0.0) if plan.decisions else 0.0
+def low_flop_share(plan: PrecisionPlan, node_flops: Mapping[str, float], apart: Collection[str] = (),
+                   ) -> float:
+    """The 16-bit (FP16 and BF16) share of the estimated FLOPs of ``plan``'s nodes (but ``apart``)."""
+    shares = precision_shares(plan, node_flops, apart)
+    return 1.0 - shares.get("fp32", 0.0) if shares else 0.0

@@ -222,3 +222,45 @@ def test_a_scale_that_flushes_in_fp16_and_a_subnormal_one_are_named_and_kept_fp3
         assert decisions["dq_x"]["reasons"][-1]["detail"] == f"qdq-scale: {detail}"
         assert decisions["matmul"]["precision"] == "fp32"
         assert decisions["relu"]["precision"] == "fp16"
+
+
+def test_a_4bit_matmulnbits_block_converts_all_fp16(tmp_path, capsys):
+    # q4f16: 4-bit weights (com.microsoft MatMulNBits), computing in its activations' type
+    k, n, block = 64, 32, 32
+    rng = np.random.default_rng(3)
+    packed = rng.integers(0, 256, (n, k // block, block // 2), dtype=np.uint8)
+    inits = [numpy_helper.from_array(packed, "w_q4"),
+             numpy_helper.from_array((rng.uniform(0.01, 0.02, n * k // block)).astype(np.float32), "w_s"),
+             numpy_helper.from_array(rng.standard_normal(n).astype(np.float32) * 0.1, "b")]
+    nodes = [helper.make_node("MatMulNBits", ["x", "w_q4", "w_s"], ["mm"], name="matmul_q4",
+                              domain="com.microsoft", K=k, N=n, bits=4, block_size=block),
+             helper.make_node("Add", ["mm", "b"], ["a"], name="add"),
+             helper.make_node("Relu", ["a"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "q4", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, n])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    path, out = str(tmp_path / "q4.onnx"), str(tmp_path / "o.onnx")
+    onnx.save(model, path)
+    assert main(["convert", path, "-o", out]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert "FP16: 3/3 nodes (100.0%), 100.0% of estimated FLOPs" in printed
+    assert ("note: quantized model: the reference is its Q/DQ run in FP32 as the ONNX specification defines "
+            "them, float fake-quantisation (onnxruntime with its optimisations off), not onnxruntime's fused "
+            "integer kernels nor TensorRT's") in printed
+    written = onnx.load(out)
+    assert {t.name: t.data_type for t in written.graph.initializer}["w_s"] == TensorProto.FLOAT16
+    assert [n.op_type for n in written.graph.node] == ["Cast", "MatMulNBits", "Add", "Relu", "Cast"]
+
+
+def test_the_shares_of_a_qdq_model_count_its_integer_kernels_apart(tmp_path, capsys):
+    path = str(tmp_path / "mlp.onnx")
+    onnx.save(qdq_mlp(19), path)
+    assert main(["convert", path, "-o", str(tmp_path / "o.onnx")]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    # the two 4x32x32 MatMuls: 2 * 2*4*32*32 = 16384 of the model's 19584 estimated FLOPs
+    assert ("FP16: 13/13 nodes (100.0%), 100.0% of the non-quantized estimated FLOPs; 83.7% of all FLOPs are "
+            "INT8") in printed
+    assert any(line.endswith("; 2 node(s) of quantized compute (DQ -> Conv/MatMul/Gemm <- DQ groups, integer "
+                             "ops) are counted apart from the 16-bit share") for line in printed)

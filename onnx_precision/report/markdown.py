@@ -11,6 +11,7 @@ from ..format import cosine_text, number
 from ..metrics import Comparison
 from ..oracle.inspection import NodeStats
 from ..plan import Precision
+from ..quantized import shares_text
 from ..storage import write_text
 from ..tolerance import Tolerance
 from ..tradeoff import ALL_LISTED, front_table, worst_output_text
@@ -30,8 +31,11 @@ def _share_text(report: RunReport) -> str:
     shares = report.flop_shares()
     both = f" (FP16 {_pct(shares.get('fp16', 0.0))}, BF16 {_pct(shares.get('bf16', 0.0))})" \
         if "fp16" in shares and "bf16" in shares else ""
+    quantized = shares_text(report.quantized, report.node_flops, report.plan.decisions)
+    flops = (f"of the non-quantized estimated FLOPs{both}; {quantized}" if quantized
+             else f"of estimated FLOPs{both}")
     return (f"{len(report.plan.low_nodes)}/{len(report.plan.decisions)} nodes "
-            f"({_pct(report.fp16_node_share())}), {_pct(report.fp16_flop_share())} of estimated FLOPs{both}")
+            f"({_pct(report.fp16_node_share())}), {_pct(report.fp16_flop_share())} {flops}")
 
 
 _COMPARISON_TITLES = {

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import quantized
 from ..context import ModelContext
 from ..convert.outcome import ConversionOutcome, Verification
 from ..costs import PhaseCost, PhaseTotals
@@ -63,6 +64,8 @@ class RunReport(PhaseTotals):
     tradeoff_note: str = ""  # why no search ran ("" when one did)
     # FP16 node -> (binades to overflow, binades to underflow) of its outputs on the samples
     margins: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    # node -> what it computes in ("INT8", "FP8") for quantized compute, counted apart from the shares
+    quantized: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def fp32_nodes(self) -> tuple[str, ...]:
@@ -74,11 +77,12 @@ class RunReport(PhaseTotals):
 
     def fp16_flop_share(self) -> float:
         """The 16-bit (FP16 and BF16) share of estimated FLOPs."""
-        return low_flop_share(self.plan, self.node_flops)
+        return low_flop_share(self.plan, self.node_flops, self.quantized)
 
     def flop_shares(self) -> dict[str, float]:
-        """Each precision's share of estimated FLOPs (:func:`..flops.precision_shares`)."""
-        return precision_shares(self.plan, self.node_flops)
+        """Each precision's share of estimated FLOPs (:func:`..flops.precision_shares`), of the
+        non-quantized FLOPs in a quantized model."""
+        return precision_shares(self.plan, self.node_flops, self.quantized)
 
     @property
     def low_label(self) -> str:
@@ -120,7 +124,7 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         points=auto.points,
         notes=(auto.notes + _float64_notes(outcome.plan, auto.node_flops)
                + _underflow_notes(ctx, outcome.plan, auto.node_stats, auto.headroom)
-               + _thin_pass_notes(verification)),
+               + _thin_pass_notes(verification) + _quantized_notes(quantized.of(ctx))),
         tradeoff_svg=outcome.tradeoff_svg,
         chosen_point=auto.chosen_point,
         tradeoff_note=auto.unsearched,
@@ -129,7 +133,19 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         low_precision=ctx.target.low.precision,
         before_plan=outcome.before_plan,
         margins=_margins(outcome.plan, auto.node_stats, ctx.target.low),
+        quantized=quantized.of(ctx).compute,
     )
+
+
+def _quantized_notes(found: quantized.Quantization) -> tuple[str, ...]:
+    """What the reference of a quantized model is, and what its shares count."""
+    if not found.any:
+        return ()
+    kernels = (f"; {len(found.compute)} node(s) of quantized compute (DQ -> Conv/MatMul/Gemm <- DQ groups, "
+               f"integer ops) are counted apart from the 16-bit share" if found.compute else "")
+    return ("quantized model: the reference is its Q/DQ run in FP32 as the ONNX specification defines them, "
+            "float fake-quantisation (onnxruntime with its optimisations off), not onnxruntime's fused "
+            f"integer kernels nor TensorRT's{kernels}",)
 
 
 def _underflow_notes(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping[str, NodeStats], headroom: float,
