@@ -358,7 +358,9 @@ def test_convert_static_mode_and_quiet(tmp_path, capsys):
     model, data = shipped("log_underflow")
     out = str(tmp_path / "s.onnx")
     assert main(["convert", model, "-o", out, "--inputs", data, "--mode", "static", "-q"]) == 0
-    assert capsys.readouterr().out == f"{model} -> {out}: passed\n"  # -q: the verdict line alone
+    # -q: the verdict line alone, with the worst output and the 16-bit share
+    assert capsys.readouterr().out == (f"{model} -> {out}: passed; worst log_p: rel RMS err 0; FP16: 0/2 nodes "
+                                       f"(0.0%), 0.0% of estimated FLOPs\n")
     import json
     report = json.load(open(str(tmp_path / "s.report.json")))
     assert report["mode"] == "static" and [p["node"] for p in report["pinned"]] == ["probs", "log_probs"]
