@@ -25,14 +25,8 @@ def main() -> int:
     parser.add_argument("--no-baseline", action="store_true")
     args = parser.parse_args()
     cases = {n: c for n, c in h.node_cases().items() if args.filter in n}
-    not_selected: collections.Counter[str] = collections.Counter()
-    selected = []
-    for name in sorted(cases):
-        why = h.selection(name)
-        if why is None:
-            selected.append(name)
-        else:
-            not_selected[why.split(":")[0]] += 1
+    selected = [name for name in sorted(cases) if h.selection(name) is None]
+    not_selected = h.left_out(cases)
     print(f"node cases: {len(cases)}; selected: {len(selected)}")
     for why, n in not_selected.most_common():
         print(f"  not selected ({n}): {why}")

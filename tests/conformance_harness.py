@@ -11,11 +11,12 @@ within an FP16 tolerance, other outputs exactly.
 
 from __future__ import annotations
 
+import collections
 import functools
 import glob
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Callable
 
@@ -131,6 +132,19 @@ def selection(name: str) -> str | None:
 
 
 _FP32_OUTPUTS: dict[str, list] = {}  # onnxruntime's FP32 outputs of selected cases (one session each)
+
+
+def left_out(names: Iterable[str]) -> collections.Counter[str]:
+    """How many of ``names`` are outside the selection, by reason (its first clause)."""
+    return collections.Counter(why.split(":")[0] for why in map(selection, names) if why is not None)
+
+
+def selection_summary() -> str:
+    """One line: the node cases, how many are selected, and why the others are left out."""
+    cases = node_cases()
+    reasons = ", ".join(f"{n} {why}" for why, n in left_out(cases).most_common())
+    selected = sum(selection(n) is None for n in cases)
+    return f"ONNX node cases: {len(cases)}, {selected} selected; left out as they cannot apply: {reasons}"
 
 
 def fp16_close(ref: np.ndarray, got: np.ndarray) -> str | None:
