@@ -36,6 +36,7 @@ from .float_types import LowPrecision, low_of
 from .graph import fresh_name, graphs_with_owner, is_onnx_domain, model_names, subgraphs, walk_nodes
 from .plan import PrecisionPlan
 from .storage import cast_initializer
+from .target.sum_rewrite import rewritten_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,9 @@ class _Rewriter:
         # decomposed LayerNorms written as one LayerNormalization, by their last node
         self.layer_norms = {ln.add: ln for ln in policy.decomposed_layer_norms(ctx)} if fuse else {}
         self.fused = 0
+        # means written as sums of pre-scaled terms where they are FP16 (policy.accumulation_fix)
+        self.sum_rewrites = policy.sum_rewrites(ctx) if fuse else {}
+        self.rewritten: list[str] = []
         self.retyped = 0  # node outputs written in another type than they had
         self.added_casts: set[str] = set()
 
@@ -370,6 +374,10 @@ class _Rewriter:
         scope.nodes.append(node)
         if scope.parent is None and node.name in self.layer_norms:
             self.fuse(scope, self.layer_norms[node.name])
+        rewrite = self.sum_rewrites.get(node.name) if scope.parent is None else None
+        if rewrite is not None and self.written.get(node.output[0]) == FLOAT16:
+            scope.nodes[-1:] = rewritten_nodes(rewrite, node, self.onnx_opset, self.fresh, FLOAT16)
+            self.rewritten.append(node.name)
 
     def fuse(self, scope: _Scope, ln: policy.DecomposedLayerNorm) -> None:
         """Replace ``ln``'s nine written nodes by one LayerNormalization in the type of its tail (the
@@ -426,6 +434,11 @@ class _Rewriter:
             self.notes.append(f"{self.fused} decomposed LayerNorm(s) written as one LayerNormalization each, "
                               f"named after their last Add (statistics in FP32, stash_type 1), so that "
                               f"onnxruntime's LayerNormFusion cannot bind mixed types")
+        if self.rewritten:
+            self.notes.append(f"{len(self.rewritten)} mean(s) written as a ReduceSum of pre-scaled terms "
+                              f"({_listed(self.rewritten)}), each keeping its name, so that a runtime that "
+                              f"sums in FP16 cannot overflow them: the plan's 'rewritten' reasons give each "
+                              f"form")
         if self.weight_inputs_converted:
             self.notes.append(
                 f"{self.weight_inputs_converted} initializer(s) also listed as graph inputs "
@@ -489,6 +502,11 @@ def _set_constant_value(node: onnx.NodeProto, value: onnx.TensorProto) -> None:
     node.attribute.append(helper.make_attribute("value", value))
 
 
+def _listed(names: list[str], shown: int = 3) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(f"'{n}'" for n in names[:shown]) + more
+
+
 def _flush_notes(plan: PrecisionPlan, shown: int = 3) -> list[str]:
     """Say which FP16 nodes lose tiny weight values to zero: harmless, but never silent."""
     flushed = [
@@ -512,11 +530,12 @@ def rewrite(ctx: ModelContext, plan: PrecisionPlan, fuse_layer_norms: bool = Tru
     reason; the resolved plan comes back in the result. Nodes the plan does not name stay as they
     are. ``fuse_layer_norms``: decomposed LayerNorms are written as one LayerNormalization from opset
     17, the plan pinned to fit (:mod:`onnx_precision.policy.layer_norm`), as the emulation of a plan
-    assumes; off, every node is written as it is.
+    assumes, and where the target sums in FP16 each 16-bit mean over many elements is written as a sum of
+    pre-scaled terms (:mod:`onnx_precision.policy.accumulation_fix`); off, every node is written as it is.
     """
     first = policy.resolve(ctx, plan)
     pinned = policy.layer_norm_pins(ctx, first) if fuse_layer_norms else first
-    resolved = policy.resolve(ctx, pinned)
+    resolved = policy.resolve(ctx, policy.rewrite_reasons(ctx, pinned) if fuse_layer_norms else pinned)
     out = onnx.ModelProto()
     out.CopyFrom(ctx.model)
     rewriter = _Rewriter(out, resolved, ctx, fuse_layer_norms)
@@ -527,7 +546,7 @@ def rewrite(ctx: ModelContext, plan: PrecisionPlan, fuse_layer_norms: bool = Tru
         notes.append(f"{len(forced)} node(s) kept FP32 because FP16 is not possible there")
     notes.extend(_flush_notes(resolved))
     changed = any((rewriter.casts_added, rewriter.converted, rewriter.duplicated, rewriter.fused,
-                   rewriter.retyped))
+                   rewriter.rewritten, rewriter.retyped))
     if changed or not any(p.key.startswith(PROVENANCE) for p in out.metadata_props):
         _stamp(out, resolved, ctx)  # a model converted again and left as it was keeps its stamp
     return RewriteResult(

@@ -3,16 +3,17 @@
 * :mod:`.resolution`: a requested plan made writable (nodes that cannot be FP16 become FP32, with why);
 * :mod:`.pins`: headroom, range, rule and target pins, each with its reason;
 * :mod:`.shape_headroom`: what a longer axis than the samples' can make overflow;
-* :mod:`.layer_norm`: decomposed LayerNorms, written as one LayerNormalization from opset 17.
+* :mod:`.layer_norm`: decomposed LayerNorms, written as one LayerNormalization from opset 17;
+* :mod:`.accumulation_fix`: means written as sums of pre-scaled terms where the target sums in FP16.
 """
 
+from .accumulation_fix import rewrite_reasons, rewritten, sum_rewrites, written_forms
 from .layer_norm import (
                          DecomposedLayerNorm,
                          always_fp32,
                          decomposed_layer_norms,
                          fused_names,
                          layer_norm_pins,
-                         written_forms,
 )
 from .pins import (
                    FLUSH_SHARE,
@@ -30,7 +31,7 @@ from .resolution import NodeBlockers, blockers, forced_fp32, held_in, node_block
 from .shape_headroom import largest, shape_headroom_pins
 
 __all__ = ["DecomposedLayerNorm", "always_fp32", "decomposed_layer_norms", "fused_names", "layer_norm_pins",
-           "written_forms",
+           "written_forms", "rewrite_reasons", "rewritten", "sum_rewrites",
            "FLUSH_SHARE", "fp16_holders", "flagged", "headroom_pins", "range_flags", "rule_pins",
            "target_reasons", "underflow_headroom", "unmeasured_static_plan", "with_flags", "NodeBlockers",
            "blockers", "forced_fp32", "held_in", "node_blockers", "resolve", "resolve_plan", "largest",

@@ -17,6 +17,10 @@ the emulation is pessimistic there: it may say a sum overflows that cancels befo
 also pessimistic where FP16 rounding stalls a long running sum below 65504 (2048 + 1 rounds to 2048).
 The precision lost by rounding each partial sum is not emulated.
 
+A mean the rewriter writes as a sum of pre-scaled terms (:mod:`.sum_rewrite`: a node marked so by
+:func:`onnx_precision.policy.written_forms`) is spelled as written: the Mul rounded, the ReduceSum checked
+on the scaled terms, the Mul after it rounded.
+
 The check adds a few nodes to each accumulating node's FP16 spelling, so it runs inside the switch,
 baked and twin graphs as the node does: a search costs no more sessions.
 """
@@ -33,10 +37,11 @@ from onnx import helper, numpy_helper
 
 from ..float_types import FP16, LowPrecision
 from ..graph import is_onnx_domain, onnx_opset
-from ..trt.spell import DecompositionError, Speller
+from ..trt.spell import DecompositionError, Speller, round_graph
 from ..typing_rules import tensor_types
 from ..typing_rules.constants import small_constant_arrays
 from .base import Fresh, OneOp, Spelling, Target
+from .sum_rewrite import marked_rewrite, rewritten_nodes
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +200,14 @@ class Accumulating(Spelling):
         return len(t.tensor_type.shape.dim)
 
     def spell(self, node: onnx.NodeProto, low: LowPrecision = FP16) -> list[onnx.NodeProto]:
+        rewrite = marked_rewrite(node)
+        if rewrite is not None and low.elem_type == onnx.TensorProto.FLOAT16:  # written as its rewrite
+            def rounded(name: str) -> tuple[str, list[onnx.NodeProto]]:
+                held = self.fresh(f"{name}__rounded")
+                return held, round_graph(name, held, self.fresh, low)
+
+            return rewritten_nodes(rewrite, node, self.opset, self.fresh, FLOAT, rounded,
+                                   lambda reduce: self.spell(reduce, low))
         spelled = self.inner.spell(node, low)
         if node.op_type not in self.fp16 or not is_onnx_domain(node.domain) or self.opset < FIRST_OPSET:
             return spelled

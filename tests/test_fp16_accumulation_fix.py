@@ -1,0 +1,75 @@
+"""Issue 24 §4-5: means rewritten to stay FP16 where the runtime sums in FP16, and the size up to which a
+plan holds. Each model is built inline."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto as T
+from onnx import helper as h
+
+from onnx_precision.cli import main
+
+
+def _model(nodes, inputs, outputs, opset=17):
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info(n, T.FLOAT, s) for n, s in inputs],
+                         [h.make_tensor_value_info(n, T.FLOAT, s) for n, s in outputs])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
+
+
+def _reduce_mean(h_dim, w_dim, opset=17):
+    node = h.make_node("ReduceMean", ["x"], ["y"], name="mean", axes=[2, 3], keepdims=1)
+    return _model([node], [("x", [1, 2, h_dim, w_dim])], [("y", [1, 2, 1, 1])], opset)
+
+
+def _convert(tmp_path, model, name, *args):
+    path = str(tmp_path / f"{name}.onnx")
+    onnx.save(model, path)
+    out = str(tmp_path / f"{name}.out.onnx")
+    code = main(["convert", path, "-o", out, "--input-range", "x:0.9,1.5", "-q", *args])
+    report = json.load(open(str(tmp_path / f"{name}.out.report.json")))
+    return code, onnx.load(out), report
+
+
+def _ops(model):
+    return [(n.op_type, n.name) for n in model.graph.node if n.op_type not in ("Cast", "Constant")]
+
+
+def test_a_reduce_mean_over_256_square_on_webgpu_is_rewritten_not_pinned(tmp_path):
+    code, written, report = _convert(tmp_path, _reduce_mean(256, 256), "rm", "--target", "webgpu")
+    assert code == 0 and report["status"] == "passed"
+    decision = report["plan"]["nodes"]["mean"]
+    assert decision["precision"] == "fp16"
+    assert decision["reasons"][-1]["detail"].startswith(
+        "rewritten: ReduceMean over 65536 elements written as ReduceSum(x·2^-16): its FP16 running sum stays "
+        "within max|x|")
+    # the node keeps its name on the ReduceSum; the scaling Mul is named after it and says why
+    assert _ops(written) == [("Mul", "mean__prescale"), ("ReduceSum", "mean")]
+    prescale = next(n for n in written.graph.node if n.name == "mean__prescale")
+    assert prescale.doc_string.startswith("onnx-precision: ReduceMean over 65536 elements written as")
+    # what onnxruntime computes from the written FP16 model is the FP32 model's mean, up to FP16 rounding
+    x = np.random.default_rng(0).uniform(0.9, 1.5, (1, 2, 256, 256)).astype(np.float32)
+    got = ort.InferenceSession(written.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, x.mean(axis=(2, 3), keepdims=True), rtol=1e-3)
+
+
+def test_a_length_not_a_power_of_two_is_rescaled_after_the_sum(tmp_path):
+    # 257×256 = 65 792 elements (OpenVINO PR 35942's size): 2^17/65792 = 1.9922, an FP16 number within 2^-12
+    code, written, report = _convert(tmp_path, _reduce_mean(257, 256, opset=11), "odd", "--target",
+                                     "fp16-accumulate")
+    assert (code, report["status"], report["plan"]["nodes"]["mean"]["precision"]) == (0, "passed", "fp16")
+    assert _ops(written) == [("Mul", "mean__prescale"), ("ReduceSum", "mean"), ("Mul", "mean__rescale")]
+    assert [list(a.ints) for n in written.graph.node if n.name == "mean" for a in n.attribute
+            if a.name == "axes"] == [[2, 3]]  # opset 11: ReduceSum's axes an attribute
+
+
+def test_a_mean_pinned_fp32_is_written_as_it_is_and_generic_writes_no_rewrite(tmp_path):
+    code, written, report = _convert(tmp_path, _reduce_mean(256, 256), "pinned", "--target", "webgpu",
+                                     "--keep-fp32", "mean")
+    assert code == 0 and _ops(written) == [("ReduceMean", "mean")]
+    code, written, report = _convert(tmp_path, _reduce_mean(256, 256), "generic")
+    assert code == 0 and _ops(written) == [("ReduceMean", "mean")]
+    assert not any(r["detail"].startswith("rewritten") for r in report["plan"]["nodes"]["mean"]["reasons"])
