@@ -359,8 +359,8 @@ def test_convert_static_mode_and_quiet(tmp_path, capsys):
     out = str(tmp_path / "s.onnx")
     assert main(["convert", model, "-o", out, "--inputs", data, "--mode", "static", "-q"]) == 0
     # -q: the verdict line alone, with the worst output and the 16-bit share
-    assert capsys.readouterr().out == (f"{model} -> {out}: passed; worst log_p: rel RMS err 0; FP16: 0/2 nodes "
-                                       f"(0.0%), 0.0% of estimated FLOPs\n")
+    assert capsys.readouterr().out == (f"{model} -> {out}: passed; worst log_p: rel RMS err 0; FP16: 0/2 "
+                                       f"nodes (0.0%), 0.0% of estimated FLOPs\n")
     import json
     report = json.load(open(str(tmp_path / "s.report.json")))
     assert report["mode"] == "static" and [p["node"] for p in report["pinned"]] == ["probs", "log_probs"]
