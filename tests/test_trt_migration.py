@@ -160,9 +160,9 @@ def test_overlapping_patterns_the_most_specific_decides_and_a_note_says_trtexec_
     specs = parse_spec("*:fp16,rlse*:fp32")
     pins = layer_pins(ctx.model, specs, renamed=ctx.renamed)
     assert list(pins.reasons) == ["rlse"]
-    assert pins.notes == ("3 layer(s) ('rlse', 'rlse_2', 'rlse_3') match 'rlse*:fp32' and '*:fp16': trtexec took "
-                          "either (it looks patterns up in an unordered map); 'rlse*:fp32', the most specific, "
-                          "decides here",)
+    assert pins.notes == ("3 layer(s) ('rlse', 'rlse_2', 'rlse_3') match 'rlse*:fp32' and '*:fp16': trtexec "
+                          "took either (it looks patterns up in an unordered map); 'rlse*:fp32', the most "
+                          "specific, decides here",)
 
 
 def test_output_types_pin_too():
@@ -220,11 +220,13 @@ def test_a_build_script_is_read_with_its_continuations_and_comments(tmp_path):
     specs = read_spec_file(str(script))
     assert [(s.layer, s.precision, s.source) for s in specs] == [
         ("rl2", "fp32", f"{script}: --layerPrecisions"), ("dup", "fp16", f"{script}: --layerPrecisions"),
-        ("rlse", "fp32", f"{script}: --layerOutputTypes"), ("node_of_r", "fp32", f"{script}: --layer-precisions"),
+        ("rlse", "fp32", f"{script}: --layerOutputTypes"),
+        ("node_of_r", "fp32", f"{script}: --layer-precisions"),
     ]
     empty = tmp_path / "empty.sh"
     empty.write_text("trtexec --onnx=m.onnx --fp16\n")
-    with pytest.raises(UsageError, match="no --layerPrecisions, --layerOutputTypes or --layer-precisions in it"):
+    with pytest.raises(UsageError,
+                       match="no --layerPrecisions, --layerOutputTypes or --layer-precisions in it"):
         read_spec_file(str(empty))
     with pytest.raises(UsageError, match="cannot read it"):
         LayerFlags(file=str(tmp_path / "missing.sh")).specs()
@@ -243,7 +245,8 @@ def _computes_in(model: onnx.ModelProto, node_name: str) -> int:
     """The type a node of the written model reads its float inputs in."""
     types = _value_types(model)
     node = next(n for n in model.graph.node if n.name == node_name)
-    return {types[i] for i in node.input if i in types and types[i] in (TensorProto.FLOAT, TensorProto.FLOAT16)}.pop()
+    return {types[i] for i in node.input
+            if i in types and types[i] in (TensorProto.FLOAT, TensorProto.FLOAT16)}.pop()
 
 
 @pytest.fixture
@@ -261,8 +264,8 @@ def test_convert_pins_the_layers_of_a_trtexec_spec_exactly(mixed_path, tmp_path,
     assert _computes_in(written, "rl2") == _computes_in(written, "dup") == TensorProto.FLOAT16
     saved = json.load(open(plan))["nodes"]
     assert [n for n, d in saved.items() if d["precision"] == "fp32"] == ["node_of_r", "rlse"]
-    assert saved["rlse"]["reasons"][-1] == {"source": "user",
-                                            "detail": "--layer-precisions rlse*:fp32 (layers rlse, rlse_2, rlse_3)"}
+    assert saved["rlse"]["reasons"][-1] == {
+        "source": "user", "detail": "--layer-precisions rlse*:fp32 (layers rlse, rlse_2, rlse_3)"}
     assert "FP32 node_of_r (user: --layer-precisions node_of_r:fp32)" in capsys.readouterr().out
 
 
@@ -271,7 +274,8 @@ def test_polygraphy_spelling_and_a_file_pin_the_same(mixed_path, tmp_path):
     script.write_text("trtexec --onnx=m.onnx --fp16 --layerPrecisions=rlse_*:fp32\n")
     plans = []
     for i, args in enumerate((["--layer-precisions", "rlse:float32", "node_of_r:float32"],
-                              ["--layer-precisions", "node_of_r:fp32", "--layer-precisions-file", str(script)])):
+                              ["--layer-precisions", "node_of_r:fp32", "--layer-precisions-file",
+                               str(script)])):
         plan = str(tmp_path / f"plan{i}.json")
         assert main(["convert", mixed_path, "-o", str(tmp_path / f"out{i}.onnx"), "--mode", "all-fp16",
                      "--save-plan", plan, *args]) == 0
@@ -297,11 +301,12 @@ def test_a_spec_mistake_is_one_line_exit_2_and_nothing_written(mixed_path, tmp_p
 # --- the README's migration, end to end ---------------------------------------------------------------
 
 
-def _readme_commands() -> dict[str, list[str]]:
+def _readme_commands() -> dict[str, list[list[str]]]:
     """The command lines of the README's migration section, by program (continuations joined)."""
     text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    section = text.split("## Migrating from TensorRT 10 `--layerPrecisions` to TensorRT 11", 1)[1].split("\n## ")[0]
-    commands: dict[str, list[str]] = {}
+    section = text.split("## Migrating from TensorRT 10 `--layerPrecisions` to TensorRT 11", 1)[1]
+    section = section.split("\n## ")[0]
+    commands: dict[str, list[list[str]]] = {}
     for block in re.findall(r"```sh\n(.*?)```", section, re.S):
         for line in block.replace("\\\n", " ").splitlines():
             args = shlex.split(line)
