@@ -93,6 +93,7 @@ def test_converting_the_output_again_changes_nothing(name):
     assert again.SerializeToString(deterministic=True) == once.SerializeToString(deterministic=True)
 
 
+@pytest.mark.slow  # real networks: 10 s together, VGG-19 4 s
 @pytest.mark.parametrize("path", h.light_models(), ids=os.path.basename)
 def test_light_model_converts_and_runs(path):
     case = h.light_case(path)

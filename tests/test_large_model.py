@@ -30,6 +30,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
+pytestmark = pytest.mark.slow  # a 2.2 GB model built, converted and run: 30 s of the suite
+
 LAYERS = 33
 WIDTH = 4096
 WEIGHT_BYTES = WIDTH * WIDTH * 4
