@@ -73,3 +73,37 @@ def test_a_mean_pinned_fp32_is_written_as_it_is_and_generic_writes_no_rewrite(tm
     code, written, report = _convert(tmp_path, _reduce_mean(256, 256), "generic")
     assert code == 0 and _ops(written) == [("ReduceMean", "mean")]
     assert not any(r["detail"].startswith("rewritten") for r in report["plan"]["nodes"]["mean"]["reasons"])
+
+
+# --- §5: the size up to which a plan holds ------------------------------------------------------------------
+
+def _symbolic_mean():
+    # over symbolic H×W: no static length to rewrite with, so the plan holds up to a size
+    node = h.make_node("ReduceMean", ["x"], ["y"], name="mean", axes=[2, 3], keepdims=1)
+    return _model([node], [("x", [1, 2, "H", "W"])], [("y", [1, 2, 1, 1])])
+
+
+def test_the_summary_states_the_size_up_to_which_a_mean_over_symbolic_h_w_holds(tmp_path, capsys):
+    code, written, report = _convert(tmp_path, _symbolic_mean(), "sym", "--target", "webgpu",
+                                     "--input-shapes", "x:1x2x128x128")
+    assert code == 0 and report["plan"]["nodes"]["mean"]["precision"] == "fp16"
+    assert _ops(written) == [("ReduceMean", "mean")]
+    # Σ|x| of 16384 values in [0.9, 1.5) is ~19 680 at 128×128: 65504 holds up to ~3.3x the length
+    note = next(n for n in report["notes"] if n.startswith("FP16-safe"))
+    assert note.startswith("FP16-safe up to H×W = 233×233 on webgpu: beyond it 'mean' passes 65504 "
+                           "(estimated: its FP16 accumulator reaches 1.968e+04 summing 16384 elements at "
+                           "H×W = 128×128")
+    code, _, generic = _convert(tmp_path, _symbolic_mean(), "sym_generic", "--input-shapes", "x:1x2x128x128")
+    assert code == 0 and not any(n.startswith("FP16-safe") for n in generic["notes"])
+
+
+def test_a_profile_longer_than_the_samples_pins_the_sum_that_fails_within_it(tmp_path):
+    shapes = ("--input-shapes", "x:1x2x128x128", "--target", "webgpu")
+    code, _, within = _convert(tmp_path, _symbolic_mean(), "within", *shapes, "--max-shapes", "x:1x2x160x160")
+    assert code == 0 and within["plan"]["nodes"]["mean"]["precision"] == "fp16"  # 160² x ~1.2 < 32752
+    code, _, beyond = _convert(tmp_path, _symbolic_mean(), "beyond", *shapes, "--max-shapes", "x:1x2x512x512")
+    reason = beyond["plan"]["nodes"]["mean"]["reasons"][-1]
+    assert code == 0 and beyond["plan"]["nodes"]["mean"]["precision"] == "fp32"
+    assert reason["detail"].startswith("its FP16 accumulator (onnxruntime's WebGPU provider) reaches "
+                                       "1.968e+04 summing 16384 elements; the profile's maximum shapes make "
+                                       "it 262144")

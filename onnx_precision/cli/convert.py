@@ -53,12 +53,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--trt-flags", metavar="FILE", help="write TensorRT flags for the plan to FILE")
     for which, default in (("min", "smallest"), ("opt", "most common"), ("max", "largest")):
-        p.add_argument(f"--trt-{which}-shapes", f"--{which}Shapes", dest=f"trt_{which}_shapes",
+        # --max-shapes: the same profile maximum for any target (the plan is made to hold up to it)
+        neutral = ["--max-shapes"] if which == "max" else []
+        p.add_argument(f"--trt-{which}-shapes", f"--{which}Shapes", *neutral, dest=f"trt_{which}_shapes",
                        type=common.shapes, action="extend", nargs="+", default=[],
                        metavar="NAME:[1,3,224,224]",
                        help=f"the {which} shape of a dynamic input in the TensorRT flags' profile "
                             f"(Polygraphy's syntax, or trtexec's NAME:1x3x224x224 and comma lists); default: "
-                            f"the samples' {default} shape")
+                            f"the samples' {default} shape" + ("; the plan is made to hold up to it on any "
+                                                               "target" if neutral else ""))
     p.add_argument(
         "--headroom",
         type=float,

@@ -45,6 +45,7 @@ from ..float_types import LowPrecision
 from ..flops import estimate_flops
 from ..metrics import Comparison
 from ..oracle import Emulator, Inspection, LayerwiseResult, PlanRunner, ReferenceResult
+from ..oracle.accumulated import AccumulationBounds
 from ..oracle.inspection import NodeStats, first_nonfinite_output
 from ..plan import Precision, PrecisionPlan, Reason
 from ..search.driver import (
@@ -134,10 +135,12 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
     emulator = Emulator(ctx)
     runner = emulator if runner is None else runner
     inspection = runner.inspection or emulator.inspection
+    accumulated = AccumulationBounds(ctx)  # where the target sums in FP16: what each such sum reaches
     with clock.phase("reference") as phase:
         user = policy.resolve(ctx, base_plan)
         reference = inspection.reference(samples)
-        counted = _Counted((emulator, runner))
+        bounds = accumulated.measure(samples.feeds)
+        counted = _Counted((emulator, runner, accumulated))
         phase.count(counted, probes=1)
     shapes = {k: np.shape(v) for k, v in samples.feeds[0].items()} if samples.feeds else {}
     flops = estimate_flops(ctx.model, shapes)
@@ -150,9 +153,11 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
                                   "the FP32 model itself produces NaN/Inf"))
 
     pins = policy.headroom_pins(ctx, user, reference.stats, headroom)
+    largest = policy.largest({k: [np.shape(f[k]) for f in samples.feeds] for k in samples.feeds[0]}
+                             if samples.feeds else {})
     if profile_max:
-        largest = policy.largest({k: [np.shape(f[k]) for f in samples.feeds] for k in samples.feeds[0]})
         grown = policy.shape_headroom_pins(ctx, user, reference.stats, largest, profile_max, headroom)
+        grown.update(policy.accumulation_pins(ctx, user, bounds, largest, profile_max, headroom))
         pins.update({node: reason for node, reason in grown.items() if node not in pins})
     base = user.with_fp32_reasons({node: (reason,) for node, reason in pins.items()})
     flagged = policy.flagged(ctx, user, reference.stats, static=mode == "static")
@@ -161,9 +166,21 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
         before = prober.comparison(user)
         phase.count(counted, probes=1)
     start = _Start(user, base, flagged, before)
-    if mode == "static":
-        return _static(run, prober, start)
-    return _search(run, prober, ctx, start, inspection, runner, progress, budget)
+    chosen = _static(run, prober, start) if mode == "static" else _search(run, prober, ctx, start, inspection,
+                                                                         runner, progress, budget)
+    return replace(chosen, notes=chosen.notes + _size_bound(ctx, chosen.plan, bounds, largest))
+
+
+def _size_bound(ctx: ModelContext, plan: PrecisionPlan, bounds: Mapping[str, float],
+                largest: Mapping[str, tuple[int, ...]]) -> tuple[str, ...]:
+    """Where the target sums in FP16 over a symbolic axis: the size up to which ``plan`` holds
+    (:func:`onnx_precision.policy.size_bounds`), its tightest node named."""
+    found = policy.size_bounds(ctx, plan, bounds, largest)
+    if not found:
+        return ()
+    more = (f"; {len(found) - 1} more FP16 node(s) sum over symbolic axes, with more room"
+            if len(found) > 1 else "")
+    return (found[0].text(ctx.target.name, ctx.target.low.max) + more,)
 
 
 class _Counted:
