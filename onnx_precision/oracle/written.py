@@ -16,6 +16,7 @@ from onnx import helper, numpy_helper
 
 from ..float_types import LOW_TYPES
 from ..graph import is_onnx_domain, subgraphs
+from ..quantized import QUANTIZE, is_qdq
 from ..storage import element_count, external_location, inline_small_external, read_array
 from ..storage.external_data import INLINE_EXTERNAL_BYTES
 from ..target import GENERIC, Spelling, Target
@@ -98,6 +99,8 @@ def _emulate_graph(graph: onnx.GraphProto, types: Mapping[str, int], names: Name
             _emulate_graph(sub, types, names, base_dir, layers, is_main=False)
         _retype_attributes(node, base_dir)
         lows = [LOW_TYPES[types[o]] for o in node.output if o and types.get(o) in LOW_TYPES]
+        if is_qdq(node) and node.op_type == QUANTIZE and types.get(node.input[0]) in LOW_TYPES:
+            lows = [LOW_TYPES[types[node.input[0]]]]  # its output is integer: its input says it is 16-bit
         rounds: list[onnx.NodeProto] = []
         for i, o in enumerate(node.output):
             if not o or types.get(o) not in LOW_TYPES:

@@ -101,6 +101,13 @@ class Target(ABC):
         return {}
 
     @property
+    def quantizes_by_reciprocal(self) -> bool:
+        """Whether a 16-bit QuantizeLinear multiplies by ``1/scale`` held in the 16-bit type (then a scale
+        below 1/65504 gives inf, and 0 * inf = NaN) rather than dividing by the scale, its quotient
+        stored in the 16-bit type (onnxruntime's CUDA kernels); see :mod:`..oracle.qdq_spelling`."""
+        return False
+
+    @property
     def normalizes_in_input_precision(self) -> bool:
         """Whether a normalisation (LayerNormalization) fed FP16 computes its statistics in FP16 here,
         whatever its ``stash_type`` says (then statistics FP16 cannot hold need it fed FP32)."""

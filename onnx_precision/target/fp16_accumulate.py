@@ -18,6 +18,7 @@ from ..float_types import FP16, LowPrecision
 from ..suggested import RunArgs, quoted
 from .accumulation import OVERFLOWS, accumulating
 from .base import Accumulation, Fresh, Spelling, Target
+from .quantize import Quantizing
 
 EVERY_SUM_FP16: Mapping[str, Accumulation] = {op: "fp16" for op in OVERFLOWS}
 
@@ -46,7 +47,8 @@ class Fp16AccumulateTarget(Target):
 
     def spelling(self, model: onnx.ModelProto, base_dir: str,
                  types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh) -> Spelling:
-        return accumulating(self, model, base_dir, types, fresh)
+        return Quantizing(accumulating(self, model, base_dir, types, fresh), self.quantizes_by_reciprocal,
+                          fresh)
 
     def cli_args(self) -> list[str]:
         return ["--target", "fp16-accumulate", *super().cli_args()]

@@ -11,6 +11,7 @@ import onnx
 from ..float_types import FP16, LowPrecision
 from .base import Fresh, OneOp, Spelling, Target
 from .bf16_kernels import ort_cuda_has_bf16
+from .quantize import Quantizing
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class GenericTarget(Target):
 
     def spelling(self, model: onnx.ModelProto, base_dir: str,
                  types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh) -> Spelling:
-        return OneOp()
+        return Quantizing(OneOp(), self.quantizes_by_reciprocal, fresh)
 
 
 GENERIC = GenericTarget()

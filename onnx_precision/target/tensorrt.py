@@ -26,6 +26,7 @@ from ..typing_rules import tensor_types
 from ..typing_rules.constants import small_constant_arrays
 from .base import Fresh, Spelling, Target
 from .bf16_kernels import trt_has_bf16
+from .quantize import Quantizing
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,19 @@ class TensorRTTarget(Target):
 
     def spelling(self, model: onnx.ModelProto, base_dir: str,
                  types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh) -> Spelling:
-        return TrtLayers(model, self.version, base_dir, tensor_types(model) if types is None else types,
-                         fresh)
+        layers = TrtLayers(model, self.version, base_dir, tensor_types(model) if types is None else types,
+                           fresh)
+        return Quantizing(layers, self.quantizes_by_reciprocal, fresh)
+
+    @property
+    def quantizes_by_reciprocal(self) -> bool:
+        # "In the reverse direction, quantization uses the reciprocal scale, followed by clamping and
+        # rounding (for integers) or casting (for FP8 and FP4)" (TensorRT 10.11 developer guide, Working
+        # with Quantized Types, https://docs.nvidia.com/deeplearning/tensorrt/10.11.0/inference-library/
+        # work-quantized-types.html); IQuantizeLayer's scale has the input's type (T1: float16, bfloat16,
+        # float32, operators/docs/Quantize.html). Which type holds the reciprocal is not said: it is
+        # taken to be the scale's, as torchao's FP16 -> FP8 cast did (pytorch/ao issue 1766).
+        return True
 
     @property
     def normalizes_in_input_precision(self) -> bool:

@@ -19,6 +19,7 @@ from ..float_types import FP16, LowPrecision
 from ..suggested import RunArgs, quoted
 from .accumulation import accumulating
 from .base import Accumulation, Fresh, Spelling, Target
+from .quantize import Quantizing
 
 WEBGPU_ACCUMULATION: Mapping[str, Accumulation] = {
     # math/matmul_packed.cc (commit e0432f8d126cb90da5d5fa210d98054f241a0740) MatMulProgram:
@@ -107,7 +108,8 @@ class WebGpuTarget(Target):
 
     def spelling(self, model: onnx.ModelProto, base_dir: str,
                  types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh) -> Spelling:
-        return accumulating(self, model, base_dir, types, fresh)
+        return Quantizing(accumulating(self, model, base_dir, types, fresh), self.quantizes_by_reciprocal,
+                          fresh)
 
     def cli_args(self) -> list[str]:
         return ["--target", "webgpu", *super().cli_args()]
