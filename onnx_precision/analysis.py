@@ -329,17 +329,19 @@ def _sort_key(index: int, row: NodeRow) -> tuple[int, int]:
 
 def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | None = None,
             custom_op_libraries: tuple[str, ...] = (), target: Target = GENERIC,
-            keep_opset: bool = False) -> AnalysisResult:
+            keep_opset: bool = False, keep_float64: bool = False) -> AnalysisResult:
     """Analyse ``model_path`` on the samples ``spec`` describes (synthetic when it names none);
     ``custom_op_libraries`` are registered on every onnxruntime session of the model. A BF16 target's
     model is analysed at the opset that gives its ops a bfloat16 type, as convert writes it
-    (:mod:`.opset_upgrade`; ``keep_opset``: refused instead)."""
+    (:mod:`.opset_upgrade`; ``keep_opset``: refused instead). ``keep_float64``: float64 compute is
+    analysed as it is, not in 16 bits."""
     spec = spec or SampleSpec()
     tol = tol or Tolerance()
     seconds: dict[str, float] = {}
     start = time.perf_counter()
-    ctx = load_model(model_path, custom_op_libraries, target,
-                     opset_upgrade.for_run(target, spec, custom_op_libraries, keep_opset))
+    ctx = replace(load_model(model_path, custom_op_libraries, target,
+                             opset_upgrade.for_run(target, spec, custom_op_libraries, keep_opset)),
+                  keep_float64=keep_float64)
     tol.require_outputs([o.name for o in ctx.model.graph.output], model_path)
     try:
         samples = load_samples(ctx.model, spec)

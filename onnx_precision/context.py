@@ -57,6 +57,8 @@ class ModelContext:
     # kernels bind the plan.
     target: Target = GENERIC
     notes: tuple[str, ...] = ()  # what was done to the model as loaded (its opset raised for BF16)
+    # float64 compute stays float64 (--keep-float64); by default it converts as float32 compute does
+    keep_float64: bool = False
 
     @staticmethod
     def of(model: onnx.ModelProto, base_dir: str = ".", path: str = "",
@@ -97,7 +99,7 @@ class ModelContext:
         target's own kernels (:meth:`.Target.kernel_blocker`) where it runs elsewhere."""
         if low.elem_type not in self._typings:
             typing = typing_rules.model_typing(self.model, self.types, self.target.onnxruntime_kernels(low),
-                                               low)
+                                               low, self.wide_types)
             opsets = typing_rules.opset_map(self.model)
             for ref in self.nodes:
                 t = typing[ref.name]
@@ -108,6 +110,12 @@ class ModelContext:
                     typing[ref.name] = replace(t, fp16_blocker=blocker)
             self._typings[low.elem_type] = typing
         return self._typings[low.elem_type]
+
+    @property
+    def wide_types(self) -> tuple[int, ...]:
+        """The element types a 16-bit node converts (:data:`typing_rules.WIDE`, float64 left out
+        under ``keep_float64``)."""
+        return (typing_rules.FLOAT,) if self.keep_float64 else typing_rules.WIDE
 
     @cached_property
     def _typings(self) -> dict[int, dict[str, typing_rules.NodeTyping]]:
@@ -121,7 +129,10 @@ class ModelContext:
         if any(typing_rules.elem_type(t) in (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
                for t in self.types.values()):
             return "the model computes nothing in float32 (already FP16 or BF16?)"
-        return "the model has no float32 tensors (float64, integer and other tensors stay as they are)"
+        if self.keep_float64:
+            return "the model has no float32 tensors (float64 stays float64 under --keep-float64; integer " \
+                   "and other tensors stay as they are)"
+        return "the model has no float32 or float64 tensors (integer and other tensors stay as they are)"
 
     @cached_property
     def constants(self) -> dict[str, onnx.TensorProto]:
@@ -139,10 +150,10 @@ class ModelContext:
         return {}
 
     def constant_range(self, name: str) -> tuple[float, float] | None:
-        """(max |x|, smallest nonzero |x|) of a float32 constant, read once (in chunks) per run;
-        None for anything else."""
+        """(max |x|, smallest nonzero |x|) of a float32 (or converting float64) constant, read once
+        (in chunks) per run; None for anything else."""
         tensor = self.constants.get(name)
-        if tensor is None or tensor.data_type != onnx.TensorProto.FLOAT:
+        if tensor is None or tensor.data_type not in self.wide_types:
             return None
         if name not in self._ranges:
             self._ranges[name] = storage.value_range(tensor, self.base_dir)

@@ -2,6 +2,10 @@
 
 The rules (see :mod:`onnx_precision.typing_rules` for which tensors of a node convert):
 
+- A node's wide tensors are float32 or float64 (:data:`typing_rules.WIDE`; float64 stays as it is
+  under ``--keep-float64``); an FP32 node keeps each in its own type, so a float64 node kept wide
+  stays float64, and a Cast back from 16 bits writes the tensor's original type.
+
 - A tensor is float16 iff its producer is an FP16 node that converts it (or it is an FP32 graph
   input and ``plan.fp16_io``). A consumer that needs the other type reads a Cast of it; there is
   one Cast per (tensor, type) in a graph, shared by every consumer, named from the tensor
@@ -41,11 +45,12 @@ from .target.sum_rewrite import rewritten_nodes
 logger = logging.getLogger(__name__)
 
 FLOAT = TensorProto.FLOAT
+DOUBLE = TensorProto.DOUBLE
 FLOAT16 = TensorProto.FLOAT16
 BFLOAT16 = TensorProto.BFLOAT16
-_FLOATS = (FLOAT, FLOAT16, BFLOAT16)
+_FLOATS = (FLOAT, DOUBLE, FLOAT16, BFLOAT16)
 _LOWS = (FLOAT16, BFLOAT16)
-_SUFFIX: dict[int, str] = {FLOAT: "fp32", FLOAT16: "fp16", BFLOAT16: "bf16"}
+_SUFFIX: dict[int, str] = {FLOAT: "fp32", DOUBLE: "fp64", FLOAT16: "fp16", BFLOAT16: "bf16"}
 
 
 @dataclass(frozen=True)
@@ -144,7 +149,7 @@ class _Rewriter:
 
     def produced(self, node: onnx.NodeProto, i: int) -> int | None:
         orig = self.orig(node.output[i])
-        to = self.converts_to(node) if orig == FLOAT else None
+        to = self.converts_to(node) if orig in tr.WIDE else None
         if to is not None and i in self.typing(node.name).convertible_outputs:
             return to
         return orig
@@ -152,12 +157,13 @@ class _Rewriter:
     def io_type(self, name: str, owner: onnx.NodeProto | None) -> int | None:
         """Element type of a graph input/output: the main graph's follow fp16_io, a body's its owner."""
         orig = self.orig(name)
-        if orig != FLOAT:
+        if orig not in self.ctx.wide_types:
             return orig
-        if owner is None:  # fp16_io converts float tensors; sequences/optionals keep their type
-            return self.low.elem_type if self.plan.fp16_io and tr.is_tensor(self.types.get(name)) else FLOAT
+        if owner is None:  # fp16_io converts float32 tensors; sequences/optionals keep their type
+            fp16_io = self.plan.fp16_io and orig == FLOAT and tr.is_tensor(self.types.get(name))
+            return self.low.elem_type if fp16_io else orig
         to = self.converts_to(owner)
-        return FLOAT if to is None else to
+        return orig if to is None else to
 
     # --- pre-pass: constants and graph outputs -----------------------------------------------
 
@@ -223,7 +229,7 @@ class _Rewriter:
         decision = self.plan.decisions.get(reader)
         sources = "/".join(dict.fromkeys(r.source for r in decision.reasons)) if decision else ""
         low = self.low_type(reader)
-        kind = "FP32" if low is None else low.name
+        kind = ("float64" if to == DOUBLE else "FP32") if low is None else low.name
         return f"onnx-precision: for {kind} node '{reader}'" + (f" ({sources})" if sources else "")
 
     def add_cast(self, scope: _Scope, source: str, to: int, reader: str = "") -> str:
@@ -353,7 +359,7 @@ class _Rewriter:
             node.input[i] = self.name_of(name) if need is None else self.version(scope, name, need, node.name)
         low = self.low_type(node.name)
         if low is not None and any(
-            self.orig(node.output[i]) == FLOAT for i in self.typing(node.name).convertible_outputs
+            self.orig(node.output[i]) in tr.WIDE for i in self.typing(node.name).convertible_outputs
         ):
             tr.retarget_attributes(node, self.model, self.base_dir, low)
         for i, name in enumerate(node.output):
@@ -368,7 +374,7 @@ class _Rewriter:
             node.op_type == "Cast"
             and is_onnx_domain(node.domain)
             and self.written.get(node.input[0]) in _LOWS
-            and self.written.get(node.output[0]) == FLOAT
+            and self.written.get(node.output[0]) in tr.WIDE
         ):
             self.widened_from[node.output[0]] = node.input[0]
         scope.nodes.append(node)

@@ -142,21 +142,25 @@ def _report(tmp_path, name: str = "o") -> tuple[dict, str]:
             (tmp_path / f"{name}.report.md").read_text())
 
 
-@pytest.mark.parametrize("elem", [TensorProto.INT64, TensorProto.DOUBLE])
+# float64 converts by default: a float64-only model has nothing to convert under --keep-float64 only
+@pytest.mark.parametrize("elem, keep, why", [
+    (TensorProto.INT64, (), "the model has no float32 or float64 tensors"),
+    (TensorProto.DOUBLE, ("--keep-float64",), "the model has no float32 tensors (float64 stays float64 under "
+                                              "--keep-float64;")])
 @pytest.mark.parametrize("mode", ["all-fp16", "auto"])
-def test_a_model_without_float32_says_nothing_to_convert(tmp_path, capsys, elem, mode):
+def test_a_model_without_float32_says_nothing_to_convert(tmp_path, capsys, elem, keep, why, mode):
     nodes = [N("Add", ["x", "x"], ["h"], name="add"), N("Neg", ["h"], ["y"], name="neg")]
     path = _save(tmp_path, _model(nodes, [_vi("x", elem)], [_vi("y", elem)]))
     out = str(tmp_path / "o.onnx")
-    assert main(["convert", path, "-o", out, "--mode", mode]) == 0
+    assert main(["convert", path, "-o", out, "--mode", mode, *keep]) == 0
     captured = capsys.readouterr()
     assert captured.out.startswith(f"{out}: nothing to convert")
-    assert "the model has no float32 tensors" in captured.out and "%)" not in captured.out
-    assert "onnx-precision: warning: the model has no float32 tensors" in captured.err
+    assert why in captured.out and "%)" not in captured.out
+    assert f"onnx-precision: warning: {why}" in captured.err
     if mode == "auto":
         report, markdown = _report(tmp_path)
-        assert report["fp16_share"] is None and "no float32 tensors" in report["nothing_to_convert"]
-        assert "- FP16 share: nothing to convert: the model has no float32 tensors" in markdown
+        assert report["fp16_share"] is None and why in report["nothing_to_convert"]
+        assert f"- FP16 share: nothing to convert: {why}" in markdown
         assert "every node runs in FP16" not in markdown
 
 

@@ -19,6 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     common.add_tolerance_args(p)
     common.add_runtime_args(p)
     common.add_keep_opset_arg(p)
+    common.add_keep_float64_arg(p)
     common.add_verbosity_args(p, quiet_help="print only the headline (verdict counts) and errors")
     p.set_defaults(run=run)
 
@@ -29,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
 
     spec = common.sample_spec(args)
     result = analysis.analyze(args.model, spec, common.tolerance(args), common.custom_op_libraries(args),
-                              common.target(args), keep_opset=args.keep_opset)
+                              common.target(args), keep_opset=args.keep_opset,
+                              keep_float64=args.keep_float64)
     if args.json:
         # Before printing: a bad path fails with nothing half-done.
         result.write_json(args.json, sample_files(spec))

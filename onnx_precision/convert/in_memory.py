@@ -138,7 +138,7 @@ def convert_model(model: onnx.ModelProto | str | os.PathLike[str], samples: Samp
     helpers_before = helper_sessions.built()
     if progress is not None:
         progress("load", 0, 0, None)
-    ctx = _context(model, base_dir, options)
+    ctx = replace(_context(model, base_dir, options), keep_float64=options.keep_float64)
     plan, auto_result, warnings = run.planned(ctx, options, progress)
     if auto_result is not None and not auto_result.writable:
         raise SearchError(f"{auto_result.message} (nothing converted)")

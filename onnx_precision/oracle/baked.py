@@ -64,7 +64,7 @@ class BakedBuilder(SwitchBuilder):
             out.append(node)
             for i in self._outputs(node):
                 exact = self.names.fresh(node.output[i] + "__exact")
-                out.extend(round_nodes(exact, node.output[i], self.names, low))
+                out.extend(round_nodes(exact, node.output[i], self.names, low, self.wide(node.output[i])))
                 self.rounded_outputs[node.output[i]] = low.elem_type
                 node.output[i] = exact
             return

@@ -1,5 +1,5 @@
-"""The rounding every emulation is made of: ``Cast(to=FLOAT16 or BFLOAT16) -> Cast(to=FLOAT)`` pairs,
-fresh names."""
+"""The rounding every emulation is made of: ``Cast(to=FLOAT16 or BFLOAT16) -> Cast(to=FLOAT)`` pairs
+(``to=DOUBLE`` for a float64 tensor: the graph around it stays as it is), fresh names."""
 
 from __future__ import annotations
 
@@ -34,13 +34,22 @@ class Names:
         return fresh_name(base, self.taken)
 
 
-def round_nodes(src: str, dst: str, names: Names, low: LowPrecision = FP16) -> list[onnx.NodeProto]:
-    """``dst`` = ``src`` rounded to ``low`` and back to float32."""
+def round_nodes(src: str, dst: str, names: Names, low: LowPrecision = FP16, wide: int = FLOAT,
+                ) -> list[onnx.NodeProto]:
+    """``dst`` = ``src`` rounded to ``low`` and back to ``wide``, its own type (float32 or float64)."""
     half = names.fresh(f"{src}__{low.precision}")
     return [
         helper.make_node("Cast", [src], [half], to=low.elem_type, name=names.fresh(half + "__cast")),
-        helper.make_node("Cast", [half], [dst], to=FLOAT, name=names.fresh(dst + "__cast")),
+        helper.make_node("Cast", [half], [dst], to=wide, name=names.fresh(dst + "__cast")),
     ]
+
+
+def round_wide(values: np.ndarray, low: LowPrecision) -> np.ndarray:
+    """float32 or float64 ``values`` as ``low`` stores them, back in their own type: a float64 value
+    through float32 first, as onnxruntime's Cast from double computes it (and the rewriter writes it,
+    :func:`onnx_precision.storage.cast_values`)."""
+    values = np.asarray(values)
+    return low.round(values.astype(np.float32, copy=False)).astype(values.dtype, copy=False)
 
 
 # External tensors up to this size are read into the emulation graph: onnxruntime's shape

@@ -46,8 +46,8 @@ from ..float_types import LowPrecision
 from ..graph import graphs, is_onnx_domain, reads, subgraphs
 from ..storage import external_location, inline_small_external, read_array
 from ..target import GENERIC, Target
-from ..typing_rules import NodeTyping, is_tensor, tensor_types
-from .rounding import FLOAT, Names, elem_types, round_nodes
+from ..typing_rules import WIDE, NodeTyping, is_tensor, tensor_types
+from .rounding import FLOAT, Names, elem_types, round_nodes, round_wide
 from .switch_graph import SwitchGroup, SwitchModel, captured, split_switches
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,11 @@ class SwitchBuilder:
                 self.inits[init.name] = init
 
     def is_float(self, name: str) -> bool:
-        return bool(name) and self.types.get(name) == FLOAT
+        return bool(name) and self.types.get(name) in WIDE
+
+    def wide(self, name: str) -> int:
+        """The element type ``name`` is rounded back to: its own (float32, or float64)."""
+        return self.types.get(name, FLOAT)
 
     def switchable(self, node: onnx.NodeProto) -> bool:
         """Whether the node's precision changes anything (then it has a switch, or is baked)."""
@@ -145,26 +149,27 @@ class SwitchBuilder:
         owner = self.init_graph.get(tensor)
         if owner is not None and tensor not in self.external:
             init = self.inits[tensor]
-            if init.data_type == FLOAT and 4 * int(np.prod(init.dims, dtype=np.int64)) <= self.copy_budget:
+            size = 4 if init.data_type == FLOAT else 8  # float32 or float64 (WIDE)
+            if init.data_type in WIDE and size * int(np.prod(init.dims, dtype=np.int64)) <= self.copy_budget:
                 result = self._rounded_initializer(init, owner, low)
                 scopes[0 if owner is self.model.graph else -1][key] = result
                 return result
         dst = self.names.fresh(tensor + "__rounded")
-        out.extend(round_nodes(tensor, dst, self.names, low))
+        out.extend(round_nodes(tensor, dst, self.names, low, self.wide(tensor)))
         scopes[-1][key] = dst
         return dst
 
     def _rounded_initializer(self, init: onnx.TensorProto, graph: onnx.GraphProto, low: LowPrecision,
                              ) -> str | None:
         values = np.asarray(read_array(init, self.base_dir))
-        rounded = low.round(values)
+        rounded = round_wide(values, low)
         if np.array_equal(rounded, values):
             return None
         new = self.names.fresh(init.name + "__rounded")
         graph.initializer.append(numpy_helper.from_array(rounded, new))
         if self.model.ir_version < 4 and graph is self.model.graph:
             # IR 3 requires every initializer to be a graph input as well.
-            graph.input.append(helper.make_tensor_value_info(new, FLOAT, list(rounded.shape)))
+            graph.input.append(helper.make_tensor_value_info(new, init.data_type, list(rounded.shape)))
         self.copy_budget -= rounded.nbytes
         return new
 
@@ -362,7 +367,8 @@ class SwitchBuilder:
                     local[key] = renamed.get(src, src)
                 elif src in renamed or src in self.switched or src in self.external or src in rounded:
                     local[key] = self.names.fresh(f"{src}__rounded_for__{node.name}")
-                    nodes.extend(round_nodes(renamed.get(src, src), local[key], self.names, low))
+                    nodes.extend(round_nodes(renamed.get(src, src), local[key], self.names, low,
+                                             self.wide(src)))
                 else:
                     local[key] = self.rounded(src, scopes, out, low) or src
                 # the spelling reads a rank off its input's type (a LayerNormalization's layers
@@ -380,7 +386,7 @@ class SwitchBuilder:
             name = fp16.output[i]
             exact = self.names.fresh(name + "_exact")
             fp16.output[i] = exact
-            rounds.extend(round_nodes(exact, name, self.names, low))
+            rounds.extend(round_nodes(exact, name, self.names, low, self.wide(node.output[i])))
         nodes.extend(self.layers.spell(fp16, low) + rounds)
 
     def _form(self, node: onnx.NodeProto, outputs: Sequence[str]) -> onnx.NodeProto:
@@ -431,7 +437,8 @@ class SwitchBuilder:
             if src not in edges:
                 r = self.rounded(src, scopes, out)
                 edges[src] = (src if r is None
-                              else self._select(switch, r, src, f"{src}__to__{node.name}", out))
+                              else self._select(switch, r, src, f"{src}__to__{node.name}", out,
+                                                               self.wide(src)))
             node.input[i] = edges[src]
         out.append(node)
         for i in self._outputs(node):
@@ -439,19 +446,19 @@ class SwitchBuilder:
             exact = self.names.fresh(o + "__exact")
             rounded = self.names.fresh(o + "__rounded")
             node.output[i] = exact
-            out.extend(round_nodes(exact, rounded, self.names, self.low))
-            self._select(switch, rounded, exact, o, out, fresh=False)
+            out.extend(round_nodes(exact, rounded, self.names, self.low, self.wide(o)))
+            self._select(switch, rounded, exact, o, out, self.wide(o), fresh=False)
             self.switched.add(o)
 
     def _select(self, switch: str, rounded: str, exact: str, name: str, out: list[onnx.NodeProto],
-               fresh: bool = True) -> str:
+                elem: int, fresh: bool = True) -> str:
         dst = self.names.fresh(name) if fresh else name
         branches = {}
         for label, src in (("rounded", rounded), ("exact", exact)):
             copy = self.names.fresh(f"{dst}__{label}")
             branches[label] = helper.make_graph(
                 [helper.make_node("Identity", [src], [copy], name=self.names.fresh(copy + "__node"))],
-                copy, [], [helper.make_tensor_value_info(copy, FLOAT, None)])
+                copy, [], [helper.make_tensor_value_info(copy, elem, None)])
         out.append(helper.make_node("If", [switch], [dst], name=self.names.fresh(dst + "__select"),
                                     then_branch=branches["rounded"], else_branch=branches["exact"]))
         return dst

@@ -18,7 +18,7 @@ from ..graph import graphs_with_owner, walk_nodes
 from ..plan import NodeDecision, Precision, PrecisionPlan, Reason
 from ..quantized import QuantGroup
 from ..rules.quant import scale_finding
-from ..typing_rules import FLOAT, NodeTyping, constant_tensor, constant_verdict, elem_type, is_tensor
+from ..typing_rules import WIDE, NodeTyping, constant_tensor, constant_verdict, elem_type, is_tensor
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def node_blockers(ctx: ModelContext, low: LowPrecision | None = None) -> NodeBlo
                 notes[node.name] = Reason("initializer", f"initializer '{name}': {note}", (("tensor", name),))
         if node.name not in forced and node.op_type == "ConstantOfShape" and t.convertible_outputs:
             value = constant_tensor(node)
-            if value is not None and value.data_type == FLOAT:
+            if value is not None and value.data_type in ctx.wide_types:
                 problem, _ = constant_verdict(value, ctx.base_dir, low=low)
                 if problem:
                     forced[node.name] = Reason("initializer", f"{node.op_type} value: {problem}")
@@ -90,7 +90,7 @@ def _non_tensor_edges(
     """
 
     def non_tensor_float(name: str) -> bool:
-        return bool(name) and not is_tensor(types.get(name)) and elem_type(types.get(name)) == FLOAT
+        return bool(name) and not is_tensor(types.get(name)) and elem_type(types.get(name)) in WIDE
 
     producer: dict[str, str | None] = {}
     uses: list[tuple[str, str | None]] = []

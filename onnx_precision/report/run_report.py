@@ -21,7 +21,7 @@ from ..policy import underflow_headroom
 from ..tolerance import Tolerance
 from ..tradeoff import PlanPoint, error_statistic, tolerance_line
 from ..tradeoff_picture import Picture, front_svg
-from ..typing_rules.node_typing import FLOAT64_KEPT
+from ..typing_rules.node_typing import FLOAT64_KEPT, computes_in_float64
 from ..verdict import thin_pass_note
 from ..vocab import Mode, OracleName, Status
 
@@ -122,7 +122,7 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         headroom=auto.headroom,
         helper_sessions=outcome.helper_sessions,
         points=auto.points,
-        notes=(auto.notes + _float64_notes(outcome.plan, auto.node_flops)
+        notes=(auto.notes + _float64_notes(ctx, outcome.plan, auto.node_flops)
                + _underflow_notes(ctx, outcome.plan, auto.node_stats, auto.headroom)
                + _thin_pass_notes(verification) + _quantized_notes(quantized.of(ctx))),
         tradeoff_svg=outcome.tradeoff_svg,
@@ -174,17 +174,27 @@ def _thin_pass_notes(verification: Verification | None) -> tuple[str, ...]:
     return (note,) if note else ()
 
 
-def _float64_notes(plan: PrecisionPlan, flops: Mapping[str, float]) -> tuple[str, ...]:
-    """What stays float64, named: its nodes count with the wide ones, not in the 16-bit share."""
-    kept = [n for n in plan.fp32_nodes if any(r.detail == FLOAT64_KEPT for r in plan.decisions[n].reasons)]
+def _float64_notes(ctx: ModelContext, plan: PrecisionPlan, flops: Mapping[str, float]) -> tuple[str, ...]:
+    """What float64 compute remains, named with why (--keep-float64, or the plan's reason): its
+    nodes count with the wide ones, not in the 16-bit share."""
+    computing = {ref.name for ref in ctx.nodes if computes_in_float64(ref.node, ctx.types)}
+    kept = [n for n in plan.fp32_nodes if n in computing]
     if not kept:
         return ()
+
+    def why(node: str) -> str:
+        reasons = plan.decisions[node].reasons
+        if any(r.detail == FLOAT64_KEPT for r in reasons):
+            return "--keep-float64"
+        return reasons[-1].source if reasons else "fp32"
+
     total = sum(flops.get(n, 0.0) for n in plan.decisions)
     kept_flops = sum(flops.get(n, 0.0) for n in kept)
     share = f" ({100 * kept_flops / total:.2g}% of estimated FLOPs)" if total else ""
-    names = ", ".join(kept[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else "")
-    return (f"{len(kept)} node(s) compute in float64{share} and stay float64: {names}; onnx-precision "
-            f"converts float32 compute only, and counts these with the FP32 nodes",)
+    names = ", ".join(f"{n} ({why(n)})" for n in kept[:5]) + (
+        f" and {len(kept) - 5} more" if len(kept) > 5 else "")
+    return (f"{len(kept)} node(s) compute in float64{share} and stay float64, counted with the FP32 "
+            f"nodes: {names}",)
 
 
 def _margins(plan: PrecisionPlan, stats: Mapping[str, NodeStats], low: LowPrecision,

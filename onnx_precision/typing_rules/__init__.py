@@ -27,10 +27,10 @@ from .inference import tensor_types, tensor_types_at
 from .kernels import model_typing, node_typing, ort_blocker
 from .node_typing import NodeTyping, schema_typing
 from .schemas import find_schema, opset_map
-from .types import FLOAT, FLOAT16, elem_type, is_tensor, type_name, type_string, with_elem_type
+from .types import FLOAT, FLOAT16, WIDE, elem_type, is_tensor, type_name, type_string, with_elem_type
 
 __all__ = ["retarget_attributes", "constant_tensor", "constant_values", "constant_verdict", "flush_note",
            "value_problem", "tensor_types", "tensor_types_at", "model_typing", "node_typing", "ort_blocker",
            "NodeTyping",
            "schema_typing", "find_schema", "opset_map",
-           "FLOAT", "FLOAT16", "elem_type", "is_tensor", "type_name", "type_string", "with_elem_type"]
+           "FLOAT", "FLOAT16", "WIDE", "elem_type", "is_tensor", "type_name", "type_string", "with_elem_type"]

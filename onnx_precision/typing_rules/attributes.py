@@ -9,7 +9,7 @@ import onnx
 from ..float_types import FP16, LowPrecision
 from ..storage import cast_initializer
 from .schemas import opset_map
-from .types import FLOAT, elem_type, with_elem_type
+from .types import FLOAT, WIDE, elem_type, with_elem_type
 
 
 def retarget_attributes(node: onnx.NodeProto, model: onnx.ModelProto, base_dir: str = ".",
@@ -18,13 +18,13 @@ def retarget_attributes(node: onnx.NodeProto, model: onnx.ModelProto, base_dir: 
     ``type``, ConstantOfShape's value) choose the ``low`` type, for a node whose float outputs convert."""
     to = low.elem_type
     for attr in node.attribute:
-        if attr.name == "to" and node.op_type == "Cast" and attr.i == FLOAT:
+        if attr.name == "to" and node.op_type == "Cast" and attr.i in WIDE:
             attr.i = to
-        elif attr.name in _DTYPE_ATTRS and attr.type == onnx.AttributeProto.INT and attr.i == FLOAT:
+        elif attr.name in _DTYPE_ATTRS and attr.type == onnx.AttributeProto.INT and attr.i in WIDE:
             attr.i = to
-        elif attr.type == onnx.AttributeProto.TYPE_PROTO and elem_type(attr.tp) == FLOAT:
+        elif attr.type == onnx.AttributeProto.TYPE_PROTO and elem_type(attr.tp) in WIDE:
             attr.tp.CopyFrom(with_elem_type(attr.tp, to))
-        elif node.op_type == "ConstantOfShape" and attr.name == "value" and attr.t.data_type == FLOAT:
+        elif node.op_type == "ConstantOfShape" and attr.name == "value" and attr.t.data_type in WIDE:
             attr.t.CopyFrom(cast_initializer(attr.t, base_dir, to, attr.t.name))
     present = {a.name for a in node.attribute}
     if node.op_type == "ConstantOfShape" and "value" not in present:

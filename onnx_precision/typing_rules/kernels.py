@@ -23,7 +23,7 @@ from .attributes import retarget_attributes
 from .inference import tensor_types
 from .node_typing import NodeTyping, schema_typing
 from .schemas import opset_map
-from .types import FLOAT, elem_type, rank_only, with_elem_type
+from .types import WIDE, elem_type, rank_only, with_elem_type
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ def _probe_model(
                 if tp is None or elem_type(tp) is None:
                     return None
                 tp = tp if exact_shapes else rank_only(tp)
-                if i in half and elem_type(tp) == FLOAT:
+                if i in half and elem_type(tp) in WIDE:
                     tp = with_elem_type(tp, low.elem_type)
                 renamed[name] = f"{'io'[is_out]}{len(renamed)}"
                 graph_io[is_out].append(onnx.helper.make_value_info(renamed[name], tp))
@@ -205,9 +205,11 @@ def model_typing(
     types: Mapping[str, onnx.TypeProto] | None = None,
     onnxruntime: bool = True,
     low: LowPrecision = FP16,
+    wide: tuple[int, ...] = WIDE,
 ) -> dict[str, NodeTyping]:
     """:class:`NodeTyping` of every node, subgraphs included, keyed by node name (``onnxruntime``:
-    whether onnxruntime's CPU kernels bind the plan, see the module docstring)."""
+    whether onnxruntime's CPU kernels bind the plan, see the module docstring; ``wide``: the element
+    types that convert, :func:`.schema_typing`)."""
     types = tensor_types(model) if types is None else types
     opsets = opset_map(model)
     refs = list(walk_nodes(model.graph))
@@ -217,10 +219,10 @@ def model_typing(
     typings: dict[str, NodeTyping] = {}
     for ref, signature in zip(refs, signatures):
         if signature is None:
-            typings[ref.name] = schema_typing(ref.node, opsets, types, low)
+            typings[ref.name] = schema_typing(ref.node, opsets, types, low, wide)
         else:
             if signature not in by_signature:
-                by_signature[signature] = schema_typing(ref.node, opsets, types, low)
+                by_signature[signature] = schema_typing(ref.node, opsets, types, low, wide)
             typings[ref.name] = by_signature[signature]
     probes = _probe_together(model, types, refs, typings, onnxruntime, signatures, low)
     done: dict[tuple, NodeTyping] = {}

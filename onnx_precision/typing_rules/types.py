@@ -8,6 +8,9 @@ from onnx import TensorProto
 FLOAT = TensorProto.FLOAT
 FLOAT16 = TensorProto.FLOAT16
 DOUBLE = TensorProto.DOUBLE
+# The element types a 16-bit node converts: float32, and float64 unless the run keeps it wide
+# (--keep-float64). A tensor a node keeps wide keeps its own type: float64 stays float64.
+WIDE = (FLOAT, DOUBLE)
 
 
 def _innermost_tensor(tp: onnx.TypeProto | None) -> onnx.TypeProto.Tensor | None:
