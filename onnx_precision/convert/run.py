@@ -77,14 +77,8 @@ class ConvertOptions:
     # static/auto: a written plan whose 16-bit share of estimated FLOPs (percent, as the summary gives
     # it) is below this fails the run (--min-16bit-share)
     min_16bit_share: float | None = None
-    # a quantized model's unquantized FP32 original (--reference-model), and what its 16-bit remainder may
-    # add to the quantization error (--quant-margin; :mod:`..quant_reference`)
-    reference_model: str | None = None
-    quant_margin: float = DEFAULT_MARGIN
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.quant_margin, (int, float)) and 0 <= self.quant_margin <= 10):
-            raise UsageError(f"--quant-margin {self.quant_margin}: expected a fraction between 0 and 10")
         share = self.min_16bit_share
         if share is not None and not (isinstance(share, (int, float)) and 0 <= share <= 100):
             raise UsageError(f"--min-16bit-share {share}: expected a percentage between 0 and 100")
@@ -302,12 +296,8 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     plan, auto_result, warnings = planned(ctx, options, progress)
     if auto_result is not None:
         _stage_samples(auto_result, options, outputs)
-    gate = auto_result.gate if auto_result is not None else None
-    judged = options if gate is None else replace(options, tolerance=gate.tolerance)  # as the search judged
     if auto_result is not None and not auto_result.writable:
-        if gate is not None:
-            auto_result = replace(auto_result, notes=auto_result.notes + gate.notes(None))
-        outcome = _outcome(auto_result, auto_result.plan, judged, None, tuple(warnings),
+        outcome = _outcome(auto_result, auto_result.plan, options, None, tuple(warnings),
                            helper_sessions.built() - helpers_before)
         _stage_reports(_report(ctx, outcome), options, outputs)
         outputs.commit()
