@@ -19,7 +19,11 @@ warning naming the input (the FP32 reference will carry it; FP16 is not blamed f
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
+import io
+import math
 import os
 import re
 import sys
@@ -31,6 +35,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import onnx
 
+from . import user_files
 from .errors import DataError
 from .graph import attr, is_onnx_domain
 
@@ -51,11 +56,30 @@ class SampleSpec:
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     input_ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     feeds: tuple[Mapping[str, np.ndarray], ...] = ()
+    option: str = "--inputs"  # the option that names ``inputs``, in messages about the file
 
     def __post_init__(self) -> None:
         if self.inputs is not None and self.feeds:
             raise DataError(f"samples: both a file ({self.inputs}) and {len(self.feeds)} feed(s) in memory; "
                             f"give one")
+        for name, shape in self.input_shapes.items():
+            problem = shape_problem(shape)
+            if problem:
+                raise DataError(f"--input-shape {name}:{_shape(shape)}: {problem}")
+
+
+MAX_DIM = 2**63 - 1  # ONNX dimensions are int64
+
+
+def shape_problem(shape: Sequence[object]) -> str:
+    """Why ``shape`` is no size of a tensor (each dimension an integer in [1, 2**63 - 1]), or ""."""
+    bad = next((d for d in shape if isinstance(d, bool) or not isinstance(d, (int, np.integer))
+                or not 1 <= d <= MAX_DIM), None)
+    if not shape:
+        return "no dimensions"
+    if bad is not None:
+        return f"dimension {bad} is not an integer from 1 to 2**63 - 1 (ONNX dimensions are int64)"
+    return ""
 
 
 IN_MEMORY_FEEDS = "feeds given in memory"
@@ -151,7 +175,7 @@ def load_samples(model: onnx.ModelProto, spec: SampleSpec) -> Samples:
     elif spec.inputs is None:
         return synthetic_samples(inputs, spec, index_bounds(model))
     else:
-        located, source = _read_feeds(spec.inputs)
+        located, source = _read_feeds(spec.inputs, spec.option, inputs)
     warnings: list[str] = []
     for where, feed in located:
         warnings.extend(validate_feed(feed, inputs, where))
@@ -170,8 +194,13 @@ def sample_files(spec: SampleSpec) -> tuple[str, ...]:
 
 # --- reading --------------------------------------------------------------------------------------
 
-def _read_feeds(path: str) -> tuple[list[tuple[str, dict[str, np.ndarray]]], str]:
-    """(where, feed) pairs, ``where`` naming the file (and the feed's index in a JSON list)."""
+def _read_feeds(path: str, option: str, inputs: list[InputInfo],
+                ) -> tuple[list[tuple[str, dict[str, np.ndarray]]], str]:
+    """(where, feed) pairs, ``where`` naming the file (and the feed's index in a JSON list);
+    ``option`` names the file in messages; each array is checked against ``inputs`` before it is
+    read."""
+    npz, polygraphy_json = (replace(kind, option=option)
+                            for kind in (user_files.NPZ, user_files.POLYGRAPHY_JSON))
     if not os.path.exists(path):
         if re.fullmatch(r"[^:\s]+:\[?\d+([x,]\d+)*\]?(,[^:\s]+:\[?\d+([x,]\d+)*\]?)*", path):
             raise DataError(f"{path}: no such file or directory; it reads like input shapes (Polygraphy's "
@@ -181,14 +210,14 @@ def _read_feeds(path: str) -> tuple[list[tuple[str, dict[str, np.ndarray]]], str
         files = _npz_files(path)
         if not files:
             raise DataError(f"{path}: directory contains no .npz files")
-        return [(f, _read_npz(f)) for f in files], f"{path} ({len(files)} .npz files)"
+        return [(f, _read_npz(f, npz, inputs)) for f in files], f"{path} ({len(files)} .npz files)"
     # The content decides, not the name: a JSON saved as inputs.dat is still a JSON.
-    if _head(path).lstrip()[:1] in (b"[", b"{"):
-        feeds = _read_polygraphy_json(path)
+    if user_files.read_bytes(path, npz, _HEAD).lstrip()[:1] in (b"[", b"{"):
+        feeds = _read_polygraphy_json(path, polygraphy_json)
         if len(feeds) == 1:
             return [(path, feeds[0])], path
         return [(f"{path} (feed {i})", feed) for i, feed in enumerate(feeds)], f"{path} ({len(feeds)} feeds)"
-    return [(path, _read_npz(path))], path
+    return [(path, _read_npz(path, npz, inputs))], path
 
 
 def _npz_files(directory: str) -> tuple[str, ...]:
@@ -199,39 +228,116 @@ def _npz_files(directory: str) -> tuple[str, ...]:
     return tuple(os.path.join(directory, f) for f in names if f.endswith(".npz"))
 
 
-def _head(path: str, size: int = 64) -> bytes:
-    """The first bytes of ``path``; a file that cannot be read is a one-line DataError saying why."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(size)
-    except PermissionError:
-        raise DataError(f"{path}: permission denied") from None
-    except OSError as e:
-        raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
+_HEAD = 64  # bytes read to tell an .npz from a JSON
 
 
-def _read_npz(path: str) -> dict[str, np.ndarray]:
+def _read_npz(path: str, kind: user_files.FileKind, inputs: list[InputInfo]) -> dict[str, np.ndarray]:
     # Checked before np.load: it returns a bare array for an .npy, and takes anything that is
     # not a zip for a pickle and says so, which misleads about a text or ONNX file given by mistake.
-    head = _head(path)
+    head = user_files.read_bytes(path, kind, _HEAD)
     if head.startswith(b"\x93NUMPY"):
-        raise DataError(f"{path}: not an .npz archive (a single array; save feeds with np.savez)")
+        raise kind.problem(path, "not an .npz archive (a single array; save feeds with np.savez)")
     if not head.startswith(b"PK") or not zipfile.is_zipfile(path):
-        raise DataError(f"{path}: cannot read as .npz: not a zip archive, nor a Polygraphy JSON (save feeds "
-                        f"with np.savez, or with polygraphy run --save-inputs)")
+        raise kind.problem(path, "cannot read as .npz: not a zip archive, nor a Polygraphy JSON (save feeds "
+                                 "with np.savez, or with polygraphy run --save-inputs)")
     try:
+        _check_npz_headers(path, kind, inputs)
         with np.load(path, allow_pickle=False) as data:
             return {name: np.asarray(data[name]) for name in data.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError,
             RuntimeError) as e:
         # members are read lazily: a damaged archive fails here, on its CRC, header, version,
         # compression method or encryption flag (zipfile's RuntimeError)
-        raise DataError(f"{path}: cannot read as .npz: {_first_line(e)}") from e
+        raise kind.problem(path, f"cannot read as .npz: {_first_line(e)}") from e
+    except MemoryError:  # the headers hold what they claim, but not in this machine's memory
+        raise kind.problem(path, "no memory to read its arrays") from None
+
+
+def _claimed_bytes(path: str, kind: user_files.FileKind, what: str, shape: tuple[int, ...], dtype: np.dtype,
+                   stored: int) -> int:
+    """The bytes an .npy header of ``shape`` and ``dtype`` claims; more than the ``stored`` bytes
+    that follow the header is a lie that np.load would allocate before finding out."""
+    claimed = math.prod(shape) * dtype.itemsize
+    if claimed > stored:
+        raise kind.problem(path, f"{what} claims a {_shape(shape)} {dtype} array "
+                                 f"({user_files.size_text(claimed)}) but holds "
+                                 f"{user_files.size_text(max(stored, 0))}")
+    return claimed
+
+
+_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def _check_npz_headers(path: str, kind: user_files.FileKind, inputs: list[InputInfo]) -> None:
+    """Check each member's array header against the model's inputs and against the bytes the member
+    holds, before np.load allocates what the header claims (a 300-byte file may claim 10^12 floats)."""
+    expected = {i.name: i for i in inputs}
+    total = 0
+    with zipfile.ZipFile(path) as archive:
+        for member in archive.infolist():
+            name = member.filename.removesuffix(".npy")
+            if name == member.filename:
+                raise kind.problem(path, f"member '{member.filename}' is not an array (.npy); save feeds "
+                                         f"with np.savez")
+            with archive.open(member) as f:
+                version = np.lib.format.read_magic(f)
+                if version not in _NPY_HEADERS:
+                    raise kind.problem(path, f"member '{member.filename}': .npy format "
+                                             f"{version[0]}.{version[1]} (np.savez writes 1.0 or 2.0)")
+                shape, _, dtype = _NPY_HEADERS[version](f)
+                stored = member.file_size - f.tell()
+            if dtype.hasobject:
+                raise kind.problem(path, f"member '{member.filename}' holds Python objects (a pickle, never "
+                                         f"loaded); feeds are numeric arrays")
+            _check_array(path, expected, name, shape, dtype)
+            total += _claimed_bytes(path, kind, f"member '{member.filename}'", shape, dtype, stored)
+    if kind.max_bytes is not None and total > kind.max_bytes:
+        raise kind.problem(path, f"its arrays hold {user_files.size_text(total)}, more than an {kind.what} "
+                                 f"can sensibly be ({user_files.size_text(kind.max_bytes)} at most)")
 
 
 def _first_line(e: Exception) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+_ARRAY_CLASS = "ndarray"  # the polygraphy_class of a numpy array: the one a feed holds
+_ENCODED_HEAD = 16384  # base64 characters decoded to read an array's .npy header (numpy's cap is 10000 bytes)
+
+
+def _check_encoded_arrays(path: str, kind: user_files.FileKind, tree: object) -> None:
+    """Check every object of Polygraphy's JSON that names a ``polygraphy_class`` before Polygraphy's
+    decoder builds it: only arrays make feeds, and each array's header must not claim more than its
+    payload holds (np.load allocates what the header says before reading)."""
+    stack: list[tuple[str, object]] = [("", tree)]
+    while stack:  # not recursive: nesting is as deep as the JSON parser allowed
+        key, node = stack.pop()
+        if isinstance(node, list):
+            stack.extend((key, item) for item in node)
+        elif isinstance(node, dict):
+            kind_name = node.get("polygraphy_class")
+            if kind_name is None:
+                stack.extend((str(k), v) for k, v in node.items())
+            elif kind_name != _ARRAY_CLASS:
+                raise kind.problem(path, f"'{key}' is a serialized {str(kind_name)!r} (polygraphy_class), "
+                                         f"not an array; feeds are arrays, as 'polygraphy run --save-inputs' "
+                                         f"writes them")
+            elif isinstance(node.get("array"), str):
+                _check_encoded_array(path, kind, key, node["array"])
+
+
+def _check_encoded_array(path: str, kind: user_files.FileKind, key: str, payload: str) -> None:
+    """The .npy header at the start of a base64 ``payload`` against the bytes the payload holds (a
+    payload that is not base64, Polygraphy's legacy latin-1 form, is left to Polygraphy)."""
+    try:
+        head = base64.b64decode(payload[:_ENCODED_HEAD - _ENCODED_HEAD % 4], validate=True)
+        f = io.BytesIO(head)
+        version = np.lib.format.read_magic(f)
+        shape, _, dtype = _NPY_HEADERS[version](f)
+    except (ValueError, KeyError, binascii.Error):
+        return  # not an .npy in base64: Polygraphy's decoder says what it is
+    _claimed_bytes(path, kind, f"array '{key}'", shape, dtype, len(payload) * 3 // 4 - payload[-2:].count("=")
+                   - f.tell())
 
 
 def polygraphy_feeds_json(feeds: Sequence[Mapping[str, np.ndarray]]) -> str:
@@ -252,16 +358,20 @@ def polygraphy_outputs_json(outputs: Sequence[Mapping[str, np.ndarray]], runner:
     return to_json(results) + "\n"
 
 
-def _read_polygraphy_json(path: str) -> list[dict[str, np.ndarray]]:
-    from polygraphy.json import load_json
+def _read_polygraphy_json(path: str, kind: user_files.FileKind) -> list[dict[str, np.ndarray]]:
+    from polygraphy.json import from_json
     from polygraphy.logger import G_LOGGER
+    text = user_files.read_text(path, kind)
+    _check_encoded_arrays(path, kind, user_files.parse_json(text, path, kind))
     try:
         # Polygraphy's logger prints to stdout (its "[I] Loading..." lines, a note that 'colored'
-        # is missing): keep stdout for our own output, and stderr for warnings and errors.
-        with contextlib.redirect_stdout(sys.stderr), G_LOGGER.verbosity(G_LOGGER.CRITICAL):
-            data = load_json(path, description="input data")
+        # is missing) and its errors to stderr before raising them: its exception says it once.
+        with contextlib.redirect_stdout(sys.stderr), G_LOGGER.verbosity(G_LOGGER.CRITICAL + 1):
+            data = from_json(text)
+    except MemoryError:
+        raise kind.problem(path, "no memory to decode its arrays") from None
     except Exception as e:  # Polygraphy raises its own exception types for bad files
-        raise DataError(f"{path}: cannot read as Polygraphy JSON: {_first_line(e)}") from e
+        raise kind.problem(path, f"cannot read as Polygraphy JSON: {_first_line(e)}") from e
     if isinstance(data, Mapping):
         data = [data]
     if not isinstance(data, list) or not data or not all(isinstance(f, Mapping) for f in data):
@@ -282,25 +392,11 @@ def validate_feed(feed: Mapping[str, np.ndarray], inputs: list[InputInfo], where
     expected = {i.name: i for i in inputs}
     for name in feed:
         if name not in expected:
-            names = ", ".join(expected) or "none"
-            raise DataError(f"{where}: input '{name}' is not an input of the model (model inputs: {names})")
+            _check_array(where, expected, name, feed[name].shape, feed[name].dtype)
     for info in inputs:
         if info.name not in feed:
             raise DataError(f"{where}: missing input '{info.name}' (shape {info.shape_text()}, {info.dtype})")
-        value = feed[info.name]
-        if value.dtype != info.dtype:
-            raise DataError(f"{where}: input '{info.name}' has dtype {value.dtype}; "
-                            f"the model expects {info.dtype}")
-        if info.dims is None:
-            continue
-        if value.ndim != len(info.dims):
-            raise DataError(f"{where}: input '{info.name}' has rank {value.ndim} "
-                            f"(shape {_shape(value.shape)}); "
-                            f"the model expects rank {len(info.dims)} ({info.shape_text()})")
-        for axis, (got, want) in enumerate(zip(value.shape, info.dims)):
-            if isinstance(want, int) and want > 0 and got != want:
-                raise DataError(f"{where}: input '{info.name}' has shape {_shape(value.shape)}; the model "
-                                f"expects {info.shape_text()} (dimension {axis} must be {want})")
+        _check_array(where, expected, info.name, feed[info.name].shape, feed[info.name].dtype)
     warnings = []
     for info in inputs:
         value = feed[info.name]
@@ -310,6 +406,27 @@ def validate_feed(feed: Mapping[str, np.ndarray], inputs: list[InputInfo], where
                 warnings.append(f"{where}: input '{info.name}' contains {nans} NaN value(s); "
                                 f"the FP32 reference inherits them")
     return warnings
+
+
+def _check_array(where: str, expected: Mapping[str, InputInfo], name: str, shape: tuple[int, ...],
+                 dtype: np.dtype) -> None:
+    """Raise DataError if an array ``name`` of ``shape`` and ``dtype`` is no feed of the model's
+    inputs ``expected``: checked on a loaded array, or on an .npy header before it is loaded."""
+    info = expected.get(name)
+    if info is None:
+        names = ", ".join(expected) or "none"
+        raise DataError(f"{where}: input '{name}' is not an input of the model (model inputs: {names})")
+    if dtype != info.dtype:
+        raise DataError(f"{where}: input '{name}' has dtype {dtype}; the model expects {info.dtype}")
+    if info.dims is None:
+        return
+    if len(shape) != len(info.dims):
+        raise DataError(f"{where}: input '{name}' has rank {len(shape)} (shape {_shape(shape)}); "
+                        f"the model expects rank {len(info.dims)} ({info.shape_text()})")
+    for axis, (got, want) in enumerate(zip(shape, info.dims)):
+        if isinstance(want, int) and want > 0 and got != want:
+            raise DataError(f"{where}: input '{name}' has shape {_shape(shape)}; the model "
+                            f"expects {info.shape_text()} (dimension {axis} must be {want})")
 
 
 def _shape(shape: tuple[int, ...]) -> str:

@@ -158,5 +158,5 @@ def test_empty_directory_missing_path_and_unreadable_files(tmp_path):
         load_samples(MODEL, SampleSpec(inputs=single))
     bad_json = tmp_path / "in.json"
     bad_json.write_text("{not json")
-    with pytest.raises(DataError, match=r"in\.json: cannot read as Polygraphy JSON"):
+    with pytest.raises(DataError, match=r"--inputs .*in\.json: not valid JSON: Expecting property name"):
         load_samples(MODEL, SampleSpec(inputs=str(bad_json)))

@@ -110,20 +110,20 @@ def test_an_npz_is_read_whatever_its_name(tmp_path):
 
 
 def test_unreadable_sample_data_says_permission_denied(tmp_path, capsys, monkeypatch):
-    # Tests may run as root, which reads any file: the refusal is simulated where data.py opens it.
-    from onnx_precision import data
+    # Tests may run as root, which reads any file: the refusal is simulated where user files are opened.
+    from onnx_precision import user_files
     path = _embedding(tmp_path)
     np.savez(tmp_path / "d.npz", ids=np.zeros(64, np.int64))
 
     def denied(file, *args, **kwargs):
         raise PermissionError(13, "Permission denied", file)
 
-    monkeypatch.setattr(data, "open", denied, raising=False)
+    monkeypatch.setattr(user_files, "open", denied, raising=False)
     out = tmp_path / "out"
     out.mkdir()
     assert main(["convert", path, "-o", str(out / "o.onnx"), "--inputs", str(tmp_path / "d.npz")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"onnx-precision: error: {tmp_path / 'd.npz'}: permission denied"]
+    assert err == [f"onnx-precision: error: --inputs {tmp_path / 'd.npz'}: permission denied"]
 
 
 def test_an_unreadable_model_says_permission_denied(tmp_path, capsys, monkeypatch):

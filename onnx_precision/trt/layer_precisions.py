@@ -28,13 +28,14 @@ written and is an error, as is a name or pattern that matches no layer (with the
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
-import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import onnx
 
+from .. import user_files
 from ..errors import UsageError
 from ..graph import walk_nodes
 from ..plan import Reason
@@ -100,12 +101,13 @@ class LayerFlags:
     def __bool__(self) -> bool:
         return bool(self.precisions or self.output_types or self.file)
 
-    def specs(self) -> tuple[LayerSpec, ...]:
-        """Every entry, parsed (the file's after the options')."""
+    def specs(self) -> Iterator[LayerSpec]:
+        """Every entry, parsed as it is read (the file's after the options'), so that
+        :func:`layer_pins` refuses an unknown first name before the rest of a long file is parsed."""
         given = [spec for text in self.precisions for spec in parse_spec(text, "--layer-precisions")]
         given += [spec for text in self.output_types
                   for spec in parse_spec(text, "--layer-output-types", output_types=True)]
-        return tuple(given) + (read_spec_file(self.file) if self.file else ())
+        return itertools.chain(given, _file_specs(self.file) if self.file else ())
 
 
 def parse_spec(text: str, source: str = "--layer-precisions", *, output_types: bool = False,
@@ -113,7 +115,11 @@ def parse_spec(text: str, source: str = "--layer-precisions", *, output_types: b
     """The entries of one ``--layerPrecisions`` value (trtexec's comma list) or one Polygraphy
     ``layer:dtype`` argument; with ``output_types``, of a ``--layerOutputTypes`` value. An entry
     whose outputs are all non-float says nothing and is dropped."""
-    specs = []
+    return tuple(_parsed(text, source, output_types))
+
+
+def _parsed(text: str, source: str, output_types: bool) -> Iterator[LayerSpec]:
+    """:func:`parse_spec`'s entries, one by one."""
     entries = _entries(text)
     if not entries:
         raise UsageError(f"{source} '{text}': no LAYER:PRECISION in it ({_EXAMPLE})")
@@ -122,24 +128,24 @@ def parse_spec(text: str, source: str = "--layer-precisions", *, output_types: b
         kind = OUTPUT_TYPE if output_types else PRECISION
         precision = _output_type(value, entry, source) if output_types else _precision(value, entry, source)
         if precision:
-            specs.append(LayerSpec(name, precision, kind, source, entry))
-    return tuple(specs)
+            yield LayerSpec(name, precision, kind, source, entry)
 
 
 def _entries(text: str) -> list[str]:
     """trtexec's split on ',', except that a piece with no ':' belongs to the next one: a Polygraphy
-    argument is one entry, and its name may hold commas."""
-    entries, pending = [], ""
+    argument is one entry, and its name may hold commas. Linear in the text: pieces are joined
+    once, not grown one by one."""
+    entries: list[str] = []
+    pending: list[str] = []
     for piece in text.split(","):
         if not piece.strip() and not pending:
             continue
-        piece = pending + piece
-        if ":" not in piece:
-            pending = piece + ","
-            continue
-        pending = ""
-        entries.append(piece.strip())
-    return entries + ([pending[:-1].strip()] if pending.strip(", ") else [])
+        pending.append(piece)
+        if ":" in piece:
+            entries.append(",".join(pending).strip())
+            pending = []
+    left = ",".join(pending)
+    return entries + ([left.strip()] if left.strip(", ") else [])
 
 
 def _split(entry: str, source: str) -> tuple[str, str]:
@@ -201,27 +207,60 @@ def read_spec_file(path: str) -> tuple[LayerSpec, ...]:
     """Every ``--layerPrecisions``/``--layerOutputTypes`` value of the trtexec command lines in
     ``path`` and every ``--layer-precisions`` argument of its Polygraphy lines: a build script, or a
     ``--trt-flags`` file (whose lines per release are read together: their pins are one set)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise UsageError(f"--layer-precisions-file {path}: cannot read it ({e.strerror})") from e
-    except UnicodeDecodeError as e:
-        raise UsageError(f"--layer-precisions-file {path}: not a text file ({e.reason})") from e
-    specs: list[LayerSpec] = []
+    return tuple(_file_specs(path))
+
+
+def _file_specs(path: str) -> Iterator[LayerSpec]:
+    """:func:`read_spec_file`'s entries, yielded as each line is parsed."""
+    text = user_files.read_text(path, user_files.LAYER_PRECISIONS)
+    found = False
     for line in text.replace("\\\n", " ").splitlines():
         try:
-            tokens = shlex.split(line, comments=True)
+            tokens = _shell_words(line)
         except ValueError as e:
-            raise UsageError(f"--layer-precisions-file {path}: {e} in '{line.strip()}'") from e
+            raise user_files.LAYER_PRECISIONS.problem(path, f"{e} in '{line.strip()}'") from None
         for flag, values in _flag_values(tokens):
             source = f"{path}: {flag}"
-            specs += [spec for value in values for spec in parse_spec(value, source,
-                                                                      output_types=_FILE_FLAGS[flag])]
-    if not specs:
-        raise UsageError(f"--layer-precisions-file {path}: no --layerPrecisions, --layerOutputTypes or "
-                         f"--layer-precisions in it")
-    return tuple(specs)
+            for value in values:
+                for spec in _parsed(value, source, _FILE_FLAGS[flag]):
+                    found = True
+                    yield spec
+    if not found:
+        raise user_files.LAYER_PRECISIONS.problem(
+            path, "no --layerPrecisions, --layerOutputTypes or --layer-precisions in it")
+
+
+# One piece of a shell word: '...' (literal), "..." (\" and \\ escaped), \c (c itself), or plain text.
+_WORD_PART = re.compile(r"""'(?P<single>[^']*)'|"(?P<double>(?:[^"\\]|\\.)*)"|\\(?P<escaped>.)"""
+                        r"""|(?P<plain>[^\s'"\\]+)""", re.DOTALL)
+_SPACE = re.compile(r"\s+")
+
+
+def _shell_words(line: str) -> list[str]:
+    """``line`` split into words as a POSIX shell does (``shlex.split(line, comments=True)``, but
+    linear in the line: shlex grows each word one character at a time, quadratic in a word of a
+    100 000-entry ``--layerPrecisions``). A ``#`` starts a comment at the start of a word only, as in
+    the shell (shlex also takes one inside a word). An unclosed quote is a ValueError."""
+    words: list[str] = []
+    at = _skip_space(line, 0)
+    while at < len(line) and line[at] != "#":
+        parts = []
+        while at < len(line) and not line[at].isspace():
+            part = _WORD_PART.match(line, at)
+            if part is None:
+                raise ValueError("No escaped character" if line[at] == "\\" else "No closing quotation")
+            double = part.group("double")
+            parts.append(re.sub(r'\\(["\\])', r"\1", double) if double is not None else
+                         next(g for g in part.group("single", "escaped", "plain") if g is not None))
+            at = part.end()
+        words.append("".join(parts))
+        at = _skip_space(line, at)
+    return words
+
+
+def _skip_space(line: str, at: int) -> int:
+    space = _SPACE.match(line, at)
+    return space.end() if space else at
 
 
 def _flag_values(tokens: Sequence[str]) -> Iterable[tuple[str, list[str]]]:
@@ -298,7 +337,7 @@ def _distinct_releases(model: onnx.ModelProto) -> list[TrtVersion]:
     return list(seen.values())
 
 
-def layer_pins(model: onnx.ModelProto, specs: Sequence[LayerSpec], *, renamed: Sequence[tuple[str, str]] = (),
+def layer_pins(model: onnx.ModelProto, specs: Iterable[LayerSpec], *, renamed: Sequence[tuple[str, str]] = (),
                low: str = "fp16") -> LayerPins:
     """The nodes of ``model`` that ``specs`` keep in FP32, as TensorRT 10 would have read them, with
     each pin's reason. ``renamed`` is the loader's (old, new) node renames (layers are named after the
