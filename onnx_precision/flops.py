@@ -1,8 +1,9 @@
-"""Estimated FLOPs per node, for the FP16 share of compute in reports and for weighing pins."""
+"""Estimated FLOPs per node, for the 16-bit share of compute (:class:`FlopShares`) and for weighing pins."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -103,8 +104,27 @@ def precision_shares(plan: PrecisionPlan, node_flops: Mapping[str, float],
     return shares
 
 
-def low_flop_share(plan: PrecisionPlan, node_flops: Mapping[str, float], apart: Collection[str] = (),
-                   ) -> float:
-    """The 16-bit (FP16 and BF16) share of the estimated FLOPs of ``plan``'s nodes (but ``apart``)."""
-    shares = precision_shares(plan, node_flops, apart)
-    return 1.0 - shares.get("fp32", 0.0) if shares else 0.0
+@dataclass(frozen=True)
+class FlopShares:
+    """What every share of compute a run states counts, defined once: the summary's, the trade-off
+    points' and the picture's, the JSON's and ``--min-16bit-share``'s. The estimated FLOPs of a
+    plan's nodes, but those of quantized compute (``quantized``: node -> "INT8", "FP8", ...,
+    :attr:`..quantized.Quantization.compute`), which are counted apart: of a quantized model, the
+    16-bit share is the non-quantized remainder's."""
+
+    node_flops: Mapping[str, float] = field(default_factory=dict)
+    quantized: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def of(self) -> str:
+        """What the shares are of, as the summary says it ("80.0% of estimated FLOPs")."""
+        return "of the non-quantized estimated FLOPs" if self.quantized else "of estimated FLOPs"
+
+    def by_precision(self, plan: PrecisionPlan) -> dict[str, float]:
+        """Each precision's share (:func:`precision_shares`)."""
+        return precision_shares(plan, self.node_flops, self.quantized)
+
+    def low(self, plan: PrecisionPlan) -> float:
+        """The 16-bit (FP16 and BF16) share."""
+        shares = self.by_precision(plan)
+        return 1.0 - shares.get("fp32", 0.0) if shares else 0.0

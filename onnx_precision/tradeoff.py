@@ -30,7 +30,7 @@ class PlanPoint:
 
     index: int  # the probe's index in the search (the point id a user replays with --plan)
     pinned: tuple[str, ...]  # every node the plan keeps FP32 (sorted): replaying these gives the plan
-    fp16_flop_share: float
+    fp16_flop_share: float  # the 16-bit share of the plan as written (:class:`.search.driver.FlopShare`)
     passed: bool
     errors: Mapping[str, float]  # output -> worst error statistic over the samples probed
     bf16: tuple[str, ...] = ()  # the nodes in BF16 in a plan that also has FP16 ones (--fallback bf16)
@@ -87,16 +87,17 @@ ALL_LISTED = 12  # up to this many points, the table lists (and the picture numb
 
 
 def front_table(points: Sequence[PlanPoint], flops: Mapping[str, float] | None = None,
-                chosen: int | None = None, listed: int = 6, low: str = "FP16") -> list[str]:
+                chosen: int | None = None, listed: int = 6, low: str = "FP16",
+                of: str = "of estimated FLOPs") -> list[str]:
     """Markdown table rows: every point where there are at most :data:`ALL_LISTED`, else the front
     and the chosen point; the chosen one marked, each row's pins costliest first (by estimated
-    FLOPs), ``listed`` of them."""
+    FLOPs), ``listed`` of them. ``of``: what the shares are of (:attr:`.flops.FlopShares.of`)."""
     front = pareto_front(points)
     if len(points) <= ALL_LISTED:
         rows = sorted(points, key=lambda p: p.index)
     else:
         rows = front + [p for p in points if p.index == chosen and p not in front][:1]
-    lines = [f"| point | {low} share of FLOPs | worst error | passes | FP32 pins, costliest first |",
+    lines = [f"| point | {low} share {of} | worst error | passes | FP32 pins, costliest first |",
              "|---|---|---|---|---|"]
     for p in rows:
         pins = costliest_first(p.pinned, flops or {})

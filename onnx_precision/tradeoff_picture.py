@@ -46,6 +46,7 @@ class Picture:
     tolerance: ToleranceLine | None = None
     note: str = ""  # why nothing was searched (or measured), "" after a search
     low: str = "FP16"  # what the share on x counts: "FP16", "BF16", or "16-bit" for a mixed plan
+    of: str = "of estimated FLOPs"  # what it is a share of (:attr:`..flops.FlopShares.of`)
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def front_svg(picture: Picture) -> str:
                          anchor="middle", size=13, fill="#444444"))
         return "\n".join(out + ["</svg>"]) + "\n"
     frame = fit_frame(points, picture.tolerance, picture.chosen)
-    out += _bands(frame) + _axes(frame, picture.statistic, picture.low)
+    out += _bands(frame) + _axes(frame, picture.statistic, f"{picture.low} share {picture.of}")
     if picture.tolerance is not None:
         out += _tolerance(frame, picture.tolerance)
     front = pareto_front(points)
@@ -173,7 +174,7 @@ def _bands(frame: _Frame) -> list[str]:
     return out
 
 
-def _axes(frame: _Frame, statistic: str, low: str) -> list[str]:
+def _axes(frame: _Frame, statistic: str, across: str) -> list[str]:
     out = []
     for share in frame.share_ticks():
         x = frame.x(share)
@@ -184,8 +185,7 @@ def _axes(frame: _Frame, statistic: str, low: str) -> list[str]:
         out += [_line(LEFT, y, RIGHT, y, "#eeeeee"),
                 _text(LEFT - 6, y + 4, f"{mantissa}e{exponent}", anchor="end")]
     out += [_line(LEFT, BOTTOM, RIGHT, BOTTOM, "black"), _line(LEFT, TOP, LEFT, BOTTOM, "black"),
-            _text((LEFT + RIGHT) / 2, BOTTOM + 38, f"{low} share of estimated FLOPs", anchor="middle",
-                  size=12),
+            _text((LEFT + RIGHT) / 2, BOTTOM + 38, across, anchor="middle", size=12),
             _text(12, TOP - 12, f"worst error ({statistic}), log scale", size=12)]
     return out
 

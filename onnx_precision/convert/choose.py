@@ -36,13 +36,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .. import policy
+from .. import policy, quantized
 from ..context import ModelContext
 from ..costs import Clock, Counted, PhaseCost, PhaseTotals
 from ..data import Samples
 from ..errors import InternalError, PrecisionError, SearchError
 from ..float_types import LowPrecision
-from ..flops import estimate_flops
+from ..flops import FlopShares, estimate_flops
 from ..metrics import Comparison
 from ..oracle import Emulator, Inspection, LayerwiseResult, PlanRunner, ReferenceResult
 from ..oracle.accumulated import AccumulationBounds
@@ -97,6 +97,13 @@ class AutoResult(PhaseTotals):
     notes: tuple[str, ...] = ()
     chosen_point: int | None = None  # the point of the plan chosen (None: none passed)
     unsearched: str = ""  # why no search ran ("" when one did)
+    # node -> "INT8", "FP8", ...: quantized compute, which the shares count apart
+    quantized: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def shares(self) -> FlopShares:
+        """What the run's shares of compute count (the points', the summary's, the gate's)."""
+        return FlopShares(self.node_flops, self.quantized)
 
     @property
     def passed(self) -> bool:
@@ -144,8 +151,9 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
         phase.count(counted, probes=1)
     shapes = {k: np.shape(v) for k, v in samples.feeds[0].items()} if samples.feeds else {}
     flops = estimate_flops(ctx.model, shapes)
+    share = FlopShare(ctx, FlopShares(flops, quantized.of(ctx).compute))
     run = _Run(mode, headroom, clock, counted, reference, _node_stats(ctx, reference.stats), samples, flops,
-               FlopShare(flops, list(ctx.node_ops)), ctx.target.fallback, progress)
+               share, ctx.target.fallback, progress)
 
     nonfinite = _fp32_nonfinite_message(reference)
     if nonfinite and not tolerance.allow_fp32_nonfinite:
@@ -248,7 +256,7 @@ class _Run:
         return AutoResult(end.plan, end.status, end.message, self.mode, end.before, end.after, node_stats,
                           self.clock.phases(), None if found is None else found.outcome,
                           tuple(self.reference.outputs), self.headroom, self.samples, self.flops,
-                          points, notes, chosen, end.unsearched)
+                          points, notes, chosen, end.unsearched, self.share.shares.quantized)
 
     def fall_back(self, ctx: ModelContext, prober: Prober, plan: PrecisionPlan, runner: PlanRunner,
                   next_point: int, budget: SearchBudget) -> tuple[PrecisionPlan, tuple[PlanPoint, ...],

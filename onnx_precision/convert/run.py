@@ -21,7 +21,7 @@ from ..costs import PhaseCost
 from ..data import SampleSpec, sample_files
 from ..errors import CustomOpError, InternalError, SearchError, UsageError
 from ..float_types import low_of
-from ..flops import estimate_flops, low_flop_share
+from ..flops import FlopShares, estimate_flops
 from ..metrics import Comparison
 from ..plan import Precision, PrecisionPlan, Reason, apply_user_choices
 from ..rewriter import RewriteResult, rewrite
@@ -516,7 +516,7 @@ def _outcome(auto_result: AutoResult, plan: PrecisionPlan, options: ConvertOptio
              verification: Verification | None, warnings: tuple[str, ...], helpers: int,
              output_path: str | None = None, target: Target = GENERIC) -> ConversionOutcome:
     status, message, more = conversion_status(auto_result, verification, target)
-    status, message = share_gate(status, message, plan, auto_result.node_flops, options.min_16bit_share)
+    status, message = share_gate(status, message, plan, auto_result.shares, options.min_16bit_share)
     return ConversionOutcome(auto_result, plan, status, message, auto_result.mode, options.oracle,
                              options.tolerance, output_path, verification, warnings + more, helpers,
                              _tradeoff_path(options), _before_plan(options))
@@ -548,17 +548,18 @@ def conversion_status(auto_result: AutoResult, verification: Verification | None
     return status, message, ()
 
 
-def share_gate(status: Status, message: str, plan: PrecisionPlan, node_flops: Mapping[str, float],
+def share_gate(status: Status, message: str, plan: PrecisionPlan, shares: FlopShares,
                minimum: float | None) -> tuple[Status, str]:
     """--min-16bit-share: a plan that passes with less of its estimated FLOPs in 16 bits than
-    ``minimum`` percent (the share the summary gives) fails, and its message says so."""
-    share = 100 * low_flop_share(plan, node_flops)
+    ``minimum`` percent (the share the summary gives, ``shares``) fails, and its message says so."""
+    share = 100 * shares.low(plan)
     if minimum is None or status not in ("passed", "ort-load-failed") or share >= minimum:
         return status, message
     digits = 1  # as many as keep the share printed below the bound (49.96% is not "50.0%")
     while digits < 6 and float(f"{share:.{digits}f}") >= minimum:
         digits += 1
-    why = f"16-bit share {share:.{digits}f}% of FLOPs is below --min-16bit-share {minimum:g}"
+    of = "of the non-quantized FLOPs" if shares.quantized else "of FLOPs"
+    why = f"16-bit share {share:.{digits}f}% {of} is below --min-16bit-share {minimum:g}"
     return "failed", why + (f"; {message}" if message else "")
 
 

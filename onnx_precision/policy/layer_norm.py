@@ -40,10 +40,11 @@ import onnx
 from onnx import helper
 
 from ..context import ModelContext
+from ..float_types import low_of
 from ..graph import onnx_opset
 from ..plan import Precision, PrecisionPlan, Reason
 from ..storage import read_array
-from .resolution import forced_fp32
+from .resolution import forced_fp32, held_in
 
 MIN_OPSET = 17  # LayerNormalization's first opset
 
@@ -202,12 +203,20 @@ def layer_norm_pins(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
     if not patterns:
         return plan
     forced = forced_fp32(ctx)
+
+    def written(node: str) -> Precision:
+        # a node forced FP32 for a constant FP16 cannot hold is computed in a type that holds it
+        # (held_in: an epsilon in a BF16 fallback), and so pinned with the rest where they are pinned
+        decision = plan.decisions.get(node)
+        precision = Precision.FP32 if decision is None else decision.precision
+        if not precision.is_low or (node in forced and node not in held_in(ctx, low_of(precision))):
+            return Precision.FP32
+        return precision
+
     pins: dict[str, list[Reason]] = {}
     for ln in patterns:
-        tail = {plan.precision(n) if plan.is_low(n) and n not in forced else Precision.FP32
-                for n in (ln.mul, ln.add)}
-        inside = {plan.precision(n) if plan.is_low(n) and n not in forced else Precision.FP32
-                  for n in ln.inside}
+        tail = {written(n) for n in (ln.mul, ln.add)}
+        inside = {written(n) for n in ln.inside}
         if len(tail) > 1 or Precision.FP32 in tail:
             why = Reason("type", f"written as one LayerNormalization ('{ln.add}'), statistics included, in "
                                  f"the one type of its scale and bias: FP32, as its Mul or last Add is FP32 "
@@ -222,7 +231,7 @@ def layer_norm_pins(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
                                    f"node written for '{ln.add}' is fed FP32")
         else:
             continue
-        pins.update({n: [why] for n in ln.nodes if plan.is_low(n) and n not in forced})
+        pins.update({n: [why] for n in ln.nodes if written(n) is not Precision.FP32})
     return plan.with_fp32_reasons(pins) if pins else plan
 
 

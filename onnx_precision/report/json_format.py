@@ -46,6 +46,7 @@ def to_json(report: RunReport) -> dict:
             "fp16_share": None if report.output is None or report.nothing_to_convert else {
                 "nodes": report.fp16_node_share(),
                 "flops": report.fp16_flop_share(),
+                "flops_of": report.shares.of[len("of "):],  # "estimated FLOPs", or the non-quantized ones
                 "fp16_nodes": len(report.plan.low_nodes),
                 "total_nodes": len(report.plan.decisions),
                 "flops_by_precision": report.flop_shares(),
@@ -58,6 +59,8 @@ def to_json(report: RunReport) -> dict:
                 name: {"op": op, "flops": report.node_flops.get(name)} for name, op in report.node_ops.items()
             },
             "node_stats": {name: _stats_json(s) for name, s in report.node_stats.items()},
+            # node -> what it computes in ("INT8", "FP8"): quantized compute, counted apart from the shares
+            "quantized": dict(report.quantized),
             # the FP16 nodes nearest to the 16-bit type's limits first (within one binade: at risk on
             # inputs twice as large, or half as small, as the samples)
             "margins": [
@@ -147,6 +150,7 @@ def from_json(obj: Mapping) -> RunReport:
         low_precision=obj.get("low_precision", "fp16"),
         margins={m["node"]: (float(m["overflow_binades"]), float(m["underflow_binades"]))
                  for m in obj.get("margins", ())},
+        quantized={str(k): str(v) for k, v in obj.get("quantized", {}).items()},
     )
 
 

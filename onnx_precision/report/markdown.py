@@ -32,8 +32,7 @@ def _share_text(report: RunReport) -> str:
     both = f" (FP16 {_pct(shares.get('fp16', 0.0))}, BF16 {_pct(shares.get('bf16', 0.0))})" \
         if "fp16" in shares and "bf16" in shares else ""
     quantized = shares_text(report.quantized, report.node_flops, report.plan.decisions)
-    flops = (f"of the non-quantized estimated FLOPs{both}; {quantized}" if quantized
-             else f"of estimated FLOPs{both}")
+    flops = f"{report.shares.of}{both}" + (f"; {quantized}" if quantized else "")
     return (f"{len(report.plan.low_nodes)}/{len(report.plan.decisions)} nodes "
             f"({_pct(report.fp16_node_share())}), {_pct(report.fp16_flop_share())} {flops}")
 
@@ -148,7 +147,8 @@ def _tradeoff_lines(report: RunReport) -> list[str]:
              f"{note + '; ' if note else ''}{len(report.points)} plan(s) measured, {rows} (error: "
              f"{statistic(report)}, worst output and sample), the chosen one marked. Replay a point with "
              f"`--plan REPORT.json@POINT --mode all-fp16`.", ""]
-    lines += front_table(report.points, report.node_flops, report.chosen_point, low=report.low_label)
+    lines += front_table(report.points, report.node_flops, report.chosen_point, low=report.low_label,
+                         of=report.shares.of)
     if report.tradeoff_svg:
         lines += ["", f"![trade-off]({os.path.basename(report.tradeoff_svg)})"]
     return lines

@@ -13,7 +13,7 @@ from ..context import ModelContext
 from ..convert.outcome import ConversionOutcome, Verification
 from ..costs import PhaseCost, PhaseTotals
 from ..float_types import LowPrecision, low_of
-from ..flops import estimate_flops, low_flop_share, precision_shares
+from ..flops import FlopShares, estimate_flops
 from ..metrics import Comparison
 from ..oracle.inspection import NodeStats
 from ..plan import PrecisionPlan
@@ -75,14 +75,20 @@ class RunReport(PhaseTotals):
         total = len(self.plan.decisions)
         return len(self.plan.low_nodes) / total if total else 0.0
 
+    @property
+    def shares(self) -> FlopShares:
+        """What its shares of compute count: the estimated FLOPs, but quantized compute's."""
+        return FlopShares(self.node_flops, self.quantized)
+
     def fp16_flop_share(self) -> float:
-        """The 16-bit (FP16 and BF16) share of estimated FLOPs."""
-        return low_flop_share(self.plan, self.node_flops, self.quantized)
+        """The 16-bit (FP16 and BF16) share of estimated FLOPs (of the non-quantized ones in a quantized
+        model)."""
+        return self.shares.low(self.plan)
 
     def flop_shares(self) -> dict[str, float]:
         """Each precision's share of estimated FLOPs (:func:`..flops.precision_shares`), of the
         non-quantized FLOPs in a quantized model."""
-        return precision_shares(self.plan, self.node_flops, self.quantized)
+        return self.shares.by_precision(self.plan)
 
     @property
     def low_label(self) -> str:
@@ -228,7 +234,7 @@ def tradeoff_svg(report: RunReport) -> str:
     tolerance = tolerance_line(report.tolerance) if report.tolerance is not None else None
     title = f"{os.path.basename(report.model)}: {report.low_label} share of compute against error"
     return front_svg(Picture(report.points, statistic(report), title, report.chosen_point, tolerance,
-                             report.tradeoff_note, report.low_label))
+                             report.tradeoff_note, report.low_label, report.shares.of))
 
 
 def statistic(report: RunReport) -> str:

@@ -18,10 +18,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..context import ModelContext
 from ..costs import Clock, Counted
+from ..flops import FlopShares
 from ..metrics import Comparison
 from ..oracle import LayerwiseResult
 from ..plan import PrecisionPlan, Reason
+from ..policy import layer_norm_pins
 from ..tradeoff import PlanPoint
 from .prober import Prober
 from .state import PinSearch, SearchOutcome, Verdict
@@ -87,15 +90,18 @@ class SearchResult:
 
 
 class FlopShare:
-    """FP16 share of the estimated FLOPs of a plan with extra pins."""
+    """The 16-bit share of a plan as it would be written: with its LayerNorm pins
+    (:func:`~onnx_precision.policy.layer_norm_pins`, as the emulation applies them to every plan it
+    runs), counted as every share the run states is (:class:`~onnx_precision.flops.FlopShares`). And
+    each node's estimated FLOPs (at least 1), which the search weighs pins by."""
 
-    def __init__(self, flops: Mapping[str, float], nodes: Sequence[str]) -> None:
-        self.flops = {n: max(float(flops.get(n, 1.0)), 1.0) for n in nodes}
-        self.total = sum(self.flops.values())
+    def __init__(self, ctx: ModelContext, shares: FlopShares) -> None:
+        self.ctx = ctx
+        self.shares = shares
+        self.flops = {n: max(float(shares.node_flops.get(n, 1.0)), 1.0) for n in ctx.node_ops}
 
-    def __call__(self, plan: PrecisionPlan, pinned: frozenset[str] = frozenset()) -> float:
-        fp16 = sum(f for n, f in self.flops.items() if plan.is_low(n) and n not in pinned)
-        return fp16 / self.total if self.total else 0.0
+    def __call__(self, plan: PrecisionPlan) -> float:
+        return self.shares.low(layer_norm_pins(self.ctx, plan))
 
 
 def widen_order(ranked: Sequence[str], ops: Mapping[str, str]) -> list[str]:
@@ -134,12 +140,13 @@ def run_search(prober: Prober, session: Counted, clock: Clock, space: SearchSpac
         search = PinSearch(space.candidates, space.widen, start_failed=space.start_failure, cost=share.flops,
                            max_probes=max_probes)
         while (pinned := search.select()) is not None:
-            passed, detail = prober.passes(base.with_fp32(pinned, _SEARCH_PROBE))
+            probe = base.with_fp32(pinned, _SEARCH_PROBE)
+            passed, detail = prober.passes(probe)
             log.debug("probe %d (%s): %d pinned -> %s%s", search.probes_run, search.phase, len(pinned),
                       "pass" if passed else "fail", f" ({detail})" if detail else "")
             search.step(passed, detail)
-            point = PlanPoint(search.probes_run - 1, tuple(sorted(base_pins | pinned)), share(base, pinned),
-                              passed, dict(prober.last_errors))
+            point = PlanPoint(search.probes_run - 1, tuple(sorted(base_pins | pinned)), share(probe), passed,
+                              dict(prober.last_errors))
             points.append(point)
             if passed:
                 best = point.fp16_flop_share if best is None else max(best, point.fp16_flop_share)
