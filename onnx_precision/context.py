@@ -28,11 +28,12 @@ from typing import Any, TypeVar
 import onnx
 from google.protobuf.message import DecodeError
 
-from . import storage, typing_rules
+from . import storage, typing_rules, user_files
 from .errors import ModelLoadError
 from .float_types import LowPrecision
 from .graph import GraphCycle, GraphIndex, NodeRef, name_nodes, sort_topologically, walk_nodes
 from .plan import Precision, PrecisionPlan, Reason, uniform_plan
+from .storage.light_load import Moved
 from .target import GENERIC, Target
 from .validation import validate_model
 
@@ -183,13 +184,22 @@ def load_model(path: str, custom_op_libraries: tuple[str, ...] = (), target: Tar
     """Load ``path`` (external data left on disk), check it is a valid ONNX model whose external
     data stays in its directory (:func:`onnx_precision.validation.validate_model`), apply ``upgrade``
     to it, and name its nodes."""
-    if not os.path.exists(path):
-        raise ModelLoadError(f"{path}: no such file")
-    if not os.path.isfile(path):
-        raise ModelLoadError(f"{path}: not a file")
+    model, moved = read_model_file(path)
+    # A symlinked model reads its data beside the file it points to, as onnxruntime does.
+    base_dir = os.path.dirname(os.path.realpath(path))
+    storage.external_data.refuse_private_keys(model, path)
+    storage.point_into_model_file(model, moved, os.path.basename(os.path.realpath(path)))
+    return _checked_context(model, path, base_dir, custom_op_libraries, target, upgrade)
+
+
+def read_model_file(path: str) -> tuple[onnx.ModelProto, Moved]:
+    """The model file ``path`` with its weights left on disk (external data unread, large inline
+    weights located by :func:`storage.load_light`, for :func:`storage.point_into_model_file`), once
+    it is a regular file that parses; else a one-line :class:`ModelLoadError`."""
+    user_files.regular_file(path, user_files.MODEL)
     try:
         light = storage.load_light(path)
-        model, moved = light if light is not None else (onnx.load(path, load_external_data=False), [])
+        return light if light is not None else (onnx.load(path, load_external_data=False), [])
     except DecodeError as e:
         raise ModelLoadError(
             f"{path}: not an ONNX model (protobuf does not parse; truncated or another format)"
@@ -198,11 +208,8 @@ def load_model(path: str, custom_op_libraries: tuple[str, ...] = (), target: Tar
         raise ModelLoadError(f"{path}: permission denied") from None
     except (OSError, ValueError) as e:
         raise ModelLoadError(f"{path}: cannot load: {e}") from e
-    # A symlinked model reads its data beside the file it points to, as onnxruntime does.
-    base_dir = os.path.dirname(os.path.realpath(path))
-    storage.external_data.refuse_private_keys(model, path)
-    storage.point_into_model_file(model, moved, os.path.basename(os.path.realpath(path)))
-    return _checked_context(model, path, base_dir, custom_op_libraries, target, upgrade)
+    except MemoryError:
+        raise ModelLoadError(f"{path}: no memory to load it") from None
 
 
 def _check_opset_takes(low: LowPrecision, model: onnx.ModelProto, path: str) -> None:

@@ -81,6 +81,7 @@ from typing import Union
 import numpy as np
 import onnx
 
+from .context import read_model_file
 from .convert import ConvertedModel, ConvertOptions, convert_model
 from .convert.in_memory import SampleInput
 from .errors import SearchError, UsageError
@@ -96,7 +97,6 @@ from .float16_helpers import (
     sort_topology,
 )
 from .graph import walk_nodes
-from .storage import load_light
 from .tolerance import Tolerance
 from .vocab import Mode
 
@@ -349,11 +349,7 @@ def _model_proto(model: object) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
         return model
     if isinstance(model, (str, os.PathLike)):
-        path = os.fspath(model)
-        if not os.path.isfile(path):
-            raise DropInError(f"{path}: no such file")
-        light = load_light(path)
-        return light[0] if light is not None else onnx.load(path, load_external_data=False)
+        return read_model_file(os.fspath(model))[0]
     raise DropInError(f"model: expected an onnx.ModelProto (or the path of an .onnx file); got "
                       f"{type(model).__name__}")
 

@@ -52,7 +52,7 @@ POLYGRAPHY_JSON = FileKind("--inputs", "Polygraphy JSON of sample data", 1 * _Gi
 
 def size_text(size: int) -> str:
     """``size`` bytes in the largest binary unit that keeps a number >= 1 (``256 MiB``)."""
-    for unit, scale in (("GiB", _GiB), ("MiB", _MiB), ("KiB", 1 << 10)):
+    for unit, scale in (("TiB", 1 << 40), ("GiB", _GiB), ("MiB", _MiB), ("KiB", 1 << 10)):
         if size >= scale:
             return f"{size / scale:.3g} {unit}"
     return f"{size} bytes"
@@ -73,7 +73,7 @@ def regular_file(path: str, kind: FileKind) -> int:
     try:
         info = os.stat(path)
     except FileNotFoundError:
-        raise kind.problem(path, "no such file or directory") from None
+        raise kind.problem(path, "no such file") from None
     except PermissionError:
         raise kind.problem(path, "permission denied") from None
     except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path

@@ -123,3 +123,104 @@ def test_layer_precisions_file_words_are_split_as_the_shell_does(tmp_path):
     script.write_text("trtexec --layerPrecisions='a:fp32\n")
     with pytest.raises(Exception, match=r"--layer-precisions-file .*build.sh: No closing quotation in"):
         read_spec_file(str(script))
+
+
+# --- failure 2: an .npz (or a Polygraphy JSON) whose header claims 10^12 elements ---------------------
+
+def _lying_npz(path, shape: tuple[int, ...], dtype: str = "<f4") -> None:
+    """An .npz whose one member, 'x', holds 16 bytes under a header claiming ``shape``."""
+    import io
+    import zipfile
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": dtype, "fortran_order": False, "shape": shape})
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("x.npy", header.getvalue() + bytes(16))
+
+
+@pytest.mark.parametrize("argv", [
+    ["convert", "{model}", "-o", "{out}/o.onnx", "--inputs", "{data}"],
+    ["convert", "{model}", "-o", "{out}/o.onnx", "--validation-inputs", "{data}"],
+    ["check", "{model}", "{model}", "--inputs", "{data}"]])
+def test_an_npz_claiming_more_than_it_holds_is_refused_before_allocating(tmp_path, capsys, out, argv):
+    model = _mlp(str(tmp_path), batch="N")
+    data = tmp_path / "big.npz"
+    _lying_npz(data, (250_000_000_000, 4))
+    assert os.path.getsize(data) < 300
+    line = _refused([a.format(model=model, out=out, data=data) for a in argv], capsys, out)
+    option = "--validation-inputs" if "--validation-inputs" in argv else "--inputs"
+    assert line == (f"{option} {data}: member 'x.npy' claims a 250000000000x4 float32 array (3.64 TiB) "
+                    f"but holds 16 bytes")
+
+
+def test_an_npz_header_is_checked_against_the_model_before_loading(tmp_path, capsys, out):
+    model = _mlp(str(tmp_path))
+    data = tmp_path / "big.npz"
+    _lying_npz(data, (1_000_000, 1_000_000))
+    line = _refused(["convert", model, "-o", str(out / "o.onnx"), "--inputs", str(data)], capsys, out)
+    assert line == (f"{data}: input 'x' has shape 1000000x1000000; the model expects 1x4 (dimension 0 "
+                    f"must be 1)")
+
+
+def test_a_polygraphy_json_array_claiming_more_than_it_holds_is_refused(tmp_path, capsys, out):
+    import base64
+    import io
+    import json
+    model = _mlp(str(tmp_path), batch="N")
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False,
+                                                  "shape": (250_000_000_000, 4)})
+    payload = base64.b64encode(header.getvalue() + bytes(16)).decode()
+    data = tmp_path / "in.json"
+    data.write_text(json.dumps([{"x": {"array": payload, "polygraphy_class": "ndarray"}}]))
+    line = _refused(["convert", model, "-o", str(out / "o.onnx"), "--inputs", str(data)], capsys, out)
+    assert line == (f"--inputs {data}: array 'x' claims a 250000000000x4 float32 array (3.64 TiB) but holds "
+                    f"16 bytes")
+
+
+# --- failure 10: an unknown polygraphy_class ------------------------------------------------------------
+
+def test_an_unknown_polygraphy_class_is_one_line(tmp_path, capsys, out):
+    model = _mlp(str(tmp_path))
+    data = tmp_path / "in.json"
+    data.write_text('[{"x": {"polygraphy_class": "Evil", "values": 1}}]')
+    line = _refused(["convert", model, "-o", str(out / "o.onnx"), "--inputs", str(data)], capsys, out)
+    assert line == (f"--inputs {data}: 'x' is a serialized 'Evil' (polygraphy_class), not an array; feeds "
+                    f"are arrays, as 'polygraphy run --save-inputs' writes them")
+
+
+# --- failures 1 and 11: a NUL byte in an external-data location, a truncated model -------------------
+
+def _nul_located(directory: str) -> str:
+    """The MLP with its weight external at a location holding a NUL byte."""
+    path = _mlp(directory)
+    model = onnx.load(path)
+    onnx.save(model, path, save_as_external_data=True, location="w.data", size_threshold=0)
+    raw = onnx.load(path, load_external_data=False)
+    for entry in raw.graph.initializer[0].external_data:
+        if entry.key == "location":
+            entry.value = "w\x00.data"
+    with open(path, "wb") as f:
+        f.write(raw.SerializeToString())
+    return path
+
+
+@pytest.mark.parametrize("command", ["convert", "analyze"])
+def test_a_nul_byte_in_an_external_data_location_is_one_line(tmp_path, capsys, out, command):
+    path = _nul_located(str(tmp_path))
+    argv = [command, path] + (["-o", str(out / "o.onnx"), "--mode", "all-fp16"] if command == "convert"
+                              else [])
+    assert _refused(argv, capsys, out) == (f"{path}: tensor 'w': external data location 'w\\x00.data' holds "
+                                           f"a NUL byte; no file is called that")
+
+
+def test_the_python_api_raises_one_line_errors_for_bad_files(tmp_path):
+    from onnx_precision.convert.in_memory import convert_model
+    from onnx_precision.errors import ModelLoadError
+    from onnx_precision.float16 import convert_float_to_float16
+
+    with pytest.raises(ModelLoadError, match=r"holds a NUL byte; no file is called that$"):
+        convert_model(_nul_located(str(tmp_path)))
+    truncated = tmp_path / "truncated.onnx"
+    truncated.write_bytes(open(_mlp(str(tmp_path)), "rb").read()[:100])
+    with pytest.raises(ModelLoadError, match=r"truncated.onnx: not an ONNX model \(protobuf does not parse"):
+        convert_float_to_float16(str(truncated))

@@ -228,7 +228,7 @@ def test_a_build_script_is_read_with_its_continuations_and_comments(tmp_path):
     with pytest.raises(UsageError,
                        match="no --layerPrecisions, --layerOutputTypes or --layer-precisions in it"):
         read_spec_file(str(empty))
-    with pytest.raises(UsageError, match="--layer-precisions-file .*missing.sh: no such file or directory"):
+    with pytest.raises(UsageError, match="--layer-precisions-file .*missing.sh: no such file$"):
         tuple(LayerFlags(file=str(tmp_path / "missing.sh")).specs())
 
 

@@ -496,7 +496,7 @@ def _validate(ctx: ModelContext, staged_model: str | ModelContext, inputs: str, 
     """The written model on the held-out samples ``inputs``, against the FP32 model on them."""
     from .. import data, oracle
 
-    held_out = data.load_samples(ctx.model, SampleSpec(inputs=inputs))
+    held_out = data.load_samples(ctx.model, SampleSpec(inputs=inputs, option="--validation-inputs"))
     with oracle.blame(ctx, held_out):
         refs = oracle.run_fp32(ctx, held_out.feeds).outputs
         comparison, failure = oracle.validate_written(staged_model, held_out.feeds, refs, tolerance,

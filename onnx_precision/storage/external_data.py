@@ -188,6 +188,9 @@ def _check_inside(location: str, directory: str, what: str) -> None:
     onnx.load refuses these too. Reading them would copy any local file into the converted
     model's data file, which its user may then publish.
     """
+    if "\x00" in location:  # no path holds one (os.path raises ValueError on it)
+        raise ModelLoadError(f"{what}: external data location {location!r} holds a NUL byte; no file is "
+                             f"called that")
     if os.path.isabs(location) or os.path.splitdrive(location)[0]:
         raise ModelLoadError(f"{what}: external data location '{location}' is an absolute path; "
                              f"only files inside the model's directory are read")
