@@ -59,6 +59,6 @@ class OracleUnavailable(PrecisionError):
 class InternalError(Exception):
     """Something that cannot happen did: a bug in onnx-precision, never the user's input.
 
-    It is deliberately outside the :class:`PrecisionError` family, so the CLI lets its traceback
-    through for the bug report instead of printing it as a user mistake.
+    It is deliberately outside the :class:`PrecisionError` family, so the CLI reports it as a bug
+    (a line asking for a report, the traceback with -v) instead of printing it as a user mistake.
     """

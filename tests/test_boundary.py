@@ -224,3 +224,60 @@ def test_the_python_api_raises_one_line_errors_for_bad_files(tmp_path):
     truncated.write_bytes(open(_mlp(str(tmp_path)), "rb").read()[:100])
     with pytest.raises(ModelLoadError, match=r"truncated.onnx: not an ONNX model \(protobuf does not parse"):
         convert_float_to_float16(str(truncated))
+
+
+# --- failure 7 and the process boundary --------------------------------------------------------------
+
+def test_sigterm_discards_the_staging_folders_as_ctrl_c_does(tmp_path):
+    """A run killed by SIGTERM while its outputs are staged (held there: the rewrite waits) leaves
+    nothing behind and says so."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    model = _mlp(str(tmp_path))
+    out = tmp_path / "out"
+    out.mkdir()
+    staged = tmp_path / "staged"
+    code = (f"import pathlib, sys, time\n"
+            f"import onnx_precision.convert.run as run\n"
+            f"def held(*args, **kwargs):\n"
+            f"    pathlib.Path({str(staged)!r}).touch()\n"
+            f"    time.sleep(60)\n"
+            f"run.rewrite = held\n"
+            f"from onnx_precision.cli import main\n"
+            f"sys.exit(main(['convert', {model!r}, '-o', {str(out / 'o.onnx')!r}]))\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not staged.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert staged.exists(), child.stderr.read() if child.poll() is not None else "not staged in 60 s"
+        assert [f for f in os.listdir(out) if f.startswith(".onnx-precision-")]  # the run is mid-write
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=30)
+    finally:
+        child.kill()
+    assert child.returncode == 128 + signal.SIGTERM
+    assert err.strip().splitlines()[-1] == "onnx-precision: terminated"
+    assert os.listdir(out) == []
+
+
+@pytest.mark.parametrize("raised, line, code", [
+    (ValueError("a\nb"), "onnx-precision: internal error (a bug in onnx-precision, not in your input): "
+                         "ValueError: a; please report it with the command and what -v prints", 1),
+    (MemoryError(), "onnx-precision: error: out of memory (fewer or smaller samples, or a machine with more "
+                    "memory)", 1),
+    (OSError(28, "No space left on device", "/tmp/x"), "onnx-precision: error: No space left on device "
+                                                        "(/tmp/x)", 1)])
+def test_anything_else_is_one_line_at_the_process_boundary(tmp_path, capsys, monkeypatch, raised, line, code):
+    import onnx_precision.convert.run as run
+
+    def failing(*args, **kwargs):
+        raise raised
+    monkeypatch.setattr(run, "rewrite", failing)
+    out = tmp_path / "out"
+    out.mkdir()
+    assert main(["convert", _mlp(str(tmp_path)), "-o", str(out / "o.onnx")]) == code
+    assert capsys.readouterr().err.strip().splitlines() == [line]
+    assert os.listdir(out) == []

@@ -1,14 +1,20 @@
 """The ``onnx-precision`` command line: parse arguments, call the library, pick an exit code.
 
 Each subcommand lives in its own module with ``add_parser(subparsers)`` and ``run(args) -> int``.
-A :class:`~onnx_precision.errors.PrecisionError` becomes one line on stderr and its exit code.
+This is the process boundary: a :class:`~onnx_precision.errors.PrecisionError` (every problem with
+what the user handed in: the readers raise it themselves) becomes one line on stderr and its exit
+code; running out of memory or an operating-system failure is one line, exit 1; anything else is a
+bug, one line asking for a report, exit 1 (its traceback with -v). SIGTERM (``timeout``, a CI
+cancellation, ``docker stop``) unwinds as Ctrl-C does, so staged outputs are discarded.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -16,6 +22,9 @@ from .. import __version__
 from ..errors import PrecisionError
 from . import analyze, check, convert
 from .common import one_line
+
+logger = logging.getLogger(__name__)
+SIGTERM_EXIT = 128 + signal.SIGTERM  # as a shell reports a process that SIGTERM ended
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,12 +46,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt so that it takes the same way out:
+    every ``with Outputs`` block removes its staging folder on the way."""
+
+
+def _terminate(signum: int, frame: object) -> NoReturn:
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    # Only the main thread may set a handler (a caller may run main() in a thread: then SIGTERM is
+    # the caller's to handle).
+    handles = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if handles else None
     try:
         return _main(argv)
+    except Terminated:
+        print("onnx-precision: terminated", file=sys.stderr)
+        return SIGTERM_EXIT
     except KeyboardInterrupt:  # at any moment, parsing included: no traceback, no partial outputs
         print("onnx-precision: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if handles:  # None: a handler set outside Python, which cannot be put back; the default then
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -60,4 +88,23 @@ def _main(argv: Sequence[str] | None) -> int:
     except PrecisionError as e:
         print(f"onnx-precision: error: {one_line(str(e))}", file=sys.stderr)
         return e.exit_code
+    except MemoryError:  # the run's own work (the user's files were read within their bounds)
+        print("onnx-precision: error: out of memory (fewer or smaller samples, or a machine with more "
+              "memory)", file=sys.stderr)
+        return 1
+    except OSError as e:  # the machine, not the input: a full /tmp, a lost mount, too many open files
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"onnx-precision: error: {one_line(e.strerror or str(e))}{where}", file=sys.stderr)
+        return 1
+    except Exception as e:  # a bug: one line that asks for the report, the traceback with -v
+        logger.debug("onnx-precision: internal error", exc_info=True)
+        print(f"onnx-precision: internal error (a bug in onnx-precision, not in your input): "
+              f"{type(e).__name__}: {one_line(_first_line(e))}; please report it with the command and "
+              f"what -v prints", file=sys.stderr)
+        return 1
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
 
