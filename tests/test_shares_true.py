@@ -14,11 +14,12 @@ import os
 import re
 from collections.abc import Collection, Mapping, Sequence
 
+import numpy as np
 import onnx
 import pytest
 from conftest import parse
 from onnx import TensorProto
-from test_quantized import qdq_mlp
+from test_quantized import qdq_conv, qdq_mlp
 
 from models import generate
 from onnx_precision import quantized
@@ -265,6 +266,19 @@ def test_the_gate_reads_the_share_of_all_flops_in_a_model_without_quantized_comp
                  "--min-16bit-share", "60"]) == 1
     assert capsys.readouterr().out.splitlines()[1].endswith(
         ": failed (16-bit share 50.0% of FLOPs is below --min-16bit-share 60)")
+
+
+@pytest.mark.parametrize("flags", [("--keep-opset",), ("--low-precision", "bf16")])
+def test_a_dequantize_linear_whose_opset_fixes_its_output_to_float32_is_planned_fp32(tmp_path, flags):
+    # at opset 13 the DequantizeLinear after the Relu (no quantized group: it feeds a pool) outputs
+    # float32 whatever the plan says; it was planned FP16/BF16 and counted 16-bit (47.8% for 31.9%)
+    path, data = str(tmp_path / "conv.onnx"), str(tmp_path / "x.npz")
+    onnx.save(qdq_conv(13), path)
+    np.savez(data, x=np.random.default_rng(0).uniform(0, 1, (1, 8, 16, 16)).astype(np.float32))
+    assert audit(tmp_path, path, data, *flags) == []
+    with open(tmp_path / "o.plan.json", encoding="utf-8") as f:
+        reasons = json.load(f)["nodes"]["dq_y"]["reasons"]
+    assert reasons[-1]["detail"].startswith("DequantizeLinear outputs float32 only at this opset (a ")
 
 
 def test_the_checker_reads_each_nodes_precision_from_the_written_types():

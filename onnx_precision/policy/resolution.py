@@ -50,6 +50,11 @@ def node_blockers(ctx: ModelContext, low: LowPrecision | None = None) -> NodeBlo
         if t.fp16_blocker:
             forced[node.name] = Reason("type", t.fp16_blocker)
             continue
+        if quantized.is_qdq(node) and node.op_type == quantized.DEQUANTIZE and 0 not in t.convertible_outputs:
+            # computes in float32 whatever the plan says; planned 16-bit, the shares would count it so
+            forced[node.name] = Reason("type", f"{node.op_type} outputs float32 only at this opset (a "
+                                               f"{low.type_name} output from opset 19)")
+            continue
         scale = scale_finding(node, ctx, low) if 1 in t.convertible_inputs else None
         if scale is not None:  # what the samples cannot show: a runtime's 1/scale, its flushing
             forced[node.name] = scale.reason()
