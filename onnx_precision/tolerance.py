@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -13,6 +15,36 @@ from typing import Any
 from .errors import UsageError
 
 ERROR_STATS = ("rms", "max", "mean", "median", "quantile", "elemwise")
+_INF = float("inf")
+# Each numeric setting's bounds (lo, hi) and how they read: the one source of truth, checked by
+# Tolerance itself and by the CLI's options. NaN or infinity would pass anything (NaN compares false),
+# and a JSON report cannot hold them.
+BOUNDS: dict[str, tuple[float, float, str]] = {
+    "atol": (0.0, _INF, "a finite number >= 0"),
+    "rtol": (0.0, _INF, "a finite number >= 0"),
+    "min_cosine": (-1.0, 1.0, "a cosine between -1 and 1"),
+    "max_rel_rms": (0.0, _INF, "a finite number >= 0"),
+    "max_slice_rel_rms": (0.0, _INF, "a finite number >= 0"),
+    "error_quantile": (0.0, 1.0, "a number between 0 and 1"),
+    "max_outside_fraction": (0.0, 1.0, "a number between 0 and 1"),
+    "min_top_k_agreement": (0.0, 1.0, "a number between 0 and 1"),
+    "threshold": (-_INF, _INF, "a finite number"),
+    "min_iou": (0.0, 1.0, "a number between 0 and 1"),
+}
+
+
+class ToleranceError(UsageError, ValueError):
+    """A tolerance setting out of its bounds: one line naming it (a ValueError too, as a
+    dataclass's own checks raise)."""
+
+
+def bound_problem(name: str, value: object) -> str:
+    """What setting ``name`` expects, when ``value`` is not a finite real number within its
+    :data:`BOUNDS`; "" when it is."""
+    lo, hi, expected = BOUNDS[name]
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy scalars are Real too
+        return expected
+    return "" if math.isfinite(float(value)) and lo <= float(value) <= hi else expected
 SLICE_MIN_ELEMENTS = 32  # a slice is whole rows of the last axis, at least this many elements
 
 # A caller's own judgement of one sample's outputs (FP32 reference, candidate; output name -> array)
@@ -43,11 +75,14 @@ class Tolerance:
 
     def __post_init__(self) -> None:
         if self.error_stat not in ERROR_STATS:
-            raise ValueError(f"error_stat {self.error_stat!r} is not one of {', '.join(ERROR_STATS)}")
-        if not 0.0 <= self.error_quantile <= 1.0:
-            raise ValueError(f"error_quantile {self.error_quantile} is not in [0, 1]")
-        if self.top_k < 0:
-            raise ValueError(f"top_k {self.top_k} is negative")
+            raise ToleranceError(f"error_stat {self.error_stat!r} is not one of {', '.join(ERROR_STATS)}")
+        for name in BOUNDS:
+            value = getattr(self, name)
+            problem = "" if name == "threshold" and value is None else bound_problem(name, value)
+            if problem:
+                raise ToleranceError(f"{name} {value!r}: expected {problem}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ToleranceError(f"top_k {self.top_k!r}: expected an integer >= 0 (0: no top-k check)")
         if self.accept is not None and not callable(self.accept):
             raise ValueError(f"accept: expected a function of (reference, candidate); got "
                              f"{type(self.accept).__name__}")

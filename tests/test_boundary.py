@@ -281,3 +281,67 @@ def test_anything_else_is_one_line_at_the_process_boundary(tmp_path, capsys, mon
     assert main(["convert", _mlp(str(tmp_path)), "-o", str(out / "o.onnx")]) == code
     assert capsys.readouterr().err.strip().splitlines() == [line]
     assert os.listdir(out) == []
+
+
+# --- failures 3, 12, 13, 14 and 11: values that check themselves -----------------------------------------
+
+def test_a_profile_dimension_past_int64_is_one_line(tmp_path, capsys, out):
+    model = _mlp(str(tmp_path), batch="N")
+    assert main(["convert", model, "-o", str(out / "o.onnx"), "--target", "tensorrt",
+                 "--input-shape", "x:1x4", "--trt-max-shapes", "x:[18446744073709551616,4]"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["onnx-precision convert: error: argument --trt-max-shapes/--maxShapes/--max-shapes: "
+                   "'x:[18446744073709551616,4]': dimension 18446744073709551616 is not an integer from 1 to "
+                   "2**63 - 1 (ONNX dimensions are int64) (see --help)"]
+    assert os.listdir(out) == []
+
+
+@pytest.mark.parametrize("changes, line", [
+    ({"error_stat": "elemwise", "rtol": float("nan")}, "rtol nan: expected a finite number >= 0"),
+    ({"error_stat": "elemwise", "atol": float("nan")}, "atol nan: expected a finite number >= 0"),
+    ({"atol": -1e-3}, "atol -0.001: expected a finite number >= 0"),
+    ({"max_rel_rms": float("inf")}, "max_rel_rms inf: expected a finite number >= 0"),
+    ({"max_outside_fraction": float("nan")}, "max_outside_fraction nan: expected a number between 0 and 1"),
+    ({"min_cosine": 2}, "min_cosine 2: expected a cosine between -1 and 1"),
+    ({"threshold": float("nan")}, "threshold nan: expected a finite number"),
+    ({"top_k": 1.5}, "top_k 1.5: expected an integer >= 0 (0: no top-k check)")])
+def test_a_tolerance_refuses_what_would_pass_anything(changes, line):
+    from onnx_precision.errors import PrecisionError
+    from onnx_precision.tolerance import Tolerance
+
+    with pytest.raises(PrecisionError) as e:
+        Tolerance(**changes)
+    assert str(e.value) == line and isinstance(e.value, ValueError)
+
+
+def test_the_cli_and_tolerance_share_one_bound(tmp_path, capsys):
+    assert main(["check", _mlp(str(tmp_path)), _mlp(str(tmp_path)), "--rtol", "nan"]) == 2
+    assert capsys.readouterr().err.strip().endswith("argument --rtol: 'nan': expected a finite number >= 0 "
+                                                    "(see --help)")
+
+
+def test_the_drop_in_refuses_a_nan_rtol(tmp_path):
+    from onnx_precision.float16 import auto_convert_mixed_precision
+    from onnx_precision.tolerance import ToleranceError
+
+    model = onnx.load(_mlp(str(tmp_path)))
+    with pytest.raises(ToleranceError, match="^rtol nan: expected a finite number >= 0$"):
+        auto_convert_mixed_precision(model, {"x": np.ones((1, 4), np.float32)}, rtol=float("nan"), atol=1e-3)
+
+
+@pytest.mark.parametrize("changes, line", [
+    ({"keep_fp32": "square"}, "keep_fp32 'square': expected a tuple of strings (one is written ('square',))"),
+    ({"keep_fp32_ops": ("Relu", 3)}, "keep_fp32_ops ('Relu', 3): expected a tuple of strings"),
+    ({"max_probes": 0}, "max_probes 0: expected an integer >= 1 (None: no limit)"),
+    ({"time_budget": float("nan")}, "time_budget nan: expected a finite number > 0"),
+    ({"headroom": -1.0}, "headroom -1.0: expected a finite number >= 0"),
+    ({"trt_profile": {"x": {"max": (2**64, 4)}}},
+     "--trt-max-shapes x: dimension 18446744073709551616 is not an integer from 1 to 2**63 - 1 (ONNX "
+     "dimensions are int64)")])
+def test_convert_options_refuse_what_the_cli_refuses(changes, line):
+    from onnx_precision.convert.run import ConvertOptions
+    from onnx_precision.errors import UsageError
+
+    with pytest.raises(UsageError) as e:
+        ConvertOptions(**changes)
+    assert str(e.value) == line

@@ -11,11 +11,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..data import SampleSpec
+from ..data import SampleSpec, shape_problem
 from ..errors import UsageError
 from ..float_types import LOW_PRECISIONS, low_of
 from ..target import KINDS, Target, target_help, target_named
-from ..tolerance import ERROR_STATS, SLICE_MIN_ELEMENTS, Tolerance
+from ..tolerance import ERROR_STATS, SLICE_MIN_ELEMENTS, Tolerance, bound_problem
 from ..trt.versions import NEWEST, TrtVersion
 
 
@@ -64,6 +64,9 @@ def shapes(text: str) -> list[tuple[str, tuple[int, ...]]]:
         if not name or not shape or any(d <= 0 for d in shape):
             raise argparse.ArgumentTypeError(f"'{text}': expected NAME:DIMxDIMx... or NAME:[DIM,DIM,...], "
                                              f"several separated by commas, e.g. x:1x3x224x224")
+        problem = shape_problem(shape)  # as SampleSpec and ConvertOptions check it
+        if problem:
+            raise argparse.ArgumentTypeError(f"'{text}': {problem}")
         out.append((name, shape))
     return out
 
@@ -110,9 +113,7 @@ def _float_between(lo: float, hi: float, expected: str) -> Callable[[str], float
     return parse
 
 
-_non_negative = _float_between(0.0, math.inf, "a finite number >= 0")
 positive_float = _float_between(1e-9, math.inf, "a finite number > 0")
-_cosine = _float_between(-1.0, 1.0, "a cosine between -1 and 1")
 percentage = _float_between(0.0, 100.0, "a percentage between 0 and 100")
 
 
@@ -217,11 +218,19 @@ def positive_int(text: str) -> int:
     return value
 
 
-def _finite(text: str) -> float:
-    return _float_between(-math.inf, math.inf, "a finite number")(text)
-
-
-_share = _float_between(0.0, 1.0, "a number between 0 and 1")
+def _setting(name: str) -> Callable[[str], float]:
+    """An argparse type for Tolerance setting ``name``: a number within its bounds
+    (:data:`~onnx_precision.tolerance.BOUNDS`, which Tolerance checks too)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        problem = bound_problem(name, value)
+        if problem:
+            raise argparse.ArgumentTypeError(f"'{text}': expected {problem}")
+        return value
+    return parse
 
 # flag -> (Tolerance field, parser of VALUE, metavar, help); each takes [NAME:]VALUE and repeats.
 _TOLERANCE_ARGS: dict[str, tuple[str, Callable[[str], Any], str, str]] = {
@@ -237,26 +246,27 @@ _TOLERANCE_ARGS: dict[str, tuple[str, Callable[[str], Any], str, str]] = {
             "|ref|, at most --max-outside-fraction of them)"
         ),
     ),
-    "--atol": ("atol", _non_negative, "X", "absolute error allowance"),
+    "--atol": ("atol", _setting("atol"), "X", "absolute error allowance"),
     "--rtol": (
         "rtol",
-        _non_negative,
+        _setting("rtol"),
         "X",
         (
             "relative error allowance (max, mean, median, quantile: relative "
             "to the FP32 output's max|ref|; elemwise: to each element's |ref|)"
         ),
     ),
-    "--min-cosine": ("min_cosine", _cosine, "C", "max, mean, median, quantile: minimum cosine similarity"),
+    "--min-cosine": ("min_cosine", _setting("min_cosine"), "C",
+                     "max, mean, median, quantile: minimum cosine similarity"),
     "--max-rel-rms": (
         "max_rel_rms",
-        _non_negative,
+        _setting("max_rel_rms"),
         "X",
         "rms: maximum relative RMS error of the whole output",
     ),
     "--max-slice-rel-rms": (
         "max_slice_rel_rms",
-        _non_negative,
+        _setting("max_slice_rel_rms"),
         "X",
         (
             "rms: maximum relative RMS error of any slice (whole rows of the last axis, "
@@ -264,10 +274,11 @@ _TOLERANCE_ARGS: dict[str, tuple[str, Callable[[str], Any], str, str]] = {
             "slice's and the output's RMS)"
         ),
     ),
-    "--error-quantile": ("error_quantile", _share, "Q", "quantile: which quantile of |err| is checked"),
+    "--error-quantile": ("error_quantile", _setting("error_quantile"), "Q",
+                         "quantile: which quantile of |err| is checked"),
     "--max-outside-fraction": (
         "max_outside_fraction",
-        _share,
+        _setting("max_outside_fraction"),
         "F",
         "elemwise: share of the elements allowed outside atol + rtol x |ref|",
     ),
@@ -277,14 +288,15 @@ _TOLERANCE_ARGS: dict[str, tuple[str, Callable[[str], Any], str, str]] = {
         "K",
         "also require FP32's top-1 class (along the last axis) to be in the candidate's top K",
     ),
-    "--min-top-k-agreement": ("min_top_k_agreement", _share, "F", "share of rows that must pass --top-k"),
+    "--min-top-k-agreement": ("min_top_k_agreement", _setting("min_top_k_agreement"), "F",
+                              "share of rows that must pass --top-k"),
     "--threshold": (
         "threshold",
-        _finite,
+        _setting("threshold"),
         "T",
         "also require the map thresholded at T (x > T) to agree: IoU >= --min-iou",
     ),
-    "--min-iou": ("min_iou", _share, "F", "minimum IoU for --threshold"),
+    "--min-iou": ("min_iou", _setting("min_iou"), "F", "minimum IoU for --threshold"),
 }
 
 

@@ -9,6 +9,7 @@ written atomically, so a failing run leaves nothing half-written.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 from .. import helper_sessions, opset_upgrade, policy, storage
 from ..context import ModelContext, Upgrade, load_model
 from ..costs import PhaseCost
-from ..data import SampleSpec, sample_files
+from ..data import SampleSpec, sample_files, shape_problem
 from ..errors import CustomOpError, InternalError, SearchError, UsageError
 from ..float_types import low_of
 from ..flops import FlopShares, estimate_flops
@@ -82,6 +83,24 @@ class ConvertOptions:
         share = self.min_16bit_share
         if share is not None and not (isinstance(share, (int, float)) and 0 <= share <= 100):
             raise UsageError(f"--min-16bit-share {share}: expected a percentage between 0 and 100")
+        for name in ("keep_fp32", "keep_fp32_ops", "custom_op_libraries"):
+            value = getattr(self, name)
+            if not isinstance(value, (tuple, list)) or not all(isinstance(v, str) for v in value):
+                hint = f" (one is written ({value!r},))" if isinstance(value, str) else ""
+                raise UsageError(f"{name} {value!r}: expected a tuple of strings{hint}")
+        probes = self.max_probes
+        if probes is not None and (isinstance(probes, bool) or not isinstance(probes, int) or probes < 1):
+            raise UsageError(f"max_probes {probes!r}: expected an integer >= 1 (None: no limit)")
+        budgets = (("time_budget", self.time_budget, True), ("headroom", self.headroom, False))
+        for name, value, positive in budgets:
+            number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            if value is not None and not (number and (value > 0 if positive else value >= 0)):
+                raise UsageError(f"{name} {value!r}: expected a finite number {'>' if positive else '>='} 0")
+        for name, shapes in self.trt_profile.items():
+            for which, shape in shapes.items():
+                problem = shape_problem(shape)
+                if problem:
+                    raise UsageError(f"--trt-{which}-shapes {name}: {problem}")
 
 
 @dataclass(frozen=True)
