@@ -208,3 +208,37 @@ def test_a_softmax_over_a_151936_wide_vocabulary_of_near_maximal_logits(tmp_path
     model = _model(nodes, [("x", [1, 151936])], [("y", [1, 151936])])
     on_target, on_generic, (status, pins) = _today_and_new(tmp_path, model, "softmax", ["x:0,0.1"], target)
     assert (on_target, on_generic, status) == (1, 0, "passed") and "probs" in pins
+
+
+# --- the count a mean divides by, held in FP16 (webgpu's shaders; the bound target) ---------------------
+
+def test_a_mean_over_65536_terms_divides_by_an_infinite_fp16_count_and_gives_zero():
+    # Σ of 65536 terms in [0.1, 0.5] is ~19 700: the FP16 sum holds, but the shader divides it by
+    # f16(65536) = inf. 255×255 = 65025 rounds to 65024 in FP16: the mean holds, within 2^-12
+    def mean(side, target):
+        node = h.make_node("ReduceMean", ["x"], ["y"], name="mean", axes=[2, 3], keepdims=0)
+        x = np.random.default_rng(0).uniform(0.1, 0.5, (1, 2, side, side)).astype(np.float32)
+        model = _model([node], [("x", [1, 2, "H", "W"])], [("y", [1, 2])])
+        return x, _emulated(model, target, {"x": x})
+
+    x, on_webgpu = mean(256, WebGpuTarget())
+    with np.errstate(over="ignore"):
+        count = np.float16(256 * 256)
+        shader = (x.astype(np.float16).sum(axis=(2, 3), dtype=np.float32).astype(np.float16)
+                  / count)  # the sum as FP16 holds it, over the count as FP16 holds it
+    assert count == np.inf and np.array_equal(on_webgpu, shader) and not on_webgpu.any()
+    assert np.allclose(mean(256, GENERIC)[1], x.mean(axis=(2, 3)), rtol=1e-3)
+    assert not mean(256, Fp16AccumulateTarget())[1].any()
+    x, held = mean(255, WebGpuTarget())
+    assert np.allclose(held, x.mean(axis=(2, 3)), rtol=1e-3)
+
+
+@pytest.mark.parametrize("op", ["ReduceMean", "GlobalAveragePool"])
+def test_a_mean_whose_sum_holds_fails_on_webgpu_by_its_count_and_the_rewrite_fixes_it(tmp_path, op):
+    attrs = {"axes": [2, 3]} if op == "ReduceMean" else {}
+    model = _model([h.make_node(op, ["x"], ["y"], name="mean", **attrs)], [("x", [1, 2, 256, 256])],
+                   [("y", [1, 2, 1, 1])])
+    # today's plan passed on webgpu before the count was emulated: Σ|x| ~ 19 700 stays below 65504
+    assert _today_and_new(tmp_path, model, op, ["x:0.1,0.5"], "webgpu") == (1, 0, ("passed", []))
+    written = onnx.load(str(tmp_path / f"{op}.webgpu.onnx"))
+    assert [n.op_type for n in written.graph.node if n.name == "mean"] == ["ReduceSum"]  # no division

@@ -107,3 +107,27 @@ def test_a_profile_longer_than_the_samples_pins_the_sum_that_fails_within_it(tmp
     assert reason["detail"].startswith("its FP16 accumulator (onnxruntime's WebGPU provider) reaches "
                                        "1.968e+04 summing 16384 elements; the profile's maximum shapes make "
                                        "it 262144")
+
+
+def _small_symbolic_mean(tmp_path, name, *args):
+    path = str(tmp_path / f"{name}.onnx")
+    onnx.save(_symbolic_mean(), path)
+    out = str(tmp_path / f"{name}.out.onnx")
+    code = main(["convert", path, "-o", out, "--input-range", "x:0.1,0.5", "--input-shapes", "x:1x2x128x128",
+                 "--target", "webgpu", "-q", *args])
+    return code, json.load(open(str(tmp_path / f"{name}.out.report.json")))
+
+
+def test_a_mean_of_small_terms_over_symbolic_h_w_holds_on_webgpu_up_to_the_count_fp16_holds(tmp_path):
+    # Σ|x| ~ 4 900 at 128×128 would hold to ~218 000 terms, but the shader divides by the count in FP16:
+    # inf from 65520 (255×255 = 65025 holds, 256×256 does not)
+    code, report = _small_symbolic_mean(tmp_path, "count")
+    note = next(n for n in report["notes"] if n.startswith("FP16-safe"))
+    assert code == 0 and note.startswith(
+        "FP16-safe up to H×W = 255×255 on webgpu: beyond it 'mean' divides by a count of 65520 or more "
+        "elements, inf in FP16, and its mean is 0 (whatever the data; its FP16 accumulator reaches ")
+    code, report = _small_symbolic_mean(tmp_path, "profile", "--max-shapes", "x:1x2x256x256")
+    decision = report["plan"]["nodes"]["mean"]
+    assert code == 0 and decision["precision"] == "fp32" and decision["reasons"][-1]["detail"] == (
+        "the profile's maximum shapes make it a mean over 65536 elements: onnxruntime's WebGPU provider "
+        "divides by that count held in FP16, inf from 65520, and the mean is 0")

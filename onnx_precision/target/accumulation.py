@@ -17,6 +17,12 @@ the emulation is pessimistic there: it may say a sum overflows that cancels befo
 also pessimistic where FP16 rounding stalls a long running sum below 65504 (2048 + 1 rounds to 2048).
 The precision lost by rounding each partial sum is not emulated.
 
+Where the target divides a mean's sum by its count of terms held in the 16-bit type
+(:attr:`.Target.counts_in_low`: onnxruntime's WebGPU shaders), the output is multiplied by N/N₁₆, N the
+count taken at run time (``Size(x)/Size(y)``, so symbolic H×W too) and N₁₆ it as the type holds it: 1
+where N is an FP16 number, about 1 ± 2^-12 where it rounds, and 0 from 65520, where N₁₆ is inf and the
+runtime's mean is sum/inf = 0 (inf·0 = NaN where the sum overflowed as well, as there).
+
 A mean the rewriter writes as a sum of pre-scaled terms (:mod:`.sum_rewrite`: a node marked so by
 :func:`onnx_precision.policy.written_forms`) is spelled as written: the Mul rounded, the ReduceSum checked
 on the scaled terms, the Mul after it rounded.
@@ -28,6 +34,7 @@ baked and twin graphs as the node does: a search costs no more sessions.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -146,6 +153,26 @@ def _mvn(s: Speller) -> str:
     return _statistics(s, s.ints_attr("axes") or [0, 2, 3])
 
 
+COUNTED = frozenset({"ReduceMean", "GlobalAveragePool"})  # means whose count is Size(x)/Size(y)
+
+
+def largest_count(low: LowPrecision) -> int:
+    """The most terms whose count ``low`` holds finite (65519 in FP16: 65520 rounds to inf)."""
+    top_ulp = 2.0 ** (math.floor(math.log2(low.max)) - low.significand_bits)
+    return int(low.max + top_ulp / 2) - 1
+
+
+def _count_ratio(s: Speller, out: str, low: LowPrecision) -> str:
+    """N/N₁₆ for a mean writing ``out``: N = Size(x)/Size(out) terms per output, N₁₆ = N held in ``low``
+    (the sizes divided in FP32: an empty output gives 0/0, over no element)."""
+    def size(name: str) -> str:
+        return s.helper_node("Cast", [s.helper_node("Size", [name])], to=FLOAT)
+
+    count = s.helper_node("Div", [size(_x(s)), size(out)])
+    held = s.helper_node("Cast", [s.helper_node("Cast", [count], to=low.elem_type)], to=FLOAT)
+    return s.helper_node("Div", [count, held])
+
+
 @dataclass(frozen=True)
 class Overflow:
     """How an op kind's accumulator is bounded, and what its output becomes where the bound overflows."""
@@ -185,9 +212,11 @@ class Accumulating(Spelling):
     accumulates in the 16-bit type (``fp16``: those op kinds; each has an :data:`OVERFLOWS` entry)."""
 
     def __init__(self, inner: Spelling, fp16: frozenset[str], opset: int, types: Mapping[str, onnx.TypeProto],
-                 constants: Mapping[str, np.ndarray], fresh: Fresh) -> None:
+                 constants: Mapping[str, np.ndarray], fresh: Fresh,
+                 counted: frozenset[str] = frozenset()) -> None:
         self.inner = inner
         self.fp16 = fp16
+        self.counted = counted & COUNTED  # means dividing by their count held in the 16-bit type
         self.opset = opset
         self.types = types
         self.constants = constants
@@ -215,9 +244,12 @@ class Accumulating(Spelling):
                     rank=self._rank(node.input[0]))
         rule = OVERFLOWS[node.op_type]
         try:
-            bound = rule.bound(s)
+            bound: str | None = rule.bound(s)
         except DecompositionError as e:  # an axis or rank not known here: no check (said at debug level)
             log.debug("%s: FP16 accumulation not emulated (%s)", node.name, e)
+            bound, s.nodes = None, []
+        counted = node.op_type in self.counted
+        if bound is None and not counted:
             return spelled
         out = node.output[0]
         exact = self.fresh(f"{out}__accumulated")
@@ -227,13 +259,18 @@ class Accumulating(Spelling):
             copy.CopyFrom(n)
             copy.output[:] = [exact if o == out else o for o in n.output]
             renamed.append(copy)
-        # The bound as the 16-bit accumulator holds it: infinite where it passes the type's range
-        held = s.helper_node("Cast", [s.helper_node("Cast", [bound], to=low.elem_type)], to=FLOAT)
-        finite = s.helper_node("Less", [held, self._constant(s, np.inf)])
-        overflowed = s.helper_node("Mul", [exact, self._constant(s, rule.becomes)])
-        check = helper.make_node("Where", [finite, exact, overflowed], [out],
-                                 name=self.fresh(f"{node.name}__fp16_sum"))
-        return renamed + s.nodes + [check]
+        result = exact
+        if bound is not None:  # the bound as the 16-bit accumulator holds it: inf where it passes the range
+            held = s.helper_node("Cast", [s.helper_node("Cast", [bound], to=low.elem_type)], to=FLOAT)
+            finite = s.helper_node("Less", [held, self._constant(s, np.inf)])
+            overflowed = s.helper_node("Mul", [exact, self._constant(s, rule.becomes)])
+            result = out if not counted else self.fresh(f"{out}__summed")
+            s.nodes.append(helper.make_node("Where", [finite, exact, overflowed], [result],
+                                            name=self.fresh(f"{node.name}__fp16_sum")))
+        if counted:
+            s.nodes.append(helper.make_node("Mul", [result, _count_ratio(s, exact, low)], [out],
+                                            name=self.fresh(f"{node.name}__fp16_count")))
+        return renamed + s.nodes
 
     def _constant(self, s: Speller, value: float) -> str:
         out = self.fresh(f"{s.node.output[0]}__const")
@@ -250,4 +287,5 @@ def accumulating(target: Target, model: onnx.ModelProto, base_dir: str,
     """Each FP16 node as one op, with the overflow check of the op kinds ``target`` sums in FP16."""
     fp16 = frozenset(op for op, how in target.accumulation.items() if how == "fp16")
     return Accumulating(OneOp(), fp16, onnx_opset(model, 13), tensor_types(model) if types is None else types,
-                        small_constant_arrays(model, base_dir, SMALL_CONSTANT), fresh)
+                        small_constant_arrays(model, base_dir, SMALL_CONSTANT), fresh,
+                        target.counts_in_low & fp16)

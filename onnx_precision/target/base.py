@@ -101,6 +101,12 @@ class Target(ABC):
         return {}
 
     @property
+    def counts_in_low(self) -> frozenset[str]:
+        """The op kinds (means) whose kernel divides its sum by the number of terms converted to the
+        16-bit type: from 65520 terms that count is inf in FP16 and the mean 0 (:mod:`.accumulation`)."""
+        return frozenset()
+
+    @property
     def quantizes_by_reciprocal(self) -> bool:
         """Whether a 16-bit QuantizeLinear multiplies by ``1/scale`` held in the 16-bit type (then a scale
         below 1/65504 gives inf, and 0 * inf = NaN) rather than dividing by the scale, its quotient

@@ -3,8 +3,9 @@
 Their kernels cannot be read, and users report FP16 overflow on both (coremltools issue 2603: "keep
 sensitive layers in higher precision"). This target assumes the worst of them: every reduction,
 contraction, average pool, CumSum, Softmax denominator and normalisation statistic accumulates in FP16
-(each op kind :data:`.accumulation.OVERFLOWS` can bound). A plan that holds here holds wherever those
-sums are kept in FP32 or in FP16; it is a bound, not the runtimes' exact arithmetic.
+(each op kind :data:`.accumulation.OVERFLOWS` can bound), and a mean divides by its count of terms held
+in FP16 (as onnxruntime's WebGPU provider does: from 65520 terms the mean is 0). A plan that holds here
+holds wherever those sums are kept in FP32 or in FP16; it is a bound, not the runtimes' exact arithmetic.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import onnx
 
 from ..float_types import FP16, LowPrecision
 from ..suggested import RunArgs, quoted
-from .accumulation import OVERFLOWS, accumulating
+from .accumulation import COUNTED, OVERFLOWS, accumulating
 from .base import Accumulation, Fresh, Spelling, Target
 from .quantize import Quantizing
 
@@ -39,6 +40,10 @@ class Fp16AccumulateTarget(Target):
     @property
     def accumulation(self) -> Mapping[str, Accumulation]:
         return EVERY_SUM_FP16
+
+    @property
+    def counts_in_low(self) -> frozenset[str]:
+        return COUNTED
 
     def onnxruntime_kernels(self, low: LowPrecision) -> bool:
         # DirectML runs inside onnxruntime (its DML provider); CoreML models are converted from the ONNX

@@ -78,6 +78,23 @@ WEBGPU_ACCUMULATION: Mapping[str, Accumulation] = {
 # products accumulate in f32 rather than in the output element type"): it concerns com.microsoft
 # MatMulNBits (4-bit weights) only, which this tool does not convert; the table above holds with it set.
 # The WebGPU provider registers float and float16 kernels only (WebGpuSupportedFloatTypes): no BF16.
+
+# The means divide their sum by the count of terms converted to the element type, f16 for an FP16 tensor:
+# reduction/reduction_ops.cc (commit 7dc1cd04e8e706ade8feb7464d06d08ecbb0dd80) ReduceSharedProgram,
+#   '"  let outputValue = output_value_t(" << (reduce_op_type_ == ReduceOpType::Mean ?
+#   "(bestValue / output_element_t(uniforms.reduceSize))" ...' (reduceSize: the product of the reduced
+#   dims, a u32 uniform; the naive program, for fewer than 32 terms, divides in f32);
+# nn/pool.cc (commit 8b77e058e5a9e82e20a0b50de9618ec70f1faee4; the same at
+#   065bfae00cc7595efa2de658ffb4620f6d0c8057) PoolProgram:
+#   '"  value /= " << (is_float16_ ? "f16" : "f32") << "(count);\n"', and for a small output over a big
+#   window (GlobalAveragePool over H×W) '" / f16(count_shared[0])"'.
+# A u32 from 2^16 converts to f16 as infinity (the WebGPU CTS, webgpu/util/math correctlyRoundedF16: values
+# from 2^(emax+1) "must be rounded towards the appropriate infinity"; from 65520 to 65535 an implementation
+# may give 65504 or inf, IEEE rounding gives inf, as the emulation does): a mean over 65520 or more elements
+# is sum/inf = 0 (NaN where the sum overflowed too), whatever the data. 2048 px through a stride-8 feature
+# map is 256×256 = 65536 terms: onnxruntime issue 29130's all-zero PP-OCR map above ~2048 px fits this.
+# AveragePool divides the same way by its window's count, which no real window reaches: not emulated.
+WEBGPU_COUNTS_IN_FP16 = frozenset({"ReduceMean", "GlobalAveragePool"})
 WEBGPU_PROVIDER = "WebGpuExecutionProvider"
 
 
@@ -97,6 +114,10 @@ class WebGpuTarget(Target):
     @property
     def accumulation(self) -> Mapping[str, Accumulation]:
         return WEBGPU_ACCUMULATION
+
+    @property
+    def counts_in_low(self) -> frozenset[str]:
+        return WEBGPU_COUNTS_IN_FP16
 
     def onnxruntime_kernels(self, low: LowPrecision) -> bool:
         # The model is loaded by onnxruntime (a WebGPU build): what its CPU provider cannot load in FP16,
