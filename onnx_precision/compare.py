@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Union
 
 import ml_dtypes
 import numpy as np
@@ -229,14 +230,27 @@ def shapes_key(feed: Mapping[str, np.ndarray]) -> str:
 
 
 Outputs = Sequence[Mapping[str, np.ndarray]]  # one mapping per sample
+# one tolerance for every sample, or one per sample (a quantized model's gate: each sample's bound is
+# relative to its own quantization error, :mod:`onnx_precision.quant_reference`)
+Tolerances = Union[Tolerance, Sequence[Tolerance]]
 
 
-def compare_by_shape(feeds: Outputs, references: Outputs, candidates: Outputs, tol: Tolerance,
+def each_sample(tol: Tolerances, count: int) -> tuple[Tolerance, ...]:
+    """The tolerance of each of ``count`` samples."""
+    if isinstance(tol, Tolerance):
+        return (tol,) * count
+    if len(tol) != count:
+        raise ValueError(f"{len(tol)} tolerances for {count} samples")
+    return tuple(tol)
+
+
+def compare_by_shape(feeds: Outputs, references: Outputs, candidates: Outputs, tol: Tolerances,
                      oracle: str) -> Comparison:
     """:func:`compare_samples`, and, where the samples come in several input shapes, the comparison
     of each shape's samples (``by_shape``): the worst error of a model verified at 256 and 1024 is
     told per size."""
-    per_sample = [compare_outputs(r, c, tol, oracle) for r, c in zip(references, candidates)]
+    per_sample = [compare_outputs(r, c, t, oracle)
+                  for r, c, t in zip(references, candidates, each_sample(tol, len(references)))]
     whole = merge_comparisons(per_sample, oracle)
     groups: dict[str, list[int]] = {}
     for i, feed in enumerate(feeds):
@@ -251,13 +265,14 @@ def compare_by_shape(feeds: Outputs, references: Outputs, candidates: Outputs, t
 def compare_samples(
     refs: Sequence[Mapping[str, np.ndarray]],
     cands: Sequence[Mapping[str, np.ndarray]],
-    tol: Tolerance,
+    tol: Tolerances,
     oracle: str,
 ) -> Comparison:
     """Worst case over samples; passes only if every sample passes."""
     if len(refs) != len(cands):
         raise ValueError(f"compare_samples: {len(refs)} reference samples but {len(cands)} candidates")
-    per_sample = [compare_outputs(r, c, tol, oracle) for r, c in zip(refs, cands)]
+    per_sample = [compare_outputs(r, c, t, oracle)
+                  for r, c, t in zip(refs, cands, each_sample(tol, len(refs)))]
     return merge_comparisons(per_sample, oracle)
 
 

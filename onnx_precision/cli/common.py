@@ -163,6 +163,16 @@ def add_keep_opset_arg(parser: argparse.ArgumentParser) -> None:
                              "opset and verifying the raised model against it")
 
 
+def add_reference_model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--reference-model", metavar="ORIGINAL.onnx",
+                        help="a quantized model's unquantized FP32 original (same inputs and outputs): the "
+                             "16-bit remainder is judged against it, relative to the quantization error "
+                             "(without it, against the model with its activation quantizers bypassed)")
+    parser.add_argument("--quant-margin", type=float, default=0.3, metavar="FRACTION",
+                        help="a quantized model: what the 16-bit remainder may add to the quantization error "
+                             "of each output (default 0.3: its rel RMS err at most 1.3x the QDQ model's)")
+
+
 def add_keep_float64_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-float64", action="store_true",
                         help="leave every node that computes in float64 as it is (by default float64 "

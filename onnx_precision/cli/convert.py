@@ -112,6 +112,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     common.add_tolerance_args(p)
     common.add_runtime_args(p)
     common.add_keep_opset_arg(p)
+    common.add_reference_model_args(p)
     common.add_keep_float64_arg(p)
     common.add_verbosity_args(p, quiet_help="print only the verdict line (and errors)")
     p.set_defaults(run=run)
@@ -146,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
         keep_opset=args.keep_opset,
         keep_float64=args.keep_float64,
         min_16bit_share=args.min_16bit_share,
+        reference_model=args.reference_model,
+        quant_margin=args.quant_margin,
     )
     from .progress import ProgressLine
 

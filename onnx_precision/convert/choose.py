@@ -48,6 +48,7 @@ from ..oracle import Emulator, Inspection, LayerwiseResult, PlanRunner, Referenc
 from ..oracle.accumulated import AccumulationBounds
 from ..oracle.inspection import NodeStats, first_nonfinite_output
 from ..plan import Precision, PrecisionPlan, Reason
+from ..quant_reference import QuantGate
 from ..search.driver import (
     FlopShare,
     Progress,
@@ -99,6 +100,7 @@ class AutoResult(PhaseTotals):
     unsearched: str = ""  # why no search ran ("" when one did)
     # node -> "INT8", "FP8", ...: quantized compute, which the shares count apart
     quantized: Mapping[str, str] = field(default_factory=dict)
+    gate: QuantGate | None = None  # a quantized model's reference and relative gate (the probes' references)
 
     @property
     def shares(self) -> FlopShares:
@@ -121,10 +123,10 @@ class AutoResult(PhaseTotals):
 
 
 def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
-                tolerance: Tolerance, headroom: float = DEFAULT_HEADROOM, mode: MeasuringMode = "auto",
-                progress: Progress | None = None, budget: SearchBudget = NO_BUDGET,
-                runner: PlanRunner | None = None, profile_max: Mapping[str, tuple[int, ...]] | None = None,
-                ) -> AutoResult:
+                tolerance: Tolerance | QuantGate, headroom: float = DEFAULT_HEADROOM,
+                mode: MeasuringMode = "auto", progress: Progress | None = None,
+                budget: SearchBudget = NO_BUDGET, runner: PlanRunner | None = None,
+                profile_max: Mapping[str, tuple[int, ...]] | None = None) -> AutoResult:
     """Pick the plan for ``ctx``'s model starting from ``base_plan`` (see the module docstring).
 
     ``headroom`` 0 turns headroom pins off; otherwise it must be at least 1 (1: pin only what
@@ -133,7 +135,9 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
     native provider, onnx.reference), the ranges and the layerwise ranking come from the emulation.
     ``profile_max``: the deployment profile's largest input shapes, where they pass the samples'
     (:mod:`onnx_precision.policy.shape_headroom`). Where the target has a fallback type (auto mode),
-    the FP32 pins are tried in it first (:mod:`onnx_precision.search.fallback`).
+    the FP32 pins are tried in it first (:mod:`onnx_precision.search.fallback`). ``tolerance``: what
+    judges every plan against the model's FP32 outputs, or a quantized model's gate: its unquantized
+    reference's outputs and a tolerance per sample (:mod:`onnx_precision.quant_reference`).
     """
     if headroom != 0 and not headroom >= 1.0:
         raise PrecisionError(f"--headroom {headroom:g}: must be 0 (off) or at least 1 "
@@ -156,7 +160,8 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
                share, ctx.target.fallback, progress)
 
     nonfinite = _fp32_nonfinite_message(reference)
-    if nonfinite and not tolerance.allow_fp32_nonfinite:
+    gate, given = (None, tolerance) if isinstance(tolerance, Tolerance) else (tolerance, tolerance.given)
+    if nonfinite and not given.allow_fp32_nonfinite:
         return run.finish(_Ending(user, FP32_NONFINITE, nonfinite, unsearched="no plan was measured: " +
                                   "the FP32 model itself produces NaN/Inf"))
 
@@ -169,14 +174,15 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
         pins.update({node: reason for node, reason in grown.items() if node not in pins})
     base = user.with_fp32_reasons({node: (reason,) for node, reason in pins.items()})
     flagged = policy.flagged(ctx, user, reference.stats, static=mode == "static")
-    prober = Prober(runner, samples.feeds, reference.outputs, tolerance)
+    prober = (Prober(runner, samples.feeds, reference.outputs, given) if gate is None
+              else Prober(runner, samples.feeds, gate.outputs, gate.tolerances))
     with clock.phase("before") as phase:
         before = prober.comparison(user)
         phase.count(counted, probes=1)
     start = _Start(user, base, flagged, before)
     chosen = _static(run, prober, start) if mode == "static" else _search(run, prober, ctx, start, inspection,
                                                                          runner, progress, budget)
-    return replace(chosen, notes=chosen.notes + _size_bound(ctx, chosen.plan, bounds, largest))
+    return replace(chosen, notes=chosen.notes + _size_bound(ctx, chosen.plan, bounds, largest), gate=gate)
 
 
 def _size_bound(ctx: ModelContext, plan: PrecisionPlan, bounds: Mapping[str, float],

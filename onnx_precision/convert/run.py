@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from .. import helper_sessions, opset_upgrade, policy, storage
+from .. import helper_sessions, opset_upgrade, policy, quant_reference, storage
 from ..context import ModelContext, Upgrade, load_model
 from ..costs import PhaseCost
 from ..data import SampleSpec, sample_files, shape_problem
@@ -25,6 +25,7 @@ from ..float_types import low_of
 from ..flops import FlopShares, estimate_flops
 from ..metrics import Comparison
 from ..plan import Precision, PrecisionPlan, Reason, apply_user_choices
+from ..quant_reference import DEFAULT_MARGIN, QuantGate
 from ..rewriter import RewriteResult, rewrite
 from ..suggested import RunArgs, quoted
 from ..target import GENERIC, Target
@@ -78,8 +79,14 @@ class ConvertOptions:
     # static/auto: a written plan whose 16-bit share of estimated FLOPs (percent, as the summary gives
     # it) is below this fails the run (--min-16bit-share)
     min_16bit_share: float | None = None
+    # a quantized model's unquantized FP32 original (--reference-model), and what its 16-bit remainder may
+    # add to the quantization error (--quant-margin; :mod:`..quant_reference`)
+    reference_model: str | None = None
+    quant_margin: float = DEFAULT_MARGIN
 
     def __post_init__(self) -> None:
+        if not (isinstance(self.quant_margin, (int, float)) and 0 <= self.quant_margin <= 10):
+            raise UsageError(f"--quant-margin {self.quant_margin}: expected a fraction between 0 and 10")
         share = self.min_16bit_share
         if share is not None and not (isinstance(share, (int, float)) and 0 <= share <= 100):
             raise UsageError(f"--min-16bit-share {share}: expected a percentage between 0 and 100")
@@ -211,8 +218,11 @@ def plan_to_write(
     samples = data.load_samples(ctx.model, options.samples)
     budget = auto.SearchBudget(options.max_probes, options.time_budget)
     with oracle.blame(ctx, samples):
-        result = auto.choose_plan(ctx, plan, samples, options.tolerance, options.headroom, options.mode,
-                                  progress, budget, oracle.plan_runner(options.oracle, ctx),
+        gate = quant_reference.gate(ctx, samples.feeds, options.tolerance, options.reference_model,
+                                    options.quant_margin)
+        result = auto.choose_plan(ctx, plan, samples, options.tolerance if gate is None else gate,
+                                  options.headroom, options.mode, progress, budget,
+                                  oracle.plan_runner(options.oracle, ctx),
                                   {name: p["max"] for name, p in options.trt_profile.items() if "max" in p})
     return policy.resolve(ctx, policy.target_reasons(ctx, result.plan)), result
 
@@ -260,7 +270,7 @@ def planned(ctx: ModelContext, options: ConvertOptions, progress: Progress | Non
 
 def _input_paths(model_path: str, options: ConvertOptions) -> tuple[str, ...]:
     """Every file the run reads (the model, --plan, the sample data): no output may overwrite one."""
-    plan = tuple(p for p in (options.plan_path, options.layer_flags.file) if p)
+    plan = tuple(p for p in (options.plan_path, options.layer_flags.file, options.reference_model) if p)
     held_out = sample_files(SampleSpec(inputs=options.validation_inputs)) if options.validation_inputs else ()
     return (model_path,) + plan + sample_files(options.samples) + held_out
 
@@ -315,8 +325,12 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     plan, auto_result, warnings = planned(ctx, options, progress)
     if auto_result is not None:
         _stage_samples(auto_result, options, outputs)
+    gate = auto_result.gate if auto_result is not None else None
+    judged = options if gate is None else replace(options, tolerance=gate.tolerance)  # as the search judged
     if auto_result is not None and not auto_result.writable:
-        outcome = _outcome(auto_result, auto_result.plan, options, None, tuple(warnings),
+        if gate is not None:
+            auto_result = replace(auto_result, notes=auto_result.notes + gate.notes(None))
+        outcome = _outcome(auto_result, auto_result.plan, judged, None, tuple(warnings),
                            helper_sessions.built() - helpers_before)
         _stage_reports(_report(ctx, outcome), options, outputs)
         outputs.commit()
@@ -331,9 +345,11 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
         write = PhaseCost("write", time.perf_counter() - started)
         if progress is not None:
             progress("verify", 0, 0, None)
-        verification = verify(ctx, staged_model, auto_result, options, write)
-        result, verification, auto_result = _load_remedy(ctx, result, verification, auto_result, options,
+        verification = verify(ctx, staged_model, auto_result, judged, write)
+        result, verification, auto_result = _load_remedy(ctx, result, verification, auto_result, judged,
                                                          output_path, outputs)
+        if gate is not None:
+            auto_result = replace(auto_result, notes=auto_result.notes + gate.notes(verification.verified))
         if auto_result.passed and not verification.verified.passed:
             # Written all the same: the model and its report are the bug report (status: failed, exit 1).
             logger.error("the plan passed the emulated search but the written model %s fails the emulated "
@@ -351,7 +367,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
                              (output_path,) + texts, nothing_to_convert=ctx.nothing_to_convert,
                              next_step=ctx.target.next_step(ctx.model, run),
                              check_step=quoted(run.check_args(ctx.target.cli_args())))
-    outcome = _outcome(auto_result, result.plan, options, verification, tuple(warnings),
+    outcome = _outcome(auto_result, result.plan, judged, verification, tuple(warnings),
                        helper_sessions.built() - helpers_before, output_path, ctx.target)
     report = _report(ctx, outcome)
     paths = _stage_reports(report, options, outputs)
@@ -489,9 +505,12 @@ def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: Aut
     early = loads and auto_result.passed and _stored_bytes(staged_model) < OVERLAPPED_LOAD_BYTES
     loading = oracle.DefaultLoad(staged_model, ctx.custom_op_libraries) if early else None
     try:
+        gate = auto_result.gate
         with oracle.blame(ctx, auto_result.samples):
             verified, native, phases = oracle.verify_output(
-                staged_model, auto_result.samples.feeds, auto_result.reference_outputs, options.tolerance,
+                staged_model, auto_result.samples.feeds,
+                auto_result.reference_outputs if gate is None else gate.outputs,
+                options.tolerance if gate is None else gate.tolerances,
                 options.oracle, ctx.custom_op_libraries, ctx.target)
         default_load = ""
         if loads and auto_result.passed and verified.passed and (native is None or native.passed):
@@ -505,20 +524,24 @@ def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: Aut
     validation, failure = None, ""
     if options.validation_inputs:
         started = time.perf_counter()
-        validation, failure = _validate(ctx, staged_model, options.validation_inputs, options.tolerance)
+        validation, failure = _validate(ctx, staged_model, options.validation_inputs, options.tolerance,
+                                        auto_result.gate)
         phases += (PhaseCost("validation", time.perf_counter() - started, sessions=2, probes=2),)
     return Verification(verified, native, default_load, (write,) + phases, validation, failure)
 
 
 def _validate(ctx: ModelContext, staged_model: str | ModelContext, inputs: str, tolerance: Tolerance,
-              ) -> tuple[Comparison, str]:
-    """The written model on the held-out samples ``inputs``, against the FP32 model on them."""
+              gate: QuantGate | None = None) -> tuple[Comparison, str]:
+    """The written model on the held-out samples ``inputs``, against the FP32 model ``ctx`` on them, or
+    by a quantized model's ``gate``: against its reference, each held-out sample within its own bound."""
     from .. import data, oracle
 
     held_out = data.load_samples(ctx.model, SampleSpec(inputs=inputs, option="--validation-inputs"))
     with oracle.blame(ctx, held_out):
-        refs = oracle.run_fp32(ctx, held_out.feeds).outputs
-        comparison, failure = oracle.validate_written(staged_model, held_out.feeds, refs, tolerance,
+        judged = None if gate is None else quant_reference.measured(ctx, gate, held_out.feeds)
+        refs = oracle.run_fp32(ctx, held_out.feeds).outputs if judged is None else judged.outputs
+        comparison, failure = oracle.validate_written(staged_model, held_out.feeds, refs,
+                                                      tolerance if judged is None else judged.tolerances,
                                                       ctx.custom_op_libraries, ctx.target)
     return comparison, failure and f"held-out {failure} ({inputs})"
 

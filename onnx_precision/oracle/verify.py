@@ -12,13 +12,12 @@ from typing import Callable
 
 import numpy as np
 
-from ..compare import compare_by_shape, compare_outputs, merge_comparisons
+from ..compare import Tolerances, compare_by_shape, compare_outputs, each_sample, merge_comparisons
 from ..context import ModelContext, load_model
 from ..costs import PhaseCost
 from ..errors import OracleUnavailable
 from ..metrics import Comparison
 from ..target import GENERIC, Target
-from ..tolerance import Tolerance
 from ..vocab import OracleName
 from .runs import NATIVE_PROVIDERS, OracleRun, run_emulated, run_native, run_reference
 from .sessions import Feed
@@ -61,7 +60,7 @@ def verify_written(
     written: ModelContext,
     feeds: Sequence[Feed],
     reference_outputs: Sequence[Mapping],
-    tol: Tolerance,
+    tol: Tolerances,
     oracle: OracleName = "emulate",
 ) -> Comparison:
     """Run what was WRITTEN (emulated, or natively on a GPU provider) against the FP32 outputs the
@@ -75,7 +74,7 @@ def verify_output(
     output_path: str | ModelContext,
     feeds: Sequence[Feed],
     reference_outputs: Sequence[Mapping],
-    tol: Tolerance,
+    tol: Tolerances,
     oracle: OracleName = "emulate",
     custom_op_libraries: tuple[str, ...] = (),
     target: Target = GENERIC,
@@ -96,7 +95,7 @@ def verify_output(
 
 
 def validate_written(output_path: str | ModelContext, feeds: Sequence[Feed],
-                     reference_outputs: Sequence[Mapping], tol: Tolerance,
+                     reference_outputs: Sequence[Mapping], tol: Tolerances,
                      custom_op_libraries: tuple[str, ...] = (), target: Target = GENERIC,
                      ) -> tuple[Comparison, str]:
     """The written model (a file, or a context in memory), emulated, on held-out samples the search
@@ -104,8 +103,9 @@ def validate_written(output_path: str | ModelContext, feeds: Sequence[Feed],
     pass)."""
     written = _written(output_path, custom_op_libraries, target)
     run = run_candidate(written, feeds)
-    per_sample = [compare_outputs(ref, cand, tol, run.oracle) for ref, cand in
-                  zip(reference_outputs, only_reference_outputs(run, reference_outputs))]
+    per_sample = [compare_outputs(ref, cand, t, run.oracle) for ref, cand, t in
+                  zip(reference_outputs, only_reference_outputs(run, reference_outputs),
+                      each_sample(tol, len(reference_outputs)))]
     failing = next((i for i, c in enumerate(per_sample) if not c.passed), None)
     failure = "" if failing is None else per_sample[failing].failure(failing, len(per_sample))
     return merge_comparisons(per_sample, run.oracle), failure

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ..compare import compare_outputs, merge_comparisons
+from ..compare import Tolerances, compare_outputs, each_sample, merge_comparisons
 from ..metrics import Comparison
 from ..oracle import PlanRunner
 from ..plan import PrecisionPlan
@@ -23,30 +23,33 @@ from ..tradeoff import output_errors
 
 
 class Prober:
-    """Does a plan pass every sample on ``runner``? ``order`` (the samples, likeliest to fail first)
-    and ``last_errors`` start it where another prober stopped (:meth:`on`)."""
+    """Does a plan pass every sample on ``runner``? ``tolerance``: one for every sample, or one per
+    sample (its first says which statistic the trade-off reads: they all share it). ``order`` (the
+    samples, likeliest to fail first) and ``last_errors`` start it where another prober stopped
+    (:meth:`on`)."""
 
     def __init__(self, runner: PlanRunner, feeds: Sequence[Mapping[str, np.ndarray]],
-                 refs: Sequence[Mapping[str, np.ndarray]], tolerance: Tolerance,
+                 refs: Sequence[Mapping[str, np.ndarray]], tolerance: Tolerances,
                  order: Sequence[int] | None = None, last_errors: Mapping[str, float] | None = None,
                  last_detail: str = "") -> None:
         self.runner = runner
         self.feeds = feeds
         self.refs = refs
-        self.tolerance = tolerance
+        self.tolerances = each_sample(tolerance, len(feeds))
+        self.tolerance: Tolerance = tolerance if isinstance(tolerance, Tolerance) else self.tolerances[0]
         self.order = list(range(len(feeds)) if order is None else order)
         self.last_detail = last_detail
         self.last_errors: dict[str, float] = dict(last_errors or {})  # output -> worst error, last probe
 
     def on(self, runner: PlanRunner) -> Prober:
         """A prober of the same samples on ``runner``, starting from this one's state."""
-        return Prober(runner, self.feeds, self.refs, self.tolerance, self.order, self.last_errors,
+        return Prober(runner, self.feeds, self.refs, self.tolerances, self.order, self.last_errors,
                       self.last_detail)
 
     def _compare(self, plan: PrecisionPlan, i: int) -> Comparison:
         values = self.runner.run(plan, self.feeds[i])
         out = {name: values[name] for name in self.runner.outputs}
-        comparison = compare_outputs(self.refs[i], out, self.tolerance, self.runner.oracle)
+        comparison = compare_outputs(self.refs[i], out, self.tolerances[i], self.runner.oracle)
         for name, error in output_errors(comparison, self.tolerance).items():
             self.last_errors[name] = max(self.last_errors.get(name, 0.0), error)
         return comparison

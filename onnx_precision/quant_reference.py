@@ -1,0 +1,235 @@
+"""What a quantized model's 16-bit remainder is judged against: the quantization error, and a gate relative
+to it.
+
+Judged against the QDQ model run in FP32 (float fake-quantisation), the 16-bit remainder fails on noise
+of the quantizer's own size: FP16 rounding before a ``QuantizeLinear`` moves its input across a rounding
+boundary here and there, and that element then differs by one quantum (a *flip*). A flip does not make
+the model worse than its quantization already made it; it draws the quantization noise again. So the
+16-bit remainder is judged against an unquantized reference, relative to the quantization error:
+
+* with ``--reference-model ORIGINAL.onnx`` (the FP32 model before quantization, with the same inputs
+  and outputs), against its outputs;
+* without one, against the model with its activation quantizers bypassed (each per-tensor
+  ``QuantizeLinear -> DequantizeLinear`` pair whose Q reads an activation made a clamp to the
+  quantizer's range, which quantize_static relies on in place of a Relu; weight DQs stay): its
+  activations unquantized, the flips' noise measured as part of the quantization error.
+
+Per output, the *quantization error* is the rel RMS err of the QDQ model in FP32 against that reference
+(the smallest over the samples), and a plan passes where its own rel RMS err against the reference is
+at most ``(1 + margin)`` times it, ``margin`` (``--quant-margin``) 0.3 by default: the remainder may
+add 30% to the quantization error (measured: an all-FP16 remainder adds 0.3% on a QDQ MLP, 18% against
+the original and 27% against the bypassed model on a 4-layer ViT-like block quantized by
+quantize_static). Slices are judged against the larger of the tolerance's slice bound
+and ``(1 + margin)`` times the quantization error's worst slice. An output the quantizers do not reach
+(a quantization error of 0) keeps the tolerance as given. A model without Q/DQ pairs and without a
+reference model has no gate: it is judged against itself as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from . import quantized
+from .compare import compare_outputs
+from .context import ModelContext, load_model
+from .errors import UsageError
+from .format import number
+from .metrics import Comparison
+from .tolerance import Tolerance
+
+# measured: an all-FP16 remainder adds 0.3% (a QDQ MLP) to 27% (a 4-layer ViT-like block)
+DEFAULT_MARGIN = 0.3
+BYPASSED = "the model with its activation quantizers bypassed"
+
+
+@dataclass(frozen=True)
+class QuantGate:
+    """The reference a quantized model's remainder is judged against, and the tolerance of each sample
+    that judges it (each sample's bound is relative to its own quantization error)."""
+
+    source: str  # the reference model's path, or BYPASSED
+    reference: ModelContext  # the model whose outputs are the reference
+    given: Tolerance  # the tolerance as given, which outputs the quantizers do not reach keep
+    margin: float
+    outputs: tuple[dict[str, np.ndarray], ...]  # the reference's outputs per sample
+    # per sample: output -> rel RMS err of the QDQ model in FP32 against the reference
+    quantization: tuple[Mapping[str, float], ...]
+    tolerances: tuple[Tolerance, ...]  # per sample: each reached output's bound (1 + margin) x its error
+
+    @property
+    def tolerance(self) -> Tolerance:
+        """One tolerance every sample's pass is within: each output's loosest bound over the samples
+        (what a report states; each sample was judged by its own, at most this)."""
+        judged = self.given
+        for name in self.given_outputs:
+            bounds = [t.for_output(name) for t, q in zip(self.tolerances, self.quantization) if q[name] > 0]
+            if bounds:
+                judged = judged.with_output(name, error_stat="rms",
+                                            max_rel_rms=max(b.max_rel_rms for b in bounds),
+                                            max_slice_rel_rms=max(b.max_slice_rel_rms for b in bounds))
+        return judged
+
+    @property
+    def given_outputs(self) -> tuple[str, ...]:
+        return tuple(self.quantization[0]) if self.quantization else ()
+
+    def notes(self, verified: Comparison | None) -> tuple[str, ...]:
+        """What the remainder was judged against, and per output the quantization error, the remainder's
+        (``verified``: the written model against the reference) and the bound."""
+        head = (f"quantized model: the 16-bit remainder is judged against {self.source}: on each sample, "
+                f"each output's rel RMS err may be at most {1 + self.margin:g} x that sample's quantization "
+                f"error (the QDQ model in FP32 against it; --quant-margin {self.margin:g})")
+        lines = [head]
+        for name in self.given_outputs:
+            errors = [q[name] for q in self.quantization if q[name] > 0]
+            if not errors:
+                lines.append(f"{name}: not reached by the quantizers (quantization error 0): judged by the "
+                             f"tolerance as given")
+                continue
+            found = next((m for m in verified.outputs if m.name == name), None) if verified else None
+            single = min(errors) == max(errors) and len(errors) == len(self.quantization)
+            added = f" ({_added(found.rel_rms_err, errors[0])})" if found is not None and single else ""
+            remainder = "" if found is None else f", 16-bit remainder {number(found.rel_rms_err)}{added}"
+            lines.append(f"{name}: quantization error {_span(errors)}{remainder}, bound "
+                         f"{_span([(1 + self.margin) * e for e in errors])}")
+        return tuple(lines)
+
+
+def _span(values: Sequence[float]) -> str:
+    """'0.05372', or over samples that differ '0.05372 to 0.06121'."""
+    low, high = number(min(values)), number(max(values))
+    return low if low == high else f"{low} to {high}"
+
+
+def _added(error: float, quantization: float) -> str:
+    """'+3.1% over the quantization error' (or '-2.0%')."""
+    return f"{100 * (error / quantization - 1):+.1f}% over the quantization error"
+
+
+_T = onnx.TensorProto
+# the quantized types' ranges: a bypassed quantizer keeps its clamp (quantize_static drops a Relu before
+# an activation Q whose zero point clamps the negatives)
+_RANGES: dict[int, tuple[int, int]] = {
+    _T.INT8: (-128, 127), _T.UINT8: (0, 255), _T.INT4: (-8, 7), _T.UINT4: (0, 15),
+           _T.INT16: (-32768, 32767), _T.UINT16: (0, 65535), _T.FLOAT8E4M3FN: (-448, 448),
+           _T.FLOAT8E5M2: (-57344, 57344)}
+
+
+def bypassed(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """``model`` with each activation ``QuantizeLinear -> DequantizeLinear`` pair (per-tensor, the Q
+    reading no constant) made a clamp of the Q's input to the quantizer's range, ``Max(Min(x, hi), lo)``;
+    None when it has no such pair."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    constants = {init.name: init for init in out.graph.initializer}
+    made = {o: n for n in out.graph.node for o in n.output}
+    nodes: list[onnx.NodeProto] = []
+    for node in out.graph.node:
+        dq = quantized.is_qdq(node) and node.op_type == quantized.DEQUANTIZE
+        q = made.get(node.input[0]) if dq else None
+        clamp = _range(q, constants) if q is not None and q.op_type == quantized.QUANTIZE else None
+        if q is None or clamp is None or q.input[0] in constants:
+            nodes.append(node)
+            continue
+        lo, hi = (f"{node.name}__lo", f"{node.name}__hi")
+        out.graph.initializer.extend([numpy_helper.from_array(np.array(lo_hi, np.float32), name)
+                                      for name, lo_hi in ((lo, clamp[0]), (hi, clamp[1]))])
+        nodes += [helper.make_node("Min", [q.input[0], hi], [f"{node.output[0]}__min"],
+                                   name=f"{node.name}__min"),
+                  helper.make_node("Max", [f"{node.output[0]}__min", lo], [node.output[0]],
+                                   name=f"{node.name}__bypassed")]
+    if len(nodes) == len(out.graph.node):
+        return None
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out
+
+
+def _range(q: onnx.NodeProto, constants: Mapping[str, onnx.TensorProto]) -> tuple[float, float] | None:
+    """The float range a per-tensor Q with constant scale and zero point keeps, else None."""
+    scale = constants.get(q.input[1])
+    zero = constants.get(q.input[2]) if len(q.input) > 2 and q.input[2] else None
+    missing_zero = zero is None and len(q.input) > 2 and bool(q.input[2])
+    if scale is None or numpy_helper.to_array(scale).size != 1 or missing_zero:
+        return None
+    kind = _T.UINT8 if zero is None else zero.data_type
+    if kind not in _RANGES:
+        return None
+    s = float(numpy_helper.to_array(scale).ravel()[0])
+    z = 0.0 if zero is None or kind in (_T.FLOAT8E4M3FN, _T.FLOAT8E5M2) else float(
+        numpy_helper.to_array(zero).ravel()[0])
+    qmin, qmax = _RANGES[kind]
+    return (qmin - z) * s, (qmax - z) * s
+
+
+def _signature(values: Sequence[onnx.ValueInfoProto]) -> list[tuple[str, int]]:
+    return [(v.name, v.type.tensor_type.elem_type) for v in values]
+
+
+def load_reference(path: str, ctx: ModelContext) -> ModelContext:
+    """The unquantized model at ``path``, refused (one line) unless its inputs and outputs are the
+    model's, by name and element type."""
+    original = load_model(path, ctx.custom_op_libraries)
+    for what, ours, theirs in (("inputs", ctx.model.graph.input, original.model.graph.input),
+                               ("outputs", ctx.model.graph.output, original.model.graph.output)):
+        initializers = {i.name for i in ctx.model.graph.initializer}
+        mine = [s for s in _signature(ours) if s[0] not in initializers]
+        theirs_initialized = {i.name for i in original.model.graph.initializer}
+        other = [s for s in _signature(theirs) if s[0] not in theirs_initialized]
+        if sorted(mine) != sorted(other):
+            raise UsageError(f"{path}: --reference-model: its {what} ({_names(other)}) are not the model's "
+                             f"({_names(mine)}): give the FP32 model the quantized one was made from")
+    return original
+
+
+def _names(signature: list[tuple[str, int]]) -> str:
+    return ", ".join(f"{name}: {onnx.helper.tensor_dtype_to_np_dtype(t) if t else '?'}"
+                     for name, t in signature) or "none"
+
+
+def gate(ctx: ModelContext, feeds: Sequence[Mapping[str, np.ndarray]], tolerance: Tolerance,
+         reference_model: str | None, margin: float = DEFAULT_MARGIN) -> QuantGate | None:
+    """The gate of ``ctx``'s quantized model (see the module docstring) on ``feeds``; None for a model
+    with nothing to bypass and no ``reference_model``."""
+    if reference_model is not None:
+        reference, source = load_reference(reference_model, ctx), reference_model
+    else:
+        proxy = bypassed(ctx.model) if quantized.of(ctx).qdq else None
+        if proxy is None:
+            return None
+        reference = ModelContext.of(proxy, ctx.base_dir, ctx.path,
+                                    custom_op_libraries=ctx.custom_op_libraries)
+        source = BYPASSED
+    return measured(ctx, QuantGate(source, reference, tolerance, margin, (), (), ()), feeds)
+
+
+def measured(ctx: ModelContext, gate: QuantGate, feeds: Sequence[Mapping[str, np.ndarray]]) -> QuantGate:
+    """``gate`` (its reference, tolerance and margin) on ``feeds``: the reference's outputs, each
+    sample's quantization error (``ctx``'s model in FP32 against the reference) and its bound."""
+    from . import oracle  # the oracle stack is only needed by the measuring modes
+
+    outputs = tuple(dict(o) for o in oracle.run_fp32(gate.reference, feeds).outputs)
+    model_outputs = oracle.run_fp32(ctx, feeds).outputs
+    quantization: list[dict[str, float]] = []
+    tolerances: list[Tolerance] = []
+    for ref, out in zip(outputs, model_outputs):
+        found = {m.name: m for m in compare_outputs(ref, dict(out), Tolerance(), "fp32").outputs}
+        errors: dict[str, float] = {}
+        judged = gate.given
+        for name in (o.name for o in ctx.model.graph.output):
+            m = found.get(name)
+            error = m.rel_rms_err if m is not None and np.isfinite(m.rel_rms_err) else 0.0
+            errors[name] = error
+            if m is not None and error > 0:
+                given = gate.given.for_output(name)
+                judged = judged.with_output(
+                    name, error_stat="rms", max_rel_rms=(1 + gate.margin) * error,
+                    max_slice_rel_rms=max(given.max_slice_rel_rms, (1 + gate.margin) * m.worst_slice_rel_rms))
+        quantization.append(errors)
+        tolerances.append(judged)
+    return replace(gate, outputs=outputs, quantization=tuple(quantization), tolerances=tuple(tolerances))
