@@ -77,57 +77,72 @@ def test_a_mean_pinned_fp32_is_written_as_it_is_and_generic_writes_no_rewrite(tm
 
 # --- §5: the size up to which a plan holds ------------------------------------------------------------------
 
-def _symbolic_mean():
-    # over symbolic H×W: no static length to rewrite with, so the plan holds up to a size
-    node = h.make_node("ReduceMean", ["x"], ["y"], name="mean", axes=[2, 3], keepdims=1)
-    return _model([node], [("x", [1, 2, "H", "W"])], [("y", [1, 2, 1, 1])])
+def _symbolic(op="ReduceSum", name="total"):
+    # over symbolic H×W: a sum (no mean to rewrite) holds up to a size
+    node = h.make_node(op, ["x"], ["y"], name=name, axes=[2, 3], keepdims=1)
+    return _model([node], [("x", [1, 2, "H", "W"])], [("y", [1, 2, 1, 1])], 12)  # axes an attribute
 
 
-def test_the_summary_states_the_size_up_to_which_a_mean_over_symbolic_h_w_holds(tmp_path, capsys):
-    code, written, report = _convert(tmp_path, _symbolic_mean(), "sym", "--target", "webgpu",
+def test_the_summary_states_the_size_up_to_which_a_sum_over_symbolic_h_w_holds(tmp_path, capsys):
+    code, written, report = _convert(tmp_path, _symbolic(), "sym", "--target", "webgpu",
                                      "--input-shapes", "x:1x2x128x128")
-    assert code == 0 and report["plan"]["nodes"]["mean"]["precision"] == "fp16"
-    assert _ops(written) == [("ReduceMean", "mean")]
+    assert code == 0 and report["plan"]["nodes"]["total"]["precision"] == "fp16"
+    assert _ops(written) == [("ReduceSum", "total")]
     # Σ|x| of 16384 values in [0.9, 1.5) is ~19 680 at 128×128: 65504 holds up to ~3.3x the length
     note = next(n for n in report["notes"] if n.startswith("FP16-safe"))
-    assert note.startswith("FP16-safe up to H×W = 233×233 on webgpu: beyond it 'mean' passes 65504 "
+    assert note.startswith("FP16-safe up to H×W = 233×233 on webgpu: beyond it 'total' passes 65504 "
                            "(estimated: its FP16 accumulator reaches 1.968e+04 summing 16384 elements at "
                            "H×W = 128×128")
-    code, _, generic = _convert(tmp_path, _symbolic_mean(), "sym_generic", "--input-shapes", "x:1x2x128x128")
+    code, _, generic = _convert(tmp_path, _symbolic(), "sym_generic", "--input-shapes", "x:1x2x128x128")
     assert code == 0 and not any(n.startswith("FP16-safe") for n in generic["notes"])
 
 
 def test_a_profile_longer_than_the_samples_pins_the_sum_that_fails_within_it(tmp_path):
     shapes = ("--input-shapes", "x:1x2x128x128", "--target", "webgpu")
-    code, _, within = _convert(tmp_path, _symbolic_mean(), "within", *shapes, "--max-shapes", "x:1x2x160x160")
-    assert code == 0 and within["plan"]["nodes"]["mean"]["precision"] == "fp16"  # 160² x ~1.2 < 32752
-    code, _, beyond = _convert(tmp_path, _symbolic_mean(), "beyond", *shapes, "--max-shapes", "x:1x2x512x512")
-    reason = beyond["plan"]["nodes"]["mean"]["reasons"][-1]
-    assert code == 0 and beyond["plan"]["nodes"]["mean"]["precision"] == "fp32"
+    code, _, within = _convert(tmp_path, _symbolic(), "within", *shapes, "--max-shapes", "x:1x2x160x160")
+    assert code == 0 and within["plan"]["nodes"]["total"]["precision"] == "fp16"  # 160² x ~1.2 < 32752
+    code, _, beyond = _convert(tmp_path, _symbolic(), "beyond", *shapes, "--max-shapes", "x:1x2x512x512")
+    reason = beyond["plan"]["nodes"]["total"]["reasons"][-1]
+    assert code == 0 and beyond["plan"]["nodes"]["total"]["precision"] == "fp32"
     assert reason["detail"].startswith("its FP16 accumulator (onnxruntime's WebGPU provider) reaches "
                                        "1.968e+04 summing 16384 elements; the profile's maximum shapes make "
                                        "it 262144")
 
 
-def _small_symbolic_mean(tmp_path, name, *args):
-    path = str(tmp_path / f"{name}.onnx")
-    onnx.save(_symbolic_mean(), path)
-    out = str(tmp_path / f"{name}.out.onnx")
-    code = main(["convert", path, "-o", out, "--input-range", "x:0.1,0.5", "--input-shapes", "x:1x2x128x128",
-                 "--target", "webgpu", "-q", *args])
-    return code, json.load(open(str(tmp_path / f"{name}.out.report.json")))
 
+# --- a mean over symbolic axes: N, k and 2^k/N computed in the graph at run time ------------------------
 
-def test_a_mean_of_small_terms_over_symbolic_h_w_holds_on_webgpu_up_to_the_count_fp16_holds(tmp_path):
-    # Σ|x| ~ 4 900 at 128×128 would hold to ~218 000 terms, but the shader divides by the count in FP16:
-    # inf from 65520 (255×255 = 65025 holds, 256×256 does not)
-    code, report = _small_symbolic_mean(tmp_path, "count")
-    note = next(n for n in report["notes"] if n.startswith("FP16-safe"))
-    assert code == 0 and note.startswith(
-        "FP16-safe up to H×W = 255×255 on webgpu: beyond it 'mean' divides by a count of 65520 or more "
-        "elements, inf in FP16, and its mean is 0 (whatever the data; its FP16 accumulator reaches ")
-    code, report = _small_symbolic_mean(tmp_path, "profile", "--max-shapes", "x:1x2x256x256")
+def test_a_mean_over_symbolic_h_w_is_rewritten_with_its_scale_computed_at_run_time(tmp_path):
+    # Terms in [0.1, 0.5] at 256×256: the sum holds, but webgpu divides by f16(65536) = inf. Before, the
+    # mean (no static length) stayed a ReduceMean, gave 0 there and was pinned FP32
+    path = str(tmp_path / "sym.onnx")
+    onnx.save(_symbolic("ReduceMean", "mean"), path)
+    out = str(tmp_path / "sym.out.onnx")
+    data = ["--input-range", "x:0.1,0.5", "--input-shapes", "x:1x2x256x256"]
+    assert main(["convert", path, "-o", out, *data, "--target", "webgpu", "-q"]) == 0
+    report = json.load(open(str(tmp_path / "sym.out.report.json")))
     decision = report["plan"]["nodes"]["mean"]
-    assert code == 0 and decision["precision"] == "fp32" and decision["reasons"][-1]["detail"] == (
-        "the profile's maximum shapes make it a mean over 65536 elements: onnxruntime's WebGPU provider "
-        "divides by that count held in FP16, inf from 65520, and the mean is 0")
+    assert (report["status"], decision["precision"]) == ("passed", "fp16")
+    assert decision["reasons"][-1]["detail"].startswith(
+        "rewritten: ReduceMean over H×W elements written as ReduceSum(x·2^-k)·2^k/N, N = H×W and "
+        "k = ⌈log2 N⌉ at run time: its FP16 running sum stays within max|x|")
+    assert not any(n.startswith("FP16-safe") for n in report["notes"])  # no length makes it pass max|x|
+    written = onnx.load(out)
+    assert _ops(written) == [  # the count and its scales: integer shape arithmetic, two Gathers of tables
+        ("Shape", "mean__shape__node"), ("Gather", "mean__summed_dims__node"),
+        ("ReduceProd", "mean__count__node"), ("Less", "mean__below__node"),
+        ("ReduceSum", "mean__shift__node"), ("Gather", "mean__scale__node"), ("Gather", "mean__power__node"),
+        ("Div", "mean__exact_rescale__node"), ("Mul", "mean__prescale"), ("ReduceSum", "mean"),
+        ("Mul", "mean__rescale")]
+    # the written FP16 model, run by onnxruntime at sizes never sampled, gives the FP32 mean; the count
+    # 2^k/N and 2^-k come out of the shape (65536 = 2^16 exactly, 300×257 and 1×1 not powers of two)
+    session = ort.InferenceSession(written.SerializeToString())
+    for hw in ((256, 256), (300, 257), (1, 1), (1024, 1024)):
+        x = np.random.default_rng(1).uniform(0.1, 0.5, (1, 2, *hw)).astype(np.float32)
+        np.testing.assert_allclose(session.run(None, {"x": x})[0], x.mean(axis=(2, 3), keepdims=True),
+                                   rtol=2e-3)
+    # and webgpu's emulation of the written model passes where the plain mean fails
+    assert main(["check", path, out, *data, "--target", "webgpu", "-q"]) == 0
+    plain = str(tmp_path / "plain.onnx")
+    assert main(["convert", path, "-o", plain, *data, "-q"]) == 0
+    assert main(["check", path, plain, *data, "--target", "webgpu", "-q"]) == 1

@@ -72,7 +72,7 @@ def rewrite_reasons(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
         return plan
     return plan.with_reasons(plan.precision(next(iter(low))), {
         name: [Reason("target", f"rewritten: {rewrite.why}, as {ctx.target.title} sums it in FP16",
-                      (("form", rewrite.form), ("length", str(rewrite.length))))]
+                      (("form", rewrite.form), ("length", str(rewrite.length or rewrite.dims))))]
         for name, rewrite in low.items()})
 
 

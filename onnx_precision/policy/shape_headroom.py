@@ -22,8 +22,8 @@ from .. import rules
 from ..context import ModelContext
 from ..graph import attr, onnx_opset
 from ..plan import PrecisionPlan, Reason
-from ..target.accumulation import largest_count
 from ..typing_rules import tensor_types_at
+from .accumulation_fix import sum_rewrites
 from .pins import fp16_holders
 
 # How an op's output grows with the length it sums over (a factor of the lengths' ratio).
@@ -115,14 +115,8 @@ class SizeBound:
     bound: float
     length: int
     longest: int
-    counted: bool = False  # it is the count a mean divides by, held in FP16, that ends it (not the sum)
 
     def text(self, target: str, limit: float) -> str:
-        if self.counted:
-            return (f"FP16-safe up to {self.axes} = {self.holds_to} on {target}: beyond it '{self.node}' "
-                    f"divides by a count of {self.longest + 1} or more elements, inf in FP16, and its mean "
-                    f"is 0 (whatever the data; its FP16 accumulator reaches {self.bound:.4g} summing "
-                    f"{self.length} elements at {self.axes} = {self.at_samples} in the samples)")
         return (f"FP16-safe up to {self.axes} = {self.holds_to} on {target}: beyond it '{self.node}' passes "
                 f"{limit:g} (estimated: its FP16 accumulator reaches {self.bound:.4g} summing {self.length} "
                 f"elements at {self.axes} = {self.at_samples} in the samples, scaled by the length; not run "
@@ -163,13 +157,16 @@ _Sum = tuple[onnx.NodeProto, float, list[int], tuple[int, ...]]
 def _sums(ctx: ModelContext, plan: PrecisionPlan, bounds: Mapping[str, float], sample_shapes: Shapes,
           ) -> list[_Sum]:
     """(node, bound, summed axes, input 0's shape at the samples) of each FP16 node whose bound was
-    measured and whose summed axes are known at the samples."""
+    measured and whose summed axes are known at the samples, but a mean written as a sum of pre-scaled
+    terms (:mod:`.accumulation_fix`), which no length makes pass max|x|."""
     facts = _facts_at(ctx, sample_shapes)
     opset = onnx_opset(ctx.model, 13)
+    rewritten = sum_rewrites(ctx)  # written as sums of pre-scaled terms: within max|x| at any length
     found = []
     for ref in ctx.nodes:
         bound = bounds.get(ref.name)
-        if bound is None or not plan.is_fp16(ref.name) or not np.isfinite(bound) or bound <= 0:
+        if bound is None or not plan.is_fp16(ref.name) or not np.isfinite(bound) or bound <= 0 \
+                or ref.name in rewritten:
             continue
         axes = _summed(ref.node, facts, opset)
         shape = facts.shape(ref.node.input[0])
@@ -184,7 +181,6 @@ def size_bounds(ctx: ModelContext, plan: PrecisionPlan, bounds: Mapping[str, flo
     its accumulator (``bounds``: node -> the largest measured on the samples) stays within the type's
     range, tightest first."""
     limit = ctx.target.low.max
-    counts = largest_count(ctx.target.low)
     declared = rules.ModelFacts(ctx)
     found = []
     for node, bound, axes, shape in _sums(ctx, plan, bounds, sample_shapes):
@@ -195,13 +191,10 @@ def size_bounds(ctx: ModelContext, plan: PrecisionPlan, bounds: Mapping[str, flo
             continue
         length = math.prod(shape[a] for a in axes)
         longest = int(length * limit / bound)
-        counted = node.op_type in ctx.target.counts_in_low and longest > counts
-        longest = min(longest, counts) if counted else longest
         grow = (longest / length) ** (1 / len(symbolic))
         found.append(SizeBound(node.name, "×".join(_dim_names(ctx, node.input[0], symbolic)),
                                "×".join(str(shape[a]) for a in symbolic),
-                               "×".join(str(int(shape[a] * grow)) for a in symbolic), bound, length, longest,
-                               counted))
+                               "×".join(str(int(shape[a] * grow)) for a in symbolic), bound, length, longest))
     return sorted(found, key=lambda b: (b.longest / b.length, b.node))
 
 
@@ -233,11 +226,5 @@ def accumulation_pins(ctx: ModelContext, plan: PrecisionPlan, bounds: Mapping[st
                 "headroom", f"its FP16 accumulator ({ctx.target.title}) reaches {bound:.4g} summing "
                             f"{length} elements; the profile's maximum shapes make it {longest}: up to "
                             f"{projected:.4g}, over {low.max:g}/{headroom:g}",
-                (("length", str(length)), ("max_length", str(longest))))
-        elif node.op_type in ctx.target.counts_in_low and longest > largest_count(low):
-            pins[node.name] = Reason(
-                "headroom", f"the profile's maximum shapes make it a mean over {longest} elements: "
-                            f"{ctx.target.title} divides by that count held in FP16, inf from "
-                            f"{largest_count(low) + 1}, and the mean is 0",
                 (("length", str(length)), ("max_length", str(longest))))
     return pins

@@ -34,7 +34,6 @@ baked and twin graphs as the node does: a search costs no more sessions.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -154,12 +153,6 @@ def _mvn(s: Speller) -> str:
 
 
 COUNTED = frozenset({"ReduceMean", "GlobalAveragePool"})  # means whose count is Size(x)/Size(y)
-
-
-def largest_count(low: LowPrecision) -> int:
-    """The most terms whose count ``low`` holds finite (65519 in FP16: 65520 rounds to inf)."""
-    top_ulp = 2.0 ** (math.floor(math.log2(low.max)) - low.significand_bits)
-    return int(low.max + top_ulp / 2) - 1
 
 
 def _count_ratio(s: Speller, out: str, low: LowPrecision) -> str:

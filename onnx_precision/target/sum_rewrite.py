@@ -12,6 +12,14 @@ above FP16's normal minimum 2^-14; 2^k/N lies in [1, 2) and rounds once, by at m
 size of the output's own rounding. 1/N itself is subnormal in FP16 from N = 2^14 and would bias every
 mean by up to 3% at N = 10^6.
 
+Over symbolic axes (PP-OCR's H×W) N is known at run time only: the written model computes it from the
+input's shape (``ReduceProd(Gather(Shape(x), axes))``), k as the count of the powers of two 2^0..2^23 below
+N (exact integer arithmetic: no logarithm whose rounding could miss a power of two; k stops at 24, past
+N = 2^24 the partial sums may pass max|x| by N/2^24), 2^-k by a Gather from a table of FP16 powers of two
+(exact) and 2^k/N in FP32, then cast to FP16 (in [1, 2): one rounding, as above). These are a few nodes of
+shape arithmetic on the host; the mean is never divided by N in FP16, whose count onnxruntime's WebGPU
+shader holds as inf from 65520 (:mod:`.webgpu`).
+
 What the rewrite does not guarantee:
 
 * terms |x|·2^-k below 2^-14 (|x| < 2^(k-14), about N/16384) are subnormal in FP16 and keep fewer bits:
@@ -30,6 +38,7 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -48,27 +57,33 @@ class SumRewrite:
     op_type: str
     axes: tuple[int, ...]
     keepdims: int
-    length: int  # N, the elements each output sums
-    shift: int  # k = ⌈log2 N⌉
+    length: int | None  # N, the elements each output sums; None where a summed axis is symbolic
+    shift: int | None  # k = ⌈log2 N⌉ (None: computed at run time)
+    dims: str = ""  # the summed axes as the model declares them ("H×W"), where N is symbolic
 
     @property
     def scale(self) -> float:
+        assert self.shift is not None
         return 2.0 ** -self.shift
 
     @property
     def rescale(self) -> float:
         """2^k/N as FP16 holds it (1 where N is a power of two: no Mul after)."""
+        assert self.shift is not None and self.length is not None
         return float(np.float16(2.0 ** self.shift / self.length))
 
     @property
     def form(self) -> str:
+        if self.length is None:
+            return f"ReduceSum(x·2^-k)·2^k/N, N = {self.dims} and k = ⌈log2 N⌉ at run time"
         after = "" if self.rescale == 1 else f"·{self.rescale:.6g}"
         return f"ReduceSum(x·2^-{self.shift}){after}"
 
     @property
     def why(self) -> str:
-        return (f"{self.op_type} over {self.length} elements written as {self.form}: its FP16 running sum "
-                f"stays within max|x| (a sum of x would pass 65504 where {self.length}·mean|x| does)")
+        n = self.dims if self.length is None else str(self.length)
+        return (f"{self.op_type} over {n} elements written as {self.form}: its FP16 running sum "
+                f"stays within max|x| (a sum of x would pass 65504 where {n}·mean|x| does)")
 
 
 def sum_rewrite(node: onnx.NodeProto, input_type: onnx.TypeProto | None,
@@ -93,9 +108,11 @@ def sum_rewrite(node: onnx.NodeProto, input_type: onnx.TypeProto | None,
             return None  # no axis reduced: nothing summed
         axes = list(range(rank)) if not given else sorted(a + rank if a < 0 else a for a in given)
     dims = [shape.dim[a] for a in axes if 0 <= a < rank]
-    static = all(d.HasField("dim_value") and d.dim_value > 0 for d in dims)
-    if len(dims) != len(axes) or not dims or not static:
+    if len(dims) != len(axes) or not dims:
         return None
+    if not all(d.HasField("dim_value") and d.dim_value > 0 for d in dims):  # N taken at run time
+        named = "×".join(str(d.dim_value) if d.HasField("dim_value") else d.dim_param or "?" for d in dims)
+        return SumRewrite(node.op_type, tuple(axes), keepdims, None, None, named)
     length = math.prod(d.dim_value for d in dims)
     if not 2 <= length <= LONGEST:
         return None
@@ -150,12 +167,24 @@ def rewritten_nodes(rewrite: SumRewrite, node: onnx.NodeProto, opset: int, fresh
                                       value=numpy_helper.from_array(value, name)))
         return name
 
+    def computed(op_type: str, inputs: list[str], base: str, **attrs: Any) -> str:
+        name = fresh(f"{node.name}__{base}")
+        nodes.append(helper.make_node(op_type, inputs, [name], name=fresh(f"{name}__node"), doc_string=why,
+                                      **attrs))
+        return name
+
     as_type = onnx.helper.tensor_dtype_to_np_dtype(constant_type)
-    scale = constant(np.array(rewrite.scale, np.float16).astype(as_type), "scale")
+    rescale: str | None
+    if rewrite.length is None:
+        scale, rescale = _scales_at_run_time(rewrite, node.input[0], constant, computed, constant_type)
+    else:
+        scale = constant(np.array(rewrite.scale, np.float16).astype(as_type), "scale")
+        rescale = None if rewrite.rescale == 1 else constant(
+            np.array(rewrite.rescale, np.float16).astype(as_type), "rescale_by")
     scaled = fresh(f"{out}__prescaled")
     nodes.append(helper.make_node("Mul", [node.input[0], scale], [scaled],
                                   name=fresh(f"{node.name}__prescale"), doc_string=why))
-    total = out if rewrite.rescale == 1 else fresh(f"{out}__sum")
+    total = out if rescale is None else fresh(f"{out}__sum")
     axes: dict = {}
     inputs = [stored(scaled)]
     if opset >= REDUCE_SUM_AXES_INPUT:
@@ -165,8 +194,33 @@ def rewritten_nodes(rewrite: SumRewrite, node: onnx.NodeProto, opset: int, fresh
     reduce = helper.make_node("ReduceSum", inputs, [total], name=node.name, keepdims=rewrite.keepdims,
                               doc_string=why, **axes)
     nodes.extend([reduce] if sum_nodes is None else sum_nodes(reduce))
-    if rewrite.rescale != 1:
-        rescale = constant(np.array(rewrite.rescale, np.float16).astype(as_type), "rescale_by")
+    if rescale is not None:
         nodes.append(helper.make_node("Mul", [stored(total), rescale], [out],
                                       name=fresh(f"{node.name}__rescale"), doc_string=why))
     return nodes
+
+
+POWERS = 24  # 2^0..2^23: k = how many lie below N, at most 24 (2^-24 is FP16's smallest subnormal)
+
+
+def _scales_at_run_time(rewrite: SumRewrite, x: str, constant: Callable[[np.ndarray, str], str],
+                        computed: Callable[..., str], constant_type: int) -> tuple[str, str]:
+    """2^-k and 2^k/N (FP16 values, of ``constant_type``) computed from ``x``'s shape: N the product of
+    the summed dims, k the count of the powers of two below N (⌈log2 N⌉, exactly, for N <= 2^24)."""
+    as_type = onnx.helper.tensor_dtype_to_np_dtype(constant_type)
+    dims = computed("Gather", [computed("Shape", [x], "shape"), constant(np.array(rewrite.axes, np.int64),
+                                                                         "summed_axes")], "summed_dims")
+    count = computed("ReduceProd", [dims], "count", keepdims=0)
+    below = computed("Less", [constant(2 ** np.arange(POWERS, dtype=np.int64), "powers"), count], "below")
+    shift = computed("ReduceSum", [computed("Cast", [below], "below_count", to=onnx.TensorProto.INT64)],
+                     "shift", keepdims=0)
+    scales = 2.0 ** -np.arange(POWERS + 1)
+    table = constant(scales.astype(np.float16).astype(as_type), "scales")
+    scale = computed("Gather", [table, shift], "scale")
+    powers = constant(2.0 ** np.arange(POWERS + 1, dtype=np.float32), "powers_of_two")
+    n = computed("Cast", [count], "count_float", to=onnx.TensorProto.FLOAT)
+    exact = computed("Div", [computed("Gather", [powers, shift], "power"), n], "exact_rescale")
+    rescale = computed("Cast", [exact], "rescale_fp16", to=onnx.TensorProto.FLOAT16)
+    if constant_type != onnx.TensorProto.FLOAT16:  # the emulation: FP16 values held in FP32
+        rescale = computed("Cast", [rescale], "rescale_by", to=constant_type)
+    return scale, rescale
