@@ -36,7 +36,9 @@ from .float_types import FP16, LowPrecision
 from .format import number
 from .metrics import Comparison, OutputMetrics
 from .oracle import NodeError, TensorStats
+from .oracle.accumulated import AccumulationBounds
 from .plan import Precision, PrecisionPlan, Reason
+from .policy.shape_headroom import accumulation_reach
 from .storage import write_text
 from .target import GENERIC, Target
 from .tolerance import Tolerance
@@ -67,6 +69,10 @@ class NodeRow:
     graph_path: tuple[tuple[str, str], ...] = ()
     note: str = ""
     margins: tuple[float, float] | None = None  # binades to overflow and to underflow in the 16-bit type
+    # where the target sums in FP16: the largest bound of the node's accumulator on the samples (Σ|x|,
+    # |A|·|B|, ...) and how far it holds (policy.shape_headroom.accumulation_reach; "" where not estimated)
+    accumulated: float | None = None
+    holds_to: str = ""
 
     @property
     def active_findings(self) -> tuple[rules.Finding, ...]:
@@ -89,6 +95,8 @@ class NodeRow:
         if self.margins is not None:
             out["margins"] = {"overflow_binades": round(self.margins[0], 3),
                               "underflow_binades": round(self.margins[1], 3)}
+        if self.accumulated is not None:
+            out["fp16_accumulation"] = {"bound": self.accumulated, "holds_to": self.holds_to or None}
         return out
 
 
@@ -166,8 +174,13 @@ class AnalysisResult:
     def table(self, all_rows: bool = False) -> str:
         """A readable table: problems first (where the trouble starts at the top), then the rest."""
         shown = self.rows if all_rows else self.problems
-        header = ("node", "op", "verdict", "FP32 max|x|", "min|x|>0", f"{self.low.name} rel err", "rules")
+        header: tuple[str, ...] = ("node", "op", "verdict", "FP32 max|x|", "min|x|>0",
+                                   f"{self.low.name} rel err", "rules")
         body = [_row_cells(r) for r in shown]
+        if any(r.accumulated is not None for r in self.rows):  # the target sums in FP16
+            limit = f"{self.low.max:g}"
+            header = header[:-1] + (f"{self.low.name} Σ", f"Σ holds to {limit}") + header[-1:]
+            body = [cells[:-1] + _accumulation_cells(r) + cells[-1:] for cells, r in zip(body, shown)]
         widths = [max(len(c[i]) for c in [header] + body) for i in range(len(header) - 1)]
         fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
         lines = self.headline() + [""]
@@ -255,6 +268,12 @@ def _row_cells(r: NodeRow) -> tuple[str, ...]:
     names = ", ".join(dict.fromkeys(f.rule for f in r.active_findings)) or "-"
     verdict = r.verdict + (" (fp32)" if r.forced_fp32 is not None and r.verdict != SAFE else "")
     return (r.node, r.op_type, verdict, max_abs, min_nz, err, names)
+
+
+def _accumulation_cells(r: NodeRow) -> tuple[str, str]:
+    if r.accumulated is None:
+        return ("-", "-")
+    return (number(r.accumulated, 3), r.holds_to or "-")
 
 
 def _reasons(r: NodeRow, low: LowPrecision) -> list[str]:
@@ -372,10 +391,21 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
     rule_run = rules.run_rules(facts)
     rows = build_rows(facts, rule_run.findings, plan, reference, layerwise)
     seconds["rules"] = time.perf_counter() - start
+
+    start = time.perf_counter()  # where the target sums in FP16: each accumulator's bound (one session)
+    accumulated = AccumulationBounds(ctx)
+    bounds = accumulated.measure(samples.feeds)
+    if bounds:
+        shapes = policy.largest({k: [f[k].shape for f in samples.feeds] for k in samples.feeds[0]})
+        reach = accumulation_reach(ctx, plan, bounds, shapes)
+        rows = tuple(replace(r, accumulated=bounds[r.node], holds_to=reach.get(r.node, ""))
+                     if r.node in bounds else r for r in rows)
+        seconds["accumulation"] = time.perf_counter() - start
     log.debug("analyze %s: %s", model_path, ", ".join(f"{k} {v:.2f}s" for k, v in seconds.items()))
     return AnalysisResult(model_path, samples.source, samples.synthetic, len(samples.feeds), tol, rows,
                           outputs, reference.first_nonfinite, tuple(warnings), oracle.EMULATE,
-                          session.sessions_built, session.probes_run, seconds, rule_run.skipped,
+                          session.sessions_built + accumulated.sessions_built, session.probes_run, seconds,
+                          rule_run.skipped,
                           ctx.target.name, low=ctx.target.low)
 
 

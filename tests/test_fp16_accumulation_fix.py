@@ -4,6 +4,7 @@ plan holds. Each model is built inline."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import onnx
@@ -146,3 +147,30 @@ def test_a_mean_over_symbolic_h_w_is_rewritten_with_its_scale_computed_at_run_ti
     plain = str(tmp_path / "plain.onnx")
     assert main(["convert", path, "-o", plain, *data, "-q"]) == 0
     assert main(["check", path, plain, *data, "--target", "webgpu", "-q"]) == 1
+
+
+# --- analyze's accumulation column -----------------------------------------------------------------------
+
+def test_analyze_on_webgpu_shows_each_fp16_sum_and_how_far_it_holds(tmp_path, capsys):
+    nodes = [h.make_node("ReduceSum", ["x"], ["s"], name="total", axes=[2, 3], keepdims=1),
+             h.make_node("MatMul", ["a", "b"], ["m"], name="mm")]
+    model = _model(nodes, [("x", [1, 2, "H", "W"]), ("a", [4, 4096]), ("b", [4096, 4])],
+                   [("s", [1, 2, 1, 1]), ("m", [4, 4])], 12)
+    path = str(tmp_path / "acc.onnx")
+    onnx.save(model, path)
+    data = ["--input-shapes", "x:1x2x128x128", "--input-range", "x:0.9,1.5", "--input-range", "a:1.9,2.1",
+            "--input-range", "b:1.9,2.1", "--all"]
+    report = str(tmp_path / "acc.json")
+    assert main(["analyze", path, *data, "--target", "webgpu", "--json", report]) == 0
+    table = [re.split(r"  +", line) for line in capsys.readouterr().out.splitlines()]
+    header = next(i for i, cells in enumerate(table) if cells[0] == "node")
+    # Σ|x| over 128×128 terms of ~1.2 holds to 233×233 (as convert's summary says); the MatMul's 4096
+    # products of ~4 reach 1.64e4: 65504 holds to ~16 400 terms
+    assert [cells[-3:] for cells in table[header:header + 3]] == [
+        ["FP16 Σ", "Σ holds to 65504", "rules"], ["1.97e+04", "H×W = 233×233", "-"],
+        ["1.64e+04", "16356 terms", "-"]]
+    rows = {r["node"]: r for r in json.load(open(report))["rows"]}
+    assert rows["total"]["fp16_accumulation"]["holds_to"] == "H×W = 233×233"
+    assert rows["mm"]["fp16_accumulation"]["holds_to"] == "16356 terms"
+    assert main(["analyze", path, *data]) == 0  # generic sums in FP32: no column
+    assert "Σ" not in capsys.readouterr().out

@@ -228,3 +228,21 @@ def accumulation_pins(ctx: ModelContext, plan: PrecisionPlan, bounds: Mapping[st
                             f"{projected:.4g}, over {low.max:g}/{headroom:g}",
                 (("length", str(length)), ("max_length", str(longest))))
     return pins
+
+
+def accumulation_reach(ctx: ModelContext, plan: PrecisionPlan, bounds: Mapping[str, float],
+                       sample_shapes: Shapes) -> dict[str, str]:
+    """Node -> how far its FP16 accumulator holds, estimated as :func:`size_bounds` does: the size of
+    the symbolic axes it sums over ("H×W = 233×233"), else the number of terms ("54512 terms"), or
+    "past it on the samples" (for ``analyze``'s accumulation column)."""
+    limit = ctx.target.low.max
+    symbolic = {b.node: b for b in size_bounds(ctx, plan, bounds, sample_shapes)}
+    reach = {}
+    for node, bound, axes, shape in _sums(ctx, plan, bounds, sample_shapes):
+        if bound >= limit:
+            reach[node.name] = "past it on the samples"
+        elif node.name in symbolic:
+            reach[node.name] = f"{symbolic[node.name].axes} = {symbolic[node.name].holds_to}"
+        else:
+            reach[node.name] = f"{int(math.prod(shape[a] for a in axes) * limit / bound)} terms"
+    return reach
