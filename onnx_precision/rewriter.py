@@ -437,6 +437,14 @@ class _Rewriter:
         self.rewrite_graph(self.model.graph, None, None)
         if self.fused:
             self.casts_added -= _drop_dead_casts(self.model.graph, self.added_casts)
+            # what the fused nodes alone read (a Pow's exponent, an epsilon now an attribute) is gone,
+            # and not counted as converted or kept in both types
+            given = {i.name: i.data_type for i in self.ctx.model.graph.initializer}
+            for init in _drop_unread_initializers(self.model.graph, self.ctx.model):
+                if init.name not in given:
+                    self.duplicated -= 1
+                elif init.data_type != given[init.name]:
+                    self.converted -= 1
             self.notes.append(f"{self.fused} decomposed LayerNorm(s) written as one LayerNormalization each, "
                               f"named after their last Add (statistics in FP32, stash_type 1), so that "
                               f"onnxruntime's LayerNormFusion cannot bind mixed types")
@@ -489,6 +497,22 @@ def _drop_dead_casts(graph: onnx.GraphProto, added: set[str]) -> int:
     return dropped
 
 
+def _drop_unread_initializers(graph: onnx.GraphProto, original: onnx.ModelProto) -> list[onnx.TensorProto]:
+    """Remove the initializers of ``graph`` that no node (a subgraph's included) or output reads any
+    more, but that ``original`` read or that the rewrite added (a fusion took their readers); returns
+    them. One ``original`` left unread stays: the model as it was given."""
+    def reads(g: onnx.GraphProto) -> set[str]:
+        return ({i for ref in walk_nodes(g) for i in ref.node.input} | {o.name for o in g.output}
+                | {v.name for v in g.input})
+
+    read, before = reads(graph), reads(original.graph)
+    given = {i.name for i in original.graph.initializer}
+    dead = [i for i in graph.initializer if i.name not in read and (i.name in before or i.name not in given)]
+    for init in dead:
+        graph.initializer.remove(init)
+    return dead
+
+
 def _default_opset_for(model: onnx.ModelProto) -> int:
     """The ai.onnx opset released with the model's other opsets (for models importing only ML ops)."""
     imported = {o.domain: o.version for o in model.opset_import}
@@ -513,13 +537,15 @@ def _listed(names: list[str], shown: int = 3) -> str:
     return ", ".join(f"'{n}'" for n in names[:shown]) + more
 
 
-def _flush_notes(plan: PrecisionPlan, shown: int = 3) -> list[str]:
-    """Say which FP16 nodes lose tiny weight values to zero: harmless, but never silent."""
+def _flush_notes(ctx: ModelContext, plan: PrecisionPlan, shown: int = 3) -> list[str]:
+    """Say which FP16 nodes lose tiny weight values to zero: harmless, but never silent. Only the
+    notes of the node's own type count: a BF16 fallback node keeps the reason FP16 failed there."""
     flushed = [
         (name, r.detail)
         for name in plan.low_nodes
         for r in plan.decisions[name].reasons
         if r.source == "initializer"
+        and r == policy.blockers(ctx, low_of(plan.precision(name))).notes.get(name)
     ]
     if not flushed:
         return []
@@ -550,7 +576,7 @@ def rewrite(ctx: ModelContext, plan: PrecisionPlan, fuse_layer_norms: bool = Tru
     notes = list(rewriter.notes)
     if forced:
         notes.append(f"{len(forced)} node(s) kept FP32 because FP16 is not possible there")
-    notes.extend(_flush_notes(resolved))
+    notes.extend(_flush_notes(ctx, resolved))
     changed = any((rewriter.casts_added, rewriter.converted, rewriter.duplicated, rewriter.fused,
                    rewriter.rewritten, rewriter.retyped))
     if changed or not any(p.key.startswith(PROVENANCE) for p in out.metadata_props):

@@ -235,6 +235,22 @@ def layer_norm_pins(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
     return plan.with_fp32_reasons(pins) if pins else plan
 
 
+def tied(ctx: ModelContext) -> Mapping[str, tuple[str, ...]]:
+    """Node -> the nodes of its decomposed LayerNorm that the written LayerNormalization computes in
+    one type with it (:func:`layer_norm_pins` pins them all FP32 otherwise): its tail (Mul and last
+    Add), and where the target computes the statistics in the input's precision all nine; a node of
+    none is not a key. Found once per context."""
+    return ctx.memo(_tied)
+
+
+def _tied(ctx: ModelContext) -> Mapping[str, tuple[str, ...]]:
+    out: dict[str, tuple[str, ...]] = {}
+    for ln in decomposed_layer_norms(ctx):
+        group = ln.nodes if ctx.target.normalizes_in_input_precision else (ln.mul, ln.add)
+        out.update(dict.fromkeys(group, group))
+    return out
+
+
 def written_forms(ctx: ModelContext) -> Mapping[str, onnx.NodeProto]:
     """Node -> the node the written model computes in its place, which the emulation of every plan
     computes there, in the type of the pattern's tail (one type once pinned, :func:`layer_norm_pins`):

@@ -16,6 +16,13 @@ made the pin. A headroom, range, rule or initializer pin never goes back to FP16
 *because* passing on the samples is not enough (a value within the headroom factor of FP16's
 maximum, or past it; a rule's finding; a constant FP16 cannot hold), so no probe can undo it.
 
+A decomposed LayerNorm is written as one LayerNormalization, in one type
+(:func:`onnx_precision.policy.tied`: its tail, and under TensorRT all nine nodes): a candidate in one
+is tried with the nodes tied to it, FP16 in the FP16 plan and FP32 only with their LayerNorm in the
+file it writes, so that the LayerNorm is written in BF16 whole (as ``--low-precision bf16`` writes
+it) rather than pinned FP32 around a BF16 epsilon; they go back to FP16 with it, and a candidate tied
+to a node that stays FP32 for another reason is not tried (its LayerNorm is written FP32 whatever).
+
 The plan chosen is the plan written: its LayerNorm pins applied
 (:func:`onnx_precision.policy.layer_norm_pins`, as the emulation applies them to every plan it
 runs), and its notes count each candidate once, in the precision it is written in. A budget
@@ -38,7 +45,15 @@ from ..costs import Clock, Counted
 from ..errors import InternalError
 from ..float_types import LowPrecision
 from ..plan import NodeDecision, Precision, PrecisionPlan, Reason
-from ..policy import always_fp32, blockers, headroom_pins, held_in, layer_norm_pins
+from ..policy import (
+    blockers,
+    decomposed_layer_norms,
+    forced_fp32,
+    headroom_pins,
+    held_in,
+    layer_norm_pins,
+    tied,
+)
 from ..tradeoff import PlanPoint
 from .driver import FlopShare, Progress, SearchBudget, SearchSpace, run_search
 from .prober import Prober
@@ -71,7 +86,13 @@ def fallback_candidates(ctx: ModelContext, plan: PrecisionPlan, low: LowPrecisio
     (an epsilon of 1e-10 flushes to zero in FP16) is a candidate where ``low`` holds that constant."""
     typing = ctx.typing_in(low)
     own = blockers(ctx, low).forced
-    fixed = always_fp32(ctx) - held_in(ctx, low)  # what the emulation keeps FP32 in ``low`` too
+    forced = forced_fp32(ctx)
+    # what the emulation keeps FP32 in ``low`` too: a LayerNorm's statistics, FP32 inside the node
+    # written whatever the plan (an epsilon there included, which ``low`` would hold), and what only
+    # the target's type cannot hold
+    inside = frozenset() if ctx.target.normalizes_in_input_precision else frozenset(
+        n for ln in decomposed_layer_norms(ctx) for n in ln.inside)
+    fixed = inside | (forced - held_in(ctx, low))
     numerical = [n for n in plan.fp32_nodes if (t := typing.get(n)) is not None and t.has_float
                  and plan.decisions[n].reasons
                  and all(r.source in NUMERICAL for r in plan.decisions[n].reasons)]
@@ -88,12 +109,19 @@ def fallback_candidates(ctx: ModelContext, plan: PrecisionPlan, low: LowPrecisio
         elif name in past:  # a value past the type's headroom, or its maximum (the detail says which)
             untried[name] = past[name].detail
         elif name in fixed:
-            kept = blockers(ctx).forced.get(name)
+            kept = None if name in inside else blockers(ctx).forced.get(name)
             why = kept.detail if kept is not None else "inside a LayerNormalization that computes it in FP32"
             untried[name] = f"{why}; the emulation keeps it FP32"
         else:
             out.append(name)
-    return out, untried
+    ties = tied(ctx)
+    # a node tied to one that stays FP32 (not tried, or pinned for another reason) is written FP32 with
+    # it, whatever it is tried in
+    held = {n: other for n in out for other in ties.get(n, ()) if other not in out and not plan.is_low(other)}
+    for name, other in held.items():
+        untried[name] = (f"written in one LayerNormalization ('{ties[name][-1]}') with '{other}', which "
+                         f"stays FP32")
+    return [n for n in out if n not in held], untried
 
 
 def try_fallback(ctx: ModelContext, prober: Prober, session: Counted, clock: Clock, plan: PrecisionPlan,
@@ -112,6 +140,12 @@ def try_fallback(ctx: ModelContext, prober: Prober, session: Counted, clock: Clo
     # the FP16 plan's reasons stay: they say why FP16 failed there
     decisions = dict(plan.decisions)
     decisions.update({n: NodeDecision(precision, plan.decisions[n].reasons + (why_low,)) for n in candidates})
+    ties = tied(ctx)
+    companions = {n: ties[c][-1] for c in candidates for n in ties.get(c, ()) if plan.is_low(n)}
+    decisions.update({n: NodeDecision(precision, (Reason("search", f"written in one LayerNormalization "
+                                                                    f"('{ln}') with what FP16 fails there; "
+                                                                    f"{low.name} holds"),))
+                      for n, ln in companions.items()})
     trial = PrecisionPlan(decisions, plan.fp16_io)
     spent = _Spent(budget)
     with clock.phase("fallback") as phase:
@@ -139,12 +173,13 @@ def try_fallback(ctx: ModelContext, prober: Prober, session: Counted, clock: Clo
                 notes.append(_cut_note(low, cut, "kept the cheapest passing plan probed; it is not proven "
                                                  "minimal"))
             trial = _fp32_again(found.plan, plan, low, frozenset(candidates), cut)
-        trial, cut = _back_to_fp16(prober, trial, precision, plan, spent)
+        trial, cut = _back_to_fp16(prober, trial, precision, plan, ties, spent)
         if cut:
             notes.append(_cut_note(low, cut, "some BF16 nodes were not tried back in FP16"))
         phase.count(session, probes=spent.probes)
     written = layer_norm_pins(ctx, trial)
-    return FallbackResult(written, tuple(points), (_counts(written, candidates, low), *notes), spent.probes)
+    counts = _counts(written, candidates, list(companions), low)
+    return FallbackResult(written, tuple(points), (counts, *notes), spent.probes)
 
 
 class _Spent:
@@ -168,9 +203,11 @@ def _cut_note(low: LowPrecision, why: str, what: str) -> str:
     return f"--fallback {low.precision}: {why} (it bounds the FP16 search and the fallback together): {what}"
 
 
-def _counts(written: PrecisionPlan, candidates: Sequence[str], low: LowPrecision) -> str:
-    """Each candidate once, in the precision ``written`` gives it."""
+def _counts(written: PrecisionPlan, pins: Sequence[str], companions: Sequence[str], low: LowPrecision) -> str:
+    """Each candidate once, in the precision ``written`` gives it: the ``pins`` and their
+    ``companions`` (tried with them: FP32 in the FP16 plan's file only for their LayerNorm)."""
     precision = Precision(low.precision)
+    candidates = [*pins, *companions]
     held = [n for n in candidates if written.precision(n) is precision]
     fp16 = [n for n in candidates if written.precision(n) is Precision.FP16]
     fp32 = [n for n in candidates if written.precision(n) is Precision.FP32]
@@ -191,7 +228,8 @@ def _counts(written: PrecisionPlan, candidates: Sequence[str], low: LowPrecision
                      f"plan)")
     if fp16:
         parts.append(f"{len(fp16)} went back to FP16 once the others were FP32/{low.name}")
-    return f"--fallback {low.precision}: of {len(candidates)} FP32 pin(s) tried, " + ", ".join(parts)
+    tied_in = f" ({len(companions)} of them only for their LayerNorm, tried with it)" if companions else ""
+    return f"--fallback {low.precision}: of {len(candidates)} FP32 pin(s) tried{tied_in}, " + ", ".join(parts)
 
 
 def _fp32_again(found: PrecisionPlan, fp16_plan: PrecisionPlan, low: LowPrecision,
@@ -210,17 +248,25 @@ def _fp32_again(found: PrecisionPlan, fp16_plan: PrecisionPlan, low: LowPrecisio
 
 
 def _back_to_fp16(prober: Prober, plan: PrecisionPlan, precision: Precision, fp16_plan: PrecisionPlan,
-                  spent: _Spent) -> tuple[PrecisionPlan, str]:
+                  ties: Mapping[str, tuple[str, ...]], spent: _Spent) -> tuple[PrecisionPlan, str]:
     """Each node in ``precision`` that ``fp16_plan`` pinned for a measurement alone
-    (:data:`MEASURED_ONLY`) tried in FP16, one at a time, kept there where every sample passes;
-    returns the plan and why the budget stopped the tries ("" when it did not)."""
+    (:data:`MEASURED_ONLY`) tried in FP16, one at a time with the nodes ``ties`` gives it (back to
+    their FP16-plan decisions), kept there where every sample passes; returns the plan and why the
+    budget stopped the tries ("" when it did not)."""
+    back = Reason("search", "passes in FP16 once the others are off it")
+    tried: set[str] = set()
     for name in plan.nodes_in(precision):
-        if not all(r.source in MEASURED_ONLY for r in fp16_plan.decisions[name].reasons):
+        if name in tried:
+            continue
+        unit = [n for n in ties.get(name, (name,)) if plan.precision(n) is precision]
+        tried.update(unit)
+        if not all(fp16_plan.is_low(n) or {r.source for r in fp16_plan.decisions[n].reasons} <= MEASURED_ONLY
+                   for n in unit):
             continue
         if cut := spent.cut():
             return plan, cut
-        trial = plan.with_precision([name], Precision.FP16, Reason("search", "passes in FP16 once the "
-                                                                             "others are off it"))
+        trial = plan.with_reasons(Precision.FP16, {n: fp16_plan.decisions[n].reasons if fp16_plan.is_low(n)
+                                                   else (back,) for n in unit})
         spent.probes += 1
         if prober.passes(trial)[0]:
             plan = trial
