@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -53,10 +53,10 @@ from . import quantized, typing_rules
 from .context import ModelContext, Upgrade
 from .data import SampleSpec
 from .errors import ModelLoadError, PrecisionError, UsageError
-from .float_types import BF16, LowPrecision
-from .graph import is_onnx_domain, sort_topologically, walk_nodes
-from .plan import PrecisionPlan
-from .target import Target
+from .float_types import BF16, LowPrecision, low_of
+from .graph import is_onnx_domain, onnx_opset, sort_topologically, walk_nodes
+from .plan import Precision, PrecisionPlan
+from .target import GENERIC, Target
 
 logger = logging.getLogger(__name__)
 
@@ -168,6 +168,45 @@ def upgrade(model: onnx.ModelProto, path: str, base_dir: str, *, target: Target,
     return upgraded, (f"{step} so that {need.ops_text} {take} {low.type_name} (onnx's version converter); "
                       f"the upgraded FP32 model matches the original on the samples ({agreement}) and is the "
                       f"FP32 reference; the written model is at opset {need.opset}",)
+
+
+def written_context(ctx: ModelContext, plan: PrecisionPlan, reload: Callable[[Target], ModelContext],
+                    ) -> tuple[ModelContext, PrecisionPlan]:
+    """The context the written model is made from, and the plan to write into it: ``ctx`` and
+    ``plan``, unless ``ctx``'s model was upgraded (:func:`upgrade`) and ``plan`` has no node that
+    needs it (none is in a 16-bit type that its op takes only at the raised opset, as the Convs of a
+    ``--fallback bf16`` run that all stay FP16): then the model as given, at its own opset (``reload``:
+    loaded with the target it is given, not upgraded), with a note saying so in place of the
+    upgrade's, and ``plan`` for its nodes (the upgrade keeps every node's name; the nodes its adapters
+    added are left out), resolved again when written. The written model is verified as always. A
+    ``--low-precision bf16`` run keeps ``ctx``: its 16-bit nodes are BF16."""
+    if not ctx.notes or ctx.target.low is BF16:
+        return ctx, plan
+    # loaded for an FP16 target, which refuses nothing below BF16's Cast opset; the run's target is
+    # put back once the original is the model to write
+    original = reload(GENERIC)
+    current, raised = onnx_opset(original.model), onnx_opset(ctx.model)
+    if current == raised:
+        return ctx, plan  # the upgrade was not applied (its note says why)
+    lows = sorted({d.precision for d in plan.decisions.values() if d.precision.is_low})
+    for precision in lows:
+        ops = set(needed_opset(original.model, ctx.target, low_of(precision)).ops)
+        # below the type's Cast opset every node in it needs the upgrade
+        if any(plan.decisions[ref.name].precision is precision and ("Cast" in ops or ref.node.op_type in ops)
+               for ref in original.nodes if ref.name in plan.decisions):
+            return ctx, plan
+    low = BF16 if wants_bf16(ctx.target) else ctx.target.low
+    upgraded_for = needed_opset(original.model, ctx.target, low)
+    what = (f"no node of {upgraded_for.ops_text} is {low.name}" if Precision(low.precision) in lows
+            else f"no node went {low.name}")
+    note = (f"opset kept at {current}: {what} (the plan was measured on the model raised to opset {raised}, "
+            f"which matches it on the samples; the model written at opset {current} is verified as always)")
+    # a model with no BF16 node is written, loaded and verified for the target's FP16 alone (below
+    # opset 13 a BF16 target refuses it); every target is a frozen dataclass
+    target = ctx.target if Precision.BF16 in lows else replace(ctx.target, fallback=None)  # type: ignore[type-var]
+    kept = replace(original, target=target, keep_float64=ctx.keep_float64, notes=(note,))
+    return kept, PrecisionPlan({ref.name: plan.decisions[ref.name] for ref in original.nodes
+                                if ref.name in plan.decisions}, plan.fp16_io)
 
 
 def _converted(model: onnx.ModelProto, opset: int) -> tuple[onnx.ModelProto | None, str]:

@@ -23,19 +23,20 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cached_property, partial
 from typing import TYPE_CHECKING, Union
 
 import numpy as np
 import onnx
 
-from .. import helper_sessions, storage
+from .. import helper_sessions, opset_upgrade, storage
 from ..context import IN_MEMORY, ModelContext, in_memory_context, load_model
 from ..costs import PhaseCost
 from ..data import SampleSpec, in_memory_spec
 from ..errors import SearchError, UsageError
 from ..plan import PrecisionPlan
 from ..rewriter import RewriteResult, rewrite
+from ..target import Target
 from ..vocab import MODES, Status
 from . import run
 from .written_check import check_written
@@ -142,6 +143,8 @@ def convert_model(model: onnx.ModelProto | str | os.PathLike[str], samples: Samp
     plan, auto_result, warnings = run.planned(ctx, options, progress)
     if auto_result is not None and not auto_result.writable:
         raise SearchError(f"{auto_result.message} (nothing converted)")
+    original = partial(_context, model, base_dir, options, upgrade=False)  # at its opset, for a target
+    ctx, plan = opset_upgrade.written_context(ctx, plan, original)
     started = time.perf_counter()
     if progress is not None:
         progress("write", 0, 0, None)
@@ -194,17 +197,19 @@ def _sample_spec(samples: object, options: run.ConvertOptions) -> SampleSpec:
     return in_memory_spec(samples, options.samples)
 
 
-def _context(model: object, base_dir: Path | None, options: run.ConvertOptions) -> ModelContext:
-    """The model's context: a path loaded as the CLI loads it, a ModelProto checked as a file is."""
+def _context(model: object, base_dir: Path | None, options: run.ConvertOptions, target: Target | None = None,
+             upgrade: bool = True) -> ModelContext:
+    """The model's context: a path loaded as the CLI loads it, a ModelProto checked as a file is
+    (``target``: the options' by default; ``upgrade``: its opset raised as the run needs)."""
+    target = options.target if target is None else target
+    raised = run.upgrade_for(options) if upgrade else None
     if isinstance(model, (str, os.PathLike)):
         if base_dir is not None:
             raise UsageError("base_dir: only for a ModelProto (a model file's external data is relative to "
                              "the file's own directory)")
-        return load_model(os.fspath(model), options.custom_op_libraries, options.target,
-                          run.upgrade_for(options))
+        return load_model(os.fspath(model), options.custom_op_libraries, target, raised)
     if not isinstance(model, onnx.ModelProto):
         raise UsageError(f"model: expected an onnx.ModelProto or the path of an .onnx file; got "
                          f"{type(model).__name__}")
     directory = None if base_dir is None else os.fspath(base_dir)
-    return in_memory_context(model, directory, options.custom_op_libraries, options.target,
-                             run.upgrade_for(options))
+    return in_memory_context(model, directory, options.custom_op_libraries, target, raised)

@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 from .. import helper_sessions, opset_upgrade, policy, quant_reference, storage
@@ -335,6 +336,8 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
         _stage_reports(_report(ctx, outcome), options, outputs)
         outputs.commit()
         raise SearchError(f"{auto_result.message} (no model written; report: {options.report_json})")
+    original = partial(load_model, model_path, options.custom_op_libraries)  # at its opset, for a target
+    ctx, plan = opset_upgrade.written_context(ctx, plan, original)
     started = time.perf_counter()
     if progress is not None:
         progress("write", 0, 0, None)
