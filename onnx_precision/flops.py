@@ -8,25 +8,34 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from .graph import walk_nodes
+from .graph import graphs, is_onnx_domain, walk_nodes
 from .plan import PrecisionPlan
 from .typing_rules.inference import weightless
+
+_FLOATS = frozenset((onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT,
+                     onnx.TensorProto.DOUBLE))
+# A Constant is a value, not a computation; Shape and Size read a tensor's shape, not its values
+_NO_FLOAT_COMPUTE = ("Constant", "Shape", "Size")
 
 
 def estimate_flops(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> dict[str, float]:
     """Rough FLOPs per node: 2*M*N*K for MatMul/Gemm, 2*out*(C/group*kernel) for Conv, the larger
     of the first input's and the output's size for everything else (so a reduction counts what it
-    reads); 1 where shapes are unknown (e.g. inside subgraphs); 0 for a Constant.
+    reads); 1 where shapes are unknown (e.g. inside subgraphs). A node that computes in no float type
+    has 0 and every other at least 1 (:meth:`FlopShares.counted` reads that): a Constant, Shape, Size,
+    and a node that reads and writes no float tensor (integer arithmetic on shapes and indices: an
+    int64 Mul computes, but in no precision a plan chooses, so it is no part of a 16-bit share).
 
-    Shapes come from ONNX shape inference with the graph inputs fixed to ``input_shapes`` (the
-    first sample's), so symbolic dimensions resolve. Only for the report's FLOP share.
+    Shapes and types come from ONNX shape inference with the graph inputs fixed to ``input_shapes``
+    (the first sample's), so symbolic dimensions resolve; a value whose type inference leaves unknown
+    counts as float. Only for the shares of compute and for weighing pins.
     """
-    shapes = _inferred_shapes(model, input_shapes)
+    shapes, types = _inferred(model, input_shapes)
     flops: dict[str, float] = {}
     for ref in walk_nodes(model.graph):
         node = ref.node
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-            flops[node.name] = 0.0  # a value, not a computation
+        if not _computes_in_float(node, types):
+            flops[node.name] = 0.0
             continue
         out = shapes.get(node.output[0]) if node.output else None
         out_size = float(np.prod(out)) if out is not None else 1.0
@@ -53,8 +62,18 @@ def _flops_per_output(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]
     return None
 
 
-def _inferred_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]],
-                     ) -> dict[str, tuple[int, ...]]:
+def _computes_in_float(node: onnx.NodeProto, types: Mapping[str, int]) -> bool:
+    """Whether ``node`` computes on float values: not a Constant, Shape or Size, and it reads or
+    writes a float tensor (or one whose type is unknown)."""
+    if is_onnx_domain(node.domain) and node.op_type in _NO_FLOAT_COMPUTE:
+        return False
+    values = [name for name in [*node.input, *node.output] if name]
+    return any(name not in types or types[name] in _FLOATS for name in values)
+
+
+def _inferred(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]],
+              ) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:
+    """Every value's static shape (main graph) and element type (subgraphs too), as inferred."""
     shell = weightless(model)
     graph = shell.graph
     # A negative dim is no shape (converters write -1 for "unknown"); left in, inference keeps it and
@@ -86,15 +105,33 @@ def _inferred_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence
                 shapes[value.name] = dims
     for init in model.graph.initializer:
         shapes.setdefault(init.name, tuple(init.dims))
-    return shapes
+    types: dict[str, int] = {}
+    for graph in graphs(inferred.graph):
+        for value in list(graph.input) + list(graph.value_info) + list(graph.output):
+            if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type:
+                types[value.name] = value.type.tensor_type.elem_type
+    for graph in graphs(model.graph):
+        types.update((init.name, init.data_type) for init in graph.initializer)
+    return shapes, types
+
+
+def counted_nodes(plan: PrecisionPlan, node_flops: Mapping[str, float]) -> tuple[str, ...]:
+    """The nodes of ``plan`` that compute in a float type, the ones its counts and shares count: those
+    with estimated FLOPs (:func:`estimate_flops` gives the others 0: a Shape or an int64 Mul is
+    planned like any node, and its precision changes nothing it computes), every node where no FLOPs
+    were estimated."""
+    if not node_flops:
+        return tuple(plan.decisions)
+    return tuple(n for n in plan.decisions if node_flops.get(n, 0.0) > 0)
 
 
 def precision_shares(plan: PrecisionPlan, node_flops: Mapping[str, float],
                      apart: Collection[str] = ()) -> dict[str, float]:
-    """Each precision's share of the estimated FLOPs of ``plan``'s nodes (where no FLOPs are
-    estimated, by node count), the precisions in the plan only; the nodes ``apart`` (quantized
-    compute: :attr:`..quantized.Quantization.compute`) are left out, so the shares are the remainder's."""
-    flops = {n: node_flops.get(n, 0.0) for n in plan.decisions if n not in apart}
+    """Each precision's share of the estimated FLOPs of ``plan``'s nodes that compute in a float type
+    (:func:`counted_nodes`; where no FLOPs are estimated, by node count), the precisions in the plan
+    only; the nodes ``apart`` (quantized compute: :attr:`..quantized.Quantization.compute`) are left
+    out, so the shares are the remainder's."""
+    flops = {n: node_flops.get(n, 0.0) for n in counted_nodes(plan, node_flops) if n not in apart}
     total = sum(flops.values())
     shares: dict[str, float] = {}
     for name in flops:
@@ -119,6 +156,15 @@ class FlopShares:
     def of(self) -> str:
         """What the shares are of, as the summary says it ("80.0% of estimated FLOPs")."""
         return "of the non-quantized estimated FLOPs" if self.quantized else "of estimated FLOPs"
+
+    def counted(self, plan: PrecisionPlan) -> tuple[str, ...]:
+        """The nodes of ``plan`` its node counts count: those that compute in a float type
+        (:func:`counted_nodes`), quantized compute included."""
+        return counted_nodes(plan, self.node_flops)
+
+    def low_nodes(self, plan: PrecisionPlan) -> tuple[str, ...]:
+        """The counted nodes in a 16-bit type."""
+        return tuple(n for n in self.counted(plan) if plan.is_low(n))
 
     def by_precision(self, plan: PrecisionPlan) -> dict[str, float]:
         """Each precision's share (:func:`precision_shares`)."""

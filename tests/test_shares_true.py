@@ -62,6 +62,15 @@ def written_precisions(model: onnx.ModelProto) -> dict[str, str]:
     return out
 
 
+def computing(model: onnx.ModelProto) -> set[str]:
+    """The nodes of ``model`` that compute in a float type, the ones a plan's counts and shares count: a
+    node with a float value (:func:`written_precisions`) but a Constant (a value, as an initializer is),
+    Shape and Size (they read a tensor's shape, not its values). A precision planned for any other
+    node (an int64 Mul, a Shape) states nothing of the file."""
+    values = {n.name: n.op_type for n in _nodes(model)}
+    return {n for n in written_precisions(model) if values[n] not in ("Constant", "Shape", "Size")}
+
+
 def _computed_in(original: onnx.ModelProto, written: onnx.ModelProto) -> dict[str, str]:
     """Original node -> the written node that computes it: itself, or, for a node the rewriter fused
     away (a decomposed LayerNorm's), the first node downstream of it that the written file keeps."""
@@ -118,8 +127,9 @@ def audit(tmp_path, model: str, data: str, *flags: str) -> list[str]:
     written = onnx.load(stem + ".onnx")
     loaded = load_model(model)  # its nodes named as the tool names them
     original = loaded.model
+    float_compute = computing(original)
     with open(stem + ".plan.json", encoding="utf-8") as f:
-        plan = {n: d["precision"] for n, d in json.load(f)["nodes"].items()}
+        plan = {n: d["precision"] for n, d in json.load(f)["nodes"].items() if n in float_compute}
     report = None
     if os.path.exists(stem + ".report.json"):
         with open(stem + ".report.json", encoding="utf-8") as f:
@@ -292,3 +302,82 @@ def test_the_checker_reads_each_nodes_precision_from_the_written_types():
     for node, name in zip(model.graph.node, ("c1", "relu", "c2", "neg")):
         node.name = name
     assert written_precisions(model) == {"c1": "fp16", "relu": "fp16", "c2": "fp32", "neg": "fp32"}
+
+
+# --- nodes that compute in no float type -----------------------------------------------------------
+
+def _saved(tmp_path, model: onnx.ModelProto, x: np.ndarray) -> tuple[str, str]:
+    """``model`` and a feed of its input ``x`` saved in tmp_path."""
+    path, data = str(tmp_path / "m.onnx"), str(tmp_path / "m.npz")
+    onnx.save(model, path)
+    np.savez(data, x=x)
+    return path, data
+
+
+def _printed(tmp_path, path: str, data: str, *flags: str) -> list[str]:
+    """What ``convert`` prints of ``path`` (to tmp_path/again.onnx)."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        main(["convert", path, "-o", str(tmp_path / "again.onnx"), "--inputs", data, *flags])
+    return printed.getvalue().splitlines()
+
+
+def test_a_shape_computation_is_no_16_bit_node_of_the_counts_or_the_share(tmp_path):
+    # Shape -> ReduceProd -> Mul computes the Reshape's target in int64: planned FP16 with every node,
+    # they were counted so ("FP16: 6/6 nodes", 100.0%), the Shape at its input's 128 FLOPs, where the
+    # written file computes them in no float type (its 16-bit share of those FLOPs: 66.15%)
+    path, data = _saved(tmp_path, parse("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[2,64] x) => (float[128] y) <float[1] half = {0.5}> {
+            s = Shape (x)
+            p = ReduceProd <keepdims = 1> (s)
+            one = Constant <value = int64[1] {1}> ()
+            n = Mul (p, one)
+            r = Reshape (x, n)
+            y = Mul (r, half)
+        }"""), np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32))
+    assert audit(tmp_path, path, data) == []
+    printed = _printed(tmp_path, path, data)
+    assert printed[0].endswith("again.onnx: 2 node(s) FP16, 0 FP32, 2 Cast(s) added, 1 initializer(s) "
+                               "converted, 0 kept in both precisions")
+    assert "FP16: 2/2 nodes (100.0%), 100.0% of estimated FLOPs" in printed
+    report = _report(tmp_path)
+    assert {n: v["flops"] for n, v in report["nodes"].items()} == {
+        "node_of_s": 0.0, "node_of_p": 0.0, "node_of_one": 0.0, "node_of_n": 0.0, "node_of_r": 128.0,
+        "node_of_y": 128.0}
+    assert (report["fp16_share"]["fp16_nodes"], report["fp16_share"]["total_nodes"]) == (2, 2)
+    with open(tmp_path / "o.plan.json", encoding="utf-8") as f:  # the plan file keeps its format: all nodes
+        assert list(json.load(f)["nodes"]) == ["node_of_s", "node_of_p", "node_of_one", "node_of_n",
+                                               "node_of_r", "node_of_y"]
+
+
+def test_an_integer_index_computation_is_not_counted(tmp_path):
+    # Shape, Gather, Range, Mul, Less, NonZero, Squeeze build the columns to keep in int64 and bool;
+    # of the float compute (the Gather of x: 32, the Relu kept FP32: 16, the MatMul: 512 FLOPs) 97.1% is
+    # FP16 and 2 of 3 nodes; all nodes counted, it was 8/10 nodes
+    model = parse("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[4,8] x) => (float[4,4] y, float[4,8] z)
+        <int64 one = {1}, int64 zero = {0}, int64 two = {2}, int64[1] axes = {0},
+         float[8,8] w = {1,0,0,0,0,0,0,0, 0,1,0,0,0,0,0,0, 0,0,1,0,0,0,0,0, 0,0,0,1,0,0,0,0,
+                         0,0,0,0,1,0,0,0, 0,0,0,0,0,1,0,0, 0,0,0,0,0,0,1,0, 0,0,0,0,0,0,0,1}> {
+            s = Shape (x)
+            d = Gather <axis = 0> (s, one)
+            r = Range (zero, d, one)
+            m = Mul (r, two)
+            k = Less (m, d)
+            nz = NonZero (k)
+            idx = Squeeze (nz, axes)
+            cols = Gather <axis = 1> (x, idx)
+            y = Relu (cols)
+            z = MatMul (x, w)
+        }""")
+    path, data = _saved(tmp_path, model, np.random.default_rng(0).uniform(-1, 1, (4, 8)).astype(np.float32))
+    assert audit(tmp_path, path, data, "--keep-fp32", "node_of_y") == []
+    printed = _printed(tmp_path, path, data, "--keep-fp32", "node_of_y")
+    assert ": 2 node(s) FP16, 1 FP32, " in printed[0]
+    assert "FP16: 2/3 nodes (66.7%), 97.1% of estimated FLOPs" in printed
+    report = _report(tmp_path)
+    flops = {n: v["flops"] for n, v in report["nodes"].items()}
+    assert {n for n, f in flops.items() if f} == {"node_of_cols", "node_of_y", "node_of_z"}
+    assert report["fp16_share"]["flops_by_precision"] == pytest.approx({"fp16": 544 / 560, "fp32": 16 / 560})

@@ -23,7 +23,7 @@ from ..costs import PhaseCost
 from ..data import SampleSpec, sample_files, shape_problem
 from ..errors import CustomOpError, InternalError, SearchError, UsageError
 from ..float_types import low_of
-from ..flops import FlopShares, estimate_flops
+from ..flops import FlopShares, counted_nodes, estimate_flops
 from ..metrics import Comparison
 from ..plan import Precision, PrecisionPlan, Reason, apply_user_choices
 from ..quant_reference import DEFAULT_MARGIN, QuantGate
@@ -127,6 +127,9 @@ class ConvertResult:
     nothing_to_convert: str = ""  # why no node computes in float32 ("" when some do)
     next_step: str = ""  # the command that builds or runs the written model on its target
     check_step: str = ""  # all-fp16 mode: the command that checks the written model as the run would have
+    # estimated FLOPs per node (the report's in static/auto modes): the counts count the nodes that
+    # compute in a float type (:func:`..flops.counted_nodes`)
+    node_flops: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def all_warnings(self) -> tuple[str, ...]:
@@ -162,7 +165,7 @@ class ConvertResult:
             return [f"{self.output_path}: nothing to convert; written with no precision changed"] + \
                 summary_lines(self.report, self.report_paths)
         lines = [
-            f"{self.output_path}: {_counts(plan)}, "
+            f"{self.output_path}: {_counts(plan, self.node_flops)}, "
             f"{self.rewrite.casts_added} Cast(s) added, {self.rewrite.initializers_converted} initializer(s) "
             f"converted, {self.rewrite.initializers_duplicated} kept in both precisions"]
         nxt = [f"next: {self.next_step}"] if self.next_step else []
@@ -183,11 +186,13 @@ class ConvertResult:
             f"{self.check_step}"]
 
 
-def _counts(plan: PrecisionPlan) -> str:
-    """"5 node(s) FP16, 2 FP32", with BF16 where the plan has some (and FP16 only where it has)."""
-    fp16, bf16 = len(plan.nodes_in(Precision.FP16)), len(plan.nodes_in(Precision.BF16))
+def _counts(plan: PrecisionPlan, node_flops: Mapping[str, float]) -> str:
+    """"5 node(s) FP16, 2 FP32", with BF16 where the plan has some (and FP16 only where it has); of the
+    nodes that compute in a float type (:func:`..flops.counted_nodes`)."""
+    counted = counted_nodes(plan, node_flops)
+    fp16, bf16, fp32 = (sum(1 for n in counted if plan.precision(n) is p) for p in Precision)
     counts = [(n, name) for n, name in ((fp16, "FP16"), (bf16, "BF16")) if n or (name == "FP16" and not bf16)]
-    counts.append((len(plan.fp32_nodes), "FP32"))
+    counts.append((fp32, "FP32"))
     return ", ".join(f"{n} node(s) {name}" if i == 0 else f"{n} {name}" for i, (n, name) in enumerate(counts))
 
 
@@ -369,7 +374,8 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
         return ConvertResult(model_path, output_path, result.plan, result, tuple(warnings),
                              (output_path,) + texts, nothing_to_convert=ctx.nothing_to_convert,
                              next_step=ctx.target.next_step(ctx.model, run),
-                             check_step=quoted(run.check_args(ctx.target.cli_args())))
+                             check_step=quoted(run.check_args(ctx.target.cli_args())),
+                             node_flops=estimate_flops(ctx.model, {}))
     outcome = _outcome(auto_result, result.plan, judged, verification, tuple(warnings),
                        helper_sessions.built() - helpers_before, output_path, ctx.target)
     report = _report(ctx, outcome)
@@ -377,7 +383,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     outputs.commit()
     return ConvertResult(model_path, output_path, result.plan, result, outcome.warnings,
                          (output_path,) + texts + paths, auto_result, report, paths, ctx.nothing_to_convert,
-                         ctx.target.next_step(ctx.model, run))
+                         ctx.target.next_step(ctx.model, run), node_flops=report.node_flops)
 
 
 def _stage_model(ctx: ModelContext, result: RewriteResult, output_path: str, options: ConvertOptions,

@@ -47,8 +47,8 @@ def to_json(report: RunReport) -> dict:
                 "nodes": report.fp16_node_share(),
                 "flops": report.fp16_flop_share(),
                 "flops_of": report.shares.of[len("of "):],  # "estimated FLOPs", or the non-quantized ones
-                "fp16_nodes": len(report.plan.low_nodes),
-                "total_nodes": len(report.plan.decisions),
+                "fp16_nodes": len(report.shares.low_nodes(report.plan)),
+                "total_nodes": len(report.shares.counted(report.plan)),  # those that compute in float
                 "flops_by_precision": report.flop_shares(),
             },
             "nothing_to_convert": report.nothing_to_convert or None,

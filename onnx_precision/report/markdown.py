@@ -33,7 +33,7 @@ def _share_text(report: RunReport) -> str:
         if "fp16" in shares and "bf16" in shares else ""
     quantized = shares_text(report.quantized, report.node_flops, report.plan.decisions)
     flops = f"{report.shares.of}{both}" + (f"; {quantized}" if quantized else "")
-    return (f"{len(report.plan.low_nodes)}/{len(report.plan.decisions)} nodes "
+    return (f"{len(report.shares.low_nodes(report.plan))}/{len(report.shares.counted(report.plan))} nodes "
             f"({_pct(report.fp16_node_share())}), {_pct(report.fp16_flop_share())} {flops}")
 
 

@@ -72,8 +72,9 @@ class RunReport(PhaseTotals):
         return self.plan.fp32_nodes
 
     def fp16_node_share(self) -> float:
-        total = len(self.plan.decisions)
-        return len(self.plan.low_nodes) / total if total else 0.0
+        """The 16-bit share of the nodes that compute in a float type (:meth:`.FlopShares.counted`)."""
+        total = len(self.shares.counted(self.plan))
+        return len(self.shares.low_nodes(self.plan)) / total if total else 0.0
 
     @property
     def shares(self) -> FlopShares:
