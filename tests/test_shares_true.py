@@ -341,6 +341,8 @@ def test_a_shape_computation_is_no_16_bit_node_of_the_counts_or_the_share(tmp_pa
     assert printed[0].endswith("again.onnx: 2 node(s) FP16, 0 FP32, 2 Cast(s) added, 1 initializer(s) "
                                "converted, 0 kept in both precisions")
     assert "FP16: 2/2 nodes (100.0%), 100.0% of estimated FLOPs" in printed
+    all_fp16 = _printed(tmp_path, path, data, "--mode", "all-fp16")  # measures nothing, counts the same
+    assert ": 2 node(s) FP16, 0 FP32, " in all_fp16[0]
     report = _report(tmp_path)
     assert {n: v["flops"] for n, v in report["nodes"].items()} == {
         "node_of_s": 0.0, "node_of_p": 0.0, "node_of_one": 0.0, "node_of_n": 0.0, "node_of_r": 128.0,
