@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from . import quant_reference
 from .compare import compare_samples
 from .context import ModelContext, load_model
 from .data import Samples, SampleSpec, load_samples
@@ -24,6 +25,7 @@ from .float_types import LOW_TYPES
 from .flops import estimate_flops
 from .format import json_safe
 from .metrics import Comparison
+from .quant_reference import DEFAULT_MARGIN
 from .target import GENERIC, Target
 from .tolerance import Tolerance
 from .tradeoff import share_text, worst_output_text
@@ -122,6 +124,9 @@ class CheckResult:
     low_share: float = 0.0  # the candidate's 16-bit share of estimated FLOPs (:func:`low_share`)
     tolerance: Tolerance = field(default_factory=Tolerance)
     warnings: tuple[str, ...] = ()  # the check's own (the samples' are in ``samples.warnings``)
+    # a quantized model's: what the candidate was judged against, each output's quantization error and
+    # bound (:meth:`.quant_reference.QuantGate.notes`)
+    quant_notes: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -178,7 +183,7 @@ class CheckResult:
         out += [f"  {m.name}: {m.summary()}  {m.verdict()}"
                 for m in self.comparison.outputs]
         out.append("PASS: within tolerance" if self.passed else "FAIL: out of tolerance or non-finite")
-        return out + ([f"note: {self.note}"] if self.note else [])
+        return out + [f"note: {n}" for n in self.quant_notes] + ([f"note: {self.note}"] if self.note else [])
 
     @property
     def note(self) -> str:
@@ -189,9 +194,13 @@ class CheckResult:
 
 def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
           tol: Tolerance | None = None, oracle: OracleName = "emulate",
-          custom_op_libraries: tuple[str, ...] = (), target: Target = GENERIC) -> CheckResult:
+          custom_op_libraries: tuple[str, ...] = (), target: Target = GENERIC,
+          reference_model: str | None = None, quant_margin: float = DEFAULT_MARGIN) -> CheckResult:
     """Compare ``candidate_path`` with the FP32 ``model_path`` on the samples of ``spec``;
-    ``custom_op_libraries`` are registered on every onnxruntime session of either model."""
+    ``custom_op_libraries`` are registered on every onnxruntime session of either model. A quantized
+    ``model_path`` is judged as ``convert`` judges it: against ``reference_model`` (its unquantized
+    original) or the model with its activation quantizers bypassed, each sample's bound ``quant_margin``
+    over its quantization error (:mod:`.quant_reference`)."""
     from . import oracle as oracle_lib  # heavy: onnxruntime
 
     spec = spec or SampleSpec()
@@ -206,7 +215,8 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
     samples = load_samples(reference.model, spec)
 
     with oracle_lib.blame(reference, samples):
-        refs = oracle_lib.run_fp32(reference, samples.feeds).outputs
+        gate = quant_reference.gate(reference, samples.feeds, tol, reference_model, quant_margin)
+        refs = oracle_lib.run_fp32(reference, samples.feeds).outputs if gate is None else gate.outputs
     if not tol.allow_fp32_nonfinite:
         _refuse_fp32_nonfinite(reference, samples, refs)
     # after the reference ran: what is wrong with the model (or the samples) is the first thing to say
@@ -219,14 +229,14 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
         # onnxruntime rejects the candidate (shapes, types, ops): the user's input, made by any tool
         raise ModelLoadError(f"{candidate_path}: onnxruntime cannot run the candidate on the samples: "
                              f"{oracle_lib.ort_message(e)}") from e
-    comparison = compare_samples(
-        refs, oracle_lib.verify.only_reference_outputs(cands, refs), tol, cands.oracle
-    )
+    comparison = compare_samples(refs, oracle_lib.verify.only_reference_outputs(cands, refs),
+                                 tol if gate is None else gate.tolerances, cands.oracle)
     label, share = low_share(candidate, samples.feeds[0] if samples.feeds else {})
     warnings = () if label else (f"{candidate_path}: the candidate computes nothing in 16 bits (every float "
                                  f"node is FP32): this check compared FP32 with FP32",)
     return CheckResult(model_path, candidate_path, comparison, samples, candidate.target.name, label, share,
-                       tol, warnings)
+                       tol if gate is None else gate.tolerance, warnings,
+                       () if gate is None else gate.notes(comparison))
 
 
 def _refuse_fp32_nonfinite(reference: ModelContext, samples: Samples,

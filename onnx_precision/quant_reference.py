@@ -47,6 +47,12 @@ DEFAULT_MARGIN = 0.3
 BYPASSED = "the model with its activation quantizers bypassed"
 
 
+def margin_problem(margin: object) -> str:
+    """What ``margin`` should be, where it is no --quant-margin ("" when it is one)."""
+    ok = isinstance(margin, (int, float)) and not isinstance(margin, bool) and 0 <= margin <= 10
+    return "" if ok else "a fraction between 0 and 10"
+
+
 @dataclass(frozen=True)
 class QuantGate:
     """The reference a quantized model's remainder is judged against, and the tolerance of each sample
@@ -196,6 +202,8 @@ def gate(ctx: ModelContext, feeds: Sequence[Mapping[str, np.ndarray]], tolerance
          reference_model: str | None, margin: float = DEFAULT_MARGIN) -> QuantGate | None:
     """The gate of ``ctx``'s quantized model (see the module docstring) on ``feeds``; None for a model
     with nothing to bypass and no ``reference_model``."""
+    if margin_problem(margin):
+        raise UsageError(f"--quant-margin {margin}: expected {margin_problem(margin)}")
     if reference_model is not None:
         reference, source = load_reference(reference_model, ctx), reference_model
     else:

@@ -26,6 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     common.add_sample_args(p)
     common.add_tolerance_args(p)
     common.add_runtime_args(p)
+    common.add_reference_model_args(p)
     common.add_verbosity_args(
         p, quiet_help="print only the verdict line: passed/failed, the worst output and its statistic, the "
                       "candidate's 16-bit share (and errors)"
@@ -38,18 +39,19 @@ def run(args: argparse.Namespace) -> int:
 
     result = check_lib.check(
         args.model, args.candidate, common.sample_spec(args), common.tolerance(args), oracle=args.oracle,
-        custom_op_libraries=common.custom_op_libraries(args), target=common.target(args))
+        custom_op_libraries=common.custom_op_libraries(args), target=common.target(args),
+        reference_model=args.reference_model, quant_margin=args.quant_margin)
     if args.json:  # before printing: a bad path fails with nothing half-done
         import json
 
         from ..data import sample_files
         from ..storage import write_text
 
-        write_text(args.json, json.dumps(result.to_json(common.tolerance(args)), indent=2) + "\n",
+        write_text(args.json, json.dumps(result.to_json(result.tolerance), indent=2) + "\n",
                    input_paths=(args.model, args.candidate) + sample_files(common.sample_spec(args)))
     for line in [result.verdict_line()] if args.quiet else result.lines():
         print(line)
     if args.verbose:
-        print("\n".join(result.detail_lines(common.tolerance(args))))
+        print("\n".join(result.detail_lines(result.tolerance)))
     common.print_warnings(result.all_warnings, args)
     return 0 if result.passed else 1

@@ -14,6 +14,7 @@ import numpy as np
 from ..data import SampleSpec, shape_problem
 from ..errors import UsageError
 from ..float_types import LOW_PRECISIONS, low_of
+from ..quant_reference import DEFAULT_MARGIN, margin_problem
 from ..target import KINDS, Target, target_help, target_named
 from ..tolerance import ERROR_STATS, SLICE_MIN_ELEMENTS, Tolerance, bound_problem
 from ..trt.versions import NEWEST, TrtVersion
@@ -168,9 +169,20 @@ def add_reference_model_args(parser: argparse.ArgumentParser) -> None:
                         help="a quantized model's unquantized FP32 original (same inputs and outputs): the "
                              "16-bit remainder is judged against it, relative to the quantization error "
                              "(without it, against the model with its activation quantizers bypassed)")
-    parser.add_argument("--quant-margin", type=float, default=0.3, metavar="FRACTION",
+    parser.add_argument("--quant-margin", type=_margin, default=DEFAULT_MARGIN, metavar="FRACTION",
                         help="a quantized model: what the 16-bit remainder may add to the quantization error "
                              "of each output (default 0.3: its rel RMS err at most 1.3x the QDQ model's)")
+
+
+def _margin(text: str) -> float:
+    """--quant-margin's value, checked as the library checks it."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if margin_problem(value):
+        raise argparse.ArgumentTypeError(f"'{text}': expected {margin_problem(value)}")
+    return value
 
 
 def add_keep_float64_arg(parser: argparse.ArgumentParser) -> None:

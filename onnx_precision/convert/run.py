@@ -26,7 +26,7 @@ from ..float_types import low_of
 from ..flops import FlopShares, counted_nodes, estimate_flops
 from ..metrics import Comparison
 from ..plan import Precision, PrecisionPlan, Reason, apply_user_choices
-from ..quant_reference import DEFAULT_MARGIN, QuantGate
+from ..quant_reference import DEFAULT_MARGIN, QuantGate, margin_problem
 from ..rewriter import RewriteResult, rewrite
 from ..suggested import RunArgs, quoted
 from ..target import GENERIC, Target
@@ -86,8 +86,9 @@ class ConvertOptions:
     quant_margin: float = DEFAULT_MARGIN
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.quant_margin, (int, float)) and 0 <= self.quant_margin <= 10):
-            raise UsageError(f"--quant-margin {self.quant_margin}: expected a fraction between 0 and 10")
+        margin = margin_problem(self.quant_margin)
+        if margin:
+            raise UsageError(f"--quant-margin {self.quant_margin}: expected {margin}")
         share = self.min_16bit_share
         if share is not None and not (isinstance(share, (int, float)) and 0 <= share <= 100):
             raise UsageError(f"--min-16bit-share {share}: expected a percentage between 0 and 100")
@@ -431,7 +432,8 @@ def _run_args(model_path: str, output_path: str, options: ConvertOptions,
 
     shapes = sample_shapes(auto_result.samples.feeds) if auto_result is not None else None
     return RunArgs(model_path, output_path, options.samples, options.tolerance, options.custom_op_libraries,
-                   options.oracle, options.trt_profile, shapes)
+                   options.oracle, options.trt_profile, shapes, options.reference_model,
+                   None if options.quant_margin == DEFAULT_MARGIN else options.quant_margin)
 
 
 def upgrade_for(options: ConvertOptions) -> Upgrade | None:

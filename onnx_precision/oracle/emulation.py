@@ -8,7 +8,8 @@ the layerwise run are runs of it with different switches.
 A plan is fed as one boolean vector (:meth:`SwitchModel.switch_vector`); nodes the resolved plan
 keeps FP32 whatever the plan get no switch. A plan runs as the rewriter writes it: with its
 LayerNorm pins (:func:`onnx_precision.policy.layer_norm_pins`), each fused LayerNorm computed as
-the LayerNormalization written (:func:`onnx_precision.policy.written_forms`).
+the LayerNormalization written (:func:`onnx_precision.policy.written_forms`), each quantized group
+in one type (:func:`onnx_precision.policy.resolution.group_pins`).
 
 Sessions use ``ORT_DISABLE_ALL``: the switch graph puts every node in its own If branch, so no
 fusion could apply to it anyway, and disabling them in every session of the oracle makes "all
@@ -32,6 +33,7 @@ from ..errors import InternalError
 from ..float_types import LOW_TYPES, LowPrecision
 from ..plan import PrecisionPlan
 from ..policy import always_fp32, layer_norm_pins, written_forms
+from ..policy.resolution import group_pins
 from ..typing_rules import is_tensor
 from .baked import build_baked_model
 from .inspection import Chunks, Inspector
@@ -124,7 +126,7 @@ emulator names such a node only in a type that holds its constants);
             return {}
         # A probe runs one plan on each sample in turn: its (read-only) vector is kept.
         if self._last is None or self._last[0] is not plan:
-            written = None if plan is None else layer_norm_pins(self.ctx, plan)
+            written = None if plan is None else group_pins(self.ctx, layer_norm_pins(self.ctx, plan))
             fp16 = () if written is None else [node for node in self.switch_model.switches
                                                 if written.is_low(node) and node not in self.always_fp32]
             if any(written is not None and written.precision(n).value != self.low.precision for n in fp16):

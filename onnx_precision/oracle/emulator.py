@@ -28,6 +28,7 @@ from ..float_types import LOW_TYPES, LowPrecision, low_of
 from ..graph import graphs
 from ..plan import PrecisionPlan
 from ..policy import always_fp32, held_in, layer_norm_pins, written_forms
+from ..policy.resolution import group_pins
 from ..storage import element_count, model_tensors
 from ..typing_rules import tensor_types
 from .emulation import EMULATE, EmulationSession, FloatIO, as_fp32
@@ -110,10 +111,11 @@ class Emulator:
         return frozenset(n.name for g in graphs(fp32.graph) for n in g.node if builder.switchable(n))
 
     def _lows(self, plan: PrecisionPlan) -> Lows:
-        """The 16-bit nodes of ``plan`` as written (with its LayerNorm pins)."""
+        """The 16-bit nodes of ``plan`` as written (with its LayerNorm pins and its quantized groups
+        each in one type)."""
         if self._last is None or self._last[0] is not plan:
             fp32 = always_fp32(self.ctx)
-            written = layer_norm_pins(self.ctx, plan)
+            written = group_pins(self.ctx, layer_norm_pins(self.ctx, plan))
             held = self._held
             lows = frozenset((n, p.value) for n in self.ctx.node_ops if (p := written.precision(n)).is_low
                              and (n not in fp32 or n in held.get(p.value, ())))

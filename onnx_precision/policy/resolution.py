@@ -208,6 +208,16 @@ def resolve_plan(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
     return replace(resolved, resolved=True)
 
 
+def group_pins(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
+    """``plan`` with each quantized group that has an FP32 member all FP32, as :func:`resolve_plan`
+    writes it (:func:`_split_groups`): the emulation and the shares apply it to every plan, so that the
+    plan a search measures is the plan written (a DQ pinned alone left its group's MatMul and Q 16-bit
+    in the search, FP32 in the file: the ViT-like QDQ block passed the search at 0.0455 and its
+    written model failed at 0.0555)."""
+    groups = quantized.of(ctx).groups
+    return _force_fp32(plan, _split_groups(plan, ctx.typing, groups)) if groups else plan
+
+
 def _split_groups(plan: PrecisionPlan, typing: Mapping[str, NodeTyping], groups: tuple[QuantGroup, ...],
                   ) -> dict[str, Reason]:
     """The 16-bit members of each quantized group (DQ -> Conv/MatMul/Gemm <- DQ -> Q) that has an FP32

@@ -25,6 +25,7 @@ from ..metrics import Comparison
 from ..oracle import LayerwiseResult
 from ..plan import PrecisionPlan, Reason
 from ..policy import layer_norm_pins
+from ..policy.resolution import group_pins
 from ..tradeoff import PlanPoint
 from .prober import Prober
 from .state import PinSearch, SearchOutcome, Verdict
@@ -91,8 +92,9 @@ class SearchResult:
 
 class FlopShare:
     """The 16-bit share of a plan as it would be written: with its LayerNorm pins
-    (:func:`~onnx_precision.policy.layer_norm_pins`, as the emulation applies them to every plan it
-    runs), counted as every share the run states is (:class:`~onnx_precision.flops.FlopShares`). And
+    (:func:`~onnx_precision.policy.layer_norm_pins`) and its quantized groups each in one type
+    (:func:`~onnx_precision.policy.resolution.group_pins`), as the emulation applies them to every plan
+    it runs, counted as every share the run states is (:class:`~onnx_precision.flops.FlopShares`). And
     each node's estimated FLOPs (at least 1), which the search weighs pins by."""
 
     def __init__(self, ctx: ModelContext, shares: FlopShares) -> None:
@@ -101,7 +103,7 @@ class FlopShare:
         self.flops = {n: max(float(shares.node_flops.get(n, 1.0)), 1.0) for n in ctx.node_ops}
 
     def __call__(self, plan: PrecisionPlan) -> float:
-        return self.shares.low(layer_norm_pins(self.ctx, plan))
+        return self.shares.low(group_pins(self.ctx, layer_norm_pins(self.ctx, plan)))
 
 
 def widen_order(ranked: Sequence[str], ops: Mapping[str, str]) -> list[str]:
