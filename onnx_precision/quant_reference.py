@@ -16,12 +16,13 @@ the model worse than its quantization already made it; it draws the quantization
 
 Per output and per sample, the *quantization error* is the rel RMS err of the QDQ model in FP32 against
 that reference, and a plan passes where, on each sample, its own rel RMS err against the reference is
-at most ``(1 + margin)`` times that sample's (a sample the quantizers hit harder has a looser bound), ``margin`` (``--quant-margin``) 0.3 by default: the remainder may
-add 30% to the quantization error (measured: an all-FP16 remainder adds 0.3% on a QDQ MLP, 18% against
-the original and 27% against the bypassed model on a 4-layer ViT-like block quantized by
-quantize_static). Slices are judged against the larger of the tolerance's slice bound
-and ``(1 + margin)`` times the sample's quantization error's worst slice. An output the quantizers do not reach
-(a quantization error of 0) keeps the tolerance as given. A model without Q/DQ pairs and without a
+at most ``(1 + margin)`` times that sample's (a sample the quantizers hit harder has a looser bound),
+``margin`` (``--quant-margin``) 0.3 by default: the remainder may add 30% to the quantization error
+(measured: an all-FP16 remainder adds 0.3% on a QDQ MLP, 18% against the original and 27% against the
+bypassed model on a 4-layer ViT-like block quantized by quantize_static). Slices are judged against the
+larger of the tolerance's slice bound and ``(1 + margin)`` times the sample's quantization error's worst
+slice. An output the quantizers do not reach (a quantization error of 0) keeps the tolerance as given.
+A model without Q/DQ pairs and without a
 reference model has no gate: it is judged against itself as before.
 """
 
