@@ -41,4 +41,4 @@ class GenericTarget(Target):
         return Quantizing(OneOp(), self.quantizes_by_reciprocal, fresh)
 
 
-GENERIC = GenericTarget()
+GENERIC: Target = GenericTarget()
