@@ -133,9 +133,8 @@ def test_all_fp16_writes_only_what_passes_the_full_checker(tmp_path, capsys):
     assert "onnx rejects the model (full check)" in line and "node name: r" in line
 
 
-def test_the_rewriter_failing_the_full_check_is_an_internal_error(tmp_path, monkeypatch):
+def test_the_rewriter_failing_the_full_check_is_an_internal_error(tmp_path, monkeypatch, capsys):
     from onnx_precision.convert import run as convert_module
-    from onnx_precision.errors import InternalError
     from onnx_precision.rewriter import rewrite
 
     def broken_rewrite(ctx, plan):
@@ -145,13 +144,16 @@ def test_the_rewriter_failing_the_full_check_is_an_internal_error(tmp_path, monk
 
     monkeypatch.setattr(convert_module, "rewrite", broken_rewrite)
     path = _save(tmp_path, _model([N("Relu", ["x"], ["y"], name="r")]))
-    with pytest.raises(InternalError, match="written model fails onnx's full check"):
-        main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--mode", "all-fp16"])
+    # the process boundary: one line that says it is a bug, exit 1, nothing written
+    assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--mode", "all-fp16"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("onnx-precision: internal error (a bug in onnx-precision, not in your input): "
+                          "InternalError: the written model fails onnx's full check")
+    assert len(err.splitlines()) == 1
     assert sorted(os.listdir(tmp_path)) == ["m.onnx"]
 
 
-def test_only_the_derived_graph_failing_in_onnxruntime_is_an_internal_error(tmp_path, monkeypatch):
-    from onnx_precision.errors import InternalError
+def test_only_the_derived_graph_failing_in_onnxruntime_is_an_internal_error(tmp_path, monkeypatch, capsys):
     from onnx_precision.oracle import emulation as session_module
 
     real = session_module.make_session
@@ -164,8 +166,10 @@ def test_only_the_derived_graph_failing_in_onnxruntime_is_an_internal_error(tmp_
 
     monkeypatch.setattr(session_module, "make_session", fails_on_switch_graphs)
     path = _save(tmp_path, _model([N("Relu", ["x"], ["h"], name="r"), N("Exp", ["h"], ["y"], name="e")]))
-    with pytest.raises(InternalError, match="although the model itself loads and runs"):
-        main(["convert", path, "-o", str(tmp_path / "o.onnx")])
+    assert main(["convert", path, "-o", str(tmp_path / "o.onnx")]) == 1
+    err = capsys.readouterr().err
+    assert "internal error (a bug in onnx-precision, not in your input): InternalError" in err
+    assert "although the model itself loads and runs" in err and len(err.splitlines()) == 1
 
 
 # --- custom-domain ops ------------------------------------------------------------------------------
