@@ -262,7 +262,7 @@ def test_the_flags_file_writes_bf16_where_trtexec_takes_it_and_points_to_the_str
                             "removed in 11.0).") + 1]
     assert new == (f"trtexec --onnx={model} --fp16 --bf16 --precisionConstraints=obey "
                    f"--layerPrecisions=sumsq:bf16,norm:bf16 --layerOutputTypes=sumsq:bf16,norm:bf16")
-    hint = "build the Cast-pinned model with --stronglyTyped (TensorRT 10.x) instead"
+    hint = "build the Cast-pinned model with --stronglyTyped (TensorRT 9.0 and later) instead"
     assert f"#   not expressed: the 2 BF16 node(s): trtexec before 9.1 has no bf16; {hint}" in lines
     assert (f"#   not expressed: the FP16 layers: with --bf16 on, TensorRT may run an unconstrained layer in "
             f"BF16 rather than FP16; {hint}") in lines

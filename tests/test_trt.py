@@ -105,7 +105,7 @@ def test_colon_in_a_name_is_fine_comma_and_quote_are_written_down_not_raised():
     assert flags.problems == (
         ("node 'out,y' (Div) cannot be named in trtexec's flags: its name contains ',': trtexec splits the "
          "list on ','; rename it in the model, or build the Cast-pinned model with --stronglyTyped "
-         "(TensorRT 10.x) instead"),)
+         "(TensorRT 9.0 and later) instead"),)
     text = trt_flags_text(model, plan, RunArgs("m.onnx", "o.onnx"))
     assert "#   not expressed: node 'out,y' (Div) cannot be named in trtexec's flags" in text
     # Polygraphy takes one name per argument: it can name both.

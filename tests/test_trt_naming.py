@@ -13,7 +13,7 @@ from onnx_precision.trt.flags import flags_by_release
 from onnx_precision.trt.naming import trt_layer_names, trt_order
 from onnx_precision.trt.versions import V
 
-STRONG = "build the Cast-pinned model with --stronglyTyped (TensorRT 10.x) instead"
+STRONG = "build the Cast-pinned model with --stronglyTyped (TensorRT 9.0 and later) instead"
 
 
 def _vi(name, shape, elem=TensorProto.FLOAT):

@@ -71,7 +71,11 @@ _FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorPro
 _UNPARSEABLE = {",": "trtexec splits the list on ','", "'": "trtexec reads ' as a quote around the name",
                 "*": "trtexec reads * as a wildcard"}
 
-STRONGLY_TYPED_HINT = "build the Cast-pinned model with --stronglyTyped (TensorRT 10.x) instead"
+# kSTRONGLY_TYPED exists from TensorRT 9.0 (onnxruntime's TensorRT provider sets it "#if
+# NV_TENSORRT_MAJOR > 8"); 10.12 deprecates the weakly typed flags and 11.0 builds only so.
+STRONGLY_TYPED_FROM = TrtVersion(9, 0)
+STRONGLY_TYPED_HINT = (f"build the Cast-pinned model with --stronglyTyped (TensorRT {STRONGLY_TYPED_FROM} "
+                       f"and later) instead")
 
 
 @dataclass(frozen=True)
@@ -474,11 +478,6 @@ def flags_by_release(model: onnx.ModelProto, plan: PrecisionPlan, *, renamed: Se
 
 def _engine_path(model_path: str) -> str:
     return os.path.splitext(model_path)[0] + ".engine"
-
-
-# kSTRONGLY_TYPED exists from TensorRT 9.0 (onnxruntime's TensorRT provider sets it "#if
-# NV_TENSORRT_MAJOR > 8"); 10.12 deprecates the weakly typed flags and 11.0 builds only so.
-STRONGLY_TYPED_FROM = TrtVersion(9, 0)
 
 
 def strongly_typed_build(model: onnx.ModelProto, run: RunArgs) -> tuple[list[str], ShapeProfile]:
