@@ -121,6 +121,16 @@ def test_the_report_is_a_pure_consumer():
                          "onnx_precision.cli.convert"}
 
 
+def test_the_report_reads_values_from_below_the_conversion():
+    """What the report reads (the search's result, the verification, the outcome) is in
+    :mod:`onnx_precision.outcome`, below both: no report module imports the conversion."""
+    readers = {m: deps for m, deps in _graph().items()
+               if m.startswith("onnx_precision.report") or m == "onnx_precision.outcome"}
+    upward = {m: sorted(d for d in deps if d.startswith("onnx_precision.convert"))
+              for m, deps in readers.items()}
+    assert not any(upward.values()), upward
+
+
 def _tool(name: str) -> str:
     path = shutil.which(name, path=os.path.dirname(sys.executable)) or shutil.which(name)
     if path is None:

@@ -156,10 +156,9 @@ def _outcome(model, verified: Comparison, native: Comparison | None = None, defa
     """A measured conversion of ``model`` whose search passed, checked as given."""
     import numpy as np
 
-    from onnx_precision.convert.choose import AutoResult
-    from onnx_precision.convert.outcome import Verification
     from onnx_precision.convert.run import ConvertOptions, _outcome
     from onnx_precision.data import Samples
+    from onnx_precision.outcome import AutoResult, Verification
     from onnx_precision.target import GENERIC
 
     plan = uniform_plan([n.name for n in model.graph.node], Precision.FP16, Reason("default", "auto"))

@@ -32,21 +32,22 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .. import policy, quantized
 from ..context import ModelContext
-from ..costs import Clock, Counted, PhaseCost, PhaseTotals
+from ..costs import Clock, Counted
 from ..data import Samples
-from ..errors import InternalError, PrecisionError, SearchError
+from ..errors import InternalError, PrecisionError
 from ..float_types import LowPrecision
 from ..flops import FlopShares, estimate_flops
 from ..metrics import Comparison
 from ..oracle import Emulator, Inspection, LayerwiseResult, PlanRunner, ReferenceResult
 from ..oracle.accumulated import AccumulationBounds
 from ..oracle.inspection import NodeStats, first_nonfinite_output
+from ..outcome import FAILED, FP32_NONFINITE, PASSED, AutoResult
 from ..plan import Precision, PrecisionPlan, Reason
 from ..quant_reference import QuantGate
 from ..search.driver import (
@@ -61,7 +62,6 @@ from ..search.driver import (
 )
 from ..search.fallback import fallback_candidates, try_fallback
 from ..search.prober import Prober
-from ..search.state import SearchOutcome
 from ..tolerance import Tolerance
 from ..tradeoff import PlanPoint, output_errors
 from ..vocab import MeasuringMode, ReasonSource, Status
@@ -71,55 +71,7 @@ log = logging.getLogger(__name__)
 DEFAULT_HEADROOM = 2.0
 
 
-PASSED: Status = "passed"
-FAILED: Status = "failed"
-FP32_NONFINITE: Status = "fp32-nonfinite"
 NO_BUDGET = SearchBudget()
-
-
-@dataclass(frozen=True)
-class AutoResult(PhaseTotals):
-    """The chosen plan and everything the report and the verification need."""
-
-    plan: PrecisionPlan
-    status: Status  # passed | failed | fp32-nonfinite (static mode: passed/failed of its one plan)
-    message: str
-    mode: MeasuringMode
-    before: Comparison | None  # the base plan (all FP16 but forced pins), emulated
-    after: Comparison | None  # the chosen plan, emulated
-    node_stats: Mapping[str, NodeStats]
-    phases: tuple[PhaseCost, ...]
-    search: SearchOutcome | None
-    reference_outputs: tuple[dict[str, np.ndarray], ...]  # FP32 graph outputs per sample
-    headroom: float
-    samples: Samples  # what every probe ran on (the verification runs the written model on them)
-    node_flops: Mapping[str, float] = field(default_factory=dict)  # estimated, at the first sample's shapes
-    points: tuple[PlanPoint, ...] = ()  # every plan measured, searched or not (the trade-off)
-    notes: tuple[str, ...] = ()
-    chosen_point: int | None = None  # the point of the plan chosen (None: none passed)
-    unsearched: str = ""  # why no search ran ("" when one did)
-    # node -> "INT8", "FP8", ...: quantized compute, which the shares count apart
-    quantized: Mapping[str, str] = field(default_factory=dict)
-    gate: QuantGate | None = None  # a quantized model's reference and relative gate (the probes' references)
-
-    @property
-    def shares(self) -> FlopShares:
-        """What the run's shares of compute count (the points', the summary's, the gate's)."""
-        return FlopShares(self.node_flops, self.quantized)
-
-    @property
-    def passed(self) -> bool:
-        return self.status == PASSED
-
-    @property
-    def writable(self) -> bool:
-        """Whether the plan is worth writing: not when the FP32 model itself is non-finite or
-        when no plan passes; a static plan that fails is written (and reported as failing)."""
-        return self.status == PASSED or (self.status == FAILED and self.mode == "static")
-
-    def raise_if_failed(self) -> None:
-        if self.status in (FAILED, FP32_NONFINITE):
-            raise SearchError(self.message)
 
 
 def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,

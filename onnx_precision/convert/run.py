@@ -25,6 +25,7 @@ from ..errors import CustomOpError, InternalError, SearchError, UsageError
 from ..float_types import low_of
 from ..flops import FlopShares, counted_nodes, estimate_flops
 from ..metrics import Comparison
+from ..outcome import ConversionOutcome, Verification
 from ..plan import Precision, PrecisionPlan, Reason, apply_user_choices
 from ..quant_reference import DEFAULT_MARGIN, QuantGate, margin_problem
 from ..rewriter import RewriteResult, rewrite
@@ -33,7 +34,6 @@ from ..target import GENERIC, Target
 from ..tolerance import Tolerance
 from ..trt.layer_precisions import LayerFlags, layer_pins
 from ..vocab import MODES, Mode, OracleName, Status
-from .outcome import ConversionOutcome, Verification
 from .written_check import check_written, load_remedies
 
 if TYPE_CHECKING:

@@ -10,12 +10,12 @@ import numpy as np
 
 from .. import quantized
 from ..context import ModelContext
-from ..convert.outcome import ConversionOutcome, Verification
 from ..costs import PhaseCost, PhaseTotals
 from ..float_types import LowPrecision, low_of
 from ..flops import FlopShares, estimate_flops
 from ..metrics import Comparison
 from ..oracle.inspection import NodeStats
+from ..outcome import ConversionOutcome, Verification
 from ..plan import PrecisionPlan
 from ..policy import underflow_headroom
 from ..tolerance import Tolerance
