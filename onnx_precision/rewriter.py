@@ -36,7 +36,7 @@ from onnx import TensorProto, helper
 from . import policy
 from . import typing_rules as tr
 from .context import ModelContext
-from .float_types import LowPrecision, low_of
+from .float_types import LOW_PRECISIONS, LowPrecision, low_of
 from .graph import fresh_name, graphs_with_owner, is_onnx_domain, model_names, subgraphs, walk_nodes
 from .plan import PrecisionPlan
 from .storage import cast_initializer
@@ -101,7 +101,7 @@ class _Rewriter:
         self.onnx_opset = tr.opset_map(model).get("", 13)
         # decomposed LayerNorms written as one LayerNormalization, by their last node
         self.layer_norms = {ln.add: ln for ln in policy.decomposed_layer_norms(ctx)} if fuse else {}
-        self.fused = 0
+        self.fused: list[int] = []  # the type each LayerNormalization written in their place computes in
         # means written as sums of pre-scaled terms where they are FP16 (policy.accumulation_fix)
         self.sum_rewrites = policy.sum_rewrites(ctx) if fuse else {}
         self.rewritten: list[str] = []
@@ -405,7 +405,21 @@ class _Rewriter:
         for k in sorted(at.values(), reverse=True):
             del scope.nodes[k]
         scope.nodes.append(ln.fused(x, scale, bias, add.output[0]))
-        self.fused += 1
+        self.fused.append(to)
+
+    def fused_statistics(self) -> str:
+        """Where the fused LayerNormalizations compute their statistics on the target: stash_type 1 asks
+        for FP32, which a target that normalizes in its input's type does not apply to a 16-bit one
+        (:attr:`.Target.normalizes_in_input_precision`)."""
+        target = self.ctx.target
+        low = [t for t in self.fused if t in _LOWS]
+        if not low or not target.normalizes_in_input_precision:
+            return "statistics in FP32, stash_type 1"
+        types = "/".join(p.name for p in LOW_PRECISIONS.values() if p.elem_type in low)
+        wide = len(self.fused) - len(low)
+        return (f"stash_type 1, which {target.title} does not apply: it computes the statistics of the "
+                f"{len(low)} {types} one(s) in {types}, their input's type"
+                + (f"; the {wide} FP32 one(s) in FP32" if wide else ""))
 
     def finish_outputs(self, scope: _Scope, owner: onnx.NodeProto | None) -> None:
         """Graph outputs get the type their consumer (the application or the owner node) expects."""
@@ -445,8 +459,8 @@ class _Rewriter:
                     self.duplicated -= 1
                 elif init.data_type != given[init.name]:
                     self.converted -= 1
-            self.notes.append(f"{self.fused} decomposed LayerNorm(s) written as one LayerNormalization each, "
-                              f"named after their last Add (statistics in FP32, stash_type 1), so that "
+            self.notes.append(f"{len(self.fused)} decomposed LayerNorm(s) written as one LayerNormalization "
+                              f"each, named after their last Add ({self.fused_statistics()}), so that "
                               f"onnxruntime's LayerNormFusion cannot bind mixed types")
         if self.rewritten:
             self.notes.append(f"{len(self.rewritten)} mean(s) written as a ReduceSum of pre-scaled terms "
