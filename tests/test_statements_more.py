@@ -3,8 +3,17 @@ pasted (issue 23): the notes, the ``next:`` line, the thin-pass note and the 16-
 
 from __future__ import annotations
 
+import shlex
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from test_fallback_written import _cnn, _feed
+
+from models.generate import npz_bytes
 from models.stacks import layer_norm_stack
 from onnx_precision import policy
+from onnx_precision.cli import main
 from onnx_precision.context import ModelContext
 from onnx_precision.rewriter import rewrite
 from onnx_precision.target import TensorRTTarget
@@ -31,3 +40,46 @@ def test_the_layer_norm_note_says_where_the_target_computes_the_statistics():
     note = _layer_norm_note(rewrite(trt, trt.all_low_plan().with_fp32(list(second))).notes)
     assert ("it computes the statistics of the 1 FP16 one(s) in FP16, their input's type; the 1 FP32 one(s) "
             "in FP32)") in note
+
+
+def _convert_lines(tmp_path, model: onnx.ModelProto, feed: dict[str, np.ndarray], *flags: str,
+                   capsys) -> tuple[int, list[str]]:
+    path, data = str(tmp_path / "m.onnx"), str(tmp_path / "m.npz")
+    onnx.save(model, path)
+    with open(data, "wb") as f:
+        f.write(npz_bytes(feed))
+    code = main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--inputs", data, *flags])
+    return code, capsys.readouterr().out.splitlines()
+
+
+def _next(lines: list[str]) -> str:
+    return next(line for line in lines if line.startswith("next: "))[len("next: "):]
+
+
+def _pasted(command: str) -> int:
+    """The exit code of the suggested command pasted into a shell (its comment left out by the shell)."""
+    args = shlex.split(command, comments=True)
+    assert args[:2] == ["onnx-precision", "check"]
+    return main(args[1:])
+
+
+def test_the_next_step_names_the_types_the_written_model_uses(tmp_path, capsys):
+    """--fallback bf16 where no node went BF16 (the opset kept at 11): the model written is FP16 alone,
+    and the next step said 'any FP16/BF16 runtime runs it'."""
+    code, lines = _convert_lines(tmp_path, _cnn(0.1, 11), _feed(1.0), "--fallback", "bf16", capsys=capsys)
+    assert code == 0 and any(line.startswith("note: opset kept at 11: no node went BF16") for line in lines)
+    assert _next(lines).endswith("as this run judged it; any FP16 runtime runs it")
+
+
+def test_the_webgpu_next_step_is_a_check_that_runs_here(tmp_path, capsys):
+    """onnxruntime's usual builds have no WebGPU provider: the suggested '--oracle webgpu' stopped with
+    'onnxruntime has no WebGpuExecutionProvider here' when pasted."""
+    assert "WebGpuExecutionProvider" not in ort.get_available_providers()
+    code, lines = _convert_lines(tmp_path, _cnn(0.1, 17), _feed(1.0), "--target", "webgpu", capsys=capsys)
+    assert code == 0
+    command, comment = _next(lines).split("  # ")
+    assert "--oracle" not in command and command.endswith("--target webgpu")
+    assert comment == ("judges it again as this run did, WebGPU's FP16 sums emulated; the native run needs "
+                       "onnxruntime built with WebGpuExecutionProvider (not this one; then add --oracle "
+                       "webgpu) or onnxruntime-web in a browser")
+    assert _pasted(command) == 0

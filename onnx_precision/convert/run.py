@@ -374,7 +374,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
         outputs.commit()
         return ConvertResult(model_path, output_path, result.plan, result, tuple(warnings),
                              (output_path,) + texts, nothing_to_convert=ctx.nothing_to_convert,
-                             next_step=ctx.target.next_step(ctx.model, run),
+                             next_step=ctx.target.next_step(result.model, run),
                              check_step=quoted(run.check_args(ctx.target.cli_args())),
                              node_flops=estimate_flops(ctx.model, {}))
     outcome = _outcome(auto_result, result.plan, judged, verification, tuple(warnings),
@@ -384,7 +384,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     outputs.commit()
     return ConvertResult(model_path, output_path, result.plan, result, outcome.warnings,
                          (output_path,) + texts + paths, auto_result, report, paths, ctx.nothing_to_convert,
-                         ctx.target.next_step(ctx.model, run), node_flops=report.node_flops)
+                         ctx.target.next_step(result.model, run), node_flops=report.node_flops)
 
 
 def _stage_model(ctx: ModelContext, result: RewriteResult, output_path: str, options: ConvertOptions,

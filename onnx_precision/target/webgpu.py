@@ -136,6 +136,14 @@ class WebGpuTarget(Target):
         return ["--target", "webgpu", *super().cli_args()]
 
     def next_step(self, model: onnx.ModelProto, run: RunArgs) -> str:
-        return (f"{quoted(run.check_args(self.cli_args(), 'webgpu'))}  # checks it on onnxruntime's WebGPU "
-                f"provider (a build with {WEBGPU_PROVIDER}) as this run judged it")
+        import onnxruntime as ort
+
+        # --oracle webgpu stops at once where this onnxruntime has no WebGPU provider (the usual builds):
+        # the command offered is one that runs here, and the comment says where the native run needs
+        if WEBGPU_PROVIDER in ort.get_available_providers():
+            return (f"{quoted(run.check_args(self.cli_args(), 'webgpu'))}  # checks it on onnxruntime's "
+                    f"WebGPU provider as this run judged it")
+        return (f"{quoted(run.check_args(self.cli_args()))}  # judges it again as this run did, WebGPU's "
+                f"FP16 sums emulated; the native run needs onnxruntime built with {WEBGPU_PROVIDER} (not "
+                f"this one; then add --oracle webgpu) or onnxruntime-web in a browser")
 
