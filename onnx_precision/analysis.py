@@ -29,19 +29,18 @@ from dataclasses import dataclass, field, replace
 
 import onnx
 
-from . import compare, opset_upgrade, oracle, policy, rules
+from . import opset_upgrade, oracle, policy, rules
 from .context import ModelContext, load_model
 from .data import SampleSpec, SymbolicDimensions, load_samples
 from .float_types import FP16, LowPrecision
 from .format import number
-from .metrics import Comparison, OutputMetrics
+from .judge import Comparison, OutputMetrics, Tolerance, compare_samples
 from .oracle import NodeError, TensorStats
 from .oracle.accumulated import AccumulationBounds
 from .plan import Precision, PrecisionPlan, Reason
 from .policy.shape_headroom import accumulation_reach
 from .storage import write_text
 from .target import GENERIC, Target
-from .tolerance import Tolerance
 
 log = logging.getLogger(__name__)
 
@@ -382,7 +381,7 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
         reference, layerwise = oracle.inspect_plan(session, plan, samples, tol)
     # The FP32 model's own NaN/Inf is reported apart (fp32-nonfinite): FP16 is judged where FP32 is finite.
     judged = replace(tol, allow_fp32_nonfinite=True)
-    outputs = compare.compare_samples(reference.outputs, layerwise.outputs, judged, oracle.EMULATE)
+    outputs = compare_samples(reference.outputs, layerwise.outputs, judged, oracle.EMULATE)
     seconds["session"] = session.build_seconds
     seconds["runs"] = time.perf_counter() - start - session.build_seconds
 

@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from .float16 import DropInError, Outputs, mixed_precision
+from .judge import Tolerance
 from .storage import data_location
-from .tolerance import Tolerance
 
 __all__ = ["auto_convert_mixed_precision_model_path"]
 

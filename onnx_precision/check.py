@@ -17,20 +17,17 @@ import numpy as np
 import onnx
 
 from . import quant_reference
-from .compare import compare_samples
 from .context import ModelContext, load_model
 from .data import Samples, SampleSpec, load_samples
 from .errors import ModelLoadError, PrecisionError, UsageError
 from .float_types import LOW_TYPES
 from .flops import estimate_flops
 from .format import json_safe
-from .metrics import Comparison
+from .judge import Comparison, Tolerance, compare_samples, thin_pass_note
 from .quant_reference import DEFAULT_MARGIN
 from .target import GENERIC, Target
-from .tolerance import Tolerance
 from .tradeoff import share_text, worst_output_text
 from .typing_rules import elem_type
-from .verdict import thin_pass_note
 from .vocab import OracleName
 
 CHECK_FORMAT = "onnx-precision-check/1"

@@ -97,7 +97,7 @@ from .float16_helpers import (
     sort_topology,
 )
 from .graph import walk_nodes
-from .tolerance import Tolerance
+from .judge import Tolerance
 from .vocab import Mode
 
 logger = logging.getLogger(__name__)

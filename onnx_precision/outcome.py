@@ -14,9 +14,8 @@ import numpy as np
 from .costs import PhaseCost, PhaseTotals
 from .errors import SearchError
 from .flops import FlopShares
-from .metrics import Comparison
+from .judge import Comparison, Tolerance
 from .plan import PrecisionPlan
-from .tolerance import Tolerance
 from .vocab import MeasuringMode, OracleName, Status
 
 if TYPE_CHECKING:  # only read here (importing them would load the sample readers and the search)

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .data import SampleSpec
-from .tolerance import Tolerance
+from .judge import Tolerance
 
 
 def quoted(args: Iterable[str]) -> str:

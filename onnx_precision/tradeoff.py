@@ -15,13 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .format import json_safe, number
-from .metrics import Comparison
-from .tolerance import Tolerance
+from .judge import Comparison, Tolerance, statistic
 
 
 def error_statistic(tol: Tolerance) -> str:
-    """The name of the statistic :func:`output_errors` reports under ``tol``."""
-    return "rel RMS err" if tol.error_stat == "rms" else "max |err| / max |ref|"
+    """The name of the statistic :func:`output_errors` reports under ``tol`` (its row's headline)."""
+    return statistic(tol).headline.name
 
 
 @dataclass(frozen=True)
@@ -53,9 +52,8 @@ class PlanPoint:
 
 def output_errors(comparison: Comparison, tol: Tolerance) -> dict[str, float]:
     """Per output, the headline error statistic of a comparison (infinite where FP16 turned non-finite)."""
-    rms = tol.error_stat == "rms"
-    return {m.name: math.inf if m.new_nonfinite else float(m.rel_rms_err if rms else m.max_rel_err)
-            for m in comparison.outputs}
+    value = statistic(tol).headline.value
+    return {m.name: math.inf if m.new_nonfinite else float(value(m)) for m in comparison.outputs}
 
 
 def worst_output_text(comparison: Comparison, tol: Tolerance) -> str:
@@ -132,8 +130,8 @@ class ToleranceLine:
 
 
 def tolerance_line(tol: Tolerance) -> ToleranceLine:
-    """The tolerance on the error axis: the rel RMS bound for the ``rms`` verdict; for the others,
-    which bound |err| by atol + rtol x |ref| (or a quantile of it), rtol, the atol part not drawn."""
+    """The tolerance on the error axis: its statistic's headline bound (the rel RMS bound for
+    ``rms``; rtol for those that bound |err| by atol + rtol x |ref|, the atol part not drawn)."""
     bound, label = _bound(tol)
     if any(_bound(t)[0] != bound for _, t in tol.per_output):
         label += " (some outputs differ)"
@@ -141,6 +139,4 @@ def tolerance_line(tol: Tolerance) -> ToleranceLine:
 
 
 def _bound(tol: Tolerance) -> tuple[float, str]:
-    if tol.error_stat == "rms":
-        return tol.max_rel_rms, f"rel RMS err <= {tol.max_rel_rms:g}"
-    return tol.rtol, f"rtol {tol.rtol:g} (+ atol {tol.atol:g})"
+    return statistic(tol).headline.bound(tol)

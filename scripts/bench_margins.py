@@ -37,15 +37,14 @@ from bench_precisions import REAL, Case, real_cases  # noqa: E402
 import models  # noqa: E402
 from models.generate import data_path, model_path  # noqa: E402
 from onnx_precision import policy  # noqa: E402
-from onnx_precision.compare import compare_samples  # noqa: E402
 from onnx_precision.context import load_model  # noqa: E402
 from onnx_precision.data import SampleSpec, load_samples  # noqa: E402
 from onnx_precision.float_types import FP16  # noqa: E402
 from onnx_precision.flops import estimate_flops  # noqa: E402
+from onnx_precision.judge import Tolerance, compare_samples  # noqa: E402
 from onnx_precision.oracle import Emulator  # noqa: E402
 from onnx_precision.oracle.inspection import NodeStats  # noqa: E402
 from onnx_precision.plan import Precision, PrecisionPlan, Reason, uniform_plan  # noqa: E402
-from onnx_precision.tolerance import Tolerance  # noqa: E402
 
 
 def spec_of(args: tuple[str, ...]) -> SampleSpec:

@@ -40,11 +40,11 @@ sys.path.insert(0, ROOT)
 
 import models  # noqa: E402
 from onnx_precision.check import check  # noqa: E402
-from onnx_precision.compare import Tolerance  # noqa: E402
 from onnx_precision.context import ModelContext, load_model  # noqa: E402
 from onnx_precision.convert import choose as auto  # noqa: E402
 from onnx_precision.data import SampleSpec  # noqa: E402
 from onnx_precision.graph import walk_nodes  # noqa: E402
+from onnx_precision.judge import Tolerance  # noqa: E402
 from onnx_precision.oracle import run_emulated, run_fp32  # noqa: E402
 from onnx_precision.plan import Precision, Reason, uniform_plan  # noqa: E402
 from onnx_precision.rewriter import rewrite  # noqa: E402
@@ -189,8 +189,8 @@ def run_ours(name: str, model_path: str, data: str, out_dir: str, headroom: floa
 def run_session_per_probe(name: str, model_path: str, data: str, result: auto.AutoResult,
                           search_seconds: float) -> Row:
     """Replay our search's probes, building a new model and session for each (no shared session)."""
-    from onnx_precision.compare import compare_samples
     from onnx_precision.data import load_samples
+    from onnx_precision.judge import compare_samples
 
     loaded = load_model(model_path)
     samples = load_samples(loaded.model, SampleSpec(inputs=data))
@@ -260,7 +260,7 @@ def probe_cost(model_path: str, feeds, plan) -> tuple[float, float, float]:
     seconds over all samples, each the best of 7 runs, interleaved so machine load hits all alike.
     A probe is what the search pays per plan: a run of the emulation session (built as the search
     builds it) and the comparison with the FP32 outputs."""
-    from onnx_precision.compare import compare_outputs
+    from onnx_precision.judge import compare_outputs
     from onnx_precision.oracle import EmulationSession, session_options
 
     loaded = load_model(model_path)

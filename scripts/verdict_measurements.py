@@ -32,11 +32,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import models
 from models import breakages
-from onnx_precision.compare import compare_array
 from onnx_precision.context import ModelContext
 from onnx_precision.graph import name_nodes
+from onnx_precision.judge import Tolerance, compare_array
 from onnx_precision.oracle import EmulationSession
-from onnx_precision.tolerance import Tolerance
 
 BROKEN = ["l2_normalize", "nafnet_boxfilter", "layernorm_eps", "softmax_nomax", "log_underflow",
           "two_culprits", "if_branch", "dynamic_batch"]

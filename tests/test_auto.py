@@ -10,16 +10,15 @@ import pytest
 from conftest import unfused
 
 import models
-from onnx_precision.compare import compare_samples
 from onnx_precision.context import ModelContext, load_model
 from onnx_precision.convert import choose as auto
 from onnx_precision.data import Samples
 from onnx_precision.errors import PrecisionError, SearchError
 from onnx_precision.graph import walk_nodes
+from onnx_precision.judge import Tolerance, compare_samples
 from onnx_precision.oracle import EmulationSession, run_emulated
 from onnx_precision.plan import Precision, Reason, uniform_plan
 from onnx_precision.rewriter import rewrite
-from onnx_precision.tolerance import Tolerance
 
 # The FP32 nodes each example needs (default headroom), by the search or the headroom rule;
 # "ln_add_eps" is forced by its initializer (eps = 1e-12 is 0 in FP16), and all layernorm_eps needs:

@@ -307,7 +307,7 @@ def test_a_profile_dimension_past_int64_is_one_line(tmp_path, capsys, out):
     ({"top_k": 1.5}, "top_k 1.5: expected an integer >= 0 (0: no top-k check)")])
 def test_a_tolerance_refuses_what_would_pass_anything(changes, line):
     from onnx_precision.errors import PrecisionError
-    from onnx_precision.tolerance import Tolerance
+    from onnx_precision.judge import Tolerance
 
     with pytest.raises(PrecisionError) as e:
         Tolerance(**changes)
@@ -322,7 +322,7 @@ def test_the_cli_and_tolerance_share_one_bound(tmp_path, capsys):
 
 def test_the_drop_in_refuses_a_nan_rtol(tmp_path):
     from onnx_precision.float16 import auto_convert_mixed_precision
-    from onnx_precision.tolerance import ToleranceError
+    from onnx_precision.judge import ToleranceError
 
     model = onnx.load(_mlp(str(tmp_path)))
     with pytest.raises(ToleranceError, match="^rtol nan: expected a finite number >= 0$"):

@@ -9,7 +9,7 @@ from test_check import example, write_plan
 from onnx_precision.check import FP32NonFinite, check
 from onnx_precision.cli import main
 from onnx_precision.data import SampleSpec
-from onnx_precision.tolerance import Tolerance
+from onnx_precision.judge import Tolerance
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import pytest
 
 from onnx_precision.cli import build_parser, main
 from onnx_precision.cli.common import tolerance
-from onnx_precision.tolerance import Tolerance
+from onnx_precision.judge import Tolerance
 
 
 def parsed(*options: str) -> Tolerance:

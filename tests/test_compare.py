@@ -8,9 +8,14 @@ import json
 import numpy as np
 import pytest
 
-from onnx_precision.compare import compare_array, compare_outputs, compare_samples
-from onnx_precision.metrics import Comparison, OutputMetrics
-from onnx_precision.tolerance import Tolerance
+from onnx_precision.judge import (
+    Comparison,
+    OutputMetrics,
+    Tolerance,
+    compare_array,
+    compare_outputs,
+    compare_samples,
+)
 
 TOL = Tolerance()
 MAX = Tolerance(error_stat="max")

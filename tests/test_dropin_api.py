@@ -19,9 +19,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx_precision import auto_mixed_precision, auto_mixed_precision_model_path, float16
-from onnx_precision.compare import compare_outputs
 from onnx_precision.convert import convert_model
-from onnx_precision.tolerance import Tolerance
+from onnx_precision.judge import Tolerance, compare_outputs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MLP = os.path.join(ROOT, "models", "benign_mlp.onnx")

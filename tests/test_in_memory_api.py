@@ -25,8 +25,8 @@ from onnx_precision.cli import main
 from onnx_precision.convert import ConvertedModel, ConvertOptions, convert_model
 from onnx_precision.data import SampleSpec
 from onnx_precision.errors import DataError, ModelLoadError, OutputError, UsageError
+from onnx_precision.judge import Tolerance
 from onnx_precision.storage import is_external, light_load, model_tensors, saving
-from onnx_precision.tolerance import Tolerance
 
 MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models")
 L2 = os.path.join(MODELS, "l2_normalize.onnx")

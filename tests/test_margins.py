@@ -13,10 +13,8 @@ from conftest import parse
 from onnx_precision import report as rep
 from onnx_precision.check import check
 from onnx_precision.cli import main
-from onnx_precision.compare import compare_array, compare_samples
 from onnx_precision.data import SampleSpec
-from onnx_precision.tolerance import Tolerance
-from onnx_precision.verdict import thin_pass_note
+from onnx_precision.judge import Tolerance, compare_array, compare_samples, thin_pass_note
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REMEDY = "more samples: --inputs DIR with several .npz"

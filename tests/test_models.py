@@ -12,12 +12,11 @@ from conftest import unfused
 import models
 from models import generate as build
 from onnx_precision import oracle
-from onnx_precision.compare import compare_samples
 from onnx_precision.context import ModelContext, load_model
 from onnx_precision.data import SampleSpec, load_samples
 from onnx_precision.graph import walk_nodes
+from onnx_precision.judge import Tolerance, compare_samples
 from onnx_precision.plan import Precision, Reason, uniform_plan
-from onnx_precision.tolerance import Tolerance
 
 BROKEN_IN_FP16 = ["l2_normalize", "nafnet_boxfilter", "layernorm_eps", "softmax_nomax", "log_underflow",
                   "two_culprits", "if_branch", "dynamic_batch"]

@@ -9,9 +9,9 @@ import pytest
 from conftest import parse, unfused
 
 from models import BUILDERS
-from onnx_precision.compare import compare_samples
 from onnx_precision.context import ModelContext
 from onnx_precision.graph import name_nodes, walk_nodes
+from onnx_precision.judge import Tolerance, compare_samples
 from onnx_precision.oracle import (
     EmulationSession,
     emulate_model,
@@ -28,7 +28,6 @@ from onnx_precision.oracle import (
 from onnx_precision.plan import Precision, Reason, uniform_plan
 from onnx_precision.policy import resolution as resolve_module
 from onnx_precision.rewriter import rewrite
-from onnx_precision.tolerance import Tolerance
 
 L2 = """
 <ir_version: 8, opset_import: ["" : 17]>

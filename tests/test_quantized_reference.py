@@ -75,10 +75,9 @@ def test_reference_model_gives_the_quantization_error_the_remainders_and_the_rel
 
 
 def test_the_gate_passes_a_remainder_that_adds_5_percent_and_fails_one_that_adds_50(tmp_path):
-    from onnx_precision.compare import compare_outputs
     from onnx_precision.context import load_model
+    from onnx_precision.judge import Tolerance, compare_outputs
     from onnx_precision.quant_reference import gate
-    from onnx_precision.tolerance import Tolerance
 
     path, original = _mlp_and_original(tmp_path)
     ctx = load_model(path)
@@ -109,10 +108,9 @@ def test_a_reference_model_with_other_outputs_is_one_line_exit_2(tmp_path, capsy
 def test_each_sample_is_judged_against_its_own_quantization_error(tmp_path):
     # The bound was the smallest quantization error over the samples: a sample the quantizers hit
     # harder failed for noise that is its own (the ViT-like block's held-out sample: 0.0795 > 0.0698).
-    from onnx_precision.compare import compare_samples
     from onnx_precision.context import load_model
+    from onnx_precision.judge import Tolerance, compare_samples
     from onnx_precision.quant_reference import gate
-    from onnx_precision.tolerance import Tolerance
 
     path, original = _mlp_and_original(tmp_path)
     rng = np.random.default_rng(0)

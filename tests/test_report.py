@@ -13,10 +13,9 @@ from onnx_precision.cli.progress import ProgressLine
 from onnx_precision.context import ModelContext
 from onnx_precision.costs import PhaseCost
 from onnx_precision.flops import estimate_flops
-from onnx_precision.metrics import Comparison, OutputMetrics
+from onnx_precision.judge import Comparison, OutputMetrics, Tolerance
 from onnx_precision.oracle.inspection import NodeStats
 from onnx_precision.plan import Precision, Reason, uniform_plan
-from onnx_precision.tolerance import Tolerance
 
 L2 = """
 <ir_version: 8, opset_import: ["" : 17]>

@@ -15,9 +15,9 @@ from onnx_precision.cli import main
 from onnx_precision.context import ModelContext
 from onnx_precision.convert import choose as auto
 from onnx_precision.data import Samples
+from onnx_precision.judge import Tolerance
 from onnx_precision.oracle import Emulator, reference_runner
 from onnx_precision.plan import PrecisionPlan
-from onnx_precision.tolerance import Tolerance
 
 CHAIN = parse("""
 <ir_version: 8, opset_import: ["" : 17]>

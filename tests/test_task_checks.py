@@ -5,9 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from onnx_precision import task_checks
-from onnx_precision.compare import compare_array, compare_samples
-from onnx_precision.tolerance import Tolerance
+from onnx_precision.judge import Tolerance, compare_array, compare_samples, task_checks
 
 LOGITS = np.array([[5.0, 4.9, 1.0, 0.0],   # a near tie between classes 0 and 1
                    [0.0, 1.0, 9.0, 2.0],

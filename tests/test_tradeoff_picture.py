@@ -12,7 +12,7 @@ import pytest
 from models import generate
 from onnx_precision import report as rep
 from onnx_precision.cli import main
-from onnx_precision.tolerance import Tolerance
+from onnx_precision.judge import Tolerance
 from onnx_precision.tradeoff import PlanPoint, front_table, tolerance_line
 from onnx_precision.tradeoff_picture import CHOSEN_COLOUR, TOLERANCE_COLOUR, Picture, fit_frame, front_svg
 

@@ -171,7 +171,7 @@ def test_the_polygraphy_snr_check_agrees_with_the_whole_output_bound():
 
 def test_a_verdict_polygraphy_cannot_express_says_so_and_gives_the_tools_own_check():
     from onnx_precision.data import SampleSpec
-    from onnx_precision.tolerance import Tolerance
+    from onnx_precision.judge import Tolerance
 
     model, plan = model_and_plan(["node_of_norm"])
     text = trt_flags_text(model, plan, RunArgs("m.onnx", "o.onnx", SampleSpec("d.npz"),

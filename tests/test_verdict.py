@@ -11,10 +11,9 @@ import pytest
 import models
 from models import breakages
 from onnx_precision import oracle
-from onnx_precision.compare import compare_array, compare_outputs
 from onnx_precision.context import ModelContext
+from onnx_precision.judge import Tolerance, compare_array, compare_outputs
 from onnx_precision.plan import Reason
-from onnx_precision.tolerance import Tolerance
 
 MAX = Tolerance(error_stat="max")
 

@@ -14,9 +14,9 @@ import numpy as np
 from ..data import SampleSpec, shape_problem
 from ..errors import UsageError
 from ..float_types import LOW_PRECISIONS, low_of
+from ..judge import ERROR_STATS, SLICE_MIN_ELEMENTS, Tolerance, bound_problem, statistics_help
 from ..quant_reference import DEFAULT_MARGIN, margin_problem
 from ..target import KINDS, Target, target_help, target_named
-from ..tolerance import ERROR_STATS, SLICE_MIN_ELEMENTS, Tolerance, bound_problem
 from ..trt.versions import NEWEST, TrtVersion
 
 
@@ -242,7 +242,7 @@ def positive_int(text: str) -> int:
 
 def _setting(name: str) -> Callable[[str], float]:
     """An argparse type for Tolerance setting ``name``: a number within its bounds
-    (:data:`~onnx_precision.tolerance.BOUNDS`, which Tolerance checks too)."""
+    (:data:`~onnx_precision.judge.tolerance.BOUNDS`, which Tolerance checks too)."""
     def parse(text: str) -> float:
         try:
             value = float(text)
@@ -260,13 +260,7 @@ _TOLERANCE_ARGS: dict[str, tuple[str, Callable[[str], Any], str, str]] = {
         "error_stat",
         _error_stat,
         "STAT",
-        (
-            "the check: rms (default: relative RMS error over the output and over every slice of "
-            "whole rows, tells FP16 breakage from rounding noise), max (max|err| <= atol + rtol x "
-            "max|ref| and cosine >= --min-cosine, the criterion before rms), mean, median, quantile "
-            "(that statistic of |err| in place of the max), elemwise (elements outside atol + rtol x "
-            "|ref|, at most --max-outside-fraction of them)"
-        ),
+        "the check: " + statistics_help(),
     ),
     "--atol": ("atol", _setting("atol"), "X", "absolute error allowance"),
     "--rtol": (

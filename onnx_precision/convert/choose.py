@@ -43,7 +43,7 @@ from ..data import Samples
 from ..errors import InternalError, PrecisionError
 from ..float_types import LowPrecision
 from ..flops import FlopShares, estimate_flops
-from ..metrics import Comparison
+from ..judge import Comparison, Tolerance
 from ..oracle import Emulator, Inspection, LayerwiseResult, PlanRunner, ReferenceResult
 from ..oracle.accumulated import AccumulationBounds
 from ..oracle.inspection import NodeStats, first_nonfinite_output
@@ -62,7 +62,6 @@ from ..search.driver import (
 )
 from ..search.fallback import fallback_candidates, try_fallback
 from ..search.prober import Prober
-from ..tolerance import Tolerance
 from ..tradeoff import PlanPoint, output_errors
 from ..vocab import MeasuringMode, ReasonSource, Status
 

@@ -24,14 +24,13 @@ from ..data import SampleSpec, sample_files, shape_problem
 from ..errors import CustomOpError, InternalError, SearchError, UsageError
 from ..float_types import low_of
 from ..flops import FlopShares, counted_nodes, estimate_flops
-from ..metrics import Comparison
+from ..judge import Comparison, Tolerance
 from ..outcome import ConversionOutcome, Verification
 from ..plan import Precision, PrecisionPlan, Reason, apply_user_choices
 from ..quant_reference import DEFAULT_MARGIN, QuantGate, margin_problem
 from ..rewriter import RewriteResult, rewrite
 from ..suggested import RunArgs, quoted
 from ..target import GENERIC, Target
-from ..tolerance import Tolerance
 from ..trt.layer_precisions import LayerFlags, layer_pins
 from ..vocab import MODES, Mode, OracleName, Status
 from .written_check import check_written, load_remedies

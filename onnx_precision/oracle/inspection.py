@@ -5,7 +5,7 @@
   values FP16 flushes to zero, NaN/Inf counts; and the first node whose output turns non-finite
   from finite inputs in FP32 itself (that is the FP32 model's fault, never FP16's).
 * :func:`layerwise`: per sample, the FP32 run and the plan's emulated run side by side; per node
-  the error of its output against FP32 (scale-relative, as in :mod:`onnx_precision.compare`) and
+  the error of its output against FP32 (scale-relative, as in :mod:`onnx_precision.judge.compare`) and
   the *first-divergence* nodes: where a value turns non-finite from finite inputs (an overflow
   happens there, even downstream of another one), or where a finite error above the tolerance's
   rtol appears while the node's inputs were still within it. Those are the search's first
@@ -32,8 +32,8 @@ import onnx
 from ..errors import InternalError
 from ..float_types import FP16, LowPrecision
 from ..format import json_float
+from ..judge import Tolerance
 from ..plan import PrecisionPlan
-from ..tolerance import Tolerance
 from .sessions import Feed, owned
 from .twin import FLOATS, INTS, TwinModel
 

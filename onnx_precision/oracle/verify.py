@@ -12,11 +12,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..compare import Tolerances, compare_by_shape, compare_outputs, each_sample, merge_comparisons
 from ..context import ModelContext, load_model
 from ..costs import PhaseCost
 from ..errors import OracleUnavailable
-from ..metrics import Comparison
+from ..judge import Comparison, Tolerances, compare_by_shape, compare_outputs, each_sample, merge_comparisons
 from ..target import GENERIC, Target
 from ..vocab import OracleName
 from .runs import NATIVE_PROVIDERS, OracleRun, run_emulated, run_native, run_reference

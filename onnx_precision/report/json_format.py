@@ -9,11 +9,10 @@ from typing import TYPE_CHECKING
 from ..costs import PhaseCost
 from ..errors import PlanError
 from ..format import json_safe
-from ..metrics import Comparison
+from ..judge import Comparison, Tolerance
 from ..oracle.inspection import NodeStats
 from ..plan import PrecisionPlan
 from ..storage import write_text
-from ..tolerance import Tolerance
 from ..tradeoff import PlanPoint, pareto_front
 
 if TYPE_CHECKING:

@@ -8,12 +8,11 @@ from typing import TYPE_CHECKING
 
 from ..float_types import low_of
 from ..format import cosine_text, number
-from ..metrics import Comparison
+from ..judge import Comparison, Tolerance
 from ..oracle.inspection import NodeStats
 from ..plan import Precision
 from ..quantized import shares_text
 from ..storage import write_text
-from ..tolerance import Tolerance
 from ..tradeoff import ALL_LISTED, front_table, worst_output_text
 
 if TYPE_CHECKING:

@@ -13,16 +13,14 @@ from ..context import ModelContext
 from ..costs import PhaseCost, PhaseTotals
 from ..float_types import LowPrecision, low_of
 from ..flops import FlopShares, estimate_flops
-from ..metrics import Comparison
+from ..judge import Comparison, Tolerance, thin_pass_note
 from ..oracle.inspection import NodeStats
 from ..outcome import ConversionOutcome, Verification
 from ..plan import PrecisionPlan
 from ..policy import underflow_headroom
-from ..tolerance import Tolerance
 from ..tradeoff import PlanPoint, error_statistic, tolerance_line
 from ..tradeoff_picture import Picture, front_svg
 from ..typing_rules.node_typing import FLOAT64_KEPT, computes_in_float64
-from ..verdict import thin_pass_note
 from ..vocab import Mode, OracleName, Status
 
 REPORT_FORMAT = "onnx-precision-report/1"

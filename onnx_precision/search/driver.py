@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ..context import ModelContext
 from ..costs import Clock, Counted
 from ..flops import FlopShares
-from ..metrics import Comparison
+from ..judge import Comparison
 from ..oracle import LayerwiseResult
 from ..plan import PrecisionPlan, Reason
 from ..policy import layer_norm_pins

@@ -14,11 +14,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ..compare import Tolerances, compare_outputs, each_sample, merge_comparisons
-from ..metrics import Comparison
+from ..judge import Comparison, Tolerance, Tolerances, compare_outputs, each_sample, merge_comparisons
 from ..oracle import PlanRunner
 from ..plan import PrecisionPlan
-from ..tolerance import Tolerance
 from ..tradeoff import output_errors
 
 

@@ -1,4 +1,4 @@
-"""When does an FP16 output pass? The tolerance (a frozen value) and the verdict over the metrics.
+"""When does an FP16 output pass? The acceptance of one output's metrics under the tolerance.
 
 The default check, ``rms``, tells FP16 *breakage* from FP16 *rounding noise*. An output passes when:
 
@@ -87,69 +87,35 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from .format import cosine_text, number
+from ..format import number
 from .metrics import Comparison, OutputMetrics
-from .tolerance import Tolerance, clauses, stat_name
+from .statistics import Term, room_share, statistic
+from .tolerance import Tolerance, clauses
 
-# Outputs are float32: a cosine that should be 1 lands an ulp or two below it (0.99999994), so a
-# minimum cosine is met within a few float32 ulps (--min-cosine 1 can pass).
-COSINE_SLACK = 4 * 2.0**-24
 # A pass with less than this share of its bound left says so: another input can tip it.
 THIN = 0.1
 
 
 def passed_by(m: OutputMetrics, tol: Tolerance) -> str:
-    """The clause under which output ``m`` passes (it passes: :func:`judge` found nothing): reports
+    """The clause under which output ``m`` passes (it passes: :func:`failures` found nothing): reports
     name it, since a pass through "all |err| <= atol" says nothing of the relative error."""
     main, escape = clauses(tol)
     return escape if escape and m.max_abs_err <= tol.atol else main
 
 
-def judge(m: OutputMetrics, tol: Tolerance) -> tuple[str, ...]:
+def failures(m: OutputMetrics, tol: Tolerance) -> tuple[str, ...]:
     """Why output ``m`` fails under ``tol`` (already chosen for this output): () when it passes."""
-    failures: list[str] = []
+    out: list[str] = []
     if m.fp32_nonfinite and not tol.allow_fp32_nonfinite:
-        failures.append(f"the FP32 output itself has {m.fp32_nonfinite} NaN/Inf (--allow-fp32-nonfinite "
-                        f"compares only where it is finite)")
+        out.append(f"the FP32 output itself has {m.fp32_nonfinite} NaN/Inf (--allow-fp32-nonfinite "
+                   f"compares only where it is finite)")
     if m.new_nonfinite:
-        failures.append(f"{m.new_nonfinite} new NaN/Inf")
-    failures += _stat_failures(m, tol)
-    failures += [t.failure for t in m.tasks if not t.passed]
-    return tuple(failures)
-
-
-def _stat_failures(m: OutputMetrics, tol: Tolerance) -> list[str]:
-    if tol.error_stat == "rms":
-        if m.max_abs_err <= tol.atol:
-            return []
-        out = []
-        if not m.rel_rms_err <= tol.max_rel_rms:
-            out.append(f"rel RMS err {number(m.rel_rms_err)} > {tol.max_rel_rms:g}")
-        if not m.worst_slice_rel_rms <= tol.max_slice_rel_rms:
-            out.append(f"slice at {m.name}{list(m.worst_slice_at)} ({m.worst_slice_size} elements) rel RMS "
-                       f"err {number(m.worst_slice_rel_rms)} > {tol.max_slice_rel_rms:g}")
-        return out
-    if tol.error_stat == "elemwise":
-        allowed = tol.max_outside_fraction * m.elements
-        if m.outside_bound <= allowed:
-            return []
-        return [(f"{m.outside_bound} of {m.elements} elements outside atol {tol.atol:g} + rtol {tol.rtol:g} "
-                 f"x |ref| (allowed: {math.floor(allowed)})")]
-    value = {"max": m.max_abs_err, "mean": m.mean_abs_err, "median": m.p50_abs_err,
-             "quantile": m.quantile_abs_err}[tol.error_stat]
-    bound = tol.atol + tol.rtol * m.ref_max_abs
-    out = []
-    if not value <= bound:
-        out.append(
-            f"{stat_name(tol)} abs err {number(value)} > {number(bound)} (atol {tol.atol:g} "
-            f"+ rtol {tol.rtol:g} x max|ref| {number(m.ref_max_abs)})"
-        )
-    if not m.cosine >= tol.min_cosine - COSINE_SLACK:
-        out.append(f"cosine {cosine_text(m.cosine, tol.min_cosine)} < {tol.min_cosine:g}")
-    return out
-
-
-Term = tuple[float, str]  # (share of its bound a clause left, the clause as measured, in words)
+        out.append(f"{m.new_nonfinite} new NaN/Inf")
+    row = statistic(tol)
+    if not (row.atol_passes and m.max_abs_err <= tol.atol):
+        out += [c.failure for c in row.checks(m, tol) if not c.holds]
+    out += [t.failure for t in m.tasks if not t.passed]
+    return tuple(out)
 
 
 def room(m: OutputMetrics, tol: Tolerance) -> Term:
@@ -157,47 +123,21 @@ def room(m: OutputMetrics, tol: Tolerance) -> Term:
     the clause nearest its bound among those that decided the pass (of two ways to pass, the one
     with more room), and that clause as measured ("rel RMS err 0.0451 against 0.05"); (inf, "")
     where no bound applied measures it (a bound of 0: an exact match)."""
-    main = _main_terms(m, tol)
+    row = statistic(tol)
+    main = [c.term for c in row.checks(m, tol)]
     ways = [main]
-    if tol.error_stat == "rms" and m.max_abs_err <= tol.atol:
-        escape = _term(m.max_abs_err, tol.atol,
-                       f"max abs err {number(m.max_abs_err)} against atol {tol.atol:g}")
+    if row.atol_passes and m.max_abs_err <= tol.atol:
+        escape = (room_share(m.max_abs_err, tol.atol), f"max abs err {number(m.max_abs_err)} against atol "
+                                                          f"{tol.atol:g}")
         ways = [[escape]] + ([main] if all(share >= 0 for share, _ in main) else [])
-    tasks = [_at_least(t.agreement, t.minimum, f"{t.label} {t.agreement:.6g} against {t.minimum:g}")
+    tasks = [(room_share(1.0 - t.agreement, 1.0 - t.minimum), f"{t.label} {t.agreement:.6g} against "
+                                                               f"{t.minimum:g}")
              for t in m.tasks]
     decided = max((min(way, default=_NO_BOUND) for way in ways), default=_NO_BOUND)
     return min([decided, *tasks])
 
 
 _NO_BOUND: Term = (math.inf, "")
-
-
-def _term(value: float, bound: float, text: str) -> Term:
-    return ((bound - value) / bound if bound > 0 else math.inf), text
-
-
-def _at_least(value: float, minimum: float, text: str) -> Term:
-    """A bound of the form value >= minimum (at most 1), by what each leaves to 1."""
-    return _term(1.0 - value, 1.0 - minimum, text)
-
-
-def _main_terms(m: OutputMetrics, tol: Tolerance) -> list[Term]:
-    """The check's own clauses (not the ``atol`` way out of ``rms``) as measured."""
-    if tol.error_stat == "rms":
-        return [_term(m.rel_rms_err, tol.max_rel_rms, f"rel RMS err {number(m.rel_rms_err)} against "
-                                                      f"{tol.max_rel_rms:g}"),
-                _term(m.worst_slice_rel_rms, tol.max_slice_rel_rms,
-                      f"worst slice rel RMS err {number(m.worst_slice_rel_rms)} against "
-                      f"{tol.max_slice_rel_rms:g}")]
-    if tol.error_stat == "elemwise":
-        allowed = tol.max_outside_fraction * m.elements
-        return [_term(m.outside_bound, allowed, f"{m.outside_bound} elements outside atol + rtol x |ref| "
-                                                f"against {math.floor(allowed)} allowed")]
-    value = {"max": m.max_abs_err, "mean": m.mean_abs_err, "median": m.p50_abs_err,
-             "quantile": m.quantile_abs_err}[tol.error_stat]
-    bound = tol.atol + tol.rtol * m.ref_max_abs
-    return [_term(value, bound, f"{stat_name(tol)} abs err {number(value)} against {number(bound)}"),
-            _at_least(m.cosine, tol.min_cosine, f"cosine {cosine_text(m.cosine)} against {tol.min_cosine:g}")]
 
 
 def thin_pass_note(judged: Sequence[Comparison], remedy: str) -> str:

@@ -2,8 +2,8 @@
 
 :func:`compare_array` computes every statistic of one output in one vectorised pass (max, mean and
 quantiles of ``|err|``, relative RMS error over the output and over its slices, cosine, elements
-outside ``atol + rtol·|ref|``, new NaN/Inf) and asks :func:`onnx_precision.verdict.judge` whether
-it passes; :mod:`onnx_precision.verdict` says why the default check is what it is.
+outside ``atol + rtol·|ref|``, new NaN/Inf) and asks :func:`.acceptance.failures` whether it
+passes; :mod:`.acceptance` says why the default check is what it is.
 
 Where FP32 itself is non-finite the FP32 model is at fault, not FP16: those elements are left out
 of every statistic and counted in ``fp32_nonfinite``. Non-float outputs (indices, masks) must match
@@ -21,10 +21,10 @@ import ml_dtypes
 import numpy as np
 
 from . import task_checks
+from .acceptance import failures, passed_by, room
 from .metrics import Comparison, OutputMetrics
 from .task_checks import TaskResult
 from .tolerance import SLICE_MIN_ELEMENTS, Tolerance
-from .verdict import judge, passed_by, room
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -113,9 +113,9 @@ def compare_array(name: str, ref: np.ndarray, cand: np.ndarray, tol: Tolerance) 
         fp32_nonfinite=fp32_nonfinite,
         tasks=_tasks(ref, cand, tol),
     )
-    failures = judge(metrics, tol)
-    if failures:
-        return replace(metrics, failures=failures)
+    why = failures(metrics, tol)
+    if why:
+        return replace(metrics, failures=why)
     share, clause = room(metrics, tol)
     return replace(metrics, passed=True, passed_by=passed_by(metrics, tol), room=share, room_clause=clause)
 

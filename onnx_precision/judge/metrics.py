@@ -1,6 +1,6 @@
 """The values a comparison produces: one output's metrics and verdict, and a comparison of outputs.
 
-:mod:`onnx_precision.compare` computes them; :mod:`onnx_precision.verdict` judges them. Both
+:mod:`.compare` computes them; :mod:`.acceptance` judges them. Both
 round-trip through JSON (reports are read back by ``--plan REPORT.json@K`` and by tests).
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .format import json_float, number
+from ..format import json_float, number
 from .task_checks import TaskResult
 
 
@@ -19,7 +19,7 @@ from .task_checks import TaskResult
 class OutputMetrics:
     """One output's comparison with FP32. Errors are ``|cand - ref|`` over the elements where both
     are finite; ``max_rel_err`` is ``max_abs_err / max|ref|`` (scale-relative), ``rel_rms_err``
-    ``‖cand - ref‖ / ‖ref‖``; slices are defined in :mod:`onnx_precision.verdict`."""
+    ``‖cand - ref‖ / ‖ref‖``; slices are defined in :mod:`.acceptance`."""
 
     name: str
     max_abs_err: float
@@ -46,7 +46,7 @@ class OutputMetrics:
     tasks: tuple[TaskResult, ...] = ()
     passed_by: str = ""  # the clause it passes under ("all |err| <= atol 0.001", ...); "" when it fails
     # a pass: the share of its bound the deciding clause left, and that clause as measured
-    # (verdict.room); inf and "" when it fails or no bound measures it
+    # (acceptance.room); inf and "" when it fails or no bound measures it
     room: float = math.inf
     room_clause: str = ""
 
