@@ -316,11 +316,12 @@ def _kind_of(findings: Sequence[rules.Finding], confirmed_only: bool, effect: bo
     return None
 
 
-def node_verdict(node: onnx.NodeProto, findings: Sequence[rules.Finding], fp32_range: TensorStats | None,
-                 error: NodeError | None, fp32_nonfinite: str | None,
-                 body_findings: Sequence[rules.Finding] = (), effect: bool = True, low: LowPrecision = FP16,
-                 ) -> str:
-    """One verdict from the node's evidence (see the module docstring). ``effect``: the emulated
+def node_diagnosis(node: onnx.NodeProto, findings: Sequence[rules.Finding], fp32_range: TensorStats | None,
+                   error: NodeError | None, fp32_nonfinite: str | None,
+                   body_findings: Sequence[rules.Finding] = (), effect: bool = True, low: LowPrecision = FP16,
+                   ) -> str:
+    """The node's diagnosis from its evidence (see the module docstring; reports call it the node's
+    verdict: safe, or what breaks it). ``effect``: the emulated
     error diverges at this node or shortly after it (tiny values flushing matter only then)."""
     if node.name == fp32_nonfinite:
         return FP32_NONFINITE
@@ -446,7 +447,7 @@ def build_rows(facts: rules.ModelFacts, findings: Sequence[rules.Finding], plan:
         findings = tuple(by_node.get(node.name, ()))
         fp32_range = _worst([s for s in reference.node_stats(node)])
         error = layerwise.nodes.get(node.name)
-        verdict = node_verdict(node, findings, fp32_range, error, reference.first_nonfinite,
+        verdict = node_diagnosis(node, findings, fp32_range, error, reference.first_nonfinite,
                                body.get(node.name, ()), effect(node), facts.low)
         note = ""
         suspect = _kind_of([f for f in findings if f.severity == rules.HIGH], confirmed_only=False)

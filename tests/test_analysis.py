@@ -261,25 +261,25 @@ def _flush_finding(severity: Severity = "medium"):
 
 
 def test_verdict_precision_when_the_error_appears_without_a_range_cause():
-    assert analysis.node_verdict(_node("Add"), (), _stats(10.0), _error(True), None) == "precision"
-    assert analysis.node_verdict(_node("Add"), (), _stats(10.0), _error(False), None) == "safe"
+    assert analysis.node_diagnosis(_node("Add"), (), _stats(10.0), _error(True), None) == "precision"
+    assert analysis.node_diagnosis(_node("Add"), (), _stats(10.0), _error(False), None) == "safe"
 
 
 def test_verdict_new_nonfinite_is_underflow_after_a_division_and_overflow_elsewhere():
     blown = _error(True, nonfinite=3)
-    assert analysis.node_verdict(_node("Div"), (), _stats(10.0), blown, None) == "underflow"
-    assert analysis.node_verdict(_node("Mul"), (), _stats(10.0), blown, None) == "overflow"
+    assert analysis.node_diagnosis(_node("Div"), (), _stats(10.0), blown, None) == "underflow"
+    assert analysis.node_diagnosis(_node("Mul"), (), _stats(10.0), blown, None) == "overflow"
 
 
 def test_verdict_flush_decides_only_with_an_effect_and_fp32_nan_wins():
     flush = (_flush_finding(),)
-    assert analysis.node_verdict(_node("Mul"), flush, _stats(1.0, 0.5), _error(False), None, effect=True) \
+    assert analysis.node_diagnosis(_node("Mul"), flush, _stats(1.0, 0.5), _error(False), None, effect=True) \
         == "underflow"
-    assert analysis.node_verdict(_node("Mul"), flush, _stats(1.0, 0.5), _error(False), None, effect=False) \
+    assert analysis.node_diagnosis(_node("Mul"), flush, _stats(1.0, 0.5), _error(False), None, effect=False) \
         == "safe"
     big = _stats(7e4)
-    assert analysis.node_verdict(_node("Mul"), flush, big, _error(False), None, effect=False) == "overflow"
-    assert analysis.node_verdict(_node("Mul"), flush, _stats(7e4), _error(True), "n") == "fp32-nonfinite"
+    assert analysis.node_diagnosis(_node("Mul"), flush, big, _error(False), None, effect=False) == "overflow"
+    assert analysis.node_diagnosis(_node("Mul"), flush, _stats(7e4), _error(True), "n") == "fp32-nonfinite"
 
 
 def test_nan_in_the_data_is_a_warning_not_a_node_verdict(tmp_path):

@@ -138,6 +138,22 @@ def _tool(name: str) -> str:
     return path
 
 
+def test_judging_is_one_package_below_the_stages():
+    """Judging one output (tolerance, error statistics, comparison, acceptance, task checks, metrics)
+    is the judge/ package, which reads nothing of the package but formatting and the error family:
+    every stage can judge, and a new error statistic is a row of judge/statistics.py."""
+    judge = "onnx_precision.judge"
+    graph = _graph()
+    reads = {d for m, deps in graph.items() if m.startswith(judge) for d in deps if not d.startswith(judge)}
+    assert reads <= {"onnx_precision.format", "onnx_precision.errors"}
+    # the old top-level modules are gone, but for the public Tolerance's former home (a re-export)
+    assert not {f"onnx_precision.{m}" for m in ("compare", "metrics", "task_checks", "verdict")} & set(graph)
+    assert graph["onnx_precision.tolerance"] == {"onnx_precision.judge.tolerance"}
+    from onnx_precision.judge import Tolerance
+    from onnx_precision.tolerance import Tolerance as PublicTolerance
+    assert PublicTolerance is Tolerance
+
+
 def test_ruff_is_clean():
     """The package's ruff configuration holds for everything in the repository that is Python."""
     result = subprocess.run([_tool("ruff"), "check", "onnx_precision", "tests", "scripts", "models"],

@@ -58,7 +58,7 @@ def test_verdict_names_the_failing_probe_for_each_pin():
     search = PinSearch(NODES[:100], NODES)
     drive(search, passes)
     outcome = search.outcome()
-    by_node = {v.node: v for v in outcome.verdicts}
+    by_node = {v.node: v for v in outcome.evidence}
     assert set(by_node) == {"n003", "n077"}
     for node, verdict in by_node.items():
         probe = outcome.probes[verdict.probe]

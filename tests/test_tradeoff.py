@@ -58,7 +58,7 @@ def test_a_probe_budget_keeps_the_cheapest_passing_set_and_says_so():
     assert outcome.passed and {"n3", "n9"} <= set(outcome.pinned)
     passing = [p.pinned for p in outcome.probes if p.passed]
     assert frozenset(outcome.pinned) == min(passing, key=lambda s: sum(cost[n] for n in s))
-    untested = [v for v in outcome.verdicts if v.probe == -1]
+    untested = [v for v in outcome.evidence if v.probe == -1]
     assert untested and all("not tested" in v.detail for v in untested)
 
 

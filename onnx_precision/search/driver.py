@@ -28,7 +28,7 @@ from ..policy import layer_norm_pins
 from ..policy.resolution import group_pins
 from ..tradeoff import PlanPoint
 from .prober import Prober
-from .state import PinSearch, SearchOutcome, Verdict
+from .state import PinEvidence, PinSearch, SearchOutcome
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ def run_search(prober: Prober, session: Counted, clock: Clock, space: SearchSpac
             message = ("even with every float node in FP32 the emulated outputs are out of tolerance "
                        f"({prober.last_detail}); check the tolerance and the samples")
         return SearchResult(None, outcome, tuple(points), tuple(notes), message)
-    plan = base.with_fp32_reasons({v.node: (Reason("search", _why(v)),) for v in outcome.verdicts})
+    plan = base.with_fp32_reasons({v.node: (Reason("search", _why(v)),) for v in outcome.evidence})
     message = ""
     if outcome.exhausted:
         kept_set = tuple(sorted(base_pins | set(outcome.pinned)))
@@ -179,7 +179,7 @@ def run_search(prober: Prober, session: Counted, clock: Clock, space: SearchSpac
     return SearchResult(plan, outcome, tuple(points), tuple(notes), message)
 
 
-def _why(verdict: Verdict) -> str:
-    if verdict.probe >= 0:
-        return f"un-pinning it fails: {verdict.detail} (probe {verdict.probe})"
-    return verdict.detail
+def _why(evidence: PinEvidence) -> str:
+    if evidence.probe >= 0:
+        return f"un-pinning it fails: {evidence.detail} (probe {evidence.probe})"
+    return evidence.detail

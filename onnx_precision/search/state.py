@@ -57,7 +57,7 @@ class Probe:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class PinEvidence:
     """Why a node of the final set is needed: the probe showing that un-pinning it fails."""
 
     node: str
@@ -69,7 +69,7 @@ class Verdict:
 class SearchOutcome:
     passed: bool  # False: even pinning every searchable node fails (or no probe passed in budget)
     pinned: tuple[str, ...]  # in the caller's node order
-    verdicts: tuple[Verdict, ...]  # one per pinned node (probe -1: not tested before the budget ran out)
+    evidence: tuple[PinEvidence, ...]  # one per pinned node (probe -1: not tested before the budget ran out)
     probes: tuple[Probe, ...]
     exhausted: str = ""  # why the search stopped early ("" when it finished)
 
@@ -170,8 +170,8 @@ class PinSearch:
         if result is None:
             return SearchOutcome(False, (), (), tuple(self._probes), self._exhausted)
         pinned = tuple(sorted(result, key=self._rank.__getitem__))
-        verdicts = tuple(self._verdict(n, frozenset(pinned)) for n in pinned)
-        return SearchOutcome(True, pinned, verdicts, tuple(self._probes), self._exhausted)
+        evidence = tuple(self._evidence(n, frozenset(pinned)) for n in pinned)
+        return SearchOutcome(True, pinned, evidence, tuple(self._probes), self._exhausted)
 
     # --- driving the generator ------------------------------------------------------------------
 
@@ -198,16 +198,16 @@ class PinSearch:
             return False
         return None
 
-    def _verdict(self, node: str, pinned: PinnedSet) -> Verdict:
+    def _evidence(self, node: str, pinned: PinnedSet) -> PinEvidence:
         without = pinned - {node}
         exact = self._known.get(without)
         if exact is not None and not exact.passed:
-            return Verdict(node, exact.index, exact.detail)
+            return PinEvidence(node, exact.index, exact.detail)
         for probe in self._probes:  # a failing superset of `without` that still lacks `node`
             if not probe.passed and without <= probe.pinned and node not in probe.pinned:
-                return Verdict(node, probe.index, probe.detail)
+                return PinEvidence(node, probe.index, probe.detail)
         if self._exhausted:
-            return Verdict(node, -1, "not tested: the search stopped before trying without it")
+            return PinEvidence(node, -1, "not tested: the search stopped before trying without it")
         raise InternalError(f"no failing probe shows that '{node}' is needed")  # ddmin guarantees one
 
     # --- the search itself ----------------------------------------------------------------------
