@@ -242,3 +242,18 @@ def test_a_mean_whose_sum_holds_fails_on_webgpu_by_its_count_and_the_rewrite_fix
     assert _today_and_new(tmp_path, model, op, ["x:0.1,0.5"], "webgpu") == (1, 0, ("passed", []))
     written = onnx.load(str(tmp_path / f"{op}.webgpu.onnx"))
     assert [n.op_type for n in written.graph.node if n.name == "mean"] == ["ReduceSum"]  # no division
+
+
+def test_the_check_compares_with_the_smallest_value_fp16_rounds_to_inf_and_skips_short_softmaxes():
+    from onnx_precision.float_types import BF16, FP16
+    from onnx_precision.target.accumulation import overflow_threshold
+    for low in (FP16, BF16):
+        top = np.float32(overflow_threshold(low))
+        below = np.nextafter(top, np.float32(0))
+        assert np.isinf(low.round(np.array([top]))[0]) and np.isfinite(low.round(np.array([below]))[0])
+    assert overflow_threshold(FP16) == 65520
+    # Σexp(x - max) over 60000 terms of at most 1 cannot pass 65504: no check, the graph is generic's
+    short = emulate_model(_fp16_model(_softmax(60000)), "", WebGpuTarget())
+    assert len(short.graph.node) == len(emulate_model(_fp16_model(_softmax(60000)), "", GENERIC).graph.node)
+    assert len(emulate_model(_fp16_model(_softmax(70000)), "", WebGpuTarget()).graph.node) > len(
+        short.graph.node)

@@ -27,13 +27,19 @@ A mean the rewriter writes as a sum of pre-scaled terms (:mod:`.sum_rewrite`: a 
 :func:`onnx_precision.policy.written_forms`) is spelled as written: the Mul rounded, the ReduceSum checked
 on the scaled terms, the Mul after it rounded.
 
+A Softmax over a static axis of fewer than 65504 elements gets no check: its terms exp(x - max) are at
+most 1, so its denominator cannot overflow on any data. The check is one comparison of the bound with
+the smallest value the 16-bit type rounds to inf (65520), not a Cast pair and a comparison with inf.
+
 The check adds a few nodes to each accumulating node's FP16 spelling, so it runs inside the switch,
 baked and twin graphs as the node does: a search costs no more sessions.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -54,6 +60,14 @@ log = logging.getLogger(__name__)
 FLOAT = onnx.TensorProto.FLOAT
 SMALL_CONSTANT = 64  # elements: the axes a bound reads
 FIRST_OPSET = 9  # Where (opset 9) and broadcasting Less (opset 7) spell the check
+
+
+def _writing(node: onnx.NodeProto, out: str, name: str) -> onnx.NodeProto:
+    """A copy of ``node`` writing ``name`` in place of ``out``."""
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+    copy.output[:] = [name if o == out else o for o in node.output]
+    return copy
 
 
 def _x(s: Speller, i: int = 0) -> str:
@@ -166,6 +180,21 @@ def _count_ratio(s: Speller, out: str, low: LowPrecision) -> str:
     return s.helper_node("Div", [count, held])
 
 
+@functools.cache
+def overflow_threshold(low: LowPrecision) -> float:
+    """The smallest FP32 value ``low`` rounds to infinity (65520 for FP16: halfway past 65504, ties to even):
+    a bound is finite as the 16-bit accumulator holds it iff it is below this, one comparison where a
+    Cast pair and a comparison with inf were three passes over the output."""
+    finite, infinite = (int(b) for b in np.array([low.max, np.inf], np.float32).view(np.int32))
+    while infinite - finite > 1:  # bisect the FP32 bit patterns between the two: they are ordered
+        middle = (finite + infinite) // 2
+        if np.isinf(low.round(np.array(middle, np.int32).view(np.float32))):
+            infinite = middle
+        else:
+            finite = middle
+    return float(np.array(infinite, np.int32).view(np.float32))
+
+
 @dataclass(frozen=True)
 class Overflow:
     """How an op kind's accumulator is bounded, and what its output becomes where the bound overflows."""
@@ -231,39 +260,65 @@ class Accumulating(Spelling):
             return rewritten_nodes(rewrite, node, self.opset, self.fresh, FLOAT, rounded,
                                    lambda reduce: self.spell(reduce, low))
         spelled = self.inner.spell(node, low)
-        if node.op_type not in self.fp16 or not is_onnx_domain(node.domain) or self.opset < FIRST_OPSET:
+        if node.op_type not in self.fp16 or not is_onnx_domain(node.domain) or self.opset < FIRST_OPSET \
+                or self._bounded_by_length(node, low):
             return spelled
-        s = Speller(node, self.opset, fp16=False, fresh=self.fresh, constants=self.constants,
-                    rank=self._rank(node.input[0]))
-        rule = OVERFLOWS[node.op_type]
-        try:
-            bound: str | None = rule.bound(s)
-        except DecompositionError as e:  # an axis or rank not known here: no check (said at debug level)
-            log.debug("%s: FP16 accumulation not emulated (%s)", node.name, e)
-            bound, s.nodes = None, []
         counted = node.op_type in self.counted
+        s = self._speller(node)
+        bound = self._bound(s)
         if bound is None and not counted:
             return spelled
         out = node.output[0]
         exact = self.fresh(f"{out}__accumulated")
-        renamed = []
-        for n in spelled:
-            copy = onnx.NodeProto()
-            copy.CopyFrom(n)
-            copy.output[:] = [exact if o == out else o for o in n.output]
-            renamed.append(copy)
+        renamed = [_writing(n, out, exact) for n in spelled]
         result = exact
-        if bound is not None:  # the bound as the 16-bit accumulator holds it: inf where it passes the range
-            held = s.helper_node("Cast", [s.helper_node("Cast", [bound], to=low.elem_type)], to=FLOAT)
-            finite = s.helper_node("Less", [held, self._constant(s, np.inf)])
-            overflowed = s.helper_node("Mul", [exact, self._constant(s, rule.becomes)])
+        if bound is not None:
             result = out if not counted else self.fresh(f"{out}__summed")
-            s.nodes.append(helper.make_node("Where", [finite, exact, overflowed], [result],
-                                            name=self.fresh(f"{node.name}__fp16_sum")))
+            self._overflowed(s, bound, exact, result, low)
         if counted:
             s.nodes.append(helper.make_node("Mul", [result, _count_ratio(s, exact, low)], [out],
                                             name=self.fresh(f"{node.name}__fp16_count")))
         return renamed + s.nodes
+
+    def _speller(self, node: onnx.NodeProto) -> Speller:
+        return Speller(node, self.opset, fp16=False, fresh=self.fresh, constants=self.constants,
+                       rank=self._rank(node.input[0]))
+
+    def _bound(self, s: Speller) -> str | None:
+        """The node's accumulator bound (:data:`OVERFLOWS`), or None where an axis or rank is not known
+        here: then no check (said at debug level)."""
+        try:
+            return OVERFLOWS[s.node.op_type].bound(s)
+        except DecompositionError as e:
+            log.debug("%s: FP16 accumulation not emulated (%s)", s.node.name, e)
+            s.nodes = []
+            return None
+
+    def _overflowed(self, s: Speller, bound: str, exact: str, result: str, low: LowPrecision) -> None:
+        """``result`` = ``exact`` where ``bound`` as the 16-bit accumulator holds it is finite, else what the
+        runtime gives (``exact`` times :attr:`Overflow.becomes`)."""
+        finite = s.helper_node("Less", [bound, self._constant(s, overflow_threshold(low))])
+        overflowed = s.helper_node("Mul", [exact, self._constant(s, OVERFLOWS[s.node.op_type].becomes)])
+        s.nodes.append(helper.make_node("Where", [finite, exact, overflowed], [result],
+                                        name=self.fresh(f"{s.node.name}__fp16_sum")))
+
+    def _bounded_by_length(self, node: onnx.NodeProto, low: LowPrecision) -> bool:
+        """Whether a Softmax's denominator cannot overflow: Σexp(x - max) sums terms of at most 1, so over a
+        static axis of fewer than ``low.max`` elements it stays finite whatever the data (no check)."""
+        if node.op_type not in ("Softmax", "LogSoftmax"):
+            return False
+        t = self.types.get(node.input[0])
+        if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+            return False
+        dims = t.tensor_type.shape.dim
+        try:
+            axes = _softmax_axes(Speller(node, self.opset, fp16=False, fresh=self.fresh, constants={},
+                                         rank=len(dims)))
+        except DecompositionError:
+            return False
+        sizes = [dims[a].dim_value if 0 <= a < len(dims) and dims[a].HasField("dim_value") else 0
+                 for a in axes]
+        return all(sizes) and math.prod(sizes) < low.max
 
     def _constant(self, s: Speller, value: float) -> str:
         out = self.fresh(f"{s.node.output[0]}__const")
