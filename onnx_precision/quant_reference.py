@@ -86,6 +86,13 @@ class QuantGate:
     def notes(self, verified: Comparison | None) -> tuple[str, ...]:
         """What the remainder was judged against, and per output the quantization error, the remainder's
         (``verified``: the written model against the reference) and the bound."""
+        if self.given_outputs and not any(e for q in self.quantization for e in q.values()):
+            # --reference-model naming the quantized model itself: there is no quantization error to
+            # bound, and each output is judged by the tolerance as given (not 'not reached by the quantizers')
+            return (f"quantized model: the 16-bit remainder is judged against {self.source}, which computes "
+                    f"what the quantized model computes in FP32 (quantization error 0 on every output and "
+                    f"sample: it is the quantized model itself), so by the tolerance as given, not by "
+                    f"{1 + self.margin:g} x a quantization error",)
         head = (f"quantized model: the 16-bit remainder is judged against {self.source}: on each sample, "
                 f"each output's rel RMS err may be at most {1 + self.margin:g} x that sample's quantization "
                 f"error (the QDQ model in FP32 against it; --quant-margin {self.margin:g})")

@@ -83,3 +83,21 @@ def test_the_webgpu_next_step_is_a_check_that_runs_here(tmp_path, capsys):
                        "onnxruntime built with WebGpuExecutionProvider (not this one; then add --oracle "
                        "webgpu) or onnxruntime-web in a browser")
     assert _pasted(command) == 0
+
+
+def test_a_reference_model_that_is_the_quantized_model_itself_is_said_to_be(tmp_path):
+    """--reference-model naming the quantized model: every quantization error is 0, and the notes said
+    the outputs were 'not reached by the quantizers' under a head stating a relative bound."""
+    import json
+
+    from test_quantized import qdq_mlp
+
+    path = str(tmp_path / "mlp.onnx")
+    onnx.save(qdq_mlp(19), path)
+    assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--reference-model", path, "-q"]) == 0
+    notes = json.load(open(tmp_path / "o.report.json"))["notes"]
+    assert not any("not reached by the quantizers" in n for n in notes)
+    assert (f"quantized model: the 16-bit remainder is judged against {path}, which computes what the "
+            f"quantized model computes in FP32 (quantization error 0 on every output and sample: it is the "
+            f"quantized model itself), so by the tolerance as given, not by 1.3 x a quantization "
+            f"error") in notes
