@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -71,6 +72,15 @@ def test_json_lists_each_pin_with_reasons_ranges_and_error():
     assert pins["sumsq"]["layerwise_error"] == "inf"
     assert data["outputs"]["before"]["outputs"][0]["max_abs_err"] == "nan"
     assert data["outputs"]["before"]["passed"] is False and data["outputs"]["verified"]["passed"] is True
+
+
+def test_json_counts_16bit_nodes_apart_from_fp16_ones():
+    """A plan with FP16 and BF16 nodes: 16bit_nodes counts both, fp16_nodes the FP16 ones only (it
+    counted BF16 nodes as FP16)."""
+    report = make_report()
+    report = replace(report, plan=report.plan.with_precision(["normalize"], Precision.BF16))
+    share = json.loads(rep.dumps(report))["fp16_share"]
+    assert (share["16bit_nodes"], share["fp16_nodes"], share["total_nodes"]) == (3, 2, 5)
 
 
 def test_json_shares_costs_and_samples():

@@ -11,7 +11,7 @@ from ..errors import PlanError
 from ..format import json_safe
 from ..judge import Comparison, Tolerance
 from ..oracle.inspection import NodeStats
-from ..plan import PrecisionPlan
+from ..plan import Precision, PrecisionPlan
 from ..storage import write_text
 from ..tradeoff import PlanPoint, pareto_front
 
@@ -46,7 +46,10 @@ def to_json(report: RunReport) -> dict:
                 "nodes": report.fp16_node_share(),
                 "flops": report.fp16_flop_share(),
                 "flops_of": report.shares.of[len("of "):],  # "estimated FLOPs", or the non-quantized ones
-                "fp16_nodes": len(report.shares.low_nodes(report.plan)),
+                # every 16-bit node (FP16 and BF16); fp16_nodes: the FP16 ones (it counted BF16 too)
+                "16bit_nodes": len(report.shares.low_nodes(report.plan)),
+                "fp16_nodes": sum(1 for n in report.shares.low_nodes(report.plan)
+                                  if report.plan.decisions[n].precision is Precision.FP16),
                 "total_nodes": len(report.shares.counted(report.plan)),  # those that compute in float
                 "flops_by_precision": report.flop_shares(),
             },
