@@ -1,6 +1,8 @@
 """``onnx-precision convert`` as a library: load, choose a plan, rewrite, write, verify.
 
-* :mod:`.run`: :func:`convert`, what the CLI calls, and its steps (:func:`base_plan`,
+* :mod:`.run`: :func:`convert`, what the CLI calls; :func:`.run.conversion`, the one pipeline it
+  and :func:`convert_model` run (from a path or a ModelProto, to a staged file or to memory); its
+  steps (:func:`base_plan`,
   :func:`plan_to_write`, :func:`planned`, :func:`verify`, :func:`conversion_status`);
 * :mod:`.in_memory`: :func:`convert_model`, the same conversion on a ModelProto (or a path) with
   feeds in memory, returning a :class:`ConvertedModel` and writing nothing until ``save``;

@@ -1,11 +1,12 @@
 """Converting without files: a ModelProto (or a path) and feeds in, the converted ModelProto, its plan
 and its report out; writing is a separate, explicit step (:meth:`ConvertedModel.save`).
 
-:func:`convert_model` runs what ``onnx-precision convert`` runs, with the same options, up to the
-file: the plan is chosen the same way and the rewritten model is verified as the CLI verifies the
-file it writes (onnx's full check, the emulation, ``--oracle``'s provider, held-out samples, the
-load at onnxruntime's default options in a child), but in memory; :meth:`ConvertedModel.save` then
-writes the bytes the CLI writes for the same options, atomically.
+:func:`convert_model` runs what ``onnx-precision convert`` runs (:func:`.run.conversion`, its output
+kept in memory), with the same options, up to the file: the plan is chosen the same way and the
+rewritten model is verified as the CLI verifies the file it writes (onnx's full check, the emulation,
+``--oracle``'s provider, held-out samples, the load at onnxruntime's default options in a child, the
+FP32 pins that make it load), but in memory; :meth:`ConvertedModel.save` then writes the bytes the CLI
+writes for the same options, atomically.
 
 Weights stay where they are. A model given by path is loaded as the CLI loads it (external data left
 on disk, a large single file memory-mapped), so a model over 2 GB converts as it does there: the
@@ -20,7 +21,6 @@ warning says it was not.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property, partial
@@ -29,17 +29,15 @@ from typing import TYPE_CHECKING, Union
 import numpy as np
 import onnx
 
-from .. import helper_sessions, opset_upgrade, storage
-from ..context import IN_MEMORY, ModelContext, in_memory_context, load_model
-from ..costs import PhaseCost
+from .. import storage
+from ..context import IN_MEMORY, ModelContext, Upgrade, in_memory_context, load_model
 from ..data import SampleSpec, in_memory_spec
 from ..errors import SearchError, UsageError
 from ..plan import PrecisionPlan
-from ..rewriter import RewriteResult, rewrite
+from ..rewriter import RewriteResult
 from ..target import Target
 from ..vocab import MODES, Status
 from . import run
-from .written_check import check_written
 
 if TYPE_CHECKING:
     from ..report import RunReport
@@ -136,38 +134,12 @@ def convert_model(model: onnx.ModelProto | str | os.PathLike[str], samples: Samp
         from .. import oracle
 
         oracle.require_oracle(options.oracle)
-    helpers_before = helper_sessions.built()
-    if progress is not None:
-        progress("load", 0, 0, None)
-    ctx = replace(_context(model, base_dir, options), keep_float64=options.keep_float64)
-    plan, auto_result, warnings = run.planned(ctx, options, progress)
-    if auto_result is not None and not auto_result.writable:
-        raise SearchError(f"{auto_result.message} (nothing converted)")
-    original = partial(_context, model, base_dir, options, upgrade=False)  # at its opset, for a target
-    ctx, plan = opset_upgrade.written_context(ctx, plan, original)
-    started = time.perf_counter()
-    if progress is not None:
-        progress("write", 0, 0, None)
-    result = run.with_notes(ctx, rewrite(ctx, plan), auto_result)
-    check_written(result.model, ctx)
-    layout = True if options.external_data else None
-    converted = ConvertedModel(result.plan, result, ctx.path, ctx.base_dir, warnings=tuple(warnings),
-                               external_data=layout)
-    if auto_result is None:
-        return converted
-    write = PhaseCost("write", time.perf_counter() - started)
-    if progress is not None:
-        progress("verify", 0, 0, None)
-    written = ModelContext(result.model, ctx.path, ctx.base_dir, (), ctx.custom_op_libraries, ctx.target)
-    verification = run.verify(ctx, written, auto_result, options, write)
-    from ..oracle.default_load import loadable_in_memory
-
-    if verification.verified.passed and not loadable_in_memory(result.model):
-        warnings.append("onnxruntime's default-options load of the converted model was not checked: its "
-                        "weights are in files until it is saved (save it, then 'onnx-precision check' it)")
-    outcome = run._outcome(auto_result, result.plan, options, verification, tuple(warnings),
-                           helper_sessions.built() - helpers_before, CONVERTED, ctx.target)
-    return replace(converted, report=run._report(ctx, outcome), auto=auto_result, warnings=outcome.warnings)
+    done = run.conversion(partial(_context, model, base_dir, options), options, run.Destination(CONVERTED),
+                          progress)
+    if done.rewrite is None:
+        raise SearchError(f"{done.unwritten} (nothing converted)")
+    return ConvertedModel(done.rewrite.plan, done.rewrite, done.ctx.path, done.ctx.base_dir, done.report,
+                          done.auto, done.warnings, True if options.external_data else None)
 
 
 def _checked_options(options: object) -> run.ConvertOptions:
@@ -197,19 +169,17 @@ def _sample_spec(samples: object, options: run.ConvertOptions) -> SampleSpec:
     return in_memory_spec(samples, options.samples)
 
 
-def _context(model: object, base_dir: Path | None, options: run.ConvertOptions, target: Target | None = None,
-             upgrade: bool = True) -> ModelContext:
-    """The model's context: a path loaded as the CLI loads it, a ModelProto checked as a file is
-    (``target``: the options' by default; ``upgrade``: its opset raised as the run needs)."""
-    target = options.target if target is None else target
-    raised = run.upgrade_for(options) if upgrade else None
+def _context(model: object, base_dir: Path | None, options: run.ConvertOptions, target: Target,
+             upgrade: Upgrade | None) -> ModelContext:
+    """The model's context for ``target``, its opset raised by ``upgrade`` (None: as given): a path
+    loaded as the CLI loads it, a ModelProto checked as a file is."""
     if isinstance(model, (str, os.PathLike)):
         if base_dir is not None:
             raise UsageError("base_dir: only for a ModelProto (a model file's external data is relative to "
                              "the file's own directory)")
-        return load_model(os.fspath(model), options.custom_op_libraries, target, raised)
+        return load_model(os.fspath(model), options.custom_op_libraries, target, upgrade)
     if not isinstance(model, onnx.ModelProto):
         raise UsageError(f"model: expected an onnx.ModelProto or the path of an .onnx file; got "
                          f"{type(model).__name__}")
     directory = None if base_dir is None else os.fspath(base_dir)
-    return in_memory_context(model, directory, options.custom_op_libraries, target, raised)
+    return in_memory_context(model, directory, options.custom_op_libraries, target, upgrade)

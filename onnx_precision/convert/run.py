@@ -12,7 +12,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING
@@ -321,16 +321,66 @@ def convert(model_path: str, output_path: str, options: ConvertOptions = Convert
         return _convert(model_path, output_path, options, progress, outputs)
 
 
-def _convert(model_path: str, output_path: str, options: ConvertOptions, progress: Progress | None,
-             outputs: storage.Outputs) -> ConvertResult:
+@dataclass(frozen=True)
+class Destination:
+    """Where the written model goes: staged at ``output_path`` among ``outputs`` (the CLI's files, moved
+    into place together at the end), or, without ``outputs``, kept in memory (``output_path``: what the
+    report calls it)."""
+
+    output_path: str
+    outputs: storage.Outputs | None = None
+    external_data: bool = False  # --external-data: the weights in <output>.data
+
+    def write(self, ctx: ModelContext, result: RewriteResult) -> str | ModelContext:
+        """``result``'s model written (staged, replacing one staged before) and checked: the staged
+        path, or in memory the written model's context."""
+        if self.outputs is None:
+            check_written(result.model, ctx)
+            return ModelContext(result.model, ctx.path, ctx.base_dir, (), ctx.custom_op_libraries, ctx.target)
+        staged = storage.save_model(result.model, self.output_path, source_dir=ctx.base_dir,
+                                    external_data=True if self.external_data else None, outputs=self.outputs)
+        check_written(staged, ctx)
+        return staged
+
+    def unchecked_load(self, result: RewriteResult, verification: Verification) -> list[str]:
+        """What the verification could not check here: in memory, the load at onnxruntime's default
+        options of a model whose weights are still in files (its child is handed the model's bytes)."""
+        from ..oracle.default_load import loadable_in_memory
+
+        if self.outputs is not None or not verification.verified.passed or loadable_in_memory(result.model):
+            return []
+        return ["onnxruntime's default-options load of the converted model was not checked: its weights are "
+                "in files until it is saved (save it, then 'onnx-precision check' it)"]
+
+
+# The model to convert, for a target, with its opset raised by an Upgrade (None: as given).
+Load = Callable[[Target, "Upgrade | None"], ModelContext]
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """What :func:`conversion` did."""
+
+    ctx: ModelContext  # the context the model was written from
+    rewrite: RewriteResult | None  # None: the search found no plan worth writing (``unwritten`` says why)
+    warnings: tuple[str, ...]
+    auto: AutoResult | None = None  # static/auto modes
+    verification: Verification | None = None  # static/auto modes, when a model was written
+    report: RunReport | None = None  # static/auto modes
+    unwritten: str = ""
+
+
+def conversion(load: Load, options: ConvertOptions, destination: Destination,
+               progress: Progress | None = None) -> Conversion:
+    """The conversion both front doors run, :func:`convert` on files and :func:`.convert_model` in
+    memory: load, plan (and search), write to ``destination``, verify, remedy a model onnxruntime
+    cannot load at its default options, decide the outcome and make the report. The files besides
+    the model (reports, plan, flags, samples) are the front door's to write."""
     helpers_before = helper_sessions.built()
     if progress is not None:
         progress("load", 0, 0, None)
-    ctx = replace(load_model(model_path, options.custom_op_libraries, options.target, upgrade_for(options)),
-                  keep_float64=options.keep_float64)
+    ctx = replace(load(options.target, upgrade_for(options)), keep_float64=options.keep_float64)
     plan, auto_result, warnings = planned(ctx, options, progress)
-    if auto_result is not None:
-        _stage_samples(auto_result, options, outputs)
     gate = auto_result.gate if auto_result is not None else None
     judged = options if gate is None else replace(options, tolerance=gate.tolerance)  # as the search judged
     if auto_result is not None and not auto_result.writable:
@@ -338,30 +388,48 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
             auto_result = replace(auto_result, notes=auto_result.notes + gate.notes(None))
         outcome = _outcome(auto_result, auto_result.plan, judged, None, tuple(warnings),
                            helper_sessions.built() - helpers_before)
-        _stage_reports(_report(ctx, outcome), options, outputs)
-        outputs.commit()
-        raise SearchError(f"{auto_result.message} (no model written; report: {options.report_json})")
-    original = partial(load_model, model_path, options.custom_op_libraries)  # at its opset, for a target
-    ctx, plan = opset_upgrade.written_context(ctx, plan, original)
+        return Conversion(ctx, None, outcome.warnings, auto_result, report=_report(ctx, outcome),
+                          unwritten=auto_result.message)
+    # the model at its own opset, for a target (opset_upgrade.written_context)
+    ctx, plan = opset_upgrade.written_context(ctx, plan, lambda target: load(target, None))
     started = time.perf_counter()
     if progress is not None:
         progress("write", 0, 0, None)
     result = with_notes(ctx, rewrite(ctx, plan), auto_result)
-    staged_model = _stage_model(ctx, result, output_path, options, outputs)
-    verification = None
+    written = destination.write(ctx, result)
+    if auto_result is None:
+        return Conversion(ctx, result, tuple(warnings))
+    write = PhaseCost("write", time.perf_counter() - started)
+    if progress is not None:
+        progress("verify", 0, 0, None)
+    verification = verify(ctx, written, auto_result, judged, write)
+    result, verification, auto_result = _load_remedy(ctx, result, verification, auto_result, judged,
+                                                     destination)
+    if gate is not None:
+        auto_result = replace(auto_result, notes=auto_result.notes + gate.notes(verification.verified))
+    if auto_result.passed and not verification.verified.passed:
+        # Written all the same: the model and its report are the bug report (status: failed, exit 1).
+        logger.error("the plan passed the emulated search but the written model %s fails the emulated check "
+                     "(a bug: please report it%s)", destination.output_path,
+                     f" with {options.report_json}" if options.report_json else "")
+    warnings += destination.unchecked_load(result, verification)
+    outcome = _outcome(auto_result, result.plan, judged, verification, tuple(warnings),
+                       helper_sessions.built() - helpers_before, destination.output_path, ctx.target)
+    return Conversion(ctx, result, outcome.warnings, auto_result, verification, _report(ctx, outcome))
+
+
+def _convert(model_path: str, output_path: str, options: ConvertOptions, progress: Progress | None,
+             outputs: storage.Outputs) -> ConvertResult:
+    done = conversion(partial(load_model, model_path, options.custom_op_libraries), options,
+                      Destination(output_path, outputs, options.external_data), progress)
+    ctx, auto_result = done.ctx, done.auto
     if auto_result is not None:
-        write = PhaseCost("write", time.perf_counter() - started)
-        if progress is not None:
-            progress("verify", 0, 0, None)
-        verification = verify(ctx, staged_model, auto_result, judged, write)
-        result, verification, auto_result = _load_remedy(ctx, result, verification, auto_result, judged,
-                                                         output_path, outputs)
-        if gate is not None:
-            auto_result = replace(auto_result, notes=auto_result.notes + gate.notes(verification.verified))
-        if auto_result.passed and not verification.verified.passed:
-            # Written all the same: the model and its report are the bug report (status: failed, exit 1).
-            logger.error("the plan passed the emulated search but the written model %s fails the emulated "
-                         "check (a bug: please report it with %s)", output_path, options.report_json)
+        _stage_samples(auto_result, options, outputs)
+    if done.rewrite is None:  # no plan worth writing: the report says why
+        _stage_reports(done.report, options, outputs)
+        outputs.commit()
+        raise SearchError(f"{done.unwritten} (no model written; report: {options.report_json})")
+    result = done.rewrite
     if options.plan_out:
         outputs.stage_text(options.plan_out, result.plan.dumps())
     run = _run_args(model_path, output_path, options, auto_result)
@@ -369,45 +437,34 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
         text = ctx.target.flags_text(ctx, _as_built_from_original(ctx, result.plan), run)
         outputs.stage_text(options.trt_flags_path, _with_caveats(text, _flags_caveats(ctx, result.plan)))
     texts = tuple(p for p in (options.plan_out, options.trt_flags_path) if p)
-    if auto_result is None:
+    if done.report is None:
         outputs.commit()
-        return ConvertResult(model_path, output_path, result.plan, result, tuple(warnings),
+        return ConvertResult(model_path, output_path, result.plan, result, done.warnings,
                              (output_path,) + texts, nothing_to_convert=ctx.nothing_to_convert,
                              next_step=ctx.target.next_step(result.model, run),
                              check_step=quoted(run.check_args(ctx.target.cli_args())),
                              node_flops=estimate_flops(ctx.model, {}))
-    outcome = _outcome(auto_result, result.plan, judged, verification, tuple(warnings),
-                       helper_sessions.built() - helpers_before, output_path, ctx.target)
-    report = _report(ctx, outcome)
-    paths = _stage_reports(report, options, outputs)
+    paths = _stage_reports(done.report, options, outputs)
     outputs.commit()
-    return ConvertResult(model_path, output_path, result.plan, result, outcome.warnings,
-                         (output_path,) + texts + paths, auto_result, report, paths, ctx.nothing_to_convert,
-                         ctx.target.next_step(result.model, run), node_flops=report.node_flops)
-
-
-def _stage_model(ctx: ModelContext, result: RewriteResult, output_path: str, options: ConvertOptions,
-                 outputs: storage.Outputs) -> str:
-    """The written model staged at ``output_path`` (replacing one staged before) and checked."""
-    staged = storage.save_model(result.model, output_path, source_dir=ctx.base_dir,
-                                external_data=True if options.external_data else None, outputs=outputs)
-    check_written(staged, ctx)
-    return staged
+    return ConvertResult(model_path, output_path, result.plan, result, done.warnings,
+                         (output_path,) + texts + paths, auto_result, done.report, paths,
+                         ctx.nothing_to_convert,
+                         ctx.target.next_step(result.model, run), node_flops=done.report.node_flops)
 
 
 def _load_remedy(ctx: ModelContext, result: RewriteResult, verification: Verification,
-                 auto_result: AutoResult, options: ConvertOptions, output_path: str, outputs: storage.Outputs,
+                 auto_result: AutoResult, options: ConvertOptions, destination: Destination,
                  ) -> tuple[RewriteResult, Verification, AutoResult]:
     """Where the target runs on onnxruntime and it cannot load the written model at its default
     options: the first rewrite with more FP32 pins that loads (:func:`.load_remedies`) and passes as
-    the first did, staged in its place, its pins said in a note; else ``result`` as it was."""
+    the first did, written in its place, its pins said in a note; else ``result`` as it was."""
     first = conversion_status(auto_result, verification, ctx.target)[0]
     if first != "ort-load-failed":
         return result, verification, auto_result
     started, tried = time.perf_counter(), 0
     for remedy in load_remedies(ctx, result, verification.default_load):
         tried += 1
-        staged = _stage_model(ctx, remedy.result, output_path, options, outputs)
+        staged = destination.write(ctx, remedy.result)
         checked = verify(ctx, staged, auto_result, options, PhaseCost("write", 0.0))
         if conversion_status(auto_result, checked, ctx.target)[0] == "passed":
             cost = PhaseCost("load remedy", time.perf_counter() - started, *_costs(checked.phases))
@@ -415,7 +472,7 @@ def _load_remedy(ctx: ModelContext, result: RewriteResult, verification: Verific
             return (remedy.result, replace(checked, phases=verification.phases + (cost,)),
                     replace(auto_result, notes=notes))
     if tried:  # the model first written goes back in place
-        _stage_model(ctx, result, output_path, options, outputs)
+        destination.write(ctx, result)
     return result, verification, auto_result
 
 
@@ -631,11 +688,12 @@ def _before_plan(options: ConvertOptions) -> str:
     return f"your plan, from {', '.join(flags)}" if flags else f"all {options.target.low.name}"
 
 
-def _stage_reports(report: RunReport, options: ConvertOptions, outputs: storage.Outputs) -> tuple[str, ...]:
+def _stage_reports(report: RunReport | None, options: ConvertOptions, outputs: storage.Outputs,
+                   ) -> tuple[str, ...]:
     from .. import report as report_lib
 
-    if options.report_json is None or options.report_md is None:
-        raise InternalError("static/auto modes always have report paths (report.default_paths)")
+    if report is None or options.report_json is None or options.report_md is None:
+        raise InternalError("static/auto modes always have a report and its paths (report.default_paths)")
     outputs.stage_text(options.report_json, report_lib.dumps(report))
     outputs.stage_text(options.report_md, report_lib.to_markdown(report))
     if report.tradeoff_svg:
