@@ -7,7 +7,7 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from onnx_precision.trt import facts
+from onnx_precision.trt import intermediates as facts
 from onnx_precision.trt.ops import decompose
 from onnx_precision.trt.reference import layer_model
 from onnx_precision.trt.versions import V

@@ -20,7 +20,7 @@ from ..context import ModelContext
 from ..graph import is_onnx_domain, onnx_opset
 from ..target.accumulation import FIRST_OPSET, OVERFLOWS, SMALL_CONSTANT
 from ..trt.spell import DecompositionError, Speller
-from ..typing_rules.constants import small_constant_arrays
+from ..typing_rules.constant_values import small_constant_arrays
 from .rounding import Names
 from .sessions import make_session
 

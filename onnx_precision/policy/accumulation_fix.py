@@ -22,7 +22,7 @@ from ..graph import is_onnx_domain, onnx_opset
 from ..plan import PrecisionPlan, Reason
 from ..target.accumulation import FIRST_OPSET, SMALL_CONSTANT
 from ..target.sum_rewrite import SumRewrite, marked, sum_rewrite
-from ..typing_rules.constants import small_constant_arrays
+from ..typing_rules.constant_values import small_constant_arrays
 from . import layer_norm
 
 

@@ -9,7 +9,7 @@ from typing import Callable
 import numpy as np
 import onnx
 
-from ..trt.facts import log_softmax_underflows
+from ..trt.intermediates import log_softmax_underflows
 from .facts import (
     HIGH,
     LOW,

@@ -51,7 +51,7 @@ from ..float_types import FP16, LowPrecision
 from ..graph import is_onnx_domain, onnx_opset
 from ..trt.spell import DecompositionError, Speller, round_graph
 from ..typing_rules import tensor_types
-from ..typing_rules.constants import small_constant_arrays
+from ..typing_rules.constant_values import small_constant_arrays
 from .base import Fresh, OneOp, Spelling, Target
 from .sum_rewrite import marked_rewrite, rewritten_nodes
 

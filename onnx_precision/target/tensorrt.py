@@ -23,7 +23,7 @@ from ..trt.ops import decompose, normalization_in_input_precision
 from ..trt.spell import DecompositionError
 from ..trt.versions import NEWEST, TrtVersion
 from ..typing_rules import tensor_types
-from ..typing_rules.constants import small_constant_arrays
+from ..typing_rules.constant_values import small_constant_arrays
 from .base import Fresh, Spelling, Target
 from .bf16_kernels import trt_has_bf16
 from .quantize import Quantizing

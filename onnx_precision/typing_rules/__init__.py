@@ -16,13 +16,14 @@ this package answers.
 
 Modules: :mod:`.types` (TypeProto helpers), :mod:`.schemas`, :mod:`.inference` (every value's
 type), :mod:`.node_typing` (the schema's answer), :mod:`.kernels` (onnxruntime's answer, probed
-and cached per process), :mod:`.attributes`, :mod:`.constants`.
+and cached per process), :mod:`.attributes`, :mod:`.constant_values` (what a 16-bit copy of a float
+constant would do).
 """
 
 from __future__ import annotations
 
 from .attributes import retarget_attributes
-from .constants import constant_tensor, constant_values, constant_verdict, flush_note, value_problem
+from .constant_values import constant_tensor, constant_values, constant_verdict, flush_note, value_problem
 from .inference import tensor_types, tensor_types_at
 from .kernels import model_typing, node_typing, ort_blocker
 from .node_typing import NodeTyping, schema_typing
