@@ -124,6 +124,8 @@ class CheckResult:
     # a quantized model's: what the candidate was judged against, each output's quantization error and
     # bound (:meth:`.quant_reference.QuantGate.notes`)
     quant_notes: tuple[str, ...] = ()
+    # QuantGate.relative: the outputs whose bound is (1 + margin) x their quantization error
+    relative: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -185,8 +187,8 @@ class CheckResult:
     @property
     def note(self) -> str:
         """What a pass rests on, when it is little: a bound nearly reached, or one sample."""
-        return thin_pass_note((self.comparison,), "more samples: --inputs DIR with several .npz") \
-            if self.passed else ""
+        return thin_pass_note((self.comparison,), "more samples: --inputs DIR with several .npz",
+                              self.relative) if self.passed else ""
 
 
 def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
@@ -233,7 +235,7 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
                                  f"node is FP32): this check compared FP32 with FP32",)
     return CheckResult(model_path, candidate_path, comparison, samples, candidate.target.name, label, share,
                        tol if gate is None else gate.tolerance, warnings,
-                       () if gate is None else gate.notes(comparison))
+                       () if gate is None else gate.notes(comparison), {} if gate is None else gate.relative)
 
 
 def _refuse_fp32_nonfinite(reference: ModelContext, samples: Samples,

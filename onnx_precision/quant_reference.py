@@ -80,6 +80,13 @@ class QuantGate:
         return judged
 
     @property
+    def relative(self) -> dict[str, float]:
+        """The outputs whose bound is relative to their quantization error, with the margin (for the
+        thin-pass note: 'the bound (1 + 0.3) x the quantization error 0.0543 = 0.0706')."""
+        return {name: self.margin for name in self.given_outputs
+                if any(q[name] > 0 for q in self.quantization)}
+
+    @property
     def given_outputs(self) -> tuple[str, ...]:
         return tuple(self.quantization[0]) if self.quantization else ()
 

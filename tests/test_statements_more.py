@@ -9,12 +9,14 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from test_fallback_written import _cnn, _feed
+from test_margins import REMEDY, noisy
 
 from models.generate import npz_bytes
 from models.stacks import layer_norm_stack
 from onnx_precision import policy
 from onnx_precision.cli import main
 from onnx_precision.context import ModelContext
+from onnx_precision.judge import Tolerance, compare_samples, thin_pass_note
 from onnx_precision.rewriter import rewrite
 from onnx_precision.target import TensorRTTarget
 
@@ -101,3 +103,16 @@ def test_a_reference_model_that_is_the_quantized_model_itself_is_said_to_be(tmp_
             f"quantized model computes in FP32 (quantization error 0 on every output and sample: it is the "
             f"quantized model itself), so by the tolerance as given, not by 1.3 x a quantization "
             f"error") in notes
+
+
+def test_a_thin_pass_under_the_quantized_gate_names_its_relative_bound():
+    """Under a quantized model's gate the bound is (1 + margin) x the quantization error: the note said
+    'passes within 10% of a bound (rel RMS err 0.068 against 0.07059)', a bound the user never set."""
+    ref, cand = noisy(0.068)
+    one = compare_samples([{"y": ref}], [{"y": cand}], Tolerance(max_rel_rms=1.3 * 0.0543), "emulate")
+    assert thin_pass_note([one], REMEDY, {"y": 0.3}) == (
+        "output 'y' passes within 10% of the bound (1 + 0.3) x the quantization error 0.0543 = 0.07059 "
+        "(rel RMS err 0.068), judged on 1 sample: other inputs may fail; " + REMEDY)
+    assert thin_pass_note([one], REMEDY) == (
+        "output 'y' passes within 10% of a bound (rel RMS err 0.068 against 0.07059), judged on 1 sample: "
+        "other inputs may fail; " + REMEDY)

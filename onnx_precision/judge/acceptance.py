@@ -85,7 +85,7 @@ element within ``atol``) the one with more room decides; the task checks apply t
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ..format import number
 from .metrics import Comparison, OutputMetrics
@@ -140,17 +140,30 @@ def room(m: OutputMetrics, tol: Tolerance) -> Term:
 _NO_BOUND: Term = (math.inf, "")
 
 
-def thin_pass_note(judged: Sequence[Comparison], remedy: str) -> str:
+def thin_pass_note(judged: Sequence[Comparison], remedy: str,
+                   relative: Mapping[str, float] | None = None) -> str:
     """What a pass of ``judged`` (comparisons that all pass) rests on, when it is little: an output
     within :data:`THIN` of a bound, or a single sample; "" otherwise. ``remedy``: how to get more
-    samples with the command that judged."""
+    samples with the command that judged. ``relative``: the outputs whose rel RMS bound is
+    (1 + margin) x their quantization error (a quantized model's gate), with that margin."""
     outputs = [m for c in judged for m in c.outputs if m.passed]
     thinnest = min(outputs, key=lambda m: m.room, default=None)
     samples = sum(c.samples for c in judged)
     parts = []
     if thinnest is not None and thinnest.room < THIN:
-        parts.append(f"output '{thinnest.name}' passes within {100 * THIN:g}% of a bound "
-                     f"({thinnest.room_clause})")
+        parts.append(f"output '{thinnest.name}' passes within {100 * THIN:g}% of "
+                     f"{_bound(thinnest.name, thinnest.room_clause, relative or {})}")
     if samples == 1:
         parts.append("judged on 1 sample" if parts else "the pass was judged on 1 sample")
     return f"{', '.join(parts)}: other inputs may fail; {remedy}" if parts else ""
+
+
+def _bound(name: str, clause: str, relative: Mapping[str, float]) -> str:
+    """'a bound (rel RMS err 0.0451 against 0.05)', or where the bound is relative to the quantization
+    error, 'the bound (1 + 0.3) x the quantization error 0.0543 = 0.0706 (rel RMS err 0.068)'."""
+    measured, _, bound = clause.rpartition(" against ")
+    if name not in relative or not measured.startswith("rel RMS err "):
+        return f"a bound ({clause})"
+    margin = relative[name]
+    return (f"the bound (1 + {margin:g}) x the quantization error {number(float(bound) / (1 + margin))} = "
+            f"{number(float(bound))} ({measured})")

@@ -129,7 +129,8 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         points=auto.points,
         notes=(auto.notes + _float64_notes(ctx, outcome.plan, auto.node_flops)
                + _underflow_notes(ctx, outcome.plan, auto.node_stats, auto.headroom)
-               + _thin_pass_notes(verification) + _quantized_notes(quantized.of(ctx))),
+               + _thin_pass_notes(verification, None if auto.gate is None else auto.gate.relative)
+               + _quantized_notes(quantized.of(ctx))),
         tradeoff_svg=outcome.tradeoff_svg,
         chosen_point=auto.chosen_point,
         tradeoff_note=auto.unsearched,
@@ -169,13 +170,16 @@ def _underflow_notes(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping[str,
             f"{names}{more}; kept 16-bit, as they pass here; --keep-fp32 NODE keeps one FP32",)
 
 
-def _thin_pass_notes(verification: Verification | None) -> tuple[str, ...]:
-    """A note when the written model's pass rests on little: near a bound, or on one sample."""
+def _thin_pass_notes(verification: Verification | None,
+                     relative: Mapping[str, float] | None) -> tuple[str, ...]:
+    """A note when the written model's pass rests on little: near a bound (for a quantized model,
+    relative to its quantization error), or on one sample."""
     judged = () if verification is None else tuple(
         c for c in (verification.verified, verification.validation) if c is not None)
     if not judged or not all(c.passed for c in judged):
         return ()
-    note = thin_pass_note(judged, "more samples: --inputs DIR with several .npz, or --validation-inputs DATA")
+    note = thin_pass_note(judged, "more samples: --inputs DIR with several .npz, or --validation-inputs DATA",
+                          relative)
     return (note,) if note else ()
 
 
