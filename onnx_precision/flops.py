@@ -126,16 +126,19 @@ def counted_nodes(plan: PrecisionPlan, node_flops: Mapping[str, float]) -> tuple
 
 
 def precision_shares(plan: PrecisionPlan, node_flops: Mapping[str, float],
-                     apart: Collection[str] = ()) -> dict[str, float]:
+                     apart: Collection[str] = (),
+                     counted_as: Mapping[str, str] | None = None) -> dict[str, float]:
     """Each precision's share of the estimated FLOPs of ``plan``'s nodes that compute in a float type
     (:func:`counted_nodes`; where no FLOPs are estimated, by node count), the precisions in the plan
     only; the nodes ``apart`` (quantized compute: :attr:`..quantized.Quantization.compute`) are left
-    out, so the shares are the remainder's."""
+    out, so the shares are the remainder's. ``counted_as``: node -> the written node whose precision
+    its FLOPs count in (:attr:`FlopShares.counted_as`)."""
     flops = {n: node_flops.get(n, 0.0) for n in counted_nodes(plan, node_flops) if n not in apart}
     total = sum(flops.values())
     shares: dict[str, float] = {}
+    written = counted_as or {}
     for name in flops:
-        decision = plan.decisions[name]
+        decision = plan.decisions.get(written.get(name, name), plan.decisions[name])
         weight = flops[name] / total if total > 0 else 1 / len(flops)
         shares[decision.precision.value] = shares.get(decision.precision.value, 0.0) + weight
     return shares
@@ -147,10 +150,15 @@ class FlopShares:
     points' and the picture's, the JSON's and ``--min-16bit-share``'s. The estimated FLOPs of a
     plan's nodes, but those of quantized compute (``quantized``: node -> "INT8", "FP8", ...,
     :attr:`..quantized.Quantization.compute`), which are counted apart: of a quantized model, the
-    16-bit share is the non-quantized remainder's."""
+    16-bit share is the non-quantized remainder's. The nodes of a decomposed LayerNorm written as one
+    LayerNormalization (``counted_as``: node -> that node's name, :func:`..policy.fused_names`) count in
+    its precision, the type it reads and writes, as ``check`` counts the written file: its statistics
+    (FP32 by its stash_type 1 on the generic target, where the plan keeps them FP32) are computed inside
+    that one node."""
 
     node_flops: Mapping[str, float] = field(default_factory=dict)
     quantized: Mapping[str, str] = field(default_factory=dict)
+    counted_as: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def of(self) -> str:
@@ -168,7 +176,7 @@ class FlopShares:
 
     def by_precision(self, plan: PrecisionPlan) -> dict[str, float]:
         """Each precision's share (:func:`precision_shares`)."""
-        return precision_shares(plan, self.node_flops, self.quantized)
+        return precision_shares(plan, self.node_flops, self.quantized, self.counted_as)
 
     def low(self, plan: PrecisionPlan) -> float:
         """The 16-bit (FP16 and BF16) share."""

@@ -54,11 +54,12 @@ class AutoResult(PhaseTotals):
     # node -> "INT8", "FP8", ...: quantized compute, which the shares count apart
     quantized: Mapping[str, str] = field(default_factory=dict)
     gate: QuantGate | None = None  # a quantized model's reference and relative gate (the probes' references)
+    counted_as: Mapping[str, str] = field(default_factory=dict)  # FlopShares.counted_as
 
     @property
     def shares(self) -> FlopShares:
         """What the run's shares of compute count (the points', the summary's, the gate's)."""
-        return FlopShares(self.node_flops, self.quantized)
+        return FlopShares(self.node_flops, self.quantized, self.counted_as)
 
     @property
     def passed(self) -> bool:

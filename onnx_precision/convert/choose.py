@@ -106,7 +106,8 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
         phase.count(counted, probes=1)
     shapes = {k: np.shape(v) for k, v in samples.feeds[0].items()} if samples.feeds else {}
     flops = estimate_flops(ctx.model, shapes)
-    share = FlopShare(ctx, FlopShares(flops, quantized.of(ctx).compute))
+    share = FlopShare(ctx, FlopShares(flops, quantized.of(ctx).compute,
+                                      policy.fused_names(policy.decomposed_layer_norms(ctx))))
     run = _Run(mode, headroom, clock, counted, reference, _node_stats(ctx, reference.stats), samples, flops,
                share, ctx.target.fallback, progress)
 
@@ -213,7 +214,8 @@ class _Run:
         return AutoResult(end.plan, end.status, end.message, self.mode, end.before, end.after, node_stats,
                           self.clock.phases(), None if found is None else found.outcome,
                           tuple(self.reference.outputs), self.headroom, self.samples, self.flops,
-                          points, notes, chosen, end.unsearched, self.share.shares.quantized)
+                          points, notes, chosen, end.unsearched, self.share.shares.quantized,
+                          counted_as=self.share.shares.counted_as)
 
     def fall_back(self, ctx: ModelContext, prober: Prober, plan: PrecisionPlan, runner: PlanRunner,
                   next_point: int, budget: SearchBudget) -> tuple[PrecisionPlan, tuple[PlanPoint, ...],

@@ -64,6 +64,8 @@ class RunReport(PhaseTotals):
     margins: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     # node -> what it computes in ("INT8", "FP8") for quantized compute, counted apart from the shares
     quantized: Mapping[str, str] = field(default_factory=dict)
+    # node -> the written node whose precision its FLOPs count in (:attr:`..flops.FlopShares.counted_as`)
+    counted_as: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def fp32_nodes(self) -> tuple[str, ...]:
@@ -77,7 +79,7 @@ class RunReport(PhaseTotals):
     @property
     def shares(self) -> FlopShares:
         """What its shares of compute count: the estimated FLOPs, but quantized compute's."""
-        return FlopShares(self.node_flops, self.quantized)
+        return FlopShares(self.node_flops, self.quantized, self.counted_as)
 
     def fp16_flop_share(self) -> float:
         """The 16-bit (FP16 and BF16) share of estimated FLOPs (of the non-quantized ones in a quantized
@@ -140,6 +142,7 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         before_plan=outcome.before_plan,
         margins=_margins(outcome.plan, auto.node_stats, ctx.target.low),
         quantized=quantized.of(ctx).compute,
+        counted_as=auto.counted_as,
     )
 
 
