@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # only read here (importing them would load the sample reader
     from .oracle.inspection import NodeStats
     from .quant_reference import QuantGate
     from .search.state import SearchOutcome
+    from .target import Target
     from .tradeoff import PlanPoint
 
 PASSED: Status = "passed"
@@ -54,6 +55,9 @@ class AutoResult(PhaseTotals):
     # node -> "INT8", "FP8", ...: quantized compute, which the shares count apart
     quantized: Mapping[str, str] = field(default_factory=dict)
     gate: QuantGate | None = None  # a quantized model's reference and relative gate (the probes' references)
+    # the target the plans were measured on, with the FP16 sums the samples prove in range (Target.proving):
+    # the written model is verified on it, so that it computes what was measured (None: the context's)
+    target: Target | None = None
     counted_as: Mapping[str, str] = field(default_factory=dict)  # FlopShares.counted_as
 
     @property

@@ -257,3 +257,34 @@ def test_the_check_compares_with_the_smallest_value_fp16_rounds_to_inf_and_skips
     assert len(short.graph.node) == len(emulate_model(_fp16_model(_softmax(60000)), "", GENERIC).graph.node)
     assert len(emulate_model(_fp16_model(_softmax(70000)), "", WebGpuTarget()).graph.node) > len(
         short.graph.node)
+
+
+def test_sums_the_samples_prove_in_range_drop_their_check_in_the_search_and_the_verification():
+    from onnx_precision.context import ModelContext
+    from onnx_precision.convert import choose
+    from onnx_precision.data import Samples
+    from onnx_precision.float_types import FP16
+    from onnx_precision.judge import Tolerance
+    from onnx_precision.target.accumulation import proven_sums
+    # within 65504/headroom: 32751·2 < 65504 <= 32752·2; headroom 0 (pins off) proves nothing
+    bounds = {"small": 100.0, "edge": 32751.0, "large": 32752.0}
+    assert proven_sums(bounds, FP16, 2.0) == {"small", "edge"} and proven_sums(bounds, FP16, 0) == frozenset()
+    # the MatMul's Σ|x·w| is ~10 (64 terms of ~10/64); the sum's Σ|t| ~41 000 over 4096 terms of ~10: it
+    # holds, without the headroom's room
+    rng = np.random.default_rng(0)
+    w = h.make_tensor("w", T.FLOAT, [64, 4096], rng.uniform(9, 11, (64, 4096)).astype(np.float32).ravel())
+    model = _model([h.make_node("MatMul", ["x", "w"], ["t"], name="small"),
+                    h.make_node("ReduceSum", ["t"], ["y"], name="large", keepdims=1)],
+                   [("x", [1, 64])], [("y", [1, 1])], inits=[w])
+    ctx = ModelContext.of(model)
+    ctx = ModelContext(ctx.model, ctx.path, ctx.base_dir, ctx.renamed, target=WebGpuTarget())
+    feeds = [{"x": np.full((1, 64), 1 / 64, np.float32)}]
+    result = choose.choose_plan(ctx, ctx.all_low_plan(), Samples(feeds, False, "test"), Tolerance())
+    assert result.target == WebGpuTarget(proven=frozenset({"small"}))
+    # the written model's check is spelled on the same target: the MatMul has no check, the sum keeps its own
+    fp16 = _fp16_model(model)
+    checked = {n.name.split("__")[0] for n in emulate_model(fp16, "", result.target).graph.node
+               if n.op_type == "Where"}
+    assert checked == {"large"}
+    assert {n.name.split("__")[0] for n in emulate_model(fp16, "", WebGpuTarget()).graph.node
+            if n.op_type == "Where"} == {"small", "large"}

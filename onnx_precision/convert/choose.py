@@ -62,6 +62,7 @@ from ..search.driver import (
 )
 from ..search.fallback import fallback_candidates, try_fallback
 from ..search.prober import Prober
+from ..target.accumulation import proven_sums
 from ..tradeoff import PlanPoint, output_errors
 from ..vocab import MeasuringMode, ReasonSource, Status
 
@@ -94,14 +95,17 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
         raise PrecisionError(f"--headroom {headroom:g}: must be 0 (off) or at least 1 "
                              f"(1 = pin only what overflows on the samples)")
     clock = Clock(progress)
-    emulator = Emulator(ctx)
-    runner = emulator if runner is None else runner
-    inspection = runner.inspection or emulator.inspection
     accumulated = AccumulationBounds(ctx)  # where the target sums in FP16: what each such sum reaches
     with clock.phase("reference") as phase:
+        bounds = accumulated.measure(samples.feeds)
+        # the sums the samples prove in range are emulated without their check, in every plan measured
+        # and in the written model's verification alike
+        target = ctx.target.proving(proven_sums(bounds, ctx.target.low, headroom))
+        emulator = Emulator(ctx, target=target)
+        runner = emulator if runner is None else runner
+        inspection = runner.inspection or emulator.inspection
         user = policy.resolve(ctx, base_plan)
         reference = inspection.reference(samples)
-        bounds = accumulated.measure(samples.feeds)
         counted = _Counted((emulator, runner, accumulated))
         phase.count(counted, probes=1)
     shapes = {k: np.shape(v) for k, v in samples.feeds[0].items()} if samples.feeds else {}
@@ -134,7 +138,8 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
     start = _Start(user, base, flagged, before)
     chosen = _static(run, prober, start) if mode == "static" else _search(run, prober, ctx, start, inspection,
                                                                          runner, progress, budget)
-    return replace(chosen, notes=chosen.notes + _size_bound(ctx, chosen.plan, bounds, largest), gate=gate)
+    return replace(chosen, notes=chosen.notes + _size_bound(ctx, chosen.plan, bounds, largest), gate=gate,
+                   target=target)
 
 
 def _size_bound(ctx: ModelContext, plan: PrecisionPlan, bounds: Mapping[str, float],

@@ -578,7 +578,7 @@ def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: Aut
                 staged_model, auto_result.samples.feeds,
                 auto_result.reference_outputs if gate is None else gate.outputs,
                 options.tolerance if gate is None else gate.tolerances,
-                options.oracle, ctx.custom_op_libraries, ctx.target)
+                options.oracle, ctx.custom_op_libraries, auto_result.target or ctx.target)
         default_load = ""
         if loads and auto_result.passed and verified.passed and (native is None or native.passed):
             started = time.perf_counter()

@@ -34,6 +34,7 @@ from ..float_types import LOW_TYPES, LowPrecision
 from ..plan import PrecisionPlan
 from ..policy import always_fp32, layer_norm_pins, written_forms
 from ..policy.resolution import group_pins
+from ..target import Target
 from ..typing_rules import is_tensor
 from .baked import build_baked_model
 from .inspection import Chunks, Inspector
@@ -71,8 +72,10 @@ emulator names such a node only in a type that holds its constants);
 
     def __init__(self, ctx: ModelContext, capture_intermediates: bool | Iterable[str] = True,
                  threads: int | None = None, group_size: int | None = None,
-                 baked: Mapping[str, LowPrecision] | None = None, fp32_model: bool = False) -> None:
+                 baked: Mapping[str, LowPrecision] | None = None, fp32_model: bool = False,
+                 target: Target | None = None) -> None:
         self.ctx = ctx
+        target = ctx.target if target is None else target  # with its proven sums (the emulator's)
         self.model = model = ctx.model
         base_dir = ctx.base_dir
         self.typing = ctx.typing
@@ -82,10 +85,10 @@ emulator names such a node only in a type that holds its constants);
         forms = {} if fp32_model else written_forms(ctx)
         self.switch_model: SwitchModel = (
             build_switch_model(fp32, self.typing, base_dir, capture_intermediates, types,
-                               fixed=self.always_fp32, group_size=group_size, target=ctx.target, forms=forms)
+                               fixed=self.always_fp32, group_size=group_size, target=target, forms=forms)
             if baked is None else
             build_baked_model(fp32, self.typing, base_dir, baked, capture_intermediates, types,
-                              fixed=self.always_fp32 - frozenset(baked), target=ctx.target, forms=forms))
+                              fixed=self.always_fp32 - frozenset(baked), target=target, forms=forms))
         self.session = make_session(self.switch_model.model, base_dir, options=session_options(threads),
                                     custom_op_libraries=ctx.custom_op_libraries, shared=ctx.mapped_weights)
         self.sessions_built = 1

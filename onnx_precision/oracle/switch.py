@@ -387,7 +387,13 @@ class SwitchBuilder:
             exact = self.names.fresh(name + "_exact")
             fp16.output[i] = exact
             rounds.extend(round_nodes(exact, name, self.names, low, self.wide(node.output[i])))
-        nodes.extend(self.layers.spell(fp16, low) + rounds)
+        # spelled under the node's own name, by which the target knows it (a sum proven in range), and
+        # the copy's name given back
+        copy_name, fp16.name = fp16.name, node.name
+        spelled = self.layers.spell(fp16, low)
+        for step in spelled:
+            step.name = copy_name if step.name == node.name else step.name
+        nodes.extend(spelled + rounds)
 
     def _form(self, node: onnx.NodeProto, outputs: Sequence[str]) -> onnx.NodeProto:
         """The form written in place of ``node`` (:attr:`forms`), reading the model's tensors and

@@ -31,6 +31,11 @@ A Softmax over a static axis of fewer than 65504 elements gets no check: its ter
 most 1, so its denominator cannot overflow on any data. The check is one comparison of the bound with
 the smallest value the 16-bit type rounds to inf (65520), not a Cast pair and a comparison with inf.
 
+A node whose bound the samples prove in range (below 65504/headroom on the FP32 run: :func:`proven_sums`,
+held by the target, :meth:`.Target.proving`) gets no check: the search's graphs and the written model's
+verification spell it alike, so what is verified is what was measured. The proof holds on the samples;
+the headroom covers other inputs. ``check`` of another tool's model checks every sum.
+
 The check adds a few nodes to each accumulating node's FP16 spelling, so it runs inside the switch,
 baked and twin graphs as the node does: a search costs no more sessions.
 """
@@ -235,8 +240,9 @@ class Accumulating(Spelling):
 
     def __init__(self, inner: Spelling, fp16: frozenset[str], opset: int, types: Mapping[str, onnx.TypeProto],
                  constants: Mapping[str, np.ndarray], fresh: Fresh,
-                 counted: frozenset[str] = frozenset()) -> None:
+                 counted: frozenset[str] = frozenset(), proven: frozenset[str] = frozenset()) -> None:
         self.inner = inner
+        self.proven = proven  # nodes spelled without the check: their bound is proven in range
         self.fp16 = fp16
         self.counted = counted & COUNTED  # means dividing by their count held in the 16-bit type
         self.opset = opset
@@ -265,7 +271,7 @@ class Accumulating(Spelling):
             return spelled
         counted = node.op_type in self.counted
         s = self._speller(node)
-        bound = self._bound(s)
+        bound = None if node.name in self.proven else self._bound(s)
         if bound is None and not counted:
             return spelled
         out = node.output[0]
@@ -331,9 +337,25 @@ class Accumulating(Spelling):
 
 
 def accumulating(target: Target, model: onnx.ModelProto, base_dir: str,
-                 types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh) -> Spelling:
-    """Each FP16 node as one op, with the overflow check of the op kinds ``target`` sums in FP16."""
+                 types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh,
+                 proven: frozenset[str] = frozenset()) -> Spelling:
+    """Each FP16 node as one op, with the overflow check of the op kinds ``target`` sums in FP16 (but on the
+    nodes ``proven``: :func:`proven_sums`)."""
     fp16 = frozenset(op for op, how in target.accumulation.items() if how == "fp16")
     return Accumulating(OneOp(), fp16, onnx_opset(model, 13), tensor_types(model) if types is None else types,
                         small_constant_arrays(model, base_dir, SMALL_CONSTANT), fresh,
-                        target.counts_in_low & fp16)
+                        target.counts_in_low & fp16, proven)
+
+
+def proven_sums(bounds: Mapping[str, float], low: LowPrecision, headroom: float) -> frozenset[str]:
+    """The nodes whose accumulator bound, measured on the samples' FP32 run (node -> its largest bound,
+    :class:`onnx_precision.oracle.accumulated.AccumulationBounds`), stays below ``low``'s largest value
+    divided by ``headroom``: their overflow check is dropped, as the headroom pins assume a tensor within
+    65504/headroom on the samples stays finite (none with ``headroom`` 0, headroom pins off).
+
+    The proof is exact on the samples only; the headroom is what covers other inputs, and the 16-bit
+    rounding of the plan's inputs and weights (a relative 2^-11 each). A mean's count held in FP16 is a
+    fact of its length, not of the data: it stays emulated."""
+    if headroom < 1:
+        return frozenset()
+    return frozenset(node for node, bound in bounds.items() if bound * headroom < low.max)

@@ -88,6 +88,12 @@ class Target(ABC):
         domain's opset); None when it has one."""
         return None
 
+    def proving(self, nodes: frozenset[str]) -> Target:
+        """This target with the FP16 sums of ``nodes`` proven within the 16-bit range on the samples, spelled
+        without their overflow check (:func:`.accumulation.proven_sums`); one that sums nothing in FP16 is
+        itself."""
+        return self
+
     @abstractmethod
     def spelling(self, model: onnx.ModelProto, base_dir: str,
                  types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh) -> Spelling:

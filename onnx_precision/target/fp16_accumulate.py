@@ -11,7 +11,7 @@ holds wherever those sums are kept in FP32 or in FP16; it is a bound, not the ru
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import onnx
 
@@ -28,6 +28,7 @@ EVERY_SUM_FP16: Mapping[str, Accumulation] = {op: "fp16" for op in OVERFLOWS}
 class Fp16AccumulateTarget(Target):
     low: LowPrecision = FP16
     fallback: LowPrecision | None = None
+    proven: frozenset[str] = frozenset()  # nodes whose FP16 sums the samples prove in range (no check)
 
     @property
     def name(self) -> str:
@@ -50,10 +51,13 @@ class Fp16AccumulateTarget(Target):
         # model by onnxruntime or coremltools: the written model must at least load there.
         return low.cpu_kernels
 
+    def proving(self, nodes: frozenset[str]) -> Target:
+        return replace(self, proven=nodes)
+
     def spelling(self, model: onnx.ModelProto, base_dir: str,
                  types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh) -> Spelling:
-        return Quantizing(accumulating(self, model, base_dir, types, fresh), self.quantizes_by_reciprocal,
-                          fresh)
+        return Quantizing(accumulating(self, model, base_dir, types, fresh, self.proven),
+                          self.quantizes_by_reciprocal, fresh)
 
     def cli_args(self) -> list[str]:
         return ["--target", "fp16-accumulate", *super().cli_args()]

@@ -11,7 +11,7 @@ its accumulator with the input's or output's element type (``x_value_t``, ``outp
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import onnx
 
@@ -102,6 +102,7 @@ WEBGPU_PROVIDER = "WebGpuExecutionProvider"
 class WebGpuTarget(Target):
     low: LowPrecision = FP16
     fallback: LowPrecision | None = None
+    proven: frozenset[str] = frozenset()  # nodes whose FP16 sums the samples prove in range (no check)
 
     @property
     def name(self) -> str:
@@ -127,10 +128,13 @@ class WebGpuTarget(Target):
     def kernel_blocker(self, node: onnx.NodeProto, low: LowPrecision, opset: int) -> str | None:
         return None if low.cpu_kernels else f"onnxruntime's WebGPU provider has no {low.type_name} kernels"
 
+    def proving(self, nodes: frozenset[str]) -> Target:
+        return replace(self, proven=nodes)
+
     def spelling(self, model: onnx.ModelProto, base_dir: str,
                  types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh) -> Spelling:
-        return Quantizing(accumulating(self, model, base_dir, types, fresh), self.quantizes_by_reciprocal,
-                          fresh)
+        return Quantizing(accumulating(self, model, base_dir, types, fresh, self.proven),
+                          self.quantizes_by_reciprocal, fresh)
 
     def cli_args(self) -> list[str]:
         return ["--target", "webgpu", *super().cli_args()]
