@@ -20,7 +20,7 @@ from . import quant_reference
 from .context import ModelContext, load_model
 from .data import Samples, SampleSpec, load_samples
 from .errors import ModelLoadError, PrecisionError, UsageError
-from .float_types import LOW_TYPES
+from .float_types import LOW_TYPES, low_of
 from .flops import estimate_flops
 from .format import json_safe
 from .judge import Comparison, Tolerance, compare_samples, thin_pass_note
@@ -53,8 +53,7 @@ class LowCompute:
     reads: bool  # an input (else an output)
 
     def __str__(self) -> str:
-        type_name = "float16" if self.precision == "fp16" else "bfloat16"
-        return f"{'reads' if self.reads else 'writes'} {type_name} '{self.tensor}'"
+        return f"{'reads' if self.reads else 'writes'} {low_of(self.precision).type_name} '{self.tensor}'"
 
 
 def low_compute(ctx: ModelContext) -> dict[str, LowCompute]:

@@ -30,7 +30,7 @@ from google.protobuf.message import DecodeError
 
 from . import storage, typing_rules, user_files
 from .errors import ModelLoadError
-from .float_types import LowPrecision
+from .float_types import LOW_TYPES, LowPrecision
 from .graph import GraphCycle, GraphIndex, NodeRef, name_nodes, sort_topologically, walk_nodes
 from .plan import Precision, PrecisionPlan, Reason, uniform_plan
 from .storage.light_load import Moved
@@ -127,9 +127,9 @@ class ModelContext:
         """Why no node of the model computes in float32, or "" when some do."""
         if any(t.has_float for t in self.typing.values()):
             return ""
-        if any(typing_rules.elem_type(t) in (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
-               for t in self.types.values()):
-            return "the model computes nothing in float32 (already FP16 or BF16?)"
+        if any(typing_rules.elem_type(t) in LOW_TYPES for t in self.types.values()):
+            already = " or ".join(low.name for low in LOW_TYPES.values())
+            return f"the model computes nothing in float32 (already {already}?)"
         if self.keep_float64:
             return "the model has no float32 tensors (float64 stays float64 under --keep-float64; integer " \
                    "and other tensors stay as they are)"

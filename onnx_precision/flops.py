@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from .float_types import LOW_TYPES
 from .graph import graphs, is_onnx_domain, walk_nodes
 from .plan import PrecisionPlan
 from .typing_rules.inference import weightless
 
-_FLOATS = frozenset((onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT,
-                     onnx.TensorProto.DOUBLE))
+_FLOATS = frozenset((*LOW_TYPES, onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE))
 # A Constant is a value, not a computation; Shape and Size read a tensor's shape, not its values
 _NO_FLOAT_COMPUTE = ("Constant", "Shape", "Size")
 

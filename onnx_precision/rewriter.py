@@ -36,7 +36,7 @@ from onnx import TensorProto, helper
 from . import policy
 from . import typing_rules as tr
 from .context import ModelContext
-from .float_types import LOW_PRECISIONS, LowPrecision, low_of
+from .float_types import LOW_PRECISIONS, LOW_TYPES, LowPrecision, low_of
 from .graph import fresh_name, graphs_with_owner, is_onnx_domain, model_names, subgraphs, walk_nodes
 from .plan import PrecisionPlan
 from .storage import cast_initializer
@@ -46,11 +46,11 @@ logger = logging.getLogger(__name__)
 
 FLOAT = TensorProto.FLOAT
 DOUBLE = TensorProto.DOUBLE
-FLOAT16 = TensorProto.FLOAT16
-BFLOAT16 = TensorProto.BFLOAT16
-_FLOATS = (FLOAT, DOUBLE, FLOAT16, BFLOAT16)
-_LOWS = (FLOAT16, BFLOAT16)
-_SUFFIX: dict[int, str] = {FLOAT: "fp32", DOUBLE: "fp64", FLOAT16: "fp16", BFLOAT16: "bf16"}
+FLOAT16 = TensorProto.FLOAT16  # the type whose accumulation the sum rewrites guard (target/sum_rewrite.py)
+_LOWS = tuple(LOW_TYPES)
+_FLOATS = (FLOAT, DOUBLE, *_LOWS)
+_SUFFIX: dict[int, str] = {FLOAT: "fp32", DOUBLE: "fp64",
+                           **{t: low.precision for t, low in LOW_TYPES.items()}}
 
 
 @dataclass(frozen=True)

@@ -165,3 +165,20 @@ def test_mypy_is_clean():
     """mypy over pyproject's ``files``: the package, tests/, scripts/ and models/."""
     result = subprocess.run([_tool("mypy")], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:]
+
+
+def test_a_16bit_type_is_one_row():
+    """A new 16-bit type is a row of float_types (its limits, names, Cast opset) plus its kernel facts:
+    plans' precisions are the rows', trtexec's releases are known for each, and no module but the
+    table (and typing_rules.types, which names every ONNX element type) names BFLOAT16 by hand."""
+    from onnx_precision.float_types import LOW_PRECISIONS
+    from onnx_precision.plan import Precision
+    from onnx_precision.trt.versions import TRTEXEC_LOW_TYPES
+    assert {p.value for p in Precision if p.is_low} == set(LOW_PRECISIONS) == set(TRTEXEC_LOW_TYPES)
+    naming = set()
+    for module, path in _modules().items():
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        if any(isinstance(n, ast.Attribute) and n.attr == "BFLOAT16" for n in ast.walk(tree)):
+            naming.add(module)
+    assert naming == {"onnx_precision.float_types", "onnx_precision.typing_rules.types"}

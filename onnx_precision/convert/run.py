@@ -190,9 +190,9 @@ def _counts(plan: PrecisionPlan, node_flops: Mapping[str, float]) -> str:
     """"5 node(s) FP16, 2 FP32", with BF16 where the plan has some (and FP16 only where it has); of the
     nodes that compute in a float type (:func:`..flops.counted_nodes`)."""
     counted = counted_nodes(plan, node_flops)
-    fp16, bf16, fp32 = (sum(1 for n in counted if plan.precision(n) is p) for p in Precision)
-    counts = [(n, name) for n, name in ((fp16, "FP16"), (bf16, "BF16")) if n or (name == "FP16" and not bf16)]
-    counts.append((fp32, "FP32"))
+    every = [(sum(1 for n in counted if plan.precision(n) is p), p) for p in Precision]
+    counts = [(n, p.name) for n, p in every if n and p.is_low] or [(0, Precision.FP16.name)]
+    counts += [(n, p.name) for n, p in every if not p.is_low]
     return ", ".join(f"{n} node(s) {name}" if i == 0 else f"{n} {name}" for i, (n, name) in enumerate(counts))
 
 

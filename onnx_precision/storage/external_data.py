@@ -22,6 +22,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..errors import InternalError, ModelLoadError
+from ..float_types import LOW_TYPES
 from ..graph import graphs
 from . import fast_cast
 
@@ -237,7 +238,7 @@ def check_model_external_data(model: onnx.ModelProto, base_dir: str, model_path:
 def cast_values(values: np.ndarray, to: int) -> np.ndarray:
     """``values`` in element type ``to`` as ONNX Cast computes them: numpy's float casts round to
     nearest even and overflow to inf (callers decide beforehand whether that is acceptable)."""
-    if to in (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16) and values.dtype == np.float64:
+    if to in LOW_TYPES and values.dtype == np.float64:
         # onnxruntime's Cast from double to a 16-bit type goes through float (two roundings): the
         # values a Cast in the graph gives, which the emulation computes
         values = values.astype(np.float32)

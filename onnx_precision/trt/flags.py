@@ -33,6 +33,7 @@ import numpy as np
 import onnx
 
 from ..errors import UsageError
+from ..float_types import LOW_PRECISIONS, LOW_TYPES
 from ..graph import walk_nodes
 from ..plan import Precision, PrecisionPlan
 from ..suggested import RunArgs, quoted
@@ -40,10 +41,10 @@ from ..suggested import dims_text as _dims
 from ..typing_rules import elem_type, tensor_types
 from .naming import INTERNAL_PREFIXES, LayersCache, NodeNames, trt_layer_names
 from .versions import (
-    BF16_RELEASES,
     LAST_WEAKLY_TYPED,
     OUTPUT_TYPES_INT64_BOOL,
     RELEASES,
+    TRTEXEC_LOW_TYPES,
     TRTEXEC_PATTERNS,
     TrtVersion,
     span_text,
@@ -54,8 +55,7 @@ _NOT_FLOAT_LAYERS = frozenset({"Constant", "Shape", "Size"})
 
 _TRT_TYPE_NAMES: dict[int, str] = {
     onnx.TensorProto.FLOAT: "fp32",
-    onnx.TensorProto.FLOAT16: "fp16",
-    onnx.TensorProto.BFLOAT16: "bf16",
+    **{elem: low.precision for elem, low in LOW_TYPES.items()},  # trtexec spells them as plans do
     onnx.TensorProto.INT32: "int32",
     onnx.TensorProto.INT64: "int64",
     onnx.TensorProto.INT8: "int8",
@@ -63,8 +63,9 @@ _TRT_TYPE_NAMES: dict[int, str] = {
     onnx.TensorProto.BOOL: "bool",
 }
 
-_POLYGRAPHY_TYPES = {"fp32": "float32", "bf16": "bfloat16"}
-_FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+# Polygraphy's names of the types, by the precision a plan (and trtexec) gives them: numpy's, as schemas
+_POLYGRAPHY_TYPES = {"fp32": "float32", **{p: low.type_name for p, low in LOW_PRECISIONS.items()}}
+_FLOAT_TYPES = (onnx.TensorProto.FLOAT, *LOW_TYPES)
 
 # Characters trtexec's parsing of "name:value,name:value" lists cannot carry in a name (':' is fine:
 # splitNameAndValue splits on the last one).
@@ -289,22 +290,26 @@ class _Model:
         self.originals = {new: old for old, new in renamed}
         self.layers: LayersCache = {}
         self.lows = frozenset(d.precision for d in plan.decisions.values() if d.precision.is_low)
+        # the 16-bit types a mixed plan (--fallback) holds its layers to: all but its first, which the
+        # build's own switch gives every unconstrained layer
+        self.held = tuple(p for p in Precision if p in self.lows)[1:]
+        # the type of 16-bit I/O: the plan's one 16-bit type, its first where it has several (FP16 where none)
+        self.io = next((p for p in Precision if p in self.lows), Precision.FP16)
 
     def pinned(self, name: str) -> bool:
         return self.constrained(name) == "fp32"
 
     def constrained(self, name: str) -> str | None:
         """The precision the flags must hold the node's layers to: "fp32" for a pin, "bf16" for a BF16
-        node of a plan that also has FP16 nodes (a BF16-only plan is --bf16 alone), None for the
-        others and for nodes that are no float layer."""
+        node of a plan that also has FP16 nodes (a BF16-only plan is --bf16 alone; :attr:`held`), None
+        for the others and for nodes that are no float layer."""
         node = self.nodes[name]
         decision = self.plan.decisions.get(name)
         if decision is None or node.op_type in _NOT_FLOAT_LAYERS or not _computes_on_floats(node, self.types):
             return None
         if decision.precision is Precision.FP32:
             return "fp32"
-        mixed = len(self.lows) > 1
-        return "bf16" if decision.precision is Precision.BF16 and mixed else None
+        return decision.precision.value if decision.precision in self.held else None
 
 
 class _Others:
@@ -331,25 +336,27 @@ class _Others:
 def _flags(m: _Model, version: TrtVersion) -> tuple[TrtFlags, list[NodeNames]]:
     names = trt_layer_names(m.model, version, original_names=m.originals, cache=m.layers)
     constrained = {precision: [n for n in names if m.constrained(n.node) == precision]
-                   for precision in ("fp32", "bf16")}
+                   for precision in ("fp32", *(p.value for p in m.held))}
     others = _Others(names, {n.node for group in constrained.values() for n in group})
     layers = _LayerConstraints(m, version, others)
-    bf16 = version in BF16_RELEASES
-    if not bf16 and Precision.BF16 in m.lows:
-        layers.problems.append(f"the {len(m.plan.nodes_in(Precision.BF16))} BF16 node(s): trtexec before 9.1 "
-                               f"has no bf16; {STRONGLY_TYPED_HINT}")
-        layers.unheld += m.plan.nodes_in(Precision.BF16)
+    known = [p for p in Precision if p in m.lows and version in TRTEXEC_LOW_TYPES[p.value]]
+    for p in sorted(m.lows - set(known), key=list(Precision).index):
+        layers.problems.append(f"the {len(m.plan.nodes_in(p))} {p.name} node(s): trtexec before "
+                               f"{TRTEXEC_LOW_TYPES[p.value].first} has no {p.value}; {STRONGLY_TYPED_HINT}")
+        layers.unheld += m.plan.nodes_in(p)
     for precision, group in constrained.items():
-        for n in group if bf16 or precision != "bf16" else ():
+        for n in group if precision == "fp32" or Precision(precision) in known else ():
             layers.constrain(n, precision)
-    if bf16 and m.lows == {Precision.FP16, Precision.BF16}:
-        layers.problems.append("the FP16 layers: with --bf16 on, TensorRT may run an unconstrained layer in "
-                               f"BF16 rather than FP16; {STRONGLY_TYPED_HINT}")
+    for p in m.held:
+        if p in known and m.io in known:
+            layers.problems.append(f"the {m.io.name} layers: with --{p.value} on, TensorRT may run an "
+                                   f"unconstrained layer in {p.name} rather than {m.io.name}; "
+                                   f"{STRONGLY_TYPED_HINT}")
     precisions, output_types, problems = layers.precisions, layers.output_types, layers.problems
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
     if m.plan.fp16_io:
-        io_type = "bf16" if m.lows == {Precision.BF16} else "fp16"
+        io_type = m.io.value
         ins = [_io_format(m.types.get(vi.name), version, io_type) for vi in _graph_inputs(m.model)]
         outs = [_io_format(m.types.get(vi.name), version, io_type) for vi in m.model.graph.output]
         if None in ins or None in outs:
@@ -357,8 +364,7 @@ def _flags(m: _Model, version: TrtVersion) -> tuple[TrtFlags, list[NodeNames]]:
                             "--inputIOFormats/--outputIOFormats are left out (the engine keeps FP32 I/O)")
         else:
             inputs, outputs = tuple(f for f in ins if f), tuple(f for f in outs if f)
-    switches = tuple(f"--{p.value}" for p in (Precision.FP16, Precision.BF16)
-                     if p in m.lows and (bf16 or p is Precision.FP16)) or ("--fp16",)
+    switches = tuple(f"--{p.value}" for p in known) or ("--fp16",)
     flags = TrtFlags(tuple(precisions), tuple(output_types), tuple(dict.fromkeys(problems)), inputs, outputs,
                      switches, tuple(dict.fromkeys(layers.unheld)))
     return flags, names
@@ -523,7 +529,7 @@ def _polygraphy_lines(names: Sequence[NodeNames], m: _Model, profile: ShapeProfi
             unnamed_extra.append(n.base)
         if n.unreachable or any(name != n.base for name in n.named):
             unheld.append(n.node)
-    constraints = [f"--{p.value}" for p in (Precision.FP16, Precision.BF16) if p in m.lows] or ["--fp16"]
+    constraints = [f"--{p.value}" for p in Precision if p in m.lows] or ["--fp16"]
     if exact:
         constraints += ["--precision-constraints", "obey", "--layer-precisions", *exact]
     header = (f"# Polygraphy: the same pins by exact layer name (it has no patterns; names as TensorRT "
@@ -533,7 +539,7 @@ def _polygraphy_lines(names: Sequence[NodeNames], m: _Model, profile: ShapeProfi
         lines.append(f"#   not expressed: the layers <name>_<k> of {', '.join(unnamed_extra)} (the "
                      f"--strongly-typed "
                      f"line below pins them)")
-    io_type = "bfloat16" if m.lows == {Precision.BF16} else "float16"
+    io_type = _POLYGRAPHY_TYPES[m.io.value]
     io = ["--tensor-datatypes", *(f"{name}:{io_type}" for name in io_names)] if fp16_io and io_names else []
     pinned = quoted(["polygraphy", "convert", run.model_path, *constraints, *io, *profile.polygraphy_args(),
                      "-o", _engine_path(run.model_path)])
@@ -584,9 +590,8 @@ def trt_flags_text(model: onnx.ModelProto, plan: PrecisionPlan, run: RunArgs, ta
     by_release = flags_by_release(model, plan, renamed=renamed, types=types)
     strongly_typed, shape_range = strongly_typed_build(model, run)
     shapes = shape_range.trtexec_args()
-    bf16 = plan.nodes_in(Precision.BF16) if Precision.FP16 in by_release.model.lows else ()
-    lines = [f"# onnx-precision: TensorRT flags for {len(by_release.pinned)} node(s) pinned to FP32"
-             + (f" and {len(bf16)} in BF16." if bf16 else ".")]
+    held = "".join(f" and {len(plan.nodes_in(p))} in {p.name}" for p in by_release.model.held)
+    lines = [f"# onnx-precision: TensorRT flags for {len(by_release.pinned)} node(s) pinned to FP32{held}."]
     lines += shape_range.comment()
     groups = by_release.groups
     for i, group in enumerate(groups):

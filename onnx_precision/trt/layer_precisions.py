@@ -37,6 +37,7 @@ import onnx
 
 from .. import user_files
 from ..errors import UsageError
+from ..float_types import LOW_PRECISIONS
 from ..graph import walk_nodes
 from ..plan import Reason
 from .naming import LayersCache, trt_layer_names
@@ -48,8 +49,9 @@ PRECISION, OUTPUT_TYPE = "precision", "output type"  # trtexec keeps one map of 
 
 # trtexec's type names (stringToValue<DataType>) and Polygraphy's (TensorRT's Python aliases).
 _TRTEXEC_TYPES = (FP32, "fp16", "bf16", "int8", "fp8", "int4", "fp4", "int32", "int64", "bool", "uint8")
-_TYPES = {**{t: t for t in _TRTEXEC_TYPES}, "float32": FP32, "float16": "fp16", "bfloat16": "bf16"}
-_FLOAT_TYPES = (FP32, "fp16", "bf16")
+_TYPES = {**{t: t for t in _TRTEXEC_TYPES}, "float32": FP32,
+          **{low.type_name: precision for precision, low in LOW_PRECISIONS.items()}}
+_FLOAT_TYPES = (FP32, *LOW_PRECISIONS)
 # An output type of a non-float output (an ArgMax's int32, a comparison's bool) says nothing of floats.
 _NOT_FLOAT = frozenset({"int32", "int64", "bool", "uint8"})
 _EXAMPLE = "e.g. sca_conv:fp32,head*:fp32 (trtexec) or sca_conv:float32 (Polygraphy)"

@@ -81,9 +81,11 @@ NEWEST = V("10.15")
 # (findPlausible/matchStringWithOneWildcard). There is no 9.0 tag to read: 9.0 is taken as 8.6.
 OUTPUT_TYPES_INT64_BOOL = since("9.1")
 TRTEXEC_PATTERNS = since("9.1")
-# trtexec's --bf16 and "bf16" in its per-layer flags: from 9.1 as read above (sampleOptions.cpp, strToDT
-# {"bf16", nvinfer1::DataType::kBF16}); 9.0, taken as 8.6, gets none
-BF16_RELEASES = since("9.1")
+# The releases whose trtexec has each 16-bit type's switch and its name in per-layer flags, by the
+# precision a plan gives the type (trtexec spells it the same: --fp16, "fp16"). --fp16 is in every one;
+# --bf16 and "bf16" from 9.1 as read above (sampleOptions.cpp, strToDT {"bf16", nvinfer1::DataType::kBF16});
+# 9.0, taken as 8.6, gets none. A new 16-bit type is one more entry.
+TRTEXEC_LOW_TYPES: dict[str, VersionRange] = {"fp16": since("8.6"), "bf16": since("9.1")}
 
 
 def span_text(versions: list[TrtVersion]) -> str:
