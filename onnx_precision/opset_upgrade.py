@@ -93,7 +93,11 @@ def needed_opset(model: onnx.ModelProto, target: Target, low: LowPrecision = BF1
     for ref in walk_nodes(model.graph):
         node = ref.node
         if not is_onnx_domain(node.domain):
-            continue
+            if low is BF16 or not quantized.is_qdq(node):
+                continue
+            # a com.microsoft Q/DQ in float16 is loaded as the ai.onnx one: onnxruntime's QDQ fusions
+            # (MatMulAddFusion's bias DQ) write ai.onnx Q/DQ in its type, which take float16 from 19 only
+            node = onnx.helper.make_node(node.op_type, node.input, node.output, node.name)
         if low is BF16 and not typing_rules.schema_typing(node, opsets, types, low).fp16_blocker:
             continue
         # a DQ before 19 has no blocker, only a float output that cannot convert

@@ -264,3 +264,43 @@ def test_the_shares_of_a_qdq_model_count_its_integer_kernels_apart(tmp_path, cap
             "INT8") in printed
     assert any(line.endswith("; 2 node(s) of quantized compute (DQ -> Conv/MatMul/Gemm <- DQ groups, integer "
                              "ops) are counted apart from the 16-bit share") for line in printed)
+
+
+def _com_microsoft(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with its Q/DQ nodes those of com.microsoft (onnxruntime's contrib Q/DQ)."""
+    for node in model.graph.node:
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            node.domain = "com.microsoft"
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return model
+
+
+def test_a_com_microsoft_qdq_mlp_is_raised_to_19_and_its_dqs_feed_the_matmuls_in_fp16(tmp_path, capsys):
+    # before: written FP16 at opset 17, where onnxruntime's MatMulAddFusion makes an ai.onnx DQ of the
+    # bias with a float16 scale, which it then refuses (exit 3: "Type 'tensor(float16)' of input
+    # parameter (matmul0/MatMulAddFusion_bias_scale) of operator (DequantizeLinear) ... is invalid")
+    path, out = str(tmp_path / "mlp.onnx"), str(tmp_path / "o.onnx")
+    onnx.save(_com_microsoft(qdq_mlp(17)), path)
+    assert main(["convert", path, "-o", out]) == 0
+    assert ("note: opset 17 -> 19 so that QuantizeLinear, DequantizeLinear take float16 (onnx's version "
+            "converter); the upgraded FP32 model matches the original on the samples "
+            "(bit-identical)") in capsys.readouterr().out
+    written = onnx.load(out)
+    assert dq_cast_kernels(written) == []
+    # onnx infers no type for a com.microsoft output: the scales are float16 and the only Casts the edges'
+    assert {t.name: t.data_type for t in written.graph.initializer if t.name.endswith("_s")} == dict.fromkeys(
+        ("w0_s", "a0_s", "w1_s", "a1_s"), TensorProto.FLOAT16)
+    assert [n.name for n in written.graph.node if n.op_type == "Cast"] == ["x_cast_fp16", "y_fp16_cast_fp32"]
+
+
+def test_a_com_microsoft_qdq_scale_is_audited(tmp_path):
+    model = qdq_mlp(19)
+    next(t for t in model.graph.initializer if t.name == "a0_s").CopyFrom(
+        numpy_helper.from_array(np.array(2e-8, np.float32), "a0_s"))
+    path, plan = str(tmp_path / "mlp.onnx"), str(tmp_path / "p.json")
+    onnx.save(_com_microsoft(model), path)
+    assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "-q", "--save-plan", plan]) == 0
+    decisions = json.load(open(plan))["nodes"]
+    assert decisions["dq0"]["reasons"][-1]["detail"] == (
+        "qdq-scale: scale 'a0_s' is 2e-08, zero in FP16: x/0 = inf and 0/0 = NaN on every runtime")
+    assert (decisions["matmul0"]["precision"], decisions["matmul1"]["precision"]) == ("fp32", "fp16")
