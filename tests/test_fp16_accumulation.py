@@ -259,16 +259,8 @@ def test_the_check_compares_with_the_smallest_value_fp16_rounds_to_inf_and_skips
         short.graph.node)
 
 
-def test_sums_the_samples_prove_in_range_drop_their_check_in_the_search_and_the_verification():
+def _proven_case():
     from onnx_precision.context import ModelContext
-    from onnx_precision.convert import choose
-    from onnx_precision.data import Samples
-    from onnx_precision.float_types import FP16
-    from onnx_precision.judge import Tolerance
-    from onnx_precision.target.accumulation import proven_sums
-    # within 65504/headroom: 32751·2 < 65504 <= 32752·2; headroom 0 (pins off) proves nothing
-    bounds = {"small": 100.0, "edge": 32751.0, "large": 32752.0}
-    assert proven_sums(bounds, FP16, 2.0) == {"small", "edge"} and proven_sums(bounds, FP16, 0) == frozenset()
     # the MatMul's Σ|x·w| is ~10 (64 terms of ~10/64); the sum's Σ|t| ~41 000 over 4096 terms of ~10: it
     # holds, without the headroom's room
     rng = np.random.default_rng(0)
@@ -279,6 +271,19 @@ def test_sums_the_samples_prove_in_range_drop_their_check_in_the_search_and_the_
     ctx = ModelContext.of(model)
     ctx = ModelContext(ctx.model, ctx.path, ctx.base_dir, ctx.renamed, target=WebGpuTarget())
     feeds = [{"x": np.full((1, 64), 1 / 64, np.float32)}]
+    return model, ctx, feeds
+
+
+def test_sums_the_samples_prove_in_range_drop_their_check_in_the_search_and_the_verification():
+    from onnx_precision.convert import choose
+    from onnx_precision.data import Samples
+    from onnx_precision.float_types import FP16
+    from onnx_precision.judge import Tolerance
+    from onnx_precision.target.accumulation import proven_sums
+    # within 65504/headroom: 32751·2 < 65504 <= 32752·2; headroom 0 (pins off) proves nothing
+    bounds = {"small": 100.0, "edge": 32751.0, "large": 32752.0}
+    assert proven_sums(bounds, FP16, 2.0) == {"small", "edge"} and proven_sums(bounds, FP16, 0) == frozenset()
+    model, ctx, feeds = _proven_case()
     result = choose.choose_plan(ctx, ctx.all_low_plan(), Samples(feeds, False, "test"), Tolerance())
     assert result.target == WebGpuTarget(proven=frozenset({"small"}))
     # the written model's check is spelled on the same target: the MatMul has no check, the sum keeps its own
@@ -288,3 +293,25 @@ def test_sums_the_samples_prove_in_range_drop_their_check_in_the_search_and_the_
     assert checked == {"large"}
     assert {n.name.split("__")[0] for n in emulate_model(fp16, "", WebGpuTarget()).graph.node
             if n.op_type == "Where"} == {"small", "large"}
+
+
+@pytest.mark.parametrize("in_memory", [False, True])
+def test_the_written_model_is_verified_with_the_sums_proven_in_the_search(tmp_path, monkeypatch, in_memory):
+    from onnx_precision.convert import ConvertOptions, convert_model
+    from onnx_precision.oracle import runs
+    model, _, feeds = _proven_case()
+    spelled = []
+
+    def emulate(written, base_dir, target):
+        spelled.append(target)
+        return emulate_model(written, base_dir, target)
+
+    monkeypatch.setattr(runs, "emulate_model", emulate)
+    if in_memory:
+        assert convert_model(model, feeds, ConvertOptions(target=WebGpuTarget())).passed
+    else:
+        np.savez(tmp_path / "x.npz", **feeds[0])
+        path = _save(model, tmp_path, "proven")
+        assert main(["convert", path, "-o", str(tmp_path / "out.onnx"), "--inputs", str(tmp_path / "x.npz"),
+                     "--target", "webgpu", "-q"]) == 0
+    assert spelled == [WebGpuTarget(proven=frozenset({"small"}))]

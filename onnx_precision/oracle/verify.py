@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -111,8 +112,11 @@ def validate_written(output_path: str | ModelContext, feeds: Sequence[Feed],
 
 
 def _written(model: str | ModelContext, custom_op_libraries: tuple[str, ...], target: Target) -> ModelContext:
-    """The written model's context: a file read back, or the context of one written in memory."""
-    return model if isinstance(model, ModelContext) else load_model(model, custom_op_libraries, target)
+    """The written model's context on ``target``: a file read back, or the context of one written in memory
+    (on the target the run measured with, its proven sums: :meth:`~onnx_precision.target.Target.proving`)."""
+    if isinstance(model, ModelContext):
+        return model if model.target == target else replace(model, target=target)
+    return load_model(model, custom_op_libraries, target)
 
 
 def only_reference_outputs(run: OracleRun, refs: Sequence[Mapping]) -> list[dict[str, np.ndarray]]:
