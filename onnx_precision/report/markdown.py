@@ -28,8 +28,8 @@ def _share_text(report: RunReport) -> str:
     if report.nothing_to_convert:
         return f"nothing to convert: {report.nothing_to_convert}"
     shares = report.flop_shares()
-    both = f" (FP16 {_pct(shares.get('fp16', 0.0))}, BF16 {_pct(shares.get('bf16', 0.0))})" \
-        if "fp16" in shares and "bf16" in shares else ""
+    lows = [f"{p.name} {_pct(shares[p.value])}" for p in Precision if p.is_low and p.value in shares]
+    both = f" ({', '.join(lows)})" if len(lows) > 1 else ""
     quantized = shares_text(report.quantized, report.node_flops, report.plan.decisions)
     flops = f"{report.shares.of}{both}" + (f"; {quantized}" if quantized else "")
     return (f"{len(report.shares.low_nodes(report.plan))}/{len(report.shares.counted(report.plan))} nodes "
@@ -45,17 +45,18 @@ _COMPARISON_TITLES = {
 
 
 def _fallback_nodes(report: RunReport) -> list[str]:
-    """The BF16 nodes of a plan that also has FP16 ones (--fallback bf16), with why."""
-    if report.low_label != "16-bit":
-        return []
-    bf16 = report.plan.nodes_in(Precision.BF16)
-    lines = ["", f"## BF16 nodes ({len(bf16)})", "", "| node | op | why | FP32 max abs |",
-             "|---|---|---|---|"]
-    for name in bf16:
-        why = "<br>".join(dict.fromkeys(_reason_text(r) for r in report.plan.decisions[name].reasons))
-        stats = report.node_stats.get(name, NodeStats())
-        lines.append(f"| `{name}` | {report.node_ops.get(name, '')} | {_md_cell(why)} | "
-                     f"{number(stats.max_abs)} |")
+    """The BF16 nodes of a plan that also has FP16 ones (--fallback bf16), with why: the nodes of each
+    16-bit type of the plan but its first."""
+    lines = []
+    for precision in [p for p in Precision if p.is_low and report.plan.nodes_in(p)][1:]:
+        nodes = report.plan.nodes_in(precision)
+        lines += ["", f"## {precision.name} nodes ({len(nodes)})", "", "| node | op | why | FP32 max abs |",
+                  "|---|---|---|---|"]
+        for name in nodes:
+            why = "<br>".join(dict.fromkeys(_reason_text(r) for r in report.plan.decisions[name].reasons))
+            stats = report.node_stats.get(name, NodeStats())
+            lines.append(f"| `{name}` | {report.node_ops.get(name, '')} | {_md_cell(why)} | "
+                         f"{number(stats.max_abs)} |")
     return lines
 
 

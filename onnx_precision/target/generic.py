@@ -3,15 +3,19 @@ that accumulate in FP32 do; the written model must load and run in onnxruntime."
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import onnx
 
-from ..float_types import FP16, LowPrecision
+from ..float_types import BF16, FP16, LowPrecision
 from .base import Fresh, OneOp, Spelling, Target
 from .bf16_kernels import ort_cuda_has_bf16
 from .quantize import Quantizing
+
+# Whether onnxruntime's CUDA provider has a node's kernel (op type, domain, opset), for each 16-bit type
+# its CPU provider has no kernels for (LowPrecision.cpu_kernels): a new such type adds its table here
+_CUDA_KERNELS: Mapping[str, Callable[[str, str, int], bool]] = {BF16.precision: ort_cuda_has_bf16}
 
 
 @dataclass(frozen=True)
@@ -32,7 +36,7 @@ class GenericTarget(Target):
 
     def kernel_blocker(self, node: onnx.NodeProto, low: LowPrecision, opset: int) -> str | None:
         # A BF16 model runs on onnxruntime's CUDA provider (the CPU one has no BF16 kernels to ask)
-        if low.cpu_kernels or ort_cuda_has_bf16(node.op_type, node.domain, opset):
+        if low.cpu_kernels or _CUDA_KERNELS[low.precision](node.op_type, node.domain, opset):
             return None
         return f"onnxruntime's CUDA provider has no {low.type_name} {node.op_type} kernel"
 

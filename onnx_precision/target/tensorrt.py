@@ -10,12 +10,12 @@ so onnxruntime's CPU kernels decide nothing here.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import onnx
 
-from ..float_types import FP16, LowPrecision
+from ..float_types import BF16, FP16, LowPrecision
 from ..graph import is_onnx_domain, onnx_opset
 from ..suggested import RunArgs, quoted
 from ..trt.flags import strongly_typed_build
@@ -34,6 +34,9 @@ SMALL_CONSTANT = 64  # elements: the constants an importer reads at build time (
 # Ops whose importer stores an internal value in FP16 between layers, and where (for rule messages).
 _LAYERED = {"ReduceL2": "stores it in {low}", "ReduceLogSumExp": "stores it in {low}",
             "LogSoftmax": "computes Softmax then Log"}
+# Whether the ONNX parser takes an ai.onnx op in a 16-bit type, for each type onnxruntime's CPU provider has
+# no kernels for (LowPrecision.cpu_kernels; FP16 it takes everywhere): a new such type adds its table here
+_PARSER_TAKES: Mapping[str, Callable[[str], bool]] = {BF16.precision: trt_has_bf16}
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ class TensorRTTarget(Target):
         return False
 
     def kernel_blocker(self, node: onnx.NodeProto, low: LowPrecision, opset: int) -> str | None:
-        if low.cpu_kernels or trt_has_bf16(node.op_type) or not is_onnx_domain(node.domain):
+        if low.cpu_kernels or not is_onnx_domain(node.domain) or _PARSER_TAKES[low.precision](node.op_type):
             return None
         return f"{self.title}'s ONNX parser takes no {low.type_name} {node.op_type}"
 
