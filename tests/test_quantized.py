@@ -224,15 +224,22 @@ def test_a_scale_that_flushes_in_fp16_and_a_subnormal_one_are_named_and_kept_fp3
         assert decisions["relu"]["precision"] == "fp16"
 
 
-def test_a_4bit_matmulnbits_block_converts_all_fp16(tmp_path, capsys):
-    # q4f16: 4-bit weights (com.microsoft MatMulNBits), computing in its activations' type
+def nbits_block(zero_point: float | None = None) -> onnx.ModelProto:
+    """x -> MatMulNBits (4-bit weights, com.microsoft; with float zero points all ``zero_point`` but the
+    first, 8) -> Add -> Relu, at opset 17."""
     k, n, block = 64, 32, 32
     rng = np.random.default_rng(3)
     packed = rng.integers(0, 256, (n, k // block, block // 2), dtype=np.uint8)
     inits = [numpy_helper.from_array(packed, "w_q4"),
              numpy_helper.from_array((rng.uniform(0.01, 0.02, n * k // block)).astype(np.float32), "w_s"),
              numpy_helper.from_array(rng.standard_normal(n).astype(np.float32) * 0.1, "b")]
-    nodes = [helper.make_node("MatMulNBits", ["x", "w_q4", "w_s"], ["mm"], name="matmul_q4",
+    inputs = ["x", "w_q4", "w_s"]
+    if zero_point is not None:
+        zero = np.full(n * k // block, zero_point, np.float32)
+        zero[0] = 8
+        inits.append(numpy_helper.from_array(zero, "w_zp"))
+        inputs.append("w_zp")
+    nodes = [helper.make_node("MatMulNBits", inputs, ["mm"], name="matmul_q4",
                               domain="com.microsoft", K=k, N=n, bits=4, block_size=block),
              helper.make_node("Add", ["mm", "b"], ["a"], name="add"),
              helper.make_node("Relu", ["a"], ["y"], name="relu")]
@@ -241,8 +248,13 @@ def test_a_4bit_matmulnbits_block_converts_all_fp16(tmp_path, capsys):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                     helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = 8
+    return model
+
+
+def test_a_4bit_matmulnbits_block_converts_all_fp16(tmp_path, capsys):
+    # q4f16: 4-bit weights (com.microsoft MatMulNBits), computing in its activations' type
     path, out = str(tmp_path / "q4.onnx"), str(tmp_path / "o.onnx")
-    onnx.save(model, path)
+    onnx.save(nbits_block(), path)
     assert main(["convert", path, "-o", out]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert "FP16: 3/3 nodes (100.0%), 100.0% of estimated FLOPs" in printed
@@ -304,3 +316,34 @@ def test_a_com_microsoft_qdq_scale_is_audited(tmp_path):
     assert decisions["dq0"]["reasons"][-1]["detail"] == (
         "qdq-scale: scale 'a0_s' is 2e-08, zero in FP16: x/0 = inf and 0/0 = NaN on every runtime")
     assert (decisions["matmul0"]["precision"], decisions["matmul1"]["precision"]) == ("fp32", "fp16")
+
+
+def test_a_float_zero_point_fp16_cannot_hold_is_named_with_its_value_and_kept_fp32(tmp_path):
+    # a float zero point of 2049 written FP16 is 2048: every weight of its block off by one quantum,
+    # converted silently before (FP16 holds every integer only up to 2048)
+    path, plan = str(tmp_path / "q4.onnx"), str(tmp_path / "p.json")
+    onnx.save(nbits_block(2049.0), path)
+    assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "-q", "--save-plan", plan]) == 0
+    decisions = json.load(open(plan))["nodes"]
+    assert decisions["matmul_q4"]["precision"] == "fp32"
+    assert decisions["matmul_q4"]["reasons"][-1]["detail"] == (
+        "qdq-scale: zero point 'w_zp' is 2049, which FP16 rounds to 2048 (every integer is exact only up to "
+        "2048): every value it dequantizes is off by 1 x its scale")
+    assert decisions["matmul_q4"]["reasons"][-1]["evidence"] == {"zero_point": "w_zp", "value": "2049"}
+    # 8.5 and every integer up to 2048 FP16 holds exactly: nothing to say
+    onnx.save(nbits_block(8.5), path)
+    assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "-q", "--save-plan", plan]) == 0
+    assert json.load(open(plan))["nodes"]["matmul_q4"]["precision"] == "fp16"
+
+
+def test_a_matmulnbits_scale_that_flushes_in_fp16_is_named_and_kept_fp32(tmp_path):
+    model = nbits_block()
+    next(t for t in model.graph.initializer if t.name == "w_s").CopyFrom(
+        numpy_helper.from_array(np.full(64, 2e-8, np.float32), "w_s"))
+    path, plan = str(tmp_path / "q4.onnx"), str(tmp_path / "p.json")
+    onnx.save(model, path)
+    assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "-q", "--save-plan", plan]) == 0
+    decisions = json.load(open(plan))["nodes"]
+    assert decisions["matmul_q4"]["reasons"][-1]["detail"] == (
+        "qdq-scale: scale 'w_s' is 2e-08, zero in FP16: every weight it scales is 0")
+    assert (decisions["matmul_q4"]["precision"], decisions["relu"]["precision"]) == ("fp32", "fp16")

@@ -17,7 +17,7 @@ from ..float_types import LOW_TYPES, LowPrecision, low_of
 from ..graph import graphs_with_owner, walk_nodes
 from ..plan import NodeDecision, Precision, PrecisionPlan, Reason
 from ..quantized import QuantGroup
-from ..rules.quant import scale_finding
+from ..rules.quant import scale_finding, scale_input
 from ..typing_rules import WIDE, NodeTyping, constant_tensor, constant_verdict, elem_type, is_tensor
 
 
@@ -55,7 +55,7 @@ def node_blockers(ctx: ModelContext, low: LowPrecision | None = None) -> NodeBlo
             forced[node.name] = Reason("type", f"{node.op_type} outputs float32 only at this opset (a "
                                                f"{low.type_name} output from opset 19)")
             continue
-        scale = scale_finding(node, ctx, low) if 1 in t.convertible_inputs else None
+        scale = scale_finding(node, ctx, low) if scale_input(node) in t.convertible_inputs else None
         if scale is not None:  # what the samples cannot show: a runtime's 1/scale, its flushing
             forced[node.name] = scale.reason()
             continue

@@ -12,6 +12,13 @@ that FP16 holds badly breaks the quantizer wherever it runs:
   by the same relative error), and a runtime that flushes subnormals to zero (flush-to-zero kernels)
   reads a zero scale.
 
+The same for the scales of ``MatMulNBits`` (com.microsoft, 4-bit weights, its scales in its
+activations' float type: q4f16; it only multiplies by them, so a zero scale zeroes its weights and
+no reciprocal is taken), and for a float zero point (``MatMulNBits``' zero points in that type;
+a Q/DQ zero point is of the quantized type, FP8's included, and never converted) that the 16-bit type
+rounds by half a quantum or more: FP16 holds every integer only up to 2048, and a zero point of 2049
+written FP16 is 2048, every value it dequantizes off by one quantum.
+
 Each is a finding with the scale's value, and the node keeps FP32 whatever the samples say
 (:func:`scale_problem` is also what :mod:`onnx_precision.policy.resolution` forces): the samples
 cannot show a runtime's reciprocal or its flushing, which the emulation does not compute. Its
@@ -34,31 +41,42 @@ from .registry import rule, skip
 QDQ_DOMAINS = ("", "ai.onnx", "com.microsoft")
 
 
-def _scale(node: onnx.NodeProto, ctx: ModelContext) -> np.ndarray | None:
-    """The values of a Q/DQ node's constant float scale, else None."""
-    name = node.input[1] if len(node.input) > 1 else ""
+def scale_input(node: onnx.NodeProto) -> int | None:
+    """The input of ``node`` that is its scale where it is audited: a Q/DQ's 1, MatMulNBits' 2; else None."""
+    if node.op_type in ("QuantizeLinear", "DequantizeLinear") and node.domain in QDQ_DOMAINS:
+        return 1
+    return 2 if node.op_type == "MatMulNBits" and node.domain == "com.microsoft" else None
+
+
+def _float_constant(node: onnx.NodeProto, index: int, ctx: ModelContext) -> np.ndarray | None:
+    """The values of ``node``'s input ``index`` where it is a float32 constant, else None."""
+    name = node.input[index] if len(node.input) > index else ""
     tensor = ctx.constants.get(name)
     if tensor is None or tensor.data_type != onnx.TensorProto.FLOAT:
         return None
-    return np.abs(read_array(tensor, ctx.base_dir).astype(np.float64)).ravel()
+    return read_array(tensor, ctx.base_dir).astype(np.float64).ravel()
 
 
 def scale_problem(node: onnx.NodeProto, ctx: ModelContext, low: LowPrecision,
                   ) -> tuple[Kind, str, dict[str, object]] | None:
-    """(kind, what breaks, evidence) of a Q/DQ node's scale in ``low``, the worst first; None when
-    the scale is fine, not a constant, or the node is no Q/DQ."""
-    if node.op_type not in ("QuantizeLinear", "DequantizeLinear") or node.domain not in QDQ_DOMAINS:
-        return None
-    values = _scale(node, ctx)
-    if values is None or values.size == 0:
-        return None
-    name, smallest = node.input[1], float(values.min())
+    """(kind, what breaks, evidence) of a quantizer's scale (:func:`scale_input`) or float zero point
+    in ``low``, the worst first; None when both are fine, not constants, or the node has none."""
+    index = scale_input(node)
+    found = None if index is None else _float_constant(node, index, ctx)
+    if found is None or found.size == 0:
+        return None if index is None else _zero_point_problem(node, ctx, low)
+    values = np.abs(found)
+    name, smallest = node.input[index], float(values.min())
+    # MatMulNBits only dequantizes, multiplying by its scale: a zero scale zeroes, no reciprocal is taken
+    weights = index == 2
     if smallest <= low.flush:
-        return (UNDERFLOW, f"scale '{name}' is {smallest:.3g}, zero in {low.name}: x/0 = inf and 0/0 = "
-                f"NaN on every runtime", {"scale": name, "value": smallest})
+        broken = "every weight it scales is 0" if weights else "x/0 = inf and 0/0 = NaN on every runtime"
+        return (UNDERFLOW, f"scale '{name}' is {smallest:.3g}, zero in {low.name}: {broken}",
+                {"scale": name, "value": smallest})
     tiny = float(values[values > 0].min())
     evidence: dict[str, object] = {"scale": name, "value": tiny}
-    if tiny < 1 / low.max:  # an overflow (of 1/scale): it decides analyze's verdict without an effect
+    # an overflow (of 1/scale): it decides analyze's verdict without an effect
+    if tiny < 1 / low.max and not weights:
         return (OVERFLOW, f"scale '{name}' is {tiny:.3g}: its reciprocal {1 / tiny:.3g} overflows "
                 f"{low.name} (max {low.max:g}), so a runtime that multiplies by 1/scale in {low.name} "
                 f"gets inf and 0 * inf = NaN at the input's zeros (torchao's FP8 cast)", evidence)
@@ -67,7 +85,24 @@ def scale_problem(node: onnx.NodeProto, ctx: ModelContext, low: LowPrecision,
         return (PRECISION, f"scale '{name}' is {tiny:.3g}, subnormal in {low.name} (below "
                 f"{low.min_normal:.2g}): {bits} significant bit(s) left, and a runtime that flushes "
                 f"subnormals to zero reads a zero scale", evidence)
-    return None
+    return _zero_point_problem(node, ctx, low)
+
+
+def _zero_point_problem(node: onnx.NodeProto, ctx: ModelContext, low: LowPrecision,
+                        ) -> tuple[Kind, str, dict[str, object]] | None:
+    """A float zero point (MatMulNBits' input 3) that ``low`` rounds by half a quantum or more."""
+    values = _float_constant(node, 3, ctx) if node.op_type == "MatMulNBits" else None
+    if values is None or values.size == 0:
+        return None
+    off = np.abs(low.round(values).astype(np.float64) - values)
+    worst = int(np.argmax(off))
+    if off[worst] < 0.5:
+        return None
+    name, value = node.input[3], float(values[worst])
+    return (PRECISION, f"zero point '{name}' is {value:g}, which {low.name} rounds to "
+            f"{float(low.round(values[worst:worst + 1])[0]):g} (every integer is exact only up to "
+            f"{low.exact_int}): every value it dequantizes is off by {off[worst]:g} x its scale",
+            {"zero_point": name, "value": value})
 
 
 def scale_finding(node: onnx.NodeProto, ctx: ModelContext, low: LowPrecision) -> Finding | None:
