@@ -151,21 +151,21 @@ def try_fallback(ctx: ModelContext, prober: Prober, session: Counted, clock: Clo
     with clock.phase("fallback") as phase:
         if spent.cut():
             phase.count(session, probes=0)
-            return FallbackResult(plan, (), (_cut_note(low, spent.cut(), "tried nothing in BF16"),), 0)
+            return FallbackResult(plan, (), (_cut_note(low, spent.cut(), f"tried nothing in {low.name}"),), 0)
         passed, detail = prober.passes(trial)
         spent.probes += 1
-        points = [_point(first_index, trial, share, passed, prober.last_errors)]
+        points = [_point(first_index, trial, share, passed, prober.last_errors, precision)]
         notes: list[str] = []
         if not passed:
             space = SearchSpace(trial, list(candidates), [], detail)
             found = run_search(prober, session, clock, space, share, spent.left(before=1), progress)
             spent.probes += found.outcome.probes_run - 1
-            points += [_point(first_index + p.index, _replayed(trial, p.pinned), share, p.passed, p.errors)
-                       for p in found.points[1:]]
+            points += [_point(first_index + p.index, _replayed(trial, p.pinned), share, p.passed, p.errors,
+                              precision) for p in found.points[1:]]
             cut = found.outcome.exhausted and (spent.cut() or found.outcome.exhausted)
             if found.plan is None:  # nothing passed (a budget ran out): keep the FP16 plan
-                notes.append(_cut_note(low, cut, "no plan with BF16 nodes passed before it; the pins stay "
-                                                 "FP32 as the FP16 plan has them") if cut else
+                notes.append(_cut_note(low, cut, f"no plan with {low.name} nodes passed before it; the pins "
+                                                 "stay FP32 as the FP16 plan has them") if cut else
                              f"--fallback {low.precision}: {found.message}; the pins stay FP32")
                 phase.count(session, probes=spent.probes)
                 return FallbackResult(plan, tuple(points), tuple(notes), spent.probes)
@@ -175,7 +175,7 @@ def try_fallback(ctx: ModelContext, prober: Prober, session: Counted, clock: Clo
             trial = _fp32_again(found.plan, plan, low, frozenset(candidates), cut)
         trial, cut = _back_to_fp16(prober, trial, precision, plan, ties, spent)
         if cut:
-            notes.append(_cut_note(low, cut, "some BF16 nodes were not tried back in FP16"))
+            notes.append(_cut_note(low, cut, f"some {low.name} nodes were not tried back in FP16"))
         phase.count(session, probes=spent.probes)
     written = layer_norm_pins(ctx, trial)
     counts = _counts(written, candidates, list(companions), low)
@@ -278,6 +278,6 @@ def _replayed(base: PrecisionPlan, pinned: Sequence[str]) -> PrecisionPlan:
 
 
 def _point(index: int, plan: PrecisionPlan, share: FlopShare, passed: bool,
-           errors: Mapping[str, float]) -> PlanPoint:
+           errors: Mapping[str, float], fallback: Precision) -> PlanPoint:
     return PlanPoint(index, tuple(sorted(plan.fp32_nodes)), share(plan), passed, dict(errors),
-                     tuple(sorted(plan.nodes_in(Precision.BF16))))
+                     tuple(sorted(plan.nodes_in(fallback))))
