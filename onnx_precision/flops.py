@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 
 from .float_types import LOW_TYPES
 from .graph import graphs, is_onnx_domain, walk_nodes
-from .plan import PrecisionPlan
+from .plan import Precision, PrecisionPlan
 from .typing_rules.inference import weightless
+
+if TYPE_CHECKING:
+    from .context import ModelContext
 
 _FLOATS = frozenset((*LOW_TYPES, onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE))
 # A Constant is a value, not a computation; Shape and Size read a tensor's shape, not its values
@@ -125,6 +129,38 @@ def counted_nodes(plan: PrecisionPlan, node_flops: Mapping[str, float]) -> tuple
     return tuple(n for n in plan.decisions if node_flops.get(n, 0.0) > 0)
 
 
+# counted_as's value for a node that reads a main-graph input as written
+GRAPH_INPUT = ""
+
+
+def flexible_readers(ctx: ModelContext) -> dict[str, str]:
+    """Node -> the node whose precision it computes in, for the nodes that take their float input as
+    written (no Cast in front: typing's flexible_inputs) and write no float (ArgMax, IsNaN, a Cast to
+    an integer): planned 16-bit, such a node reading an FP32 tensor computes in FP32. The node that
+    makes that input, or :data:`GRAPH_INPUT` for a graph input (FP32 unless the plan's fp16_io)."""
+    inputs = {v.name for v in ctx.model.graph.input} - {i.name for i in ctx.model.graph.initializer}
+    found: dict[str, str] = {}
+    for ref in ctx.nodes:
+        t = ctx.typing[ref.name]
+        if not t.flexible_inputs or t.convertible_inputs or t.convertible_outputs:
+            continue
+        value = ref.node.input[t.flexible_inputs[0]]
+        made = ctx.index.producers.get(value)
+        if made is not None:
+            found[ref.name] = made.name
+        elif value in inputs:
+            found[ref.name] = GRAPH_INPUT
+    return found
+
+
+def _counted_in(plan: PrecisionPlan, name: str, counted_as: Mapping[str, str]) -> Precision:
+    """The precision node ``name`` of ``plan`` counts in (:attr:`FlopShares.counted_as`)."""
+    written = counted_as.get(name, name)
+    if written == GRAPH_INPUT:
+        return plan.decisions[name].precision if plan.fp16_io else Precision.FP32
+    return plan.decisions.get(written, plan.decisions[name]).precision
+
+
 def precision_shares(plan: PrecisionPlan, node_flops: Mapping[str, float],
                      apart: Collection[str] = (),
                      counted_as: Mapping[str, str] | None = None) -> dict[str, float]:
@@ -136,11 +172,10 @@ def precision_shares(plan: PrecisionPlan, node_flops: Mapping[str, float],
     flops = {n: node_flops.get(n, 0.0) for n in counted_nodes(plan, node_flops) if n not in apart}
     total = sum(flops.values())
     shares: dict[str, float] = {}
-    written = counted_as or {}
     for name in flops:
-        decision = plan.decisions.get(written.get(name, name), plan.decisions[name])
+        precision = _counted_in(plan, name, counted_as or {})
         weight = flops[name] / total if total > 0 else 1 / len(flops)
-        shares[decision.precision.value] = shares.get(decision.precision.value, 0.0) + weight
+        shares[precision.value] = shares.get(precision.value, 0.0) + weight
     return shares
 
 
@@ -150,11 +185,12 @@ class FlopShares:
     points' and the picture's, the JSON's and ``--min-16bit-share``'s. The estimated FLOPs of a
     plan's nodes, but those of quantized compute (``quantized``: node -> "INT8", "FP8", ...,
     :attr:`..quantized.Quantization.compute`), which are counted apart: of a quantized model, the
-    16-bit share is the non-quantized remainder's. The nodes of a decomposed LayerNorm written as one
-    LayerNormalization (``counted_as``: node -> that node's name, :func:`..policy.fused_names`) count in
-    its precision, the type it reads and writes, as ``check`` counts the written file: its statistics
-    (FP32 by its stash_type 1 on the generic target, where the plan keeps them FP32) are computed inside
-    that one node."""
+    16-bit share is the non-quantized remainder's. A node counts where the written file computes it, as
+    ``check`` counts that file (``counted_as``: node -> the node whose precision it counts in): the
+    nodes of a decomposed LayerNorm written as one LayerNormalization in its precision, the type it
+    reads and writes (:func:`..policy.fused_names`; its statistics, FP32 by its stash_type 1 on the
+    generic target where the plan keeps them FP32, are computed inside that one node), and a node that
+    reads its input as written in that input's (:func:`flexible_readers`)."""
 
     node_flops: Mapping[str, float] = field(default_factory=dict)
     quantized: Mapping[str, str] = field(default_factory=dict)

@@ -42,7 +42,7 @@ from ..costs import Clock, Counted
 from ..data import Samples
 from ..errors import InternalError, PrecisionError
 from ..float_types import LowPrecision
-from ..flops import FlopShares, estimate_flops
+from ..flops import FlopShares, estimate_flops, flexible_readers
 from ..judge import Comparison, Tolerance
 from ..oracle import Emulator, Inspection, LayerwiseResult, PlanRunner, ReferenceResult
 from ..oracle.accumulated import AccumulationBounds
@@ -110,8 +110,8 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
         phase.count(counted, probes=1)
     shapes = {k: np.shape(v) for k, v in samples.feeds[0].items()} if samples.feeds else {}
     flops = estimate_flops(ctx.model, shapes)
-    share = FlopShare(ctx, FlopShares(flops, quantized.of(ctx).compute,
-                                      policy.fused_names(policy.decomposed_layer_norms(ctx))))
+    counted_as = {**flexible_readers(ctx), **policy.fused_names(policy.decomposed_layer_norms(ctx))}
+    share = FlopShare(ctx, FlopShares(flops, quantized.of(ctx).compute, counted_as))
     run = _Run(mode, headroom, clock, counted, reference, _node_stats(ctx, reference.stats), samples, flops,
                share, ctx.target.fallback, progress)
 
