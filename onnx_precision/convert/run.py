@@ -578,7 +578,7 @@ def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: Aut
                 staged_model, auto_result.samples.feeds,
                 auto_result.reference_outputs if gate is None else gate.outputs,
                 options.tolerance if gate is None else gate.tolerances,
-                options.oracle, ctx.custom_op_libraries, auto_result.target or ctx.target)
+                options.oracle, ctx.custom_op_libraries, _measured_on(ctx, auto_result))
         default_load = ""
         if loads and auto_result.passed and verified.passed and (native is None or native.passed):
             started = time.perf_counter()
@@ -595,6 +595,12 @@ def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: Aut
                                         auto_result.gate)
         phases += (PhaseCost("validation", time.perf_counter() - started, sessions=2, probes=2),)
     return Verification(verified, native, default_load, (write,) + phases, validation, failure)
+
+
+def _measured_on(ctx: ModelContext, auto_result: AutoResult) -> Target:
+    """The target the written model is verified on: the written context's (an FP16 target where the
+    opset was kept, as the model written at its own opset needs) with the sums the search proved."""
+    return ctx.target if auto_result.target is None else ctx.target.proving(auto_result.target.proven)
 
 
 def _validate(ctx: ModelContext, staged_model: str | ModelContext, inputs: str, tolerance: Tolerance,

@@ -88,6 +88,11 @@ class Target(ABC):
         domain's opset); None when it has one."""
         return None
 
+    @property
+    def proven(self) -> frozenset[str]:
+        """The FP16 sums proven within range on the samples (:meth:`proving`): none by default."""
+        return frozenset()
+
     def proving(self, nodes: frozenset[str]) -> Target:
         """This target with the FP16 sums of ``nodes`` proven within the 16-bit range on the samples, spelled
         without their overflow check (:func:`.accumulation.proven_sums`); one that sums nothing in FP16 is
