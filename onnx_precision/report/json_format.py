@@ -63,6 +63,9 @@ def to_json(report: RunReport) -> dict:
             "node_stats": {name: _stats_json(s) for name, s in report.node_stats.items()},
             # node -> what it computes in ("INT8", "FP8"): quantized compute, counted apart from the shares
             "quantized": dict(report.quantized),
+            # node -> the written node whose precision its FLOPs count in (a fused LayerNorm's, or a graph
+            # input's for a node that reads it as written): what the shares above count
+            "counted_as": dict(report.counted_as),
             # the FP16 nodes nearest to the 16-bit type's limits first (within one binade: at risk on
             # inputs twice as large, or half as small, as the samples)
             "margins": [
@@ -153,6 +156,7 @@ def from_json(obj: Mapping) -> RunReport:
         margins={m["node"]: (float(m["overflow_binades"]), float(m["underflow_binades"]))
                  for m in obj.get("margins", ())},
         quantized={str(k): str(v) for k, v in obj.get("quantized", {}).items()},
+        counted_as={str(k): str(v) for k, v in obj.get("counted_as", {}).items()},
     )
 
 
