@@ -161,19 +161,27 @@ def _counted_in(plan: PrecisionPlan, name: str, counted_as: Mapping[str, str]) -
     return plan.decisions.get(written, plan.decisions[name]).precision
 
 
+def counted_precisions(plan: PrecisionPlan, node_flops: Mapping[str, float],
+                       counted_as: Mapping[str, str] | None = None) -> dict[str, Precision]:
+    """Each node of ``plan`` that its counts and shares count (:func:`counted_nodes`) -> the precision
+    it computes in, in the written file (``counted_as``: :attr:`FlopShares.counted_as`). The node counts
+    and the shares both read it, so they count each node alike."""
+    return {n: _counted_in(plan, n, counted_as or {}) for n in counted_nodes(plan, node_flops)}
+
+
 def precision_shares(plan: PrecisionPlan, node_flops: Mapping[str, float],
                      apart: Collection[str] = (),
                      counted_as: Mapping[str, str] | None = None) -> dict[str, float]:
     """Each precision's share of the estimated FLOPs of ``plan``'s nodes that compute in a float type
     (:func:`counted_nodes`; where no FLOPs are estimated, by node count), the precisions in the plan
-    only; the nodes ``apart`` (quantized compute: :attr:`..quantized.Quantization.compute`) are left
-    out, so the shares are the remainder's. ``counted_as``: node -> the written node whose precision
-    its FLOPs count in (:attr:`FlopShares.counted_as`)."""
-    flops = {n: node_flops.get(n, 0.0) for n in counted_nodes(plan, node_flops) if n not in apart}
+    only, each node in the one it computes in (:func:`counted_precisions`); the nodes ``apart``
+    (quantized compute: :attr:`..quantized.Quantization.compute`) are left out, so the shares are the
+    remainder's."""
+    precisions = {n: p for n, p in counted_precisions(plan, node_flops, counted_as).items() if n not in apart}
+    flops = {n: node_flops.get(n, 0.0) for n in precisions}
     total = sum(flops.values())
     shares: dict[str, float] = {}
-    for name in flops:
-        precision = _counted_in(plan, name, counted_as or {})
+    for name, precision in precisions.items():
         weight = flops[name] / total if total > 0 else 1 / len(flops)
         shares[precision.value] = shares.get(precision.value, 0.0) + weight
     return shares
@@ -206,9 +214,14 @@ class FlopShares:
         (:func:`counted_nodes`), quantized compute included."""
         return counted_nodes(plan, self.node_flops)
 
+    def precisions(self, plan: PrecisionPlan) -> dict[str, Precision]:
+        """Each counted node -> the precision it computes in, in the written file
+        (:func:`counted_precisions`)."""
+        return counted_precisions(plan, self.node_flops, self.counted_as)
+
     def low_nodes(self, plan: PrecisionPlan) -> tuple[str, ...]:
-        """The counted nodes in a 16-bit type."""
-        return tuple(n for n in self.counted(plan) if plan.is_low(n))
+        """The counted nodes that compute in a 16-bit type in the written file."""
+        return tuple(n for n, p in self.precisions(plan).items() if p.is_low)
 
     def by_precision(self, plan: PrecisionPlan) -> dict[str, float]:
         """Each precision's share (:func:`precision_shares`)."""

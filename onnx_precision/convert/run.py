@@ -23,7 +23,7 @@ from ..costs import PhaseCost
 from ..data import SampleSpec, sample_files, shape_problem
 from ..errors import CustomOpError, InternalError, SearchError, UsageError
 from ..float_types import low_of
-from ..flops import FlopShares, counted_nodes, estimate_flops
+from ..flops import FlopShares, estimate_flops
 from ..judge import Comparison, Tolerance
 from ..outcome import ConversionOutcome, Verification
 from ..plan import Precision, PrecisionPlan, Reason, apply_user_choices
@@ -164,8 +164,10 @@ class ConvertResult:
             from ..report import summary_lines  # its FP16 line says why
             return [f"{self.output_path}: nothing to convert; written with no precision changed"] + \
                 summary_lines(self.report, self.report_paths)
+        # the report's shares count each node where the written file computes it (all-fp16 has none)
+        shares = self.report.shares if self.report else FlopShares(self.node_flops)
         lines = [
-            f"{self.output_path}: {_counts(plan, self.node_flops)}, "
+            f"{self.output_path}: {_counts(plan, shares)}, "
             f"{self.rewrite.casts_added} Cast(s) added, {self.rewrite.initializers_converted} initializer(s) "
             f"converted, {self.rewrite.initializers_duplicated} kept in both precisions"]
         nxt = [f"next: {self.next_step}"] if self.next_step else []
@@ -186,11 +188,12 @@ class ConvertResult:
             f"{self.check_step}"]
 
 
-def _counts(plan: PrecisionPlan, node_flops: Mapping[str, float]) -> str:
+def _counts(plan: PrecisionPlan, shares: FlopShares) -> str:
     """"5 node(s) FP16, 2 FP32", with BF16 where the plan has some (and FP16 only where it has); of the
-    nodes that compute in a float type (:func:`..flops.counted_nodes`)."""
-    counted = counted_nodes(plan, node_flops)
-    every = [(sum(1 for n in counted if plan.precision(n) is p), p) for p in Precision]
+    nodes that compute in a float type, each in the precision it computes in, in the written file
+    (:meth:`..flops.FlopShares.precisions`), as the shares count them."""
+    precisions = list(shares.precisions(plan).values())
+    every = [(precisions.count(p), p) for p in Precision]
     counts = [(n, p.name) for n, p in every if n and p.is_low] or [(0, Precision.FP16.name)]
     counts += [(n, p.name) for n, p in every if not p.is_low]
     return ", ".join(f"{n} node(s) {name}" if i == 0 else f"{n} {name}" for i, (n, name) in enumerate(counts))
@@ -395,7 +398,9 @@ def conversion(load: Load, options: ConvertOptions, destination: Destination,
     started = time.perf_counter()
     if progress is not None:
         progress("write", 0, 0, None)
-    result = with_notes(ctx, rewrite(ctx, plan), auto_result)
+    measured = None if auto_result is None else auto_result.target  # its LayerNorms pre-scaled, if any
+    result = with_notes(ctx, rewrite(ctx, plan, prescaled=dict(measured.prescaled) if measured else {}),
+                        auto_result)
     written = destination.write(ctx, result)
     if auto_result is None:
         return Conversion(ctx, result, tuple(warnings))
@@ -599,8 +604,12 @@ def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: Aut
 
 def _measured_on(ctx: ModelContext, auto_result: AutoResult) -> Target:
     """The target the written model is verified on: the written context's (an FP16 target where the
-    opset was kept, as the model written at its own opset needs) with the sums the search proved."""
-    return ctx.target if auto_result.target is None else ctx.target.proving(auto_result.target.proven)
+    opset was kept, as the model written at its own opset needs) with the sums the search proved and the
+    LayerNormalizations it pre-scaled."""
+    measured = auto_result.target
+    if measured is None:
+        return ctx.target
+    return ctx.target.proving(measured.proven).prescaling(measured.prescaled)
 
 
 def _validate(ctx: ModelContext, staged_model: str | ModelContext, inputs: str, tolerance: Tolerance,

@@ -48,8 +48,8 @@ def to_json(report: RunReport) -> dict:
                 "flops_of": report.shares.of[len("of "):],  # "estimated FLOPs", or the non-quantized ones
                 # every 16-bit node (FP16 and BF16); fp16_nodes: the FP16 ones (it counted BF16 too)
                 "16bit_nodes": len(report.shares.low_nodes(report.plan)),
-                "fp16_nodes": sum(1 for n in report.shares.low_nodes(report.plan)
-                                  if report.plan.decisions[n].precision is Precision.FP16),
+                "fp16_nodes": sum(1 for p in report.shares.precisions(report.plan).values()
+                                  if p is Precision.FP16),
                 "total_nodes": len(report.shares.counted(report.plan)),  # those that compute in float
                 "flops_by_precision": report.flop_shares(),
             },
