@@ -56,6 +56,7 @@ from .errors import ModelLoadError, PrecisionError, UsageError
 from .float_types import BF16, LowPrecision, low_of
 from .graph import is_onnx_domain, onnx_opset, sort_topologically, walk_nodes
 from .plan import Precision, PrecisionPlan
+from .storage import model_tensors
 from .target import GENERIC, Target
 
 logger = logging.getLogger(__name__)
@@ -213,13 +214,36 @@ def written_context(ctx: ModelContext, plan: PrecisionPlan, reload: Callable[[Ta
                                 if ref.name in plan.decisions}, plan.fp16_io)
 
 
+# Inline initializers of more bytes than this go through the version converter as placeholders: it
+# parses, converts and serializes its own copies of everything it is given (a 26 MB dynamic-quant
+# model peaked 150 MB above the loaded proto through it, 25 MB with placeholders), and its adapters
+# read only small constants (axes, pads, shapes, scales), which stay inline.
+CONVERT_INLINE_BYTES = 1024
+_HELD = "onnx_precision.held_by_caller"
+
+
 def _converted(model: onnx.ModelProto, opset: int) -> tuple[onnx.ModelProto | None, str]:
-    """``model`` at ``opset`` by onnx's version converter, or None and why not."""
+    """``model`` at ``opset`` by onnx's version converter, or None and why not. Its large inline
+    main-graph initializers are placeholders there (:data:`CONVERT_INLINE_BYTES`), given back after."""
+    held = {t.name: t for t in model.graph.initializer if len(t.raw_data) > CONVERT_INLINE_BYTES}
+    shell = onnx.ModelProto()
+    shell.CopyFrom(model)
+    for tensor in shell.graph.initializer:
+        if tensor.name in held:
+            tensor.ClearField("raw_data")
+            tensor.data_location = onnx.TensorProto.EXTERNAL
+            tensor.external_data.add(key="location", value=_HELD)
     try:
-        return onnx.version_converter.convert_version(model, opset), ""
+        converted = onnx.version_converter.convert_version(shell, opset)
     except Exception as e:  # the converter's C++ errors reach Python as several types: each is a reason
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return None, f"onnx's version converter fails: {first}"
+    for tensor in converted.graph.initializer:
+        if tensor.name in held:
+            tensor.CopyFrom(held[tensor.name])
+    if any(e.value == _HELD for tensor in model_tensors(converted) for e in tensor.external_data):
+        return None, "onnx's version converter renamed or moved a weight"  # not seen: no adapter does
+    return converted, ""
 
 
 def _verified(original: onnx.ModelProto, upgraded: onnx.ModelProto, base_dir: str, spec: SampleSpec,

@@ -161,3 +161,33 @@ def test_a_model_with_external_data_is_raised_and_its_bf16_weights_are_written_b
                                                                           ("w2", TensorProto.BFLOAT16)]
     notes = json.load(open(str(tmp_path / "o.report.json")))["notes"]
     assert notes[0].startswith("opset 17 -> 22 so that Conv")
+
+
+def test_the_version_converter_sees_no_large_weight_and_the_raised_model_keeps_every_weight(tmp_path, capsys,
+                                                                                           monkeypatch):
+    # the converter copies what it is given several times over (a 26 MB model: 150 MB more at its peak)
+    convert_version = onnx.version_converter.convert_version
+    seen: list[int] = []
+
+    def spied(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
+        seen.append(max(len(t.raw_data) for t in model.graph.initializer))
+        return convert_version(model, opset)
+
+    monkeypatch.setattr(onnx.version_converter, "convert_version", spied)
+    rng = np.random.default_rng(0)
+    w = rng.normal(0, 0.1, (16, 16, 3, 3)).astype(np.float32)  # 9 KB
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 8, 8])
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])],
+                              "conv", [x], [y], [onnx.numpy_helper.from_array(w, "w")])
+    path, out = str(tmp_path / "conv.onnx"), str(tmp_path / "o.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    assert main(["convert", path, "-o", out, "--mode", "all-fp16", "--low-precision", "bf16",
+                 "--target", "tensorrt"]) == 0
+    assert seen == [0]  # the 9 KB weight went through as a placeholder, its bytes held back
+    assert "(bit-identical)" in capsys.readouterr().out  # the raised model ran on the real weight
+    written = onnx.load(out)
+    assert written.opset_import[0].version == 22
+    [weight] = written.graph.initializer
+    assert weight.data_type == TensorProto.BFLOAT16 and not weight.external_data
+    np.testing.assert_allclose(onnx.numpy_helper.to_array(weight).astype(np.float32), w, rtol=2 ** -8)
