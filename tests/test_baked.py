@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import weakref
 from dataclasses import replace
 
 import numpy as np
@@ -237,3 +238,18 @@ def test_a_summary_computed_in_the_graph_equals_numpys(case):
         stats, error = _summarised(*session.run(None, {"r": ref, "c": plan}))
         assert stats == tensor_stats(ref)
         assert error == (_tensor_error(ref, plan) if with_plan else None)
+
+
+def test_a_plan_probes_session_goes_when_the_next_plan_is_probed():
+    # two sessions of a model hold its weights twice: the caller's plan is not measured again once
+    # the base plan is, and a capturing session (the layerwise runs alternate two) stays
+    ctx = load_model(os.path.join(ROOT, "models", "two_culprits.onnx"))
+    feed = load_samples(ctx.model, SampleSpec(os.path.join(ROOT, "models", "two_culprits.npz"))).feeds[0]
+    plan = policy.resolve(ctx, ctx.all_low_plan())
+    emulator = Emulator(ctx)
+    fp32 = emulator.session(None, capture=True)
+    emulator.run(plan, feed)
+    first = weakref.ref(emulator.session(plan))
+    emulator.run(plan.with_fp32(["a_norm"], plan.decisions["a_norm"].reasons[0]), feed)
+    assert first() is None and emulator.sessions_built == 3
+    assert emulator.session(None, capture=True) is fp32

@@ -6,7 +6,7 @@ model's own takes 1.6 s. Most conversions never need it: the FP32 reference, the
 the plan with headroom pins are three plans, and when that plan passes nothing is searched.
 :class:`Emulator` therefore runs each plan it is asked for on a *baked* session (the same graph
 builder with that one plan's Casts in place and no If, as fast to build as the model), keeps the
-last two, and builds the switch graph only when :meth:`Emulator.searching` says many plans
+last two (of plain plan probes, the last one), and builds the switch graph only when :meth:`Emulator.searching` says many plans
 follow; from then on every plan runs there (unless a run costs more than a build: then each plan
 of the search gets a baked session of its own). Values are the same either way: a baked plan runs
 the same kernels on the same rounded values as the switch graph's branches (tested).
@@ -42,7 +42,8 @@ from .twin import TwinModel, TwinUnavailable, build_twin_model
 
 # Searches on baked sessions are considered only where a baked session takes this long to build.
 SLOW_BUILD_S = 0.05
-# Baked sessions kept at once: the caller's plan and the one with headroom pins (auto runs both).
+# Baked sessions kept at once: a layerwise comparison without the twin graph alternates two capturing
+# ones (FP32 and the plan's); of the sessions that only probe a plan, the last one alone.
 KEPT = 2
 # Bytes of intermediates one capturing run may expose: at least this, or a quarter of the weights
 # (a model's activations grow with its weights; a run and its FP32 twin stay under half of them).
@@ -151,6 +152,13 @@ class Emulator:
             if key in self._baked:
                 self._baked.move_to_end(key)
                 return self._baked[key]
+        if fp16 is not None and capture is False:
+            # one plan probe's session at a time: a plan is measured on every sample at once, and the
+            # caller's plan, once the base plan is measured, is not again; each session holds the
+            # model's weights (the 26 MB dynamic-quant encoder-decoder of scripts/bench_quantized.py:
+            # 100 MB each, two of them its peak)
+            for probe in [k for k in self._baked if k[0] is not None and k[1] is False]:
+                del self._baked[probe]
         while len(self._baked) >= self.kept:
             self._baked.popitem(last=False)
         start = time.perf_counter()
