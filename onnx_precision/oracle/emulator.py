@@ -6,10 +6,11 @@ model's own takes 1.6 s. Most conversions never need it: the FP32 reference, the
 the plan with headroom pins are three plans, and when that plan passes nothing is searched.
 :class:`Emulator` therefore runs each plan it is asked for on a *baked* session (the same graph
 builder with that one plan's Casts in place and no If, as fast to build as the model), keeps the
-last two (of plain plan probes, the last one), and builds the switch graph only when :meth:`Emulator.searching` says many plans
-follow; from then on every plan runs there (unless a run costs more than a build: then each plan
-of the search gets a baked session of its own). Values are the same either way: a baked plan runs
-the same kernels on the same rounded values as the switch graph's branches (tested).
+last two (of plain plan probes, the last one), and builds the switch graph only when
+:meth:`Emulator.searching` says many plans follow; from then on every plan runs there (unless a run
+costs more than a build: then each plan of the search gets a baked session of its own). Values are
+the same either way: a baked plan runs the same kernels on the same rounded values as the switch
+graph's branches (tested).
 """
 
 from __future__ import annotations
