@@ -3,6 +3,7 @@ pasted (issue 23): the notes, the ``next:`` line, the thin-pass note and the 16-
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 
@@ -159,3 +160,16 @@ def test_a_node_that_reads_its_input_as_written_counts_where_it_computes(tmp_pat
     assert main(["check", path, out, "-q"]) == 0
     checked = capsys.readouterr().out.strip()
     assert (_share(converted), _share(checked)) == ("94.2%", "94.2%"), (converted, checked)
+
+
+def test_a_pin_the_written_file_counts_with_a_16bit_node_says_so(tmp_path, capsys):
+    # layernorm_eps: the plan pins the epsilon Add, which the written file computes inside its FP16
+    # LayerNormalization: the counts say 0 FP32, so the pins line must not leave it as a bare FP32 node
+    examples = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models")
+    out = str(tmp_path / "o.onnx")
+    assert main(["convert", os.path.join(examples, "layernorm_eps.onnx"), "-o", out, "--inputs",
+                 os.path.join(examples, "layernorm_eps.npz")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"{out}: 9 node(s) FP16, 0 FP32,")
+    assert ("FP32 pins (1): ln_add_eps (initializer; counted with 'ln_shift', FP16 in the written "
+            "file)") in lines

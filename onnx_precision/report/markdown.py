@@ -206,11 +206,17 @@ def verdict_line(report: RunReport) -> str:
 
 
 def _pins_line(report: RunReport, limit: int = 6) -> str:
+    """The plan's FP32 pins with their reasons' sources; a pin the written file counts with a 16-bit node
+    (a fused LayerNorm's statistics, inside its LayerNormalization) says so, as the counts above do."""
     names = report.fp32_nodes
+    written = report.shares.precisions(report.plan)
     parts = []
     for name in names[:limit]:
         sources = sorted({r.source for r in report.plan.decisions[name].reasons})
-        parts.append(f"{name} ({'/'.join(sources) or '?'})")
+        inside = written.get(name, Precision.FP32)
+        where = (f"; counted with '{report.counted_as[name]}', {inside.name} in the written file"
+                 if inside.is_low and report.counted_as.get(name) else "")
+        parts.append(f"{name} ({'/'.join(sources) or '?'}{where})")
     more = f", ... {len(names) - limit} more" if len(names) > limit else ""
     return f"({len(names)}): " + ", ".join(parts) + more
 
