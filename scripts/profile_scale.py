@@ -203,8 +203,8 @@ else:
     types, typing = loaded.types, loaded.typing
     forced = policy.forced_fp32(loaded)
     start = time.perf_counter()
-    sm = oracle.build_switch_model(loaded.model, typing, loaded.base_dir, capture == "all", types,
-                                   fixed=forced, group_size=group)
+    source = oracle.EmulationSource(loaded.model, typing, loaded.base_dir, types, forced)
+    sm = oracle.build_switch_model(source, capture == "all", group)
     out["switch_graph"] = time.perf_counter() - start
     graphs = list(graph.graphs(sm.model.graph))
     out.update(nodes=sum(len(g.node) for g in graphs), subgraphs=len(graphs) - 1,

@@ -48,7 +48,7 @@ from .runs import (
                       run_reference,
 )
 from .sessions import Feed, make_session, ort_message, session_options
-from .switch import build_switch_model
+from .switch import EmulationSource, build_switch_model
 from .switch_graph import SwitchGroup, SwitchModel
 from .verify import ORACLES, require_oracle, run_candidate, validate_written, verify_output, verify_written
 from .written import emulate_model
@@ -60,7 +60,8 @@ __all__ = [
     "first_nonfinite_output", "inspect_plan", "layerwise", "reference_stats", "tensor_stats", "round_fp16",
     "PlanRunner", "WrittenPlanRunner", "native_runner", "plan_runner", "reference_runner",
     "NATIVE_PROVIDERS", "REFERENCE", "OracleRun", "native_oracle", "run_emulated", "run_fp32", "run_native",
-    "run_reference", "Feed", "make_session", "ort_message", "session_options", "build_switch_model",
+    "run_reference", "Feed", "make_session", "ort_message", "session_options", "EmulationSource",
+    "build_switch_model",
     "SwitchGroup", "SwitchModel", "ORACLES", "require_oracle", "run_candidate", "validate_written",
     "verify_output", "verify_written", "emulate_model",
 ]

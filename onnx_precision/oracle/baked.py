@@ -18,18 +18,16 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..float_types import LowPrecision
 from ..graph import subgraphs
-from ..target import GENERIC, Target
 from .rounding import round_nodes
-from .switch import Scopes, SwitchBuilder, assemble
+from .switch import EmulationSource, Scopes, SwitchBuilder, assemble
 from .switch_graph import SwitchModel
 
 
 class BakedBuilder(SwitchBuilder):
-    def __init__(self, model: onnx.ModelProto, typing: Mapping, type_protos: Mapping[str, onnx.TypeProto],
-                 base_dir: str, lows: Mapping[str, LowPrecision], fixed: Iterable[str] = (),
-                 keep: Iterable[str] = (), target: Target = GENERIC,
-                 forms: Mapping[str, onnx.NodeProto] | None = None) -> None:
-        super().__init__(model, typing, type_protos, base_dir, fixed, keep=keep, target=target, forms=forms)
+    def __init__(self, model: onnx.ModelProto, source: EmulationSource,
+                 type_protos: Mapping[str, onnx.TypeProto], lows: Mapping[str, LowPrecision],
+                 keep: Iterable[str] = ()) -> None:
+        super().__init__(model, source, type_protos, keep)
         self.lows = dict(lows)
         self.rounded_outputs: dict[str, int] = {}  # tensors a baked node wrote rounded, to that type
         self.true_name = ""
@@ -91,17 +89,13 @@ class BakedBuilder(SwitchBuilder):
         return self.true_name
 
 
-def build_baked_model(model: onnx.ModelProto, typing: Mapping, base_dir: str,
-                      lows: Mapping[str, LowPrecision],
-                      capture_intermediates: bool | Iterable[str] = True,
-                      types: Mapping[str, onnx.TypeProto] | None = None, fixed: Iterable[str] = (),
-                      target: Target = GENERIC, forms: Mapping[str, onnx.NodeProto] | None = None,
-                      ) -> SwitchModel:
-    """``model`` with the nodes of ``lows`` computing in their 16-bit type, emulated (the others are
-    :func:`.switch.build_switch_model`'s), and each node of ``forms`` computing the form written in
-    its place (give none for the FP32 model itself); it has no switch input."""
+def build_baked_model(source: EmulationSource, lows: Mapping[str, LowPrecision],
+                      capture_intermediates: bool | Iterable[str] = True) -> SwitchModel:
+    """``source.model`` with the nodes of ``lows`` computing in their 16-bit type, emulated (the
+    others are :func:`.switch.build_switch_model`'s), and each node of ``source.forms`` computing
+    the form written in its place (give none for the FP32 model itself); it has no switch input."""
     def builder(out: onnx.ModelProto, type_protos: Mapping[str, onnx.TypeProto], keep: tuple[str, ...],
                 ) -> SwitchBuilder:
-        return BakedBuilder(out, typing, type_protos, base_dir, lows, fixed, keep, target, forms)
+        return BakedBuilder(out, source, type_protos, lows, keep)
 
-    return assemble(model, base_dir, capture_intermediates, types, builder)
+    return assemble(source, capture_intermediates, builder)

@@ -39,7 +39,7 @@ from ..typing_rules import is_tensor
 from .baked import build_baked_model
 from .inspection import Chunks, Inspector
 from .sessions import Feed, cast_feed, input_dtypes, make_session, session_options
-from .switch import build_switch_model
+from .switch import EmulationSource, build_switch_model
 from .switch_graph import SwitchModel
 from .written import emulate_model
 
@@ -83,12 +83,11 @@ emulator names such a node only in a type that holds its constants);
         self.always_fp32 = always_fp32(ctx)
         types = None if fp32 is not model else ctx.types
         forms = {} if fp32_model else written_forms(ctx)
+        fixed = self.always_fp32 if baked is None else self.always_fp32 - frozenset(baked)
+        source = EmulationSource(fp32, self.typing, base_dir, types, fixed, target, forms)
         self.switch_model: SwitchModel = (
-            build_switch_model(fp32, self.typing, base_dir, capture_intermediates, types,
-                               fixed=self.always_fp32, group_size=group_size, target=target, forms=forms)
-            if baked is None else
-            build_baked_model(fp32, self.typing, base_dir, baked, capture_intermediates, types,
-                              fixed=self.always_fp32 - frozenset(baked), target=target, forms=forms))
+            build_switch_model(source, capture_intermediates, group_size) if baked is None else
+            build_baked_model(source, baked, capture_intermediates))
         self.session = make_session(self.switch_model.model, base_dir, options=session_options(threads),
                                     custom_op_libraries=ctx.custom_op_libraries, shared=ctx.mapped_weights)
         self.sessions_built = 1

@@ -37,7 +37,7 @@ from .emulation import EMULATE, EmulationSession, FloatIO, as_fp32
 from .inspection import Chunks, Inspector
 from .rounding import FLOAT, elem_types
 from .sessions import Feed, cast_feed, input_dtypes, make_session, session_options
-from .switch import SwitchBuilder
+from .switch import EmulationSource, SwitchBuilder
 from .switch_graph import captured
 from .twin import TwinModel, TwinUnavailable, build_twin_model
 
@@ -113,8 +113,9 @@ class Emulator:
         :attr:`EmulationSession.switchable`, without building it)."""
         fp32 = as_fp32(self.ctx)
         types = self.ctx.types if fp32 is self.model else tensor_types(fp32)
-        builder = SwitchBuilder(fp32, self.ctx.typing, types, self.ctx.base_dir, always_fp32(self.ctx),
-                                target=self.ctx.target)
+        source = EmulationSource(fp32, self.ctx.typing, self.ctx.base_dir, fixed=always_fp32(self.ctx),
+                                 target=self.ctx.target)
+        builder = SwitchBuilder(fp32, source, types)
         return frozenset(n.name for g in graphs(fp32.graph) for n in g.node if builder.switchable(n))
 
     def _lows(self, plan: PrecisionPlan) -> Lows:
@@ -219,11 +220,11 @@ class Emulator:
         start = time.perf_counter()
         try:
             lows = None if plan is None else _types(self._lows(plan))
-            model = build_twin_model(fp32, self.ctx.typing, self.ctx.base_dir, lows,
-                                     plan is not None and plan.fp16_io, whole,
+            source = EmulationSource(fp32, self.ctx.typing, self.ctx.base_dir,
                                      self.ctx.types if fp32 is self.model else None,
                                      always_fp32(self.ctx) - frozenset(lows or ()), self.target,
                                      written_forms(self.ctx))
+            model = build_twin_model(source, lows, plan is not None and plan.fp16_io, whole)
         except TwinUnavailable:
             return None
         self._baked.clear()  # the twin holds both: never three copies of the model at once

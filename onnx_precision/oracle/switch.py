@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
@@ -76,25 +77,43 @@ _VALUE_PRESERVING = frozenset({
 GROUP_SIZE = 16
 
 
+@dataclass(frozen=True)
+class EmulationSource:
+    """What an emulation graph is built from: the FP32 model (nodes named), its node typing
+    (``model_typing(model)``), the folder of its external data, and what holds for every plan
+    emulated on it."""
+    model: onnx.ModelProto
+    typing: Mapping[str, NodeTyping]
+    base_dir: str
+    types: Mapping[str, onnx.TypeProto] | None = None  # the model's tensor types (None: inferred)
+    fixed: frozenset[str] = frozenset()  # nodes that stay FP32 whatever the plan (no switch)
+    target: Target = GENERIC
+    # node -> the node the rewriter writes in its place, which every plan computes
+    forms: Mapping[str, onnx.NodeProto] = field(default_factory=dict)
+
+    def type_protos(self) -> Mapping[str, onnx.TypeProto]:
+        return tensor_types(self.model) if self.types is None else self.types
+
+
 class SwitchBuilder:
-    def __init__(self, model: onnx.ModelProto, typing: Mapping, type_protos: Mapping[str, onnx.TypeProto],
-                 base_dir: str, fixed: Iterable[str] = (), group_size: int | None = None,
-                 keep: Iterable[str] = (), target: Target = GENERIC,
-                 forms: Mapping[str, onnx.NodeProto] | None = None) -> None:
+    def __init__(self, model: onnx.ModelProto, source: EmulationSource,
+                 type_protos: Mapping[str, onnx.TypeProto], keep: Iterable[str] = (),
+                 group_size: int | None = None) -> None:
+        """Rewrites ``model`` (a copy of ``source.model``, whose tensor types are ``type_protos``)."""
         self.model = model
-        self.typing = dict(typing)  # copies of nodes in group branches are added under their names
-        self.forms = dict(forms or {})  # node -> the node written in its place, which a plan computes
+        self.typing = dict(source.typing)  # copies of nodes in group branches are added under their names
+        self.forms = dict(source.forms)  # node -> the node written in its place, which a plan computes
         self.written = ""  # the switch on for a plan (off: the model itself), made with the first form
-        self.fixed = frozenset(fixed)
+        self.fixed = source.fixed
         self.group_size = GROUP_SIZE if group_size is None else group_size
         self.keep = frozenset(keep)  # tensors that must stay visible outside any group (captured)
         self.groups: list[SwitchGroup] = []
         self.type_protos = dict(type_protos)  # tensors renamed in group branches are added
         self.types = elem_types(model, type_protos)
-        self.base_dir = base_dir
+        self.base_dir = base_dir = source.base_dir
         self.names = Names(model)
-        self.layers = target.spelling(model, base_dir, self.type_protos, self.names.fresh)
-        self.low = target.low
+        self.layers = source.target.spelling(model, base_dir, self.type_protos, self.names.fresh)
+        self.low = source.target.low
         self.lows: dict[str, LowPrecision] = {}  # node -> its type, where not ``low`` (baked plans)
         self.switches: dict[str, str] = {}
         self.switched: set[str] = set()  # tensors produced by a node with a switch
@@ -470,36 +489,32 @@ class SwitchBuilder:
         return dst
 
 
-def build_switch_model(model: onnx.ModelProto, typing: Mapping, base_dir: str,
-                       capture_intermediates: bool | Iterable[str] = True,
-                       types: Mapping[str, onnx.TypeProto] | None = None, fixed: Iterable[str] = (),
-                       group_size: int | None = None, target: Target = GENERIC,
-                       forms: Mapping[str, onnx.NodeProto] | None = None) -> SwitchModel:
-    """The switch graph of ``model`` (nodes must be named; ``typing`` is model_typing(model)).
+def build_switch_model(source: EmulationSource, capture_intermediates: bool | Iterable[str] = True,
+                       group_size: int | None = None) -> SwitchModel:
+    """The switch graph of ``source.model``.
 
     ``capture_intermediates``: True exposes every float tensor produced in the main graph as an
     extra output, a collection of names exposes those, False none. onnxruntime keeps every graph
     output alive for the whole run whether it is fetched or not, so a capturing session holds all
     captured tensors of one run in memory (measured: 1.3 GB at sequence 1024 for the 588-node
     transformer of scripts/bench_oracle.py, against 25 MB without capture).
-    ``fixed``: nodes that stay FP32 whatever the plan (no switch). ``group_size`` (default
-    GROUP_SIZE; 1: no groups) bounds the runs of consecutive nodes grouped (SwitchGroup).
-    ``forms``: node -> the node the rewriter writes in its place, which every plan computes.
+    ``group_size`` (default GROUP_SIZE; 1: no groups) bounds the runs of consecutive
+    nodes grouped (SwitchGroup).
     """
     def builder(out: onnx.ModelProto, type_protos: Mapping[str, onnx.TypeProto], keep: tuple[str, ...],
                 ) -> SwitchBuilder:
-        return SwitchBuilder(out, typing, type_protos, base_dir, fixed, group_size, keep, target, forms)
+        return SwitchBuilder(out, source, type_protos, keep, group_size)
 
-    return assemble(model, base_dir, capture_intermediates, types, builder)
+    return assemble(source, capture_intermediates, builder)
 
 
-def assemble(model: onnx.ModelProto, base_dir: str, capture_intermediates: bool | Iterable[str],
-             types: Mapping[str, onnx.TypeProto] | None,
+def assemble(source: EmulationSource, capture_intermediates: bool | Iterable[str],
              make_builder: Callable[[onnx.ModelProto, Mapping[str, onnx.TypeProto], tuple[str, ...]],
                                     SwitchBuilder]) -> SwitchModel:
-    """A copy of ``model`` rewritten by the builder ``make_builder(copy, types, captured)`` makes,
-    its switches gathered into one input and the captured tensors exposed."""
-    type_protos = tensor_types(model) if types is None else types
+    """A copy of ``source.model`` rewritten by the builder ``make_builder(copy, types, captured)``
+    makes, its switches gathered into one input and the captured tensors exposed."""
+    model, base_dir = source.model, source.base_dir
+    type_protos = source.type_protos()
     out = onnx.ModelProto()
     out.CopyFrom(model)
     producers = {o: n.name for n in model.graph.node for o in n.output if o}

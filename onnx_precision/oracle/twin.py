@@ -16,7 +16,7 @@ as soon as its twin has been compared: the peak is about one run's (scripts/benc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,10 +25,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..float_types import LowPrecision
 from ..graph import graphs, onnx_opset, subgraphs
-from ..target import GENERIC, Target
 from .baked import BakedBuilder
 from .rounding import FLOAT, Names, elem_types, round_nodes
-from .switch import assemble
+from .switch import EmulationSource, assemble
 from .switch_graph import captured
 
 MIN_OPSET = 11  # every op summary_nodes uses exists from here on (Equal takes floats from 11)
@@ -59,16 +58,14 @@ class TwinModel:
         return list(dict.fromkeys(names + [n for pair in self.summaries.values() for n in pair]))
 
 
-def build_twin_model(model: onnx.ModelProto, typing: Mapping, base_dir: str,
-                     lows: Mapping[str, LowPrecision] | None,
+def build_twin_model(source: EmulationSource, lows: Mapping[str, LowPrecision] | None,
                      fp16_io: bool, whole: Callable[[tuple[str, ...], bool], frozenset[str]],
-                     types: Mapping[str, onnx.TypeProto] | None = None, fixed: Iterable[str] = (),
-                     target: Target = GENERIC, forms: Mapping[str, onnx.NodeProto] | None = None,
                      ) -> TwinModel:
-    """``model`` and, unless ``lows`` is None, its baked plan computing each node of ``lows`` in its
-    16-bit type (``fp16_io``: with graph inputs and outputs in the target's type; ``forms`` as
-    :func:`.baked.build_baked_model`'s), every main-graph float tensor compared; ``whole(tensors,
-    twinned)`` picks those fetched whole, the others are summarised in the graph."""
+    """``source.model`` and, unless ``lows`` is None, its plan baked as :func:`.baked.build_baked_model`
+    bakes it, each node of ``lows`` in its 16-bit type (``fp16_io``: with graph inputs and outputs in
+    the target's type), every main-graph float tensor compared; ``whole(tensors, twinned)`` picks
+    those fetched whole, the others are summarised in the graph."""
+    model, types, target = source.model, source.types, source.target
     if onnx_opset(model) < MIN_OPSET:
         raise TwinUnavailable(f"opset {onnx_opset(model)} < {MIN_OPSET}")
     spans: list[int] = [0] * len(model.graph.node)  # per node, where its twin's nodes end
@@ -79,11 +76,11 @@ def build_twin_model(model: onnx.ModelProto, typing: Mapping, base_dir: str,
     else:
         def builder(out: onnx.ModelProto, type_protos: Mapping[str, onnx.TypeProto], keep: tuple[str, ...],
                     ) -> BakedBuilder:
-            built.append(BakedBuilder(out, typing, type_protos, base_dir, lows, fixed, keep, target, forms))
+            built.append(BakedBuilder(out, source, type_protos, lows, keep))
             return built[0]
 
         built: list[BakedBuilder] = []
-        out = assemble(model, base_dir, False, types, builder).model
+        out = assemble(source, False, builder).model
         names, spans = built[0].names, built[0].spans
     outputs = tuple(o.name for o in model.graph.output)
     tensors = captured(model, elem_types(model, types), outputs, True)
