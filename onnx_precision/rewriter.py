@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import onnx
@@ -40,7 +41,7 @@ from .float_types import LOW_PRECISIONS, LOW_TYPES, LowPrecision, low_of
 from .graph import fresh_name, graphs_with_owner, is_onnx_domain, model_names, subgraphs, walk_nodes
 from .plan import PrecisionPlan
 from .storage import cast_initializer
-from .target.sum_rewrite import rewritten_nodes
+from .target.sum_rewrite import prescaled_layer_norm, rewritten_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +78,8 @@ class _Scope:
 
 
 class _Rewriter:
-    def __init__(self, model: onnx.ModelProto, plan: PrecisionPlan, ctx: ModelContext, fuse: bool) -> None:
+    def __init__(self, model: onnx.ModelProto, plan: PrecisionPlan, ctx: ModelContext, fuse: bool,
+                 prescaled: Mapping[str, int]) -> None:
         self.model = model  # the copy being written
         self.index = ctx.index  # the original's producers: same names, same outputs
         self.plan = plan
@@ -105,6 +107,7 @@ class _Rewriter:
         # means written as sums of pre-scaled terms where they are FP16 (policy.accumulation_fix)
         self.sum_rewrites = policy.sum_rewrites(ctx) if fuse else {}
         self.rewritten: list[str] = []
+        self.prescaled = prescaled  # LayerNormalizations written on x·2^-j where FP16 (name -> j)
         self.retyped = 0  # node outputs written in another type than they had
         self.added_casts: set[str] = set()
 
@@ -404,7 +407,10 @@ class _Rewriter:
         x = self.version(scope, ln.x, to)
         for k in sorted(at.values(), reverse=True):
             del scope.nodes[k]
-        scope.nodes.append(ln.fused(x, scale, bias, add.output[0]))
+        fused = ln.fused(x, scale, bias, add.output[0])
+        shift = self.prescaled.get(ln.add)
+        scope.nodes.extend([fused] if shift is None or to != FLOAT16 else
+                           prescaled_layer_norm(fused, shift, self.fresh, FLOAT16))
         self.fused.append(to)
 
     def fused_statistics(self) -> str:
@@ -568,7 +574,8 @@ def _flush_notes(ctx: ModelContext, plan: PrecisionPlan, shown: int = 3) -> list
     return [f"{len(flushed)} FP16 node(s) have weights whose tiniest values flush to zero: {listed}{more}"]
 
 
-def rewrite(ctx: ModelContext, plan: PrecisionPlan, fuse_layer_norms: bool = True) -> RewriteResult:
+def rewrite(ctx: ModelContext, plan: PrecisionPlan, fuse_layer_norms: bool = True,
+            prescaled: Mapping[str, int] | None = None) -> RewriteResult:
     """Write ``plan`` into a copy of ``ctx``'s model.
 
     The rewriter writes resolved plans only: an unresolved one is resolved first
@@ -578,13 +585,17 @@ def rewrite(ctx: ModelContext, plan: PrecisionPlan, fuse_layer_norms: bool = Tru
     17, the plan pinned to fit (:mod:`onnx_precision.policy.layer_norm`), as the emulation of a plan
     assumes, and where the target sums in FP16 each 16-bit mean over many elements is written as a sum of
     pre-scaled terms (:mod:`onnx_precision.policy.accumulation_fix`); off, every node is written as it is.
+    ``prescaled``: the LayerNormalizations written on x·2^-j where FP16 (name -> j: the target the plan
+    was measured on, :attr:`.Target.prescaled`).
     """
     first = policy.resolve(ctx, plan)
     pinned = policy.layer_norm_pins(ctx, first) if fuse_layer_norms else first
-    resolved = policy.resolve(ctx, policy.rewrite_reasons(ctx, pinned) if fuse_layer_norms else pinned)
+    prescaled = (prescaled or {}) if fuse_layer_norms else {}
+    reasoned = policy.rewrite_reasons(ctx, pinned, prescaled) if fuse_layer_norms else pinned
+    resolved = policy.resolve(ctx, reasoned)
     out = onnx.ModelProto()
     out.CopyFrom(ctx.model)
-    rewriter = _Rewriter(out, resolved, ctx, fuse_layer_norms)
+    rewriter = _Rewriter(out, resolved, ctx, fuse_layer_norms, prescaled)
     rewriter.run()
     forced = [n for n in resolved.fp32_nodes if plan.is_low(n) and (pinned.is_low(n) or not first.is_low(n))]
     notes = list(rewriter.notes)

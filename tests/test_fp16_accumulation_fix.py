@@ -11,6 +11,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto as T
 from onnx import helper as h
+from test_fp16_accumulation import _decomposed_layer_norm
 
 from onnx_precision.cli import main
 
@@ -74,6 +75,40 @@ def test_a_mean_pinned_fp32_is_written_as_it_is_and_generic_writes_no_rewrite(tm
     code, written, report = _convert(tmp_path, _reduce_mean(256, 256), "generic")
     assert code == 0 and _ops(written) == [("ReduceMean", "mean")]
     assert not any(r["detail"].startswith("rewritten") for r in report["plan"]["nodes"]["mean"]["reasons"])
+
+
+def test_a_layer_norm_whose_fp16_statistics_overflow_is_written_on_pre_scaled_x(tmp_path):
+    # Issue 24's case: deviations ~800 over rows of 256 give Σx² ~1.3e8 on the samples. Where the runtime
+    # sums the statistics in FP16 the LayerNormalization was pinned FP32; written as
+    # LayerNormalization(x·2^-6, epsilon·2^-12) (Σx²·2^-12 ~3.2e4, within 65504/headroom 2; 2^-5 is not)
+    # it stays FP16, the same LayerNorm up to rounding
+    path = str(tmp_path / "ln.onnx")
+    onnx.save(_decomposed_layer_norm(256), path)
+    out = str(tmp_path / "ln.out.onnx")
+    data = ["--input-range", "x:-900,900", "--target", "fp16-accumulate", "-q"]
+    assert main(["convert", path, "-o", out, *data]) == 0
+    report = json.load(open(str(tmp_path / "ln.out.report.json")))
+    decision = report["plan"]["nodes"]["beta"]
+    assert (report["status"], decision["precision"]) == ("passed", "fp16")
+    assert decision["reasons"][-1]["detail"] == (
+        "rewritten: LayerNormalization(x·2^-6, epsilon·2^-12), as a runtime that accumulates in FP16 sums "
+        "its statistics in FP16 and Σx² passes 65504 on the samples")
+    # the plan measured is the model written
+    assert report["outputs"]["after"] == report["outputs"]["verified"]
+    written = onnx.load(out)
+    assert _ops(written) == [("Mul", "beta__prescale"), ("LayerNormalization", "beta")]
+    fused = next(n for n in written.graph.node if n.name == "beta")
+    epsilon = next(a.f for a in fused.attribute if a.name == "epsilon")
+    assert epsilon == np.float32(np.float32(1e-5) * 2.0 ** -12)
+    assert fused.doc_string.startswith("onnx-precision: x scaled by 2^-6 and epsilon by 2^-12")
+    # onnxruntime's output of the written FP16 model is the FP32 LayerNorm's, up to FP16 rounding
+    x = np.random.default_rng(2).uniform(-900, 900, (4, 256)).astype(np.float32)
+    got = ort.InferenceSession(written.SerializeToString()).run(None, {"x": x})[0]
+    centred = x - x.mean(axis=-1, keepdims=True)
+    want = centred / np.sqrt((centred ** 2).mean(axis=-1, keepdims=True) + 1e-5) * np.linspace(0.5, 1.5, 256)
+    np.testing.assert_allclose(got, want, atol=4e-3)
+    # and its FP16 statistics hold where the runtime sums them in FP16: check passes the file written
+    assert main(["check", path, out, *data]) == 0
 
 
 # --- §5: the size up to which a plan holds ------------------------------------------------------------------

@@ -98,9 +98,11 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
     accumulated = AccumulationBounds(ctx)  # where the target sums in FP16: what each such sum reaches
     with clock.phase("reference") as phase:
         bounds = accumulated.measure(samples.feeds)
-        # the sums the samples prove in range are emulated without their check, in every plan measured
-        # and in the written model's verification alike
-        target = ctx.target.proving(proven_sums(bounds, ctx.target.low, headroom))
+        # the sums the samples prove in range are emulated without their check, and the LayerNorms whose
+        # FP16 statistics they show past 65504 as written on x·2^-j, in every plan measured and in the
+        # written model's verification alike
+        target = ctx.target.proving(proven_sums(bounds, ctx.target.low, headroom)).prescaling(
+            policy.layer_norm_prescales(ctx, bounds, headroom))
         emulator = Emulator(ctx, target=target)
         runner = emulator if runner is None else runner
         inspection = runner.inspection or emulator.inspection

@@ -7,7 +7,7 @@
 * :mod:`.accumulation_fix`: means written as sums of pre-scaled terms where the target sums in FP16.
 """
 
-from .accumulation_fix import rewrite_reasons, rewritten, sum_rewrites, written_forms
+from .accumulation_fix import layer_norm_prescales, rewrite_reasons, rewritten, sum_rewrites, written_forms
 from .layer_norm import (
                          DecomposedLayerNorm,
                          always_fp32,
@@ -32,7 +32,7 @@ from .resolution import NodeBlockers, blockers, forced_fp32, held_in, node_block
 from .shape_headroom import SizeBound, accumulation_pins, largest, shape_headroom_pins, size_bounds
 
 __all__ = ["DecomposedLayerNorm", "always_fp32", "decomposed_layer_norms", "fused_names", "layer_norm_pins",
-           "tied", "written_forms", "rewrite_reasons", "rewritten", "sum_rewrites",
+           "tied", "written_forms", "layer_norm_prescales", "rewrite_reasons", "rewritten", "sum_rewrites",
            "FLUSH_SHARE", "fp16_holders", "flagged", "headroom_pins", "range_flags", "rule_pins",
            "target_reasons", "underflow_headroom", "unmeasured_static_plan", "with_flags", "NodeBlockers",
            "blockers", "forced_fp32", "held_in", "node_blockers", "resolve", "resolve_plan", "largest",

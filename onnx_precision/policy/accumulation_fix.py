@@ -21,7 +21,8 @@ from ..context import ModelContext
 from ..graph import is_onnx_domain, onnx_opset
 from ..plan import PrecisionPlan, Reason
 from ..target.accumulation import FIRST_OPSET, SMALL_CONSTANT
-from ..target.sum_rewrite import SumRewrite, marked, sum_rewrite
+from ..target.sum_rewrite import POWERS as LONGEST_SHIFT
+from ..target.sum_rewrite import SumRewrite, form_of, marked, sum_rewrite
 from ..typing_rules.constant_values import small_constant_arrays
 from . import layer_norm
 
@@ -60,20 +61,52 @@ def rewrite_forms(ctx: ModelContext) -> Mapping[str, onnx.NodeProto]:
 def written_forms(ctx: ModelContext) -> Mapping[str, onnx.NodeProto]:
     """Node -> the node the written model computes in its place, which the emulation of every plan
     computes there: each decomposed LayerNorm's last Add as its LayerNormalization
-    (:func:`.layer_norm.written_forms`) and each mean rewritten for an FP16 accumulator."""
-    return {**layer_norm.written_forms(ctx), **rewrite_forms(ctx)}
+    (:func:`.layer_norm.written_forms`, marked with its name: a target may pre-scale it,
+    :func:`layer_norm_prescales`) and each mean rewritten for an FP16 accumulator."""
+    fused = {name: form_of(form, name) for name, form in layer_norm.written_forms(ctx).items()}
+    return {**fused, **rewrite_forms(ctx)}
 
 
-def rewrite_reasons(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
-    """``plan`` with a ``target`` reason, "rewritten: ...", on each 16-bit node written as its rewrite."""
-    rewrites = sum_rewrites(ctx)
-    low = {name: rewrite for name, rewrite in rewrites.items() if plan.is_fp16(name)}
-    if not low:
+def layer_norm_prescales(ctx: ModelContext, bounds: Mapping[str, float],
+                         headroom: float) -> tuple[tuple[str, int], ...]:
+    """(LayerNormalization, j) for each decomposed LayerNorm written as one (:mod:`.layer_norm`) whose
+    statistics the target sums in FP16 and would pass 65504/``headroom`` on the samples (``bounds``: each
+    FP16 sum's largest bound on them, :func:`onnx_precision.target.accumulation.proven_sums`), j the
+    smallest with the sums of x·2^-j within it: Σ|x| is the mean's bound, Σx² = Σ(x - mean)² + N·mean²
+    at most the variance's bound plus (Σ|x|)²/N. None where the target sums them in FP32."""
+    target = ctx.target
+    if target.accumulation.get("LayerNormalization") != "fp16" or target.normalizes_in_input_precision \
+            or target.low.elem_type != onnx.TensorProto.FLOAT16:
+        return ()
+    limit = target.low.max / max(headroom, 1.0)
+    shifts = []
+    for ln in layer_norm.decomposed_layer_norms(ctx):
+        row = ctx.types[ln.x].tensor_type.shape.dim[-1].dim_value  # static: LayerNormalization's scale
+        if ln.mean not in bounds or ln.var not in bounds or not row:
+            continue
+        absolute = bounds[ln.mean]  # a ReduceMean's bound is its Σ|x|, before the division
+        squares = bounds[ln.var] + absolute ** 2 / row
+        shift = next((j for j in range(LONGEST_SHIFT + 1) if max(absolute * 2.0 ** -j,
+                                                                  squares * 4.0 ** -j) < limit), None)
+        if shift:  # 0: in range as it is; None: no FP16 power of two brings it in range
+            shifts.append((ln.add, shift))
+    return tuple(shifts)
+
+
+def rewrite_reasons(ctx: ModelContext, plan: PrecisionPlan,
+                    prescaled: Mapping[str, int] | None = None) -> PrecisionPlan:
+    """``plan`` with a ``target`` reason, "rewritten: ...", on each 16-bit node written as its rewrite, and
+    on each LayerNormalization written on x·2^-j (``prescaled``: name -> j, :func:`layer_norm_prescales`)."""
+    reasons = {name: [Reason("target", f"rewritten: {rewrite.why}, as {ctx.target.title} sums it in FP16",
+                             (("form", rewrite.form), ("length", str(rewrite.length or rewrite.dims))))]
+               for name, rewrite in sum_rewrites(ctx).items() if plan.is_fp16(name)}
+    reasons.update({name: [Reason("target", f"rewritten: LayerNormalization(x·2^-{j}, epsilon·2^-{2 * j}), "
+                                            f"as {ctx.target.title} sums its statistics in FP16 and Σx² "
+                                            f"passes 65504 on the samples", (("prescale", str(j)),))]
+                    for name, j in (prescaled or {}).items() if plan.is_fp16(name)})
+    if not reasons:
         return plan
-    return plan.with_reasons(plan.precision(next(iter(low))), {
-        name: [Reason("target", f"rewritten: {rewrite.why}, as {ctx.target.title} sums it in FP16",
-                      (("form", rewrite.form), ("length", str(rewrite.length or rewrite.dims))))]
-        for name, rewrite in low.items()})
+    return plan.with_reasons(plan.precision(next(iter(reasons))), reasons)
 
 
 def rewritten(ctx: ModelContext, plan: PrecisionPlan) -> tuple[str, ...]:

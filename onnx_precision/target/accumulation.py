@@ -23,6 +23,11 @@ count taken at run time (``Size(x)/Size(y)``, so symbolic H×W too) and N₁₆ 
 where N is an FP16 number, about 1 ± 2^-12 where it rounds, and 0 from 65520, where N₁₆ is inf and the
 runtime's mean is sum/inf = 0 (inf·0 = NaN where the sum overflowed as well, as there).
 
+A decomposed LayerNorm's form (:func:`onnx_precision.policy.written_forms`, marked by
+:func:`.sum_rewrite.form_of`) the target pre-scales (:attr:`.Target.prescaled`: its statistics would pass
+65504 on the samples) is spelled as written: Mul(x, 2^-j) rounded, then the node with epsilon·2^-2j and
+its check. The written model's LayerNormalization, pre-scaled already, has no mark: spelled as it is.
+
 A mean the rewriter writes as a sum of pre-scaled terms (:mod:`.sum_rewrite`: a node marked so by
 :func:`onnx_precision.policy.written_forms`) is spelled as written: the Mul rounded, the ReduceSum checked
 on the scaled terms, the Mul after it rounded.
@@ -58,7 +63,7 @@ from ..trt.spell import DecompositionError, Speller, round_graph
 from ..typing_rules import tensor_types
 from ..typing_rules.constant_values import small_constant_arrays
 from .base import Fresh, OneOp, Spelling, Target
-from .sum_rewrite import marked_rewrite, rewritten_nodes
+from .sum_rewrite import marked_rewrite, prescaled_layer_norm, rewritten_nodes, written_for
 
 log = logging.getLogger(__name__)
 
@@ -240,9 +245,11 @@ class Accumulating(Spelling):
 
     def __init__(self, inner: Spelling, fp16: frozenset[str], opset: int, types: Mapping[str, onnx.TypeProto],
                  constants: Mapping[str, np.ndarray], fresh: Fresh,
-                 counted: frozenset[str] = frozenset(), proven: frozenset[str] = frozenset()) -> None:
+                 counted: frozenset[str] = frozenset(), proven: frozenset[str] = frozenset(),
+                 prescaled: Mapping[str, int] | None = None) -> None:
         self.inner = inner
         self.proven = proven  # nodes spelled without the check: their bound is proven in range
+        self.prescaled = prescaled or {}  # LayerNormalizations written on x·2^-j (name -> j)
         self.fp16 = fp16
         self.counted = counted & COUNTED  # means dividing by their count held in the 16-bit type
         self.opset = opset
@@ -259,18 +266,31 @@ class Accumulating(Spelling):
     def spell(self, node: onnx.NodeProto, low: LowPrecision = FP16) -> list[onnx.NodeProto]:
         rewrite = marked_rewrite(node)
         if rewrite is not None and low.elem_type == onnx.TensorProto.FLOAT16:  # written as its rewrite
-            def rounded(name: str) -> tuple[str, list[onnx.NodeProto]]:
-                held = self.fresh(f"{name}__rounded")
-                return held, round_graph(name, held, self.fresh, low)
-
-            return rewritten_nodes(rewrite, node, self.opset, self.fresh, FLOAT, rounded,
+            return rewritten_nodes(rewrite, node, self.opset, self.fresh, FLOAT, self._rounded(low),
                                    lambda reduce: self.spell(reduce, low))
+        form = written_for(node) if node.op_type == "LayerNormalization" else None
+        shift = None if form is None else self.prescaled.get(form)
+        if shift is not None and low.elem_type == onnx.TensorProto.FLOAT16:  # written on x·2^-j
+            *scaling, scaled = prescaled_layer_norm(node, shift, self.fresh, FLOAT, self._rounded(low))
+            return scaling + self._checked(scaled, low, node.input[0])
+        return self._checked(node, low)
+
+    def _rounded(self, low: LowPrecision) -> Callable[[str], tuple[str, list[onnx.NodeProto]]]:
+        """A tensor the written model stores in ``low`` between two nodes, as the emulation holds it."""
+        def rounded(name: str) -> tuple[str, list[onnx.NodeProto]]:
+            held = self.fresh(f"{name}__rounded")
+            return held, round_graph(name, held, self.fresh, low)
+        return rounded
+
+    def _checked(self, node: onnx.NodeProto, low: LowPrecision, shaped: str = "") -> list[onnx.NodeProto]:
+        """``node`` as ``inner`` spells it, with its overflow check where its op kind sums in FP16 (its
+        input's rank that of ``shaped`` where given: a tensor the emulation adds has no type here)."""
         spelled = self.inner.spell(node, low)
         if node.op_type not in self.fp16 or not is_onnx_domain(node.domain) or self.opset < FIRST_OPSET \
                 or self._bounded_by_length(node, low):
             return spelled
         counted = node.op_type in self.counted
-        s = self._speller(node)
+        s = self._speller(node, shaped or node.input[0])
         bound = None if node.name in self.proven else self._bound(s)
         if bound is None and not counted:
             return spelled
@@ -286,9 +306,9 @@ class Accumulating(Spelling):
                                             name=self.fresh(f"{node.name}__fp16_count")))
         return renamed + s.nodes
 
-    def _speller(self, node: onnx.NodeProto) -> Speller:
+    def _speller(self, node: onnx.NodeProto, shaped: str) -> Speller:
         return Speller(node, self.opset, fp16=False, fresh=self.fresh, constants=self.constants,
-                       rank=self._rank(node.input[0]))
+                       rank=self._rank(shaped))
 
     def _bound(self, s: Speller) -> str | None:
         """The node's accumulator bound (:data:`OVERFLOWS`), or None where an axis or rank is not known
@@ -338,13 +358,14 @@ class Accumulating(Spelling):
 
 def accumulating(target: Target, model: onnx.ModelProto, base_dir: str,
                  types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh,
-                 proven: frozenset[str] = frozenset()) -> Spelling:
+                 proven: frozenset[str] = frozenset(),
+                 prescaled: Mapping[str, int] | None = None) -> Spelling:
     """Each FP16 node as one op, with the overflow check of the op kinds ``target`` sums in FP16 (but on the
-    nodes ``proven``: :func:`proven_sums`)."""
+    nodes ``proven``: :func:`proven_sums`); the LayerNormalizations ``prescaled`` as written on x·2^-j."""
     fp16 = frozenset(op for op, how in target.accumulation.items() if how == "fp16")
     return Accumulating(OneOp(), fp16, onnx_opset(model, 13), tensor_types(model) if types is None else types,
                         small_constant_arrays(model, base_dir, SMALL_CONSTANT), fresh,
-                        target.counts_in_low & fp16, proven)
+                        target.counts_in_low & fp16, proven, prescaled)
 
 
 def proven_sums(bounds: Mapping[str, float], low: LowPrecision, headroom: float) -> frozenset[str]:

@@ -99,6 +99,17 @@ class Target(ABC):
         itself."""
         return self
 
+    @property
+    def prescaled(self) -> tuple[tuple[str, int], ...]:
+        """The LayerNormalizations written as ``LayerNormalization(x·2^-j, epsilon·2^-2j)`` (name, j) so that
+        their FP16 statistics stay in range on the samples (:meth:`prescaling`): none by default."""
+        return ()
+
+    def prescaling(self, shifts: tuple[tuple[str, int], ...]) -> Target:
+        """This target with the LayerNormalizations ``shifts`` names pre-scaled by 2^-j
+        (:func:`onnx_precision.policy.layer_norm_prescales`); one whose statistics sum in FP32 is itself."""
+        return self
+
     @abstractmethod
     def spelling(self, model: onnx.ModelProto, base_dir: str,
                  types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh) -> Spelling:

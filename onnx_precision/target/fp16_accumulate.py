@@ -29,6 +29,7 @@ class Fp16AccumulateTarget(Target):
     low: LowPrecision = FP16
     fallback: LowPrecision | None = None
     proven: frozenset[str] = frozenset()  # nodes whose FP16 sums the samples prove in range (no check)
+    prescaled: tuple[tuple[str, int], ...] = ()  # LayerNormalizations written on x·2^-j: (name, j)
 
     @property
     def name(self) -> str:
@@ -54,10 +55,13 @@ class Fp16AccumulateTarget(Target):
     def proving(self, nodes: frozenset[str]) -> Target:
         return replace(self, proven=nodes)
 
+    def prescaling(self, shifts: tuple[tuple[str, int], ...]) -> Target:
+        return replace(self, prescaled=shifts)
+
     def spelling(self, model: onnx.ModelProto, base_dir: str,
                  types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh) -> Spelling:
-        return Quantizing(accumulating(self, model, base_dir, types, fresh, self.proven),
-                          self.quantizes_by_reciprocal, fresh)
+        spelled = accumulating(self, model, base_dir, types, fresh, self.proven, dict(self.prescaled))
+        return Quantizing(spelled, self.quantizes_by_reciprocal, fresh)
 
     def cli_args(self) -> list[str]:
         return ["--target", "fp16-accumulate", *super().cli_args()]

@@ -46,6 +46,7 @@ from onnx import helper, numpy_helper
 
 REWRITABLE = ("ReduceMean", "GlobalAveragePool")
 MARK = "onnx_precision.rewrite"  # metadata key of a node the emulation spells as its rewrite
+FORM_OF = "onnx_precision.form_of"  # metadata key of a form the emulation computes: the node it replaces
 LONGEST = 1 << 24  # 2^-24 is FP16's smallest subnormal: beyond, the scale is not an FP16 number
 REDUCE_SUM_AXES_INPUT = 13  # ReduceSum takes its axes as an input from opset 13
 
@@ -198,6 +199,54 @@ def rewritten_nodes(rewrite: SumRewrite, node: onnx.NodeProto, opset: int, fresh
         nodes.append(helper.make_node("Mul", [stored(total), rescale], [out],
                                       name=fresh(f"{node.name}__rescale"), doc_string=why))
     return nodes
+
+
+def form_of(form: onnx.NodeProto, node: str) -> onnx.NodeProto:
+    """A copy of ``form`` saying it is written in place of ``node``: the emulation renames its copies of
+    a form, and the target knows the LayerNormalizations it pre-scales by the pattern's name (the model
+    written has no such mark: its LayerNormalization is already pre-scaled)."""
+    copy = onnx.NodeProto()
+    copy.CopyFrom(form)
+    copy.metadata_props.add(key=FORM_OF, value=node)
+    return copy
+
+
+def written_for(node: onnx.NodeProto) -> str | None:
+    """The node ``node`` is the emulated form of (:func:`form_of`), or None."""
+    return next((prop.value for prop in node.metadata_props if prop.key == FORM_OF), None)
+
+
+def prescaled_layer_norm(node: onnx.NodeProto, shift: int, fresh: Callable[[str], str], constant_type: int,
+                         between: Stored | None = None) -> list[onnx.NodeProto]:
+    """The LayerNormalization ``node`` as ``LayerNormalization(x·2^-shift, epsilon·2^-2·shift)``: exact up
+    to rounding (a LayerNorm is scale-invariant but for epsilon, scaled with the variance), its output
+    not scaled back. Its FP16 statistics sum terms 2^shift smaller and squares 4^shift smaller. The Mul
+    is ``<node>__prescale``, its constant of ``constant_type`` (an FP16 power of two either way);
+    ``between`` gives the scaled x as the emulation holds it (rounded to FP16)."""
+    why = (f"onnx-precision: x scaled by 2^-{shift} and epsilon by 2^-{2 * shift} so that this "
+           f"LayerNormalization's statistics (Σ|x|, Σx²) stay within 65504 where a runtime sums them in FP16")
+    as_type = onnx.helper.tensor_dtype_to_np_dtype(constant_type)
+    scale = fresh(f"{node.name}__prescale_by")
+    scaled = fresh(f"{node.input[0]}__prescaled")
+    value = numpy_helper.from_array(np.array(2.0 ** -shift, np.float16).astype(as_type), scale)
+    nodes = [helper.make_node("Constant", [], [scale], name=fresh(f"{scale}__node"), doc_string=why,
+                              value=value),
+             helper.make_node("Mul", [node.input[0], scale], [scaled], name=fresh(f"{node.name}__prescale"),
+                              doc_string=why)]
+    if between is not None:
+        scaled, extra = between(scaled)
+        nodes.extend(extra)
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+    del copy.metadata_props[:]  # spelled as it is now: pre-scaled once
+    copy.input[0] = scaled
+    copy.doc_string = why
+    epsilon = next((a for a in copy.attribute if a.name == "epsilon"), None)
+    if epsilon is None:  # LayerNormalization's default
+        epsilon = copy.attribute.add()
+        epsilon.CopyFrom(helper.make_attribute("epsilon", 1e-5))
+    epsilon.f *= 2.0 ** (-2 * shift)
+    return [*nodes, copy]
 
 
 POWERS = 24  # 2^0..2^23: k = how many lie below N, at most 24 (2^-24 is FP16's smallest subnormal)
