@@ -398,7 +398,9 @@ def conversion(load: Load, options: ConvertOptions, destination: Destination,
     started = time.perf_counter()
     if progress is not None:
         progress("write", 0, 0, None)
-    result = with_notes(ctx, rewrite(ctx, plan), auto_result)
+    measured = None if auto_result is None else auto_result.target  # its LayerNorms pre-scaled, if any
+    result = with_notes(ctx, rewrite(ctx, plan, prescaled=dict(measured.prescaled) if measured else {}),
+                        auto_result)
     written = destination.write(ctx, result)
     if auto_result is None:
         return Conversion(ctx, result, tuple(warnings))
@@ -602,8 +604,12 @@ def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: Aut
 
 def _measured_on(ctx: ModelContext, auto_result: AutoResult) -> Target:
     """The target the written model is verified on: the written context's (an FP16 target where the
-    opset was kept, as the model written at its own opset needs) with the sums the search proved."""
-    return ctx.target if auto_result.target is None else ctx.target.proving(auto_result.target.proven)
+    opset was kept, as the model written at its own opset needs) with the sums the search proved and the
+    LayerNormalizations it pre-scaled."""
+    measured = auto_result.target
+    if measured is None:
+        return ctx.target
+    return ctx.target.proving(measured.proven).prescaling(measured.prescaled)
 
 
 def _validate(ctx: ModelContext, staged_model: str | ModelContext, inputs: str, tolerance: Tolerance,
