@@ -51,7 +51,7 @@ import functools
 import logging
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
@@ -63,6 +63,7 @@ from ..trt.spell import DecompositionError, Speller, round_graph
 from ..typing_rules import tensor_types
 from ..typing_rules.constant_values import small_constant_arrays
 from .base import Fresh, OneOp, Spelling, Target
+from .quantize import Quantizing
 from .sum_rewrite import marked_rewrite, prescaled_layer_norm, rewritten_nodes, written_for
 
 log = logging.getLogger(__name__)
@@ -356,16 +357,36 @@ class Accumulating(Spelling):
         return self.inner.layer_kinds(node)
 
 
-def accumulating(target: Target, model: onnx.ModelProto, base_dir: str,
-                 types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh,
-                 proven: frozenset[str] = frozenset(),
-                 prescaled: Mapping[str, int] | None = None) -> Spelling:
-    """Each FP16 node as one op, with the overflow check of the op kinds ``target`` sums in FP16 (but on the
-    nodes ``proven``: :func:`proven_sums`); the LayerNormalizations ``prescaled`` as written on x·2^-j."""
-    fp16 = frozenset(op for op, how in target.accumulation.items() if how == "fp16")
-    return Accumulating(OneOp(), fp16, onnx_opset(model, 13), tensor_types(model) if types is None else types,
-                        small_constant_arrays(model, base_dir, SMALL_CONSTANT), fresh,
-                        target.counts_in_low & fp16, proven, prescaled)
+@dataclass(frozen=True)
+class SumsInFp16(Target):
+    """A target whose kernels keep some sums in FP16 (:attr:`Target.accumulation`): each FP16 node is one op
+    with the overflow check of the op kinds it sums in FP16, but on the nodes the samples prove in range
+    (``proven``: :func:`proven_sums`), and the LayerNormalizations ``prescaled`` as written on x·2^-j."""
+
+    low: LowPrecision = FP16
+    fallback: LowPrecision | None = None
+    proven: frozenset[str] = frozenset()  # nodes whose FP16 sums the samples prove in range (no check)
+    prescaled: tuple[tuple[str, int], ...] = ()  # LayerNormalizations written on x·2^-j: (name, j)
+
+    def onnxruntime_kernels(self, low: LowPrecision) -> bool:
+        # the written model is loaded by onnxruntime (a WebGPU build, its DML provider) or converted from
+        # the ONNX model (CoreML): what its CPU provider cannot load in a 16-bit type, those cannot either
+        return low.cpu_kernels
+
+    def proving(self, nodes: frozenset[str]) -> Target:
+        return replace(self, proven=nodes)
+
+    def prescaling(self, shifts: tuple[tuple[str, int], ...]) -> Target:
+        return replace(self, prescaled=shifts)
+
+    def spelling(self, model: onnx.ModelProto, base_dir: str,
+                 types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh) -> Spelling:
+        fp16 = frozenset(op for op, how in self.accumulation.items() if how == "fp16")
+        spelled = Accumulating(OneOp(), fp16, onnx_opset(model, 13),
+                               tensor_types(model) if types is None else types,
+                               small_constant_arrays(model, base_dir, SMALL_CONSTANT), fresh,
+                               self.counts_in_low & fp16, self.proven, dict(self.prescaled))
+        return Quantizing(spelled, self.quantizes_by_reciprocal, fresh)
 
 
 def proven_sums(bounds: Mapping[str, float], low: LowPrecision, headroom: float) -> frozenset[str]:

@@ -11,26 +11,19 @@ holds wherever those sums are kept in FP32 or in FP16; it is a bound, not the ru
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import onnx
 
-from ..float_types import FP16, LowPrecision
 from ..suggested import RunArgs, quoted
-from .accumulation import COUNTED, OVERFLOWS, accumulating
-from .base import Accumulation, Fresh, Spelling, Target
-from .quantize import Quantizing
+from .accumulation import COUNTED, OVERFLOWS, SumsInFp16
+from .base import Accumulation
 
 EVERY_SUM_FP16: Mapping[str, Accumulation] = {op: "fp16" for op in OVERFLOWS}
 
 
 @dataclass(frozen=True)
-class Fp16AccumulateTarget(Target):
-    low: LowPrecision = FP16
-    fallback: LowPrecision | None = None
-    proven: frozenset[str] = frozenset()  # nodes whose FP16 sums the samples prove in range (no check)
-    prescaled: tuple[tuple[str, int], ...] = ()  # LayerNormalizations written on x·2^-j: (name, j)
-
+class Fp16AccumulateTarget(SumsInFp16):
     @property
     def name(self) -> str:
         return "fp16-accumulate"
@@ -46,22 +39,6 @@ class Fp16AccumulateTarget(Target):
     @property
     def counts_in_low(self) -> frozenset[str]:
         return COUNTED
-
-    def onnxruntime_kernels(self, low: LowPrecision) -> bool:
-        # DirectML runs inside onnxruntime (its DML provider); CoreML models are converted from the ONNX
-        # model by onnxruntime or coremltools: the written model must at least load there.
-        return low.cpu_kernels
-
-    def proving(self, nodes: frozenset[str]) -> Target:
-        return replace(self, proven=nodes)
-
-    def prescaling(self, shifts: tuple[tuple[str, int], ...]) -> Target:
-        return replace(self, prescaled=shifts)
-
-    def spelling(self, model: onnx.ModelProto, base_dir: str,
-                 types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh) -> Spelling:
-        spelled = accumulating(self, model, base_dir, types, fresh, self.proven, dict(self.prescaled))
-        return Quantizing(spelled, self.quantizes_by_reciprocal, fresh)
 
     def cli_args(self) -> list[str]:
         return ["--target", "fp16-accumulate", *super().cli_args()]

@@ -11,15 +11,14 @@ its accumulator with the input's or output's element type (``x_value_t``, ``outp
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import onnx
 
-from ..float_types import FP16, LowPrecision
+from ..float_types import LowPrecision
 from ..suggested import RunArgs, quoted
-from .accumulation import accumulating
-from .base import Accumulation, Fresh, Spelling, Target
-from .quantize import Quantizing
+from .accumulation import SumsInFp16
+from .base import Accumulation
 
 WEBGPU_ACCUMULATION: Mapping[str, Accumulation] = {
     # math/matmul_packed.cc (commit e0432f8d126cb90da5d5fa210d98054f241a0740) MatMulProgram:
@@ -99,11 +98,7 @@ WEBGPU_PROVIDER = "WebGpuExecutionProvider"
 
 
 @dataclass(frozen=True)
-class WebGpuTarget(Target):
-    low: LowPrecision = FP16
-    fallback: LowPrecision | None = None
-    proven: frozenset[str] = frozenset()  # nodes whose FP16 sums the samples prove in range (no check)
-
+class WebGpuTarget(SumsInFp16):
     @property
     def name(self) -> str:
         return "webgpu"
@@ -120,21 +115,8 @@ class WebGpuTarget(Target):
     def counts_in_low(self) -> frozenset[str]:
         return WEBGPU_COUNTS_IN_FP16
 
-    def onnxruntime_kernels(self, low: LowPrecision) -> bool:
-        # The model is loaded by onnxruntime (a WebGPU build): what its CPU provider cannot load in FP16,
-        # the same session cannot either.
-        return low.cpu_kernels
-
     def kernel_blocker(self, node: onnx.NodeProto, low: LowPrecision, opset: int) -> str | None:
         return None if low.cpu_kernels else f"onnxruntime's WebGPU provider has no {low.type_name} kernels"
-
-    def proving(self, nodes: frozenset[str]) -> Target:
-        return replace(self, proven=nodes)
-
-    def spelling(self, model: onnx.ModelProto, base_dir: str,
-                 types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh) -> Spelling:
-        return Quantizing(accumulating(self, model, base_dir, types, fresh, self.proven),
-                          self.quantizes_by_reciprocal, fresh)
 
     def cli_args(self) -> list[str]:
         return ["--target", "webgpu", *super().cli_args()]
