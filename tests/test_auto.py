@@ -393,8 +393,8 @@ def test_written_model_failing_verification_is_loud(tmp_path, capsys, monkeypatc
     import onnx_precision.convert.run as convert_lib
     from onnx_precision.cli import main
 
-    def write_all_fp16(ctx, plan):  # a rewriter bug: ignores the pins
-        return rewrite(ctx, plan.with_fp16(plan.fp32_nodes))
+    def write_all_fp16(ctx, plan, **options):  # a rewriter bug: ignores the pins
+        return rewrite(ctx, plan.with_fp16(plan.fp32_nodes), **options)
 
     monkeypatch.setattr(convert_lib, "rewrite", write_all_fp16)
     model, data = shipped("l2_normalize")

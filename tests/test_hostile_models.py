@@ -137,8 +137,8 @@ def test_the_rewriter_failing_the_full_check_is_an_internal_error(tmp_path, monk
     from onnx_precision.convert import run as convert_module
     from onnx_precision.rewriter import rewrite
 
-    def broken_rewrite(ctx, plan):
-        result = rewrite(ctx, plan)
+    def broken_rewrite(ctx, plan, **options):
+        result = rewrite(ctx, plan, **options)
         result.model.graph.output[0].type.tensor_type.elem_type = TensorProto.INT64
         return result
 
