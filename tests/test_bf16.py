@@ -11,6 +11,7 @@ import onnx.version_converter
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
+from test_opset_upgrade import relu_at_opset_11
 
 from models import generate
 from onnx_precision.cli import main
@@ -132,11 +133,7 @@ def test_bf16_below_opset_13_that_cannot_be_raised_is_one_line_and_writes_nothin
         raise RuntimeError("No Adapter For Relu")
 
     monkeypatch.setattr(onnx.version_converter, "convert_version", fails)
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "g", [x],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
-    path = str(tmp_path / "old.onnx")
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)]), path)
+    path = relu_at_opset_11(str(tmp_path / "old.onnx"))
     for flags in (["--low-precision", "bf16"], ["--fallback", "bf16"]):
         assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), *flags]) == 2
         assert capsys.readouterr().err.strip() == (

@@ -65,12 +65,17 @@ def test_a_cnn_the_target_has_no_bf16_conv_for_is_not_raised_and_the_summary_say
     assert onnx.load(out).opset_import[0].version == 17
 
 
-def test_a_model_at_opset_11_is_raised_instead_of_refused(tmp_path, capsys):
+def relu_at_opset_11(path: str) -> str:
+    """A one-Relu model importing opset 11 (below BF16's Cast opset), saved at ``path``."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "g", [x],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
-    path = str(tmp_path / "old.onnx")
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)]), path)
+    return path
+
+
+def test_a_model_at_opset_11_is_raised_instead_of_refused(tmp_path, capsys):
+    path = relu_at_opset_11(str(tmp_path / "old.onnx"))
     for flags in (["--low-precision", "bf16"], ["--fallback", "bf16"]):
         out = str(tmp_path / "o.onnx")
         assert main(["convert", path, "-o", out, "--mode", "static", *flags]) == 0
