@@ -26,6 +26,7 @@ from onnx_precision.target import (
     ORACLE_NAMES,
     RUNTIMES,
     Fp16AccumulateTarget,
+    OpenVinoGpuTarget,
     WebGpuTarget,
     target_named,
 )
@@ -68,13 +69,13 @@ def _today_and_new(tmp_path, model, name, ranges, target):
 # --- one registry ---------------------------------------------------------------------------------------
 
 def test_the_target_and_oracle_choices_come_from_one_registry():
-    assert KINDS == ("generic", "tensorrt", "webgpu", "fp16-accumulate")
+    assert KINDS == ("generic", "tensorrt", "webgpu", "openvino-gpu", "fp16-accumulate")
     assert ORACLE_NAMES == ("emulate", "cuda", "tensorrt", "webgpu", "reference")
     assert set(ORACLES) == set(ORACLE_NAMES)
     assert NATIVE_PROVIDERS == {"cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider",
                                 "webgpu": "WebGpuExecutionProvider"}
     names = [target_named(r.kind).name for r in RUNTIMES]
-    assert names == ["generic", "tensorrt 10.15", "webgpu", "fp16-accumulate"]
+    assert names == ["generic", "tensorrt 10.15", "webgpu", "openvino-gpu", "fp16-accumulate"]
     assert target_named("generic") == GENERIC and GENERIC.accumulation == {}
 
 
@@ -187,6 +188,23 @@ def test_mvn_over_257_by_256_as_onnxruntime_expands_it(tmp_path, target):
     model = _model(nodes, [("x", [1, 2, 257, 256])], [("y", [1, 2, 257, 256])])
     on_target, on_generic, (status, pins) = _today_and_new(tmp_path, model, "mvn", ["x:0.5,1.5"], target)
     assert (on_target, on_generic, status, pins) == (1, 0, "passed", [])  # both means rewritten, kept FP16
+
+
+def test_openvino_gpu_sums_a_contraction_in_fp16_and_keeps_it_fp32(tmp_path):
+    # ConvolutionKernelBase/FullyConnectedKernelBase/GemmKernelTiledOpt accumulate in the input's type:
+    # 16384 products of ~4 pass 65504 in the kernel though the scaled output, 16, fits
+    assert OpenVinoGpuTarget().accumulation["Gemm"] == "fp16"
+    node = h.make_node("Gemm", ["a", "b"], ["y"], name="scores", alpha=1 / 4096)
+    model = _model([node], [("a", [4, 16384]), ("b", [16384, 4])], [("y", [4, 4])])
+    result = _today_and_new(tmp_path, model, "gemm", ["a:1.9,2.1", "b:1.9,2.1"], "openvino-gpu")
+    assert result == (1, 0, ("passed", ["scores"]))
+
+
+def test_openvino_gpu_sums_a_reduce_mean_in_fp32_so_todays_plan_holds(tmp_path):
+    # ReduceKernelBase maps F16 to an F32 accumulator: the mean over 256×256 that fails on webgpu holds
+    node = h.make_node("ReduceMean", ["x"], ["y"], name="mean", axes=[2, 3], keepdims=1)
+    model = _model([node], [("x", [1, 2, 256, 256])], [("y", [1, 2, 1, 1])])
+    assert _today_and_new(tmp_path, model, "mean", ["x:0.9,1.5"], "openvino-gpu") == (0, 0, ("passed", []))
 
 
 def test_instance_normalization_statistics_are_fp32_on_webgpu_and_fp16_on_the_bound(tmp_path):

@@ -15,6 +15,7 @@ from ..trt.versions import NEWEST, TrtVersion
 from .base import Target
 from .fp16_accumulate import Fp16AccumulateTarget
 from .generic import GenericTarget
+from .openvino_gpu import OpenVinoGpuTarget
 from .tensorrt import TensorRTTarget
 from .webgpu import WEBGPU_PROVIDER, WebGpuTarget
 
@@ -38,6 +39,9 @@ RUNTIMES: tuple[Runtime, ...] = (
     Runtime("webgpu", "onnxruntime's WebGPU provider: MatMul, Gemm, Conv, reductions, average pools, "
             "Softmax and CumSum sum in FP16, their overflow emulated",
             lambda _, low, fallback: WebGpuTarget(low, fallback), "webgpu", WEBGPU_PROVIDER),
+    Runtime("openvino-gpu", "OpenVINO's GPU plugin (its OpenCL kernels): MatMul, Gemm, Conv, Softmax and "
+            "CumSum sum in FP16, reductions, average pools and normalisations in FP32",
+            lambda _, low, fallback: OpenVinoGpuTarget(low, fallback)),
     Runtime("fp16-accumulate", "a bound for closed runtimes (DirectML, CoreML): every reduction, "
             "contraction, Softmax denominator, normalisation statistic and CumSum sums in FP16",
             lambda _, low, fallback: Fp16AccumulateTarget(low, fallback)),
