@@ -373,6 +373,9 @@ class SumsInFp16(Target):
         # the ONNX model (CoreML): what its CPU provider cannot load in a 16-bit type, those cannot either
         return low.cpu_kernels
 
+    def cli_args(self) -> list[str]:
+        return ["--target", self.name, *super().cli_args()]  # its --target name is its name
+
     def proving(self, nodes: frozenset[str]) -> Target:
         return replace(self, proven=nodes)
 

@@ -40,9 +40,6 @@ class Fp16AccumulateTarget(SumsInFp16):
     def counts_in_low(self) -> frozenset[str]:
         return COUNTED
 
-    def cli_args(self) -> list[str]:
-        return ["--target", "fp16-accumulate", *super().cli_args()]
-
     def next_step(self, model: onnx.ModelProto, run: RunArgs) -> str:
         return (f"{quoted(run.check_args(self.cli_args()))}  # judges it again as this run did, FP16 sums "
                 f"emulated; no provider here runs DirectML or CoreML: check it there before you ship")

@@ -102,9 +102,6 @@ class OpenVinoGpuTarget(SumsInFp16):
         # its means are reductions and pools, which divide in FP32 (GetFinalAccumulatorType above)
         return frozenset()
 
-    def cli_args(self) -> list[str]:
-        return ["--target", "openvino-gpu", *super().cli_args()]
-
     def next_step(self, model: onnx.ModelProto, run: RunArgs) -> str:
         # onnxruntime's OpenVINO provider (OpenVINOExecutionProvider, device GPU) is a separate build
         # (onnxruntime-openvino) and no --oracle here runs it: the command offered judges it as this run did

@@ -118,9 +118,6 @@ class WebGpuTarget(SumsInFp16):
     def kernel_blocker(self, node: onnx.NodeProto, low: LowPrecision, opset: int) -> str | None:
         return None if low.cpu_kernels else f"onnxruntime's WebGPU provider has no {low.type_name} kernels"
 
-    def cli_args(self) -> list[str]:
-        return ["--target", "webgpu", *super().cli_args()]
-
     def next_step(self, model: onnx.ModelProto, run: RunArgs) -> str:
         import onnxruntime as ort
 
