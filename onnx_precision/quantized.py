@@ -10,6 +10,15 @@ op type: ``QLinear*``, ``MatMulInteger``/``ConvInteger`` and ``DynamicQuantizeLi
 compute), and ``MatMulNBits`` (4-bit weights, computing in its activations' float type: a 16-bit
 candidate like any float op).
 
+``quantize_dynamic``'s dequantization, ``MatMulInteger -> Cast -> Mul <- Mul(scale, scale)``, is part
+of the integer kernel too (:class:`FusedDequantization`): onnxruntime's CPU provider fuses it into one
+MatMulIntegerToFloat (com.microsoft), and that with its DynamicQuantizeLinear into
+DynamicQuantizeMatMul, kernels whose output is float32 (onnxruntime/core/optimizer/
+matmul_integer_to_float.cc and dynamic_quantize_matmul_fusion.cc, microsoft/onnxruntime commit
+13e6970fbe6788f411c9d5935f9d81ed525e605a). Its Cast holds the int32 sums (6.7e4 on the benchmark's
+encoder-decoder), so it is no 16-bit candidate either: it stays FP32 and counts as quantized compute.
+ConvInteger has no such fusion there: its Cast and Mul are float ops like any other.
+
 Q/DQ are those of ai.onnx (INT8/UINT8, INT4/UINT4 from opset 21, FP8 E4M3FN/E5M2 from 19;
 per-tensor, per-axis or blocked) and of com.microsoft.
 """
@@ -22,7 +31,8 @@ from dataclasses import dataclass
 import onnx
 
 from .context import ModelContext
-from .graph import GraphIndex
+from .graph import GraphIndex, NodeRef, graphs
+from .typing_rules import opset_map
 
 QDQ_DOMAINS = ("", "ai.onnx", "com.microsoft")
 QUANTIZE, DEQUANTIZE = "QuantizeLinear", "DequantizeLinear"
@@ -54,6 +64,27 @@ class QuantGroup:
         return (*self.dequantize, self.kernel, *self.quantize)
 
 
+# where onnxruntime fuses MatMulInteger's dequantization (the reason its nodes stay FP32, the report's note)
+FUSION_SOURCE = "onnxruntime/core/optimizer/matmul_integer_to_float.cc"
+
+
+@dataclass(frozen=True)
+class FusedDequantization:
+    """What onnxruntime's MatMulIntegerToFloatFusion folds into its MatMulInteger ``kernel``: the
+    ``cast`` of the int32 product to float, the ``scale`` Mul of the two scales and the ``output``
+    Mul of the two. The optional bias Add it also takes is left out: a 16-bit Add after the Mul only
+    leaves the bias outside the fused kernel."""
+
+    kernel: str
+    cast: str
+    scale: str
+    output: str
+
+    @property
+    def members(self) -> tuple[str, str, str]:
+        return self.cast, self.scale, self.output
+
+
 @dataclass(frozen=True)
 class Quantization:
     """What :func:`of` finds in a model: the integer kernels, the other quantized ops, the Q/DQ nodes."""
@@ -62,11 +93,20 @@ class Quantization:
     integer_ops: Mapping[str, str] | None = None  # node -> label, for QLinear*, MatMulInteger, ...
     weight_only: tuple[str, ...] = ()  # MatMulNBits nodes: 4-bit weights, float compute
     qdq: tuple[str, ...] = ()  # every Q/DQ node
+    dequantization: tuple[FusedDequantization, ...] = ()  # MatMulInteger's Cast/Mul, fused by onnxruntime
 
     @property
     def compute(self) -> dict[str, str]:
-        """Node -> label of every node whose compute is quantized (the shares count them apart)."""
-        return {**{g.kernel: g.label for g in self.groups}, **(self.integer_ops or {})}
+        """Node -> label of every node whose compute is quantized (the shares count them apart): a
+        fused dequantization's nodes are its kernel's."""
+        integer = self.integer_ops or {}
+        fused = {member: integer.get(d.kernel, "INT8") for d in self.dequantization for member in d.members}
+        return {**{g.kernel: g.label for g in self.groups}, **integer, **fused}
+
+    @property
+    def dequantization_nodes(self) -> dict[str, FusedDequantization]:
+        """Node -> the fused dequantization it belongs to."""
+        return {member: d for d in self.dequantization for member in d.members}
 
     @property
     def any(self) -> bool:
@@ -122,7 +162,41 @@ def _find(ctx: ModelContext) -> Quantization:
                                  if is_qdq(c.node) and c.node.op_type == QUANTIZE)
                 groups.append(QuantGroup(ref.name, tuple(dq.name for dq in dqs if dq is not None), quantize,
                                          label))
-    return Quantization(tuple(groups), integer or None, tuple(weight_only), tuple(qdq))
+    return Quantization(tuple(groups), integer or None, tuple(weight_only), tuple(qdq),
+                        _fused_dequantization(ctx))
+
+
+def _fused_dequantization(ctx: ModelContext) -> tuple[FusedDequantization, ...]:
+    """Each ``MatMulInteger -> Cast -> Mul <- Mul`` that onnxruntime's MatMulIntegerToFloatFusion fuses:
+    from the Mul (ai.onnx, opset 7 or later: its versions 7, 13 and 14), its first parent that is a
+    Cast whose parent is a MatMulInteger, and its first parent that is a Mul; the MatMulInteger, the
+    Cast and the scale Mul each read by that one node and none a graph output. The Cast's type is not
+    checked there (quantize_dynamic writes float)."""
+    opset = opset_map(ctx.model).get("", 0)
+    if opset < 7:
+        return ()
+    index = ctx.index
+    outputs = {o.name for g in graphs(ctx.model.graph) for o in g.output}
+
+    def parent(value: str, op_type: str) -> NodeRef | None:
+        made = index.producers.get(value)
+        return made if made is not None and made.node.op_type == op_type and is_onnx(made.node) else None
+
+    def read_once(ref: NodeRef) -> bool:
+        out = ref.node.output
+        return len(out) == 1 and out[0] not in outputs and len(index.consumers.get(out[0], ())) == 1
+
+    found = []
+    for ref in ctx.nodes:
+        if ref.node.op_type != "Mul" or not is_onnx(ref.node):
+            continue
+        cast = next((c for c in (parent(v, "Cast") for v in ref.node.input) if c is not None), None)
+        kernel = parent(cast.node.input[0], "MatMulInteger") if cast is not None else None
+        scale = next((s for s in (parent(v, "Mul") for v in ref.node.input) if s is not None), None)
+        if cast is None or kernel is None or scale is None or not all(map(read_once, (kernel, cast, scale))):
+            continue
+        found.append(FusedDequantization(kernel.name, cast.name, scale.name, ref.name))
+    return tuple(found)
 
 
 def is_onnx(node: onnx.NodeProto) -> bool:

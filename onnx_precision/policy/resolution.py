@@ -44,9 +44,16 @@ def node_blockers(ctx: ModelContext, low: LowPrecision | None = None) -> NodeBlo
     forced: dict[str, Reason] = {}
     notes: dict[str, Reason] = {}
     verdicts: dict[str, tuple[str | None, str | None]] = {}
+    fused = quantized.of(ctx).dequantization_nodes
     for ref in ctx.nodes:
         node = ref.node
         t = typing[node.name]
+        if node.name in fused:  # quantized compute, not a 16-bit candidate: no range or rule pin names it
+            kernel = fused[node.name].kernel
+            forced[node.name] = Reason("type", f"dequantization of MatMulInteger '{kernel}', fused by "
+                                               f"onnxruntime into one MatMulIntegerToFloat with a float32 "
+                                               f"output ({quantized.FUSION_SOURCE}): quantized compute")
+            continue
         if t.fp16_blocker:
             forced[node.name] = Reason("type", t.fp16_blocker)
             continue

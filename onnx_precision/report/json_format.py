@@ -66,6 +66,8 @@ def to_json(report: RunReport) -> dict:
             # node -> the written node whose precision its FLOPs count in (a fused LayerNorm's, or a graph
             # input's for a node that reads it as written): what the shares above count
             "counted_as": dict(report.counted_as),
+            # FP32 inside onnxruntime's fused integer kernels: quantized compute, not among "pinned"
+            "fused_dequantization": list(report.fused_dequantization),
             # the FP16 nodes nearest to the 16-bit type's limits first (within one binade: at risk on
             # inputs twice as large, or half as small, as the samples)
             "margins": [
@@ -157,6 +159,7 @@ def from_json(obj: Mapping) -> RunReport:
                  for m in obj.get("margins", ())},
         quantized={str(k): str(v) for k, v in obj.get("quantized", {}).items()},
         counted_as={str(k): str(v) for k, v in obj.get("counted_as", {}).items()},
+        fused_dequantization=tuple(str(n) for n in obj.get("fused_dequantization", ())),
     )
 
 

@@ -66,10 +66,15 @@ class RunReport(PhaseTotals):
     quantized: Mapping[str, str] = field(default_factory=dict)
     # node -> the written node whose precision its FLOPs count in (:attr:`..flops.FlopShares.counted_as`)
     counted_as: Mapping[str, str] = field(default_factory=dict)
+    # the Casts and Muls onnxruntime fuses into its MatMulInteger kernels (quantized.FusedDequantization):
+    # FP32 as quantized compute, no pins
+    fused_dequantization: tuple[str, ...] = ()
 
     @property
     def fp32_nodes(self) -> tuple[str, ...]:
-        return self.plan.fp32_nodes
+        """The plan's FP32 pins: its FP32 nodes but the fused dequantization's (the notes count those)."""
+        fused = set(self.fused_dequantization)
+        return tuple(n for n in self.plan.fp32_nodes if n not in fused)
 
     def fp16_node_share(self) -> float:
         """The 16-bit share of the nodes that compute in a float type (:meth:`.FlopShares.counted`)."""
@@ -143,6 +148,7 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         margins=_margins(outcome.plan, auto.node_stats, ctx.target.low),
         quantized=quantized.of(ctx).compute,
         counted_as=auto.counted_as,
+        fused_dequantization=tuple(quantized.of(ctx).dequantization_nodes),
     )
 
 
@@ -152,9 +158,14 @@ def _quantized_notes(found: quantized.Quantization) -> tuple[str, ...]:
         return ()
     kernels = (f"; {len(found.compute)} node(s) of quantized compute (DQ -> Conv/MatMul/Gemm <- DQ groups, "
                f"integer ops) are counted apart from the 16-bit share" if found.compute else "")
+    fused = found.dequantization_nodes
+    dequantization = (f"{len(fused)} dequantization node(s), the Cast, scale Mul and Mul after each of "
+                      f"{len(found.dequantization)} MatMulInteger, belong to onnxruntime's fused integer "
+                      f"kernels (MatMulIntegerToFloat, float32 output: {quantized.FUSION_SOURCE}): they stay "
+                      f"FP32 and count as quantized compute",) if fused else ()
     return ("quantized model: the reference is its Q/DQ run in FP32 as the ONNX specification defines them, "
             "float fake-quantisation (onnxruntime with its optimisations off), not onnxruntime's fused "
-            f"integer kernels nor TensorRT's{kernels}",)
+            f"integer kernels nor TensorRT's{kernels}",) + dequantization
 
 
 def _underflow_notes(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping[str, NodeStats], headroom: float,
