@@ -125,6 +125,7 @@ class CheckResult:
     quant_notes: tuple[str, ...] = ()
     # QuantGate.relative: the outputs whose bound is (1 + margin) x their quantization error
     relative: Mapping[str, float] = field(default_factory=dict)
+    quant_gate: Mapping[str, object] = field(default_factory=dict)  # QuantGate.to_json, for the JSON
 
     @property
     def passed(self) -> bool:
@@ -154,7 +155,8 @@ class CheckResult:
                         "count": len(self.samples.feeds), "warnings": list(self.samples.warnings)},
             "tolerance": tol.to_json(), "comparison": self.comparison.to_json(), "note": self.note or None,
             "low_share": {"label": self.low_label or None, "flops": self.low_share},
-            "warnings": list(self.warnings)})
+            "warnings": list(self.warnings),
+            **({"quantization_gate": self.quant_gate} if self.quant_gate else {})})
 
     @property
     def oracle(self) -> str:
@@ -234,7 +236,8 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
                                  f"node is FP32): this check compared FP32 with FP32",)
     return CheckResult(model_path, candidate_path, comparison, samples, candidate.target.name, label, share,
                        tol if gate is None else gate.tolerance, warnings,
-                       () if gate is None else gate.notes(comparison), {} if gate is None else gate.relative)
+                       () if gate is None else gate.notes(comparison), {} if gate is None else gate.relative,
+                       {} if gate is None else gate.to_json(comparison))
 
 
 def _refuse_fp32_nonfinite(reference: ModelContext, samples: Samples,

@@ -38,7 +38,7 @@ from onnx import helper, numpy_helper
 from . import quantized
 from .context import ModelContext, load_model
 from .errors import UsageError
-from .format import number
+from .format import json_float, number
 from .judge import Comparison, Tolerance, compare_outputs
 
 # measured: an all-FP16 remainder adds 0.3% (a QDQ MLP) to 27% (a 4-layer ViT-like block)
@@ -90,9 +90,36 @@ class QuantGate:
     def given_outputs(self) -> tuple[str, ...]:
         return tuple(self.quantization[0]) if self.quantization else ()
 
+    def deciding(self, judged: Comparison | None) -> dict[str, Deciding]:
+        """Per output the quantizers reach, the sample of ``judged`` (a candidate against the reference, on
+        this gate's samples) that decides its verdict: the one whose remainder adds the most to its own
+        quantization error, nearest its bound or furthest past it. {} without per-sample comparisons."""
+        per_sample = () if judged is None else judged.per_sample or ((judged,) if judged.samples == 1 else ())
+        if len(per_sample) != len(self.quantization):
+            return {}
+        found: dict[str, Deciding] = {}
+        for name in self.given_outputs:
+            errors = [(i, q[name], next((m.rel_rms_err for m in c.outputs if m.name == name), None))
+                      for i, (q, c) in enumerate(zip(self.quantization, per_sample)) if q[name] > 0]
+            measured = [(i, q, r) for i, q, r in errors if r is not None]
+            if measured:
+                # NaN (a remainder that is not finite) sorts as the worst
+                i, q, r = max(measured, key=lambda e: e[2] / e[1] if np.isfinite(e[2]) else np.inf)
+                found[name] = Deciding(i, len(per_sample), q, r, (1 + self.margin) * q)
+        return found
+
+    def to_json(self, judged: Comparison | None) -> dict[str, object]:
+        """The gate as the JSON reports write it: the reference, the margin, each output's quantization
+        error per sample and the sample that decides its verdict on ``judged`` (:meth:`deciding`)."""
+        return {"reference": self.source, "margin": self.margin,
+                "quantization_error": {name: [json_float(q[name]) for q in self.quantization]
+                                       for name in self.given_outputs},
+                "outputs": {name: d.to_json() for name, d in self.deciding(judged).items()}}
+
     def notes(self, verified: Comparison | None) -> tuple[str, ...]:
         """What the remainder was judged against, and per output the quantization error, the remainder's
-        (``verified``: the written model against the reference) and the bound."""
+        (``verified``: the written model against the reference) and the bound; with several samples,
+        those of the sample that decides the verdict (:meth:`deciding`)."""
         if self.given_outputs and not any(e for q in self.quantization for e in q.values()):
             # --reference-model naming the quantized model itself: there is no quantization error to
             # bound, and each output is judged by the tolerance as given (not 'not reached by the quantizers')
@@ -104,19 +131,57 @@ class QuantGate:
                 f"each output's rel RMS err may be at most {1 + self.margin:g} x that sample's quantization "
                 f"error (the QDQ model in FP32 against it; --quant-margin {self.margin:g})")
         lines = [head]
+        deciding = self.deciding(verified)
         for name in self.given_outputs:
             errors = [q[name] for q in self.quantization if q[name] > 0]
             if not errors:
                 lines.append(f"{name}: not reached by the quantizers (quantization error 0): judged by the "
                              f"tolerance as given")
                 continue
-            found = next((m for m in verified.outputs if m.name == name), None) if verified else None
-            single = min(errors) == max(errors) and len(errors) == len(self.quantization)
-            added = f" ({_added(found.rel_rms_err, errors[0])})" if found is not None and single else ""
-            remainder = "" if found is None else f", 16-bit remainder {number(found.rel_rms_err)}{added}"
-            lines.append(f"{name}: quantization error {_span(errors)}{remainder}, bound "
-                         f"{_span([(1 + self.margin) * e for e in errors])}")
+            worst = deciding.get(name)
+            count = f" on {len(self.quantization)} samples" if len(self.quantization) > 1 else ""
+            ranges = (f"quantization error {_span(errors)}{count}, bound "
+                      f"{_span([(1 + self.margin) * e for e in errors])}")
+            if worst is None:
+                lines.append(f"{name}: {ranges}")
+            elif worst.samples == 1:
+                lines.append(f"{name}: quantization error {number(worst.quantization)}, 16-bit remainder "
+                             f"{number(worst.remainder)} ({_added(worst.remainder, worst.quantization)}), "
+                             f"bound {number(worst.bound)}")
+            else:
+                lines.append(f"{name}: {ranges}; {worst.text()}")
         return tuple(lines)
+
+
+@dataclass(frozen=True)
+class Deciding:
+    """The sample that decides one output's verdict under the gate, and its figures."""
+
+    sample: int  # its index among the samples (0-based, as the run's failures name samples)
+    samples: int
+    quantization: float  # its quantization error
+    remainder: float  # the 16-bit remainder's rel RMS err on it
+    bound: float  # (1 + margin) x quantization
+
+    @property
+    def ratio(self) -> float:
+        return self.remainder / self.quantization
+
+    def text(self) -> str:
+        """'decided by sample 1, where the remainder adds the most: 16-bit remainder 0.07 against its
+        quantization error 0.0543 (+28.9% over the quantization error, ratio 1.289), within its bound
+        0.0706'."""
+        within = "within" if self.remainder <= self.bound else "over"
+        return (f"decided by sample {self.sample}, where the remainder adds the most: 16-bit remainder "
+                f"{number(self.remainder)} against its quantization error {number(self.quantization)} "
+                f"({_added(self.remainder, self.quantization)}, ratio {self.ratio:.4g}), {within} its bound "
+                f"{number(self.bound)}")
+
+    def to_json(self) -> dict[str, object]:
+        return {"sample": self.sample, "samples": self.samples,
+                "quantization_error": json_float(self.quantization),
+                "remainder_rel_rms_err": json_float(self.remainder), "ratio": json_float(self.ratio),
+                "bound": json_float(self.bound), "passed": bool(self.remainder <= self.bound)}
 
 
 def _span(values: Sequence[float]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 from test_quantized import torchao_block
 
@@ -215,3 +216,92 @@ def test_the_plan_the_search_measures_is_the_plan_written_on_a_qdq_block(tmp_pat
     report = json.load(open(tmp_path / "o.report.json"))
     after, verified = (report["outputs"][k]["outputs"][0]["rel_rms_err"] for k in ("after", "verified"))
     assert report["pinned"] and after == verified <= 0.015
+
+
+def _three_samples(tmp_path) -> tuple[str, list[dict[str, np.ndarray]]]:
+    """Three samples of the MLP's input the quantizers hit unequally (a folder of .npz, and the feeds)."""
+    rng = np.random.default_rng(3)
+    feeds = [{"x": rng.uniform(0, high, (4, 32)).astype(np.float32)} for high in (0.3, 1.0, 0.05)]
+    folder = tmp_path / "samples"
+    folder.mkdir()
+    for k, feed in enumerate(feeds):
+        np.savez(folder / f"s{k}.npz", x=feed["x"])
+    return str(folder), feeds
+
+
+def _rel_rms(ref: np.ndarray, got: np.ndarray) -> float:
+    ref, got = ref.astype(np.float64), got.astype(np.float64)
+    return float(np.sqrt(np.mean((got - ref) ** 2)) / np.sqrt(np.mean(ref ** 2)))
+
+
+def test_several_samples_name_the_sample_that_decides_the_verdict_with_its_figures(tmp_path, capsys):
+    # With several samples the notes gave ranges ('quantization error 0.0111 to 0.0148, 16-bit remainder
+    # 0.0160, bound ...'): the remainder's worst error next to another sample's quantization error, and no
+    # '+x%' at all. Each sample is judged against its own quantization error, so the figure that decides
+    # is the sample whose remainder adds the most to its own: named, with its error, ratio and bound.
+    import json
+
+    import onnxruntime as ort
+
+    from onnx_precision.format import number
+
+    path, original = _mlp_and_original(tmp_path)
+    data, feeds = _three_samples(tmp_path)
+    candidate = onnx.load(path)  # the QDQ model with a fixed offset at its output: a remainder's error
+    candidate.graph.node[-1].output[0] = "y_pre"
+    offset = np.random.default_rng(4).standard_normal((4, 32)).astype(np.float32) * 2e-4
+    candidate.graph.initializer.append(numpy_helper.from_array(offset, "offset"))
+    candidate.graph.node.append(helper.make_node("Add", ["y_pre", "offset"], ["y"], name="offset_add"))
+    cand_path = str(tmp_path / "cand.onnx")
+    onnx.save(candidate, cand_path)
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+
+    def run(model: str) -> list[np.ndarray]:
+        session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        return [session.run(None, f)[0] for f in feeds]
+
+    refs, qdq, cands = run(original), run(path), run(cand_path)
+    quantization = [_rel_rms(r, q) for r, q in zip(refs, qdq)]
+    remainder = [_rel_rms(r, c) for r, c in zip(refs, cands)]
+    ratios = [r / q for r, q in zip(remainder, quantization)]
+    worst = int(np.argmax(ratios))
+    # sample 2: neither the largest remainder error (sample 1's) nor the largest quantization error
+    assert worst == 2 and max(ratios) < 1.3 and remainder[worst] < max(remainder)
+    q, r = quantization[worst], remainder[worst]
+    low, high = min(quantization), max(quantization)
+    expected = (f"note: y: quantization error {number(low)} to {number(high)} on 3 samples, bound "
+                f"{number(1.3 * low)} to {number(1.3 * high)}; decided by sample 2, where the remainder adds "
+                f"the most: 16-bit remainder {number(r)} against its quantization error {number(q)} "
+                f"({100 * (r / q - 1):+.1f}% over the quantization error, ratio {r / q:.4g}), "
+                f"within its bound {number(1.3 * q)}")
+    report = str(tmp_path / "check.json")
+    assert main(["check", path, cand_path, "--inputs", data, "--reference-model", original,
+                 "--json", report]) == 0
+    assert expected in capsys.readouterr().out.splitlines()
+    gate = json.load(open(report))["quantization_gate"]
+    assert gate["outputs"]["y"] == {"sample": 2, "samples": 3, "quantization_error": pytest.approx(q),
+                                    "remainder_rel_rms_err": pytest.approx(r), "ratio": pytest.approx(r / q),
+                                    "bound": pytest.approx(1.3 * q), "passed": True}
+    assert gate["quantization_error"]["y"] == pytest.approx(quantization)
+    assert (gate["reference"], gate["margin"]) == (original, 0.3)
+
+
+def test_convert_and_check_state_the_same_deciding_sample_in_every_report(tmp_path, capsys):
+    # The written file, judged by convert (summary, JSON and Markdown notes) and by check with the run's
+    # reference model and samples: one line, naming one sample with the same figures.
+    import json
+
+    path, original = _mlp_and_original(tmp_path)
+    data, _ = _three_samples(tmp_path)
+    out, md = str(tmp_path / "o.onnx"), str(tmp_path / "o.md")
+    assert main(["convert", path, "-o", out, "--inputs", data, "--reference-model", original,
+                 "--report-md", md]) == 0
+    decided = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: y: ")]
+    assert len(decided) == 1 and " on 3 samples, " in decided[0] and "; decided by sample " in decided[0]
+    note = decided[0].removeprefix("note: ")
+    assert note in json.load(open(str(tmp_path / "o.report.json")))["notes"]
+    assert f"- {note}" in open(md).read().splitlines()
+    assert main(["check", path, out, "--inputs", data, "--reference-model", original]) == 0
+    assert decided[0] in capsys.readouterr().out.splitlines()

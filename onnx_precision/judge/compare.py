@@ -281,7 +281,8 @@ def merge_comparisons(per_sample: Sequence[Comparison], oracle: str) -> Comparis
     if not per_sample:
         return Comparison((), True, oracle, 0)
     merged = [_merge_output([c.outputs[i] for c in per_sample]) for i in range(len(per_sample[0].outputs))]
-    return Comparison(tuple(merged), all(c.passed for c in per_sample), oracle, len(per_sample))
+    return Comparison(tuple(merged), all(c.passed for c in per_sample), oracle, len(per_sample),
+                      per_sample=tuple(per_sample))
 
 
 def _merge_output(group: Sequence[OutputMetrics]) -> OutputMetrics:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..format import json_float, number
@@ -127,6 +127,9 @@ class Comparison:
     samples: int = 1
     # samples of several input shapes: (the shapes, as "x:1x3x256x256", the comparison of those samples)
     by_shape: tuple[tuple[str, Comparison], ...] = ()
+    # the comparison of each sample a merge took the worst of, in order (in memory only, not in the JSON):
+    # a quantized model's gate names the sample that decides its verdict (quant_reference.QuantGate.notes)
+    per_sample: tuple[Comparison, ...] = field(default=(), compare=False, repr=False)
 
     def failure(self, sample: int = 0, samples: int = 1) -> str:
         """One phrase naming the first failing output and how it failed (``sample`` of ``samples``:
