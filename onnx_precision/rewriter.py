@@ -16,6 +16,9 @@ The rules (see :mod:`onnx_precision.typing_rules` for which tensors of a node co
 - Constant values (initializers and Constant nodes) are never Cast at run time: each is converted
   in place when every consumer needs the other type, kept when none does, and duplicated
   (``<name>_fp16``) when both do. Conversion goes through :func:`onnx_precision.storage.cast_initializer`.
+- A 16-bit node that writes no float (ArgMax, Shape, IsNaN) reads its float input as it is
+  written, no Cast in front: reading a wide tensor it computes wide, and the plan the result carries
+  (and the model's stamp hashes) says FP32 there, with why.
 - Graph outputs keep their names and order: when the producer writes another type, the producer's
   tensor is renamed ``<name>_fp16``/``_fp32`` and the Cast writes the output name.
 - Cast ``to``, ``dtype`` and ``Optional``'s ``type`` attributes and ConstantOfShape values follow the
@@ -29,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import onnx
 from onnx import TensorProto, helper
@@ -39,7 +42,7 @@ from . import typing_rules as tr
 from .context import ModelContext
 from .float_types import LOW_PRECISIONS, LOW_TYPES, LowPrecision, low_of
 from .graph import fresh_name, graphs_with_owner, is_onnx_domain, model_names, subgraphs, walk_nodes
-from .plan import PrecisionPlan
+from .plan import PrecisionPlan, Reason
 from .storage import cast_initializer
 from .target.sum_rewrite import prescaled_layer_norm, rewritten_nodes
 
@@ -110,6 +113,9 @@ class _Rewriter:
         self.prescaled = prescaled  # LayerNormalizations written on x·2^-j where FP16 (name -> j)
         self.retyped = 0  # node outputs written in another type than they had
         self.added_casts: set[str] = set()
+        # 16-bit nodes that write no float and read a wide tensor as it is written: node -> (tensor,
+        # its written type); they compute wide, and the written plan says so (_as_written)
+        self.reads_wide: dict[str, tuple[str, int]] = {}
 
     # --- what each side needs --------------------------------------------------------------
 
@@ -361,6 +367,9 @@ class _Rewriter:
             need = self.required(node, i)
             node.input[i] = self.name_of(name) if need is None else self.version(scope, name, need, node.name)
         low = self.low_type(node.name)
+        read = self.read_wide(node) if low is not None else None
+        if read is not None:
+            self.reads_wide[node.name] = read
         if low is not None and any(
             self.orig(node.output[i]) in tr.WIDE for i in self.typing(node.name).convertible_outputs
         ):
@@ -387,6 +396,18 @@ class _Rewriter:
         if rewrite is not None and self.written.get(node.output[0]) == FLOAT16:
             scope.nodes[-1:] = rewritten_nodes(rewrite, node, self.onnx_opset, self.fresh, FLOAT16)
             self.rewritten.append(node.name)
+
+    def read_wide(self, node: onnx.NodeProto) -> tuple[str, int] | None:
+        """(input, written type) when ``node``, planned 16-bit, writes no float and reads its float
+        input as it is written (typing's flexible inputs: ArgMax, Shape, IsNaN, a Cast to an integer),
+        and that input is written wide: the node then computes in that wide type; else None."""
+        t = self.typing(node.name)
+        if t.convertible_inputs or t.convertible_outputs:
+            return None
+        read = [(node.input[i], self.written.get(node.input[i], self.orig(node.input[i])))
+                for i in t.flexible_inputs]
+        wide = [(name, elem) for name, elem in read if elem in tr.WIDE]
+        return wide[0] if wide and len(wide) == len(read) else None
 
     def fuse(self, scope: _Scope, ln: policy.DecomposedLayerNorm) -> None:
         """Replace ``ln``'s nine written nodes by one LayerNormalization in the type of its tail (the
@@ -602,10 +623,30 @@ def rewrite(ctx: ModelContext, plan: PrecisionPlan, fuse_layer_norms: bool = Tru
     if forced:
         notes.append(f"{len(forced)} node(s) kept FP32 because FP16 is not possible there")
     notes.extend(_flush_notes(ctx, resolved))
+    written = _as_written(resolved, rewriter.reads_wide, ctx)
     changed = any((rewriter.casts_added, rewriter.converted, rewriter.duplicated, rewriter.fused,
                    rewriter.rewritten, rewriter.retyped))
     if changed or not any(p.key.startswith(PROVENANCE) for p in out.metadata_props):
-        _stamp(out, resolved, ctx)  # a model converted again and left as it was keeps its stamp
+        _stamp(out, written, ctx)  # a model converted again and left as it was keeps its stamp
     return RewriteResult(
-        out, resolved, rewriter.casts_added, rewriter.converted, rewriter.duplicated, tuple(notes)
+        out, written, rewriter.casts_added, rewriter.converted, rewriter.duplicated, tuple(notes)
     )
+
+
+def _as_written(plan: PrecisionPlan, reads_wide: Mapping[str, tuple[str, int]], ctx: ModelContext,
+                ) -> PrecisionPlan:
+    """``plan`` as the model is written: each 16-bit node that writes no float and reads a wide
+    tensor as it is written (:meth:`_Rewriter.read_wide`) computes wide, so the plan says FP32 and why
+    (the plan's FP32 covers float64: the node keeps its tensor's type). Still resolved: an FP32 node
+    that converts nothing blocks nothing."""
+    if not reads_wide:
+        return plan
+    reasons = {}
+    for name, (value, elem) in reads_wide.items():
+        asked = plan.decisions[name]
+        sources = "/".join(dict.fromkeys(r.source for r in asked.reasons))
+        reasons[name] = (Reason("type", f"reads '{value}' as it is written, {_SUFFIX[elem].upper()}: "
+                                        f"{ctx.node_ops[name]} writes no float, so no Cast puts its input in "
+                                        f"{asked.precision.value} (planned {asked.precision.value}"
+                                        f"{f': {sources}' if sources else ''})"),)
+    return replace(plan.with_fp32_reasons(reasons), resolved=True)
