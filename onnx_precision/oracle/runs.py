@@ -24,7 +24,7 @@ from ..storage import is_external, model_tensors, read_array
 from ..target import NATIVE_PROVIDERS as NATIVE_PROVIDERS  # each runtime's (the registry of targets)
 from .emulation import EMULATE, as_fp32
 from .reference_ops import SPEC_OPS
-from .sessions import Feed, cast_feed, input_dtypes, make_session, run_session
+from .sessions import Feed, cast_feed, handed, input_dtypes, make_session, run_session
 from .written import emulate_model
 
 log = logging.getLogger(__name__)
@@ -57,10 +57,13 @@ def run_fp32(ctx: ModelContext, feeds: Sequence[Feed]) -> OracleRun:
 
 def run_emulated(ctx: ModelContext, feeds: Sequence[Feed]) -> OracleRun:
     """A written FP16/mixed model, emulated on CPU (every FP16 tensor rounded)."""
-    emulated = emulate_model(ctx.model, ctx.base_dir, ctx.target)
-    session = make_session(emulated, ctx.base_dir, custom_op_libraries=ctx.custom_op_libraries,
-                           shared=ctx.mapped_weights)
-    return OracleRun(EMULATE, run_session(session, emulated, feeds))
+    # the emulated proto is gone before onnxruntime parses its bytes, and they before the run (see
+    # :class:`.sessions.Handed`)
+    given = handed(emulate_model(ctx.model, ctx.base_dir, ctx.target), ctx.base_dir, ctx.mapped_weights)
+    io = given.io
+    session = make_session(given, ctx.base_dir, custom_op_libraries=ctx.custom_op_libraries)
+    del given
+    return OracleRun(EMULATE, run_session(session, io, feeds))
 
 
 def run_native(ctx: ModelContext, feeds: Sequence[Feed], provider: str = "CPUExecutionProvider") -> OracleRun:

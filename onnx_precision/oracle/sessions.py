@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -38,25 +39,57 @@ def session_options(threads: int | None = None) -> ort.SessionOptions:
     return options
 
 
-def make_session(model: onnx.ModelProto, base_dir: str,
-                 providers: Sequence[str] = ("CPUExecutionProvider",),
-                 options: ort.SessionOptions | None = None,
-                 custom_op_libraries: Sequence[str] = (), shared: MutableMapping | None = None,
-                 ) -> ort.InferenceSession:
-    """An onnxruntime session of an in-memory model whose external data (if any) is under base_dir,
-    with the kernels of ``custom_op_libraries`` registered (a model context's, see
-    :attr:`ModelContext.custom_op_libraries`)."""
-    options = options or session_options()
-    register_libraries(options, custom_op_libraries)
-    options.add_session_config_entry("session.model_external_initializers_file_folder_path",
-                                     os.path.abspath(base_dir))
+@dataclass(frozen=True)
+class Io:
+    """What a run of a model feeds and fetches: its inputs' types (:func:`input_dtypes`), its outputs."""
+
+    dtypes: Mapping[str, np.dtype]
+    outputs: tuple[str, ...]
+
+    @classmethod
+    def of(cls, model: onnx.ModelProto) -> Io:
+        return cls(input_dtypes(model), tuple(o.name for o in model.graph.output))
+
+
+@dataclass(frozen=True)
+class Handed:
+    """A model as a session is handed it (:func:`handed`): its bytes, with its large weights as stubs
+    and their values by reference (:func:`.weights.by_reference`), and its :class:`Io`. Its caller
+    can drop the model's proto before onnxruntime parses the bytes, and the bytes once the session is
+    built: on the 26 MB dynamic-quant model of scripts/bench_quantized.py, a proto alive beside
+    onnxruntime's copy of it was 25-35 MB of the run's peak."""
+
+    serialized: bytes
+    values: Mapping[str, np.ndarray]
+    io: Io
+
+
+def handed(model: onnx.ModelProto, base_dir: str, shared: MutableMapping | None = None) -> Handed:
+    """``model`` as :func:`make_session` hands it to onnxruntime (external data read under ``base_dir``;
+    ``shared``: see :func:`.weights.by_reference`)."""
     light, values = by_reference(model, base_dir, shared)
     if any(external_location(t) is not None for t in model_tensors(light)):
         if light is model:
             light = onnx.ModelProto()
             light.CopyFrom(model)  # cheap: external weights are not in the proto
         inline_small_external(light, base_dir)
-    return weighted_session(light.SerializeToString(), options, list(providers), values)
+    return Handed(light.SerializeToString(), values, Io.of(model))
+
+
+def make_session(model: onnx.ModelProto | Handed, base_dir: str,
+                 providers: Sequence[str] = ("CPUExecutionProvider",),
+                 options: ort.SessionOptions | None = None,
+                 custom_op_libraries: Sequence[str] = (), shared: MutableMapping | None = None,
+                 ) -> ort.InferenceSession:
+    """An onnxruntime session of an in-memory model (or of one :func:`handed` already) whose external
+    data (if any) is under base_dir, with the kernels of ``custom_op_libraries`` registered (a model
+    context's, see :attr:`ModelContext.custom_op_libraries`)."""
+    options = options or session_options()
+    register_libraries(options, custom_op_libraries)
+    options.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                     os.path.abspath(base_dir))
+    given = model if isinstance(model, Handed) else handed(model, base_dir, shared)
+    return weighted_session(given.serialized, options, list(providers), given.values)
 
 
 def register_libraries(options: ort.SessionOptions, libraries: Sequence[str]) -> None:
@@ -99,10 +132,10 @@ def owned(value: np.ndarray) -> np.ndarray:
     return np.array(value, copy=True)
 
 
-def run_session(session: ort.InferenceSession, model: onnx.ModelProto, feeds: Sequence[Feed]
+def run_session(session: ort.InferenceSession, model: onnx.ModelProto | Io, feeds: Sequence[Feed]
                  ) -> tuple[dict[str, np.ndarray], ...]:
     """The graph outputs per feed, owned by the caller (they outlive the session)."""
-    dtypes = input_dtypes(model)
-    names = [o.name for o in model.graph.output]
+    io = model if isinstance(model, Io) else Io.of(model)
+    dtypes, names = io.dtypes, list(io.outputs)
     return tuple({n: owned(v) for n, v in zip(names, session.run(names, cast_feed(f, dtypes)))}
                  for f in feeds)
