@@ -16,7 +16,7 @@ The rules (see :mod:`onnx_precision.typing_rules` for which tensors of a node co
 - Constant values (initializers and Constant nodes) are never Cast at run time: each is converted
   in place when every consumer needs the other type, kept when none does, and duplicated
   (``<name>_fp16``) when both do. Conversion goes through :func:`onnx_precision.storage.cast_initializer`.
-- A 16-bit node that writes no float (ArgMax, Shape, IsNaN) reads its float input as it is
+- A 16-bit node with no 16-bit output (ArgMax, Shape, IsNaN) reads its float input as it is
   written, no Cast in front: reading a wide tensor it computes wide, and the plan the result carries
   (and the model's stamp hashes) says FP32 there, with why.
 - Graph outputs keep their names and order: when the producer writes another type, the producer's
@@ -113,7 +113,7 @@ class _Rewriter:
         self.prescaled = prescaled  # LayerNormalizations written on x·2^-j where FP16 (name -> j)
         self.retyped = 0  # node outputs written in another type than they had
         self.added_casts: set[str] = set()
-        # 16-bit nodes that write no float and read a wide tensor as it is written: node -> (tensor,
+        # 16-bit nodes with no 16-bit output that read a wide tensor as it is written: node -> (tensor,
         # its written type); they compute wide, and the written plan says so (_as_written)
         self.reads_wide: dict[str, tuple[str, int]] = {}
 
@@ -398,9 +398,10 @@ class _Rewriter:
             self.rewritten.append(node.name)
 
     def read_wide(self, node: onnx.NodeProto) -> tuple[str, int] | None:
-        """(input, written type) when ``node``, planned 16-bit, writes no float and reads its float
-        input as it is written (typing's flexible inputs: ArgMax, Shape, IsNaN, a Cast to an integer),
-        and that input is written wide: the node then computes in that wide type; else None."""
+        """(input, written type) when ``node``, planned 16-bit, has no 16-bit output and reads its float
+        input as it is written (typing's flexible inputs: ArgMax, Shape, IsNaN, a Cast to an integer or,
+        under --keep-float64, to float64), and that input is written wide: the node then computes in
+        that wide type; else None."""
         t = self.typing(node.name)
         if t.convertible_inputs or t.convertible_outputs:
             return None
@@ -635,7 +636,7 @@ def rewrite(ctx: ModelContext, plan: PrecisionPlan, fuse_layer_norms: bool = Tru
 
 def _as_written(plan: PrecisionPlan, reads_wide: Mapping[str, tuple[str, int]], ctx: ModelContext,
                 ) -> PrecisionPlan:
-    """``plan`` as the model is written: each 16-bit node that writes no float and reads a wide
+    """``plan`` as the model is written: each 16-bit node that has no 16-bit output and reads a wide
     tensor as it is written (:meth:`_Rewriter.read_wide`) computes wide, so the plan says FP32 and why
     (the plan's FP32 covers float64: the node keeps its tensor's type). Still resolved: an FP32 node
     that converts nothing blocks nothing."""
@@ -645,8 +646,9 @@ def _as_written(plan: PrecisionPlan, reads_wide: Mapping[str, tuple[str, int]], 
     for name, (value, elem) in reads_wide.items():
         asked = plan.decisions[name]
         sources = "/".join(dict.fromkeys(r.source for r in asked.reasons))
+        low = asked.precision.value
+        planned = f"planned {low}: {sources}" if sources else f"planned {low}"
         reasons[name] = (Reason("type", f"reads '{value}' as it is written, {_SUFFIX[elem].upper()}: "
-                                        f"{ctx.node_ops[name]} writes no float, so no Cast puts its input in "
-                                        f"{asked.precision.value} (planned {asked.precision.value}"
-                                        f"{f': {sources}' if sources else ''})"),)
+                                        f"{ctx.node_ops[name]} has no {low} output, so no Cast puts its "
+                                        f"input in {low} ({planned})"),)
     return replace(plan.with_fp32_reasons(reasons), resolved=True)

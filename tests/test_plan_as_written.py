@@ -1,5 +1,5 @@
 """The written plan states the precision the written model computes each node in (issue 23's
-leftover): a 16-bit node that writes no float (ArgMax, Shape, IsNaN, a Cast to an integer) reads its
+leftover): a 16-bit node with no 16-bit output (ArgMax, Shape, IsNaN, a Cast to an integer) reads its
 float input as it is written, so one reading an FP32 tensor computes in FP32, and the plan said FP16."""
 
 from __future__ import annotations
@@ -68,10 +68,11 @@ def test_a_node_that_writes_no_float_is_planned_in_the_precision_it_reads():
     assert [n for n in result.plan.fp32_nodes if n != "exp"] == list(fp32)
     assert result.plan.precision("argmax_relu").value == "fp16"  # reads relu's FP16 output
     [why] = result.plan.decisions["argmax_exp"].reasons
-    assert (why.source, why.detail) == ("type", "reads 'e' as it is written, FP32: ArgMax writes no float, "
-                                                "so no Cast puts its input in fp16 (planned fp16: default)")
+    assert (why.source, why.detail) == ("type", "reads 'e' as it is written, FP32: ArgMax has no fp16 "
+                                                "output, so no Cast puts its input in fp16 (planned fp16: "
+                                                "default)")
     cast_why = result.plan.decisions["cast_int"].reasons[0].detail
-    assert cast_why.startswith("reads 'e' as it is written, FP32: Cast writes no float")
+    assert cast_why.startswith("reads 'e' as it is written, FP32: Cast has no fp16 output")
 
 
 def test_with_fp16_io_a_reader_of_the_graph_input_reads_it_in_fp16():
@@ -92,9 +93,31 @@ def test_the_saved_plan_says_it_the_stamp_hashes_it_and_fed_back_it_writes_the_s
     assert {n: nodes[n]["precision"] for n in ("argmax_in", "isnan_in", "argmax_relu")} == {
         "argmax_in": "fp32", "isnan_in": "fp32", "argmax_relu": "fp16"}
     assert nodes["argmax_in"]["reasons"] == [{"source": "type", "detail": (
-        "reads 'x' as it is written, FP32: ArgMax writes no float, so no Cast puts its input in fp16 "
+        "reads 'x' as it is written, FP32: ArgMax has no fp16 output, so no Cast puts its input in fp16 "
         "(planned fp16: default)")}]
     props = {p.key: p.value for p in onnx.load(out).metadata_props}
     assert props["onnx_precision.plan_sha256"] == hashlib.sha256(open(plan, "rb").read()).hexdigest()
     assert main(["convert", src, "-o", again, "--mode", "all-fp16", "-q", "--plan", plan]) == 0
     assert open(again, "rb").read() == open(out, "rb").read()
+
+
+def test_under_keep_float64_a_cast_to_float64_is_planned_fp32():
+    """Its float64 output stays float64 and its input is read as written: it has no 16-bit side."""
+    from dataclasses import replace
+
+    from conftest import parse
+
+    model = parse("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[4] x) => (float[4] y) {
+            w = Cast <to = 11> (x)
+            e = Exp (w)
+            y = Cast <to = 1> (e)
+        }""")
+    ctx = replace(ModelContext.of(model), keep_float64=True)
+    result = rewrite(ctx, ctx.all_low_plan())
+    assert [(n, d.precision.value, [r.detail for r in d.reasons]) for n, d in result.plan.decisions.items()
+            if n == "node_of_w"] == [("node_of_w", "fp32", [
+                "reads 'x' as it is written, FP32: Cast has no fp16 output, so no Cast puts its input in "
+                "fp16 (planned fp16: default)"])]
+    assert _computes_in(result.model)["node_of_w"] == "fp32"
