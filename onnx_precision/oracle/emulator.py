@@ -253,11 +253,11 @@ class Emulator:
         return Chunks(tensors, [self._bytes(t, feed_dims) for t in tensors], self._budget)
 
     def _bytes(self, tensor: str, dims: Mapping[str, int]) -> float | None:
-        """The float32 tensor's bytes from its inferred shape (``dims``: symbolic dims' values)."""
+        """The float32 or float64 tensor's bytes from its inferred shape (``dims``: symbolic dims' values)."""
         tp = self.ctx.types.get(tensor)
         if tp is None or not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
             return None
-        count = 4
+        count = 4 if tp.tensor_type.elem_type == FLOAT else 8  # float32 or float64 (captured: WIDE)
         for d in tp.tensor_type.shape.dim:
             value = d.dim_value if d.dim_value > 0 else dims.get(d.dim_param)
             if not value:

@@ -132,8 +132,10 @@ class TensorStats:
 
 
 def tensor_stats(values: np.ndarray, flush: float = FP16.flush) -> TensorStats:
-    """The range of ``values``; ``flush``: |x| at or below it rounds to zero in the 16-bit type."""
-    a = np.abs(np.asarray(values, dtype=np.float32)).ravel()
+    """The range of ``values``; ``flush``: |x| at or below it rounds to zero in the 16-bit type. A
+    float64 tensor is judged in float64: its values past float32's range are finite, not Inf."""
+    values = np.asarray(values)
+    a = np.abs(values if values.dtype == np.float64 else values.astype(np.float32, copy=False)).ravel()
     size = int(a.size)
     if not size:
         return TensorStats(0.0, float("inf"), 0.0, 0, 0, 0)

@@ -520,7 +520,8 @@ def assemble(source: EmulationSource, capture_intermediates: bool | Iterable[str
     producers = {o: n.name for n in model.graph.node for o in n.output if o}
     inline_small_external(out, base_dir)
     outputs = tuple(o.name for o in model.graph.output)
-    intermediates = captured(model, elem_types(model, type_protos), outputs, capture_intermediates)
+    elems = elem_types(model, type_protos)
+    intermediates = captured(model, elems, outputs, capture_intermediates)
     builder = make_builder(out, type_protos, intermediates)
     builder.rewrite(out.graph, [])
     group_switches = tuple(n for g in builder.groups for n in (g.mixed, g.on))
@@ -528,7 +529,7 @@ def assemble(source: EmulationSource, capture_intermediates: bool | Iterable[str
     switch_names = tuple(builder.switches.values()) + group_switches + written
     switch_input = split_switches(out, switch_names, builder.names) if switch_names else ""
     for o in intermediates:
-        out.graph.output.append(helper.make_tensor_value_info(o, FLOAT, None))
+        out.graph.output.append(helper.make_tensor_value_info(o, elems[o], None))
     return SwitchModel(out, dict(builder.switches), outputs, intermediates, producers, tuple(builder.groups),
                        switch_input, switch_names, builder.written)
 

@@ -11,7 +11,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..graph import onnx_opset
-from .rounding import FLOAT, Names
+from ..typing_rules import WIDE
+from .rounding import Names
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,8 @@ class SwitchModel:
 
 def captured(model: onnx.ModelProto, types: Mapping[str, int], outputs: tuple[str, ...],
               capture_intermediates: bool | Iterable[str]) -> tuple[str, ...]:
-    """The main-graph float tensors to expose as extra outputs (see build_switch_model)."""
+    """The main-graph float tensors to expose as extra outputs (see build_switch_model): float32 and
+    float64 (:data:`typing_rules.WIDE`), which a 16-bit plan converts alike."""
     if not capture_intermediates:
         return ()
     wanted = None if capture_intermediates is True else set(capture_intermediates)
@@ -71,7 +73,7 @@ def captured(model: onnx.ModelProto, types: Mapping[str, int], outputs: tuple[st
     intermediates: list[str] = []
     for node in model.graph.node:
         for o in node.output:
-            if o and o not in existing and types.get(o) == FLOAT and (wanted is None or o in wanted):
+            if o and o not in existing and types.get(o) in WIDE and (wanted is None or o in wanted):
                 existing.add(o)
                 intermediates.append(o)
     return tuple(intermediates)

@@ -25,6 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..float_types import LowPrecision
 from ..graph import graphs, onnx_opset, subgraphs
+from ..typing_rules import WIDE
 from .baked import BakedBuilder
 from .rounding import FLOAT, Names, elem_types, round_nodes
 from .switch import EmulationSource, assemble
@@ -83,10 +84,13 @@ def build_twin_model(source: EmulationSource, lows: Mapping[str, LowPrecision] |
         out = assemble(source, False, builder).model
         names, spans = built[0].names, built[0].spans
     outputs = tuple(o.name for o in model.graph.output)
-    tensors = captured(model, elem_types(model, types), outputs, True)
-    floats = {o.name for o in model.graph.output if o.type.tensor_type.elem_type == FLOAT}
+    elems = elem_types(model, types)
+    tensors = captured(model, elems, outputs, True)
+    floats = {o.name for o in model.graph.output if o.type.tensor_type.elem_type in WIDE}
     compared = tuple(o for o in outputs if o in floats) + tensors
-    fetched = whole(tensors, lows is not None)
+    # a float64 tensor is fetched whole: the summary's float32 arithmetic would make its values past
+    # float32's range Inf, and the reference non-finite
+    fetched = whole(tensors, lows is not None) | {t for t in tensors if elems[t] == TensorProto.DOUBLE}
     intermediate = set(tensors)
     consts = _Constants(out, names)
     nodes: list[onnx.NodeProto] = []
@@ -134,7 +138,7 @@ def build_twin_model(source: EmulationSource, lows: Mapping[str, LowPrecision] |
         if name not in exposed:
             exposed.add(name)
             out.graph.output.append(_renamed(graph_outputs[o], name))
-    typed = [(n, FLOAT) for pair in whole_pairs.items() for n in pair if n is not None]
+    typed = [(n, elems.get(o, FLOAT)) for o, twin in whole_pairs.items() for n in (o, twin) if n is not None]
     typed += [(n, elem) for pair in summaries.values() for n, elem in zip(pair, (FLOAT, INT))]
     for name, elem in typed:
         if name not in exposed:

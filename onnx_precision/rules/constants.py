@@ -191,7 +191,7 @@ def float_integer(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
     """Integers carried in floats (positions, shapes, indices) are exact in FP16 only up to 2048, in
     BF16 only up to 256."""
     if not node.output or not facts.is_float(node.output[0]):
-        yield skip("no float32 output")
+        yield skip("no float output")
         return
     if node.op_type == "Cast":
         source = elem_type(facts.types.get(node.input[0]))

@@ -111,7 +111,8 @@ class ModelFacts:
         return self.stats is not None
 
     def is_float(self, name: str) -> bool:
-        return elem_type(self.types.get(name)) == onnx.TensorProto.FLOAT
+        """A tensor a 16-bit node converts: float32, or float64 unless kept (``ctx.wide_types``)."""
+        return elem_type(self.types.get(name)) in self.ctx.wide_types
 
     def shape(self, name: str) -> tuple[int | None, ...] | None:
         """Static shape from the model or shape inference; None if unknown, None dims if symbolic."""
