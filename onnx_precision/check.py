@@ -21,9 +21,10 @@ from .context import ModelContext, load_model
 from .data import Samples, SampleSpec, load_samples
 from .errors import ModelLoadError, PrecisionError, UsageError
 from .float_types import LOW_TYPES, low_of
-from .flops import estimate_flops
+from .flops import flop_shares
 from .format import json_safe
 from .judge import Comparison, Tolerance, compare_samples, thin_pass_note
+from .plan import NodeDecision, Precision, PrecisionPlan
 from .quant_reference import DEFAULT_MARGIN
 from .target import GENERIC, Target
 from .tradeoff import share_text, worst_output_text
@@ -60,17 +61,35 @@ def low_compute(ctx: ModelContext) -> dict[str, LowCompute]:
     """Every node that computes in 16 bits, with why: a node (of any domain, subgraphs included)
     other than Cast, CastLike and Constant with a float16 or bfloat16 tensor among its inputs or
     outputs (initializers included)."""
-    found: dict[str, LowCompute] = {}
+    found = {ref.name: _low_tensor(ctx, ref.node) for ref in ctx.nodes
+             if not (ref.node.op_type in _NO_COMPUTE and ref.node.domain in ("", "ai.onnx"))}
+    return {name: why for name, why in found.items() if why is not None}
+
+
+def _low_tensor(ctx: ModelContext, node: onnx.NodeProto) -> LowCompute | None:
+    """The first float16 or bfloat16 tensor ``node`` reads, else writes; None where there is none."""
+    for reads, names in ((True, node.input), (False, node.output)):
+        low = [LowCompute(LOW_TYPES[t].precision, n, reads) for n in names
+               if (t := elem_type(ctx.types.get(n))) in LOW_TYPES]
+        if low:
+            return low[0]
+    return None
+
+
+def written_plan(ctx: ModelContext, original: ModelContext) -> PrecisionPlan:
+    """The written model ``ctx`` as a plan, for its shares (:func:`..flops.flop_shares`, as ``convert``
+    counts its plans): each node in the precision it computes in, 16-bit where it reads or writes a
+    16-bit tensor (:func:`low_compute`; a Cast of ``original``'s own likewise); the Casts ``original``
+    does not have are a conversion's, between precisions, and compute nothing of the model's."""
+    own = set(original.node_ops)
+    decisions = {}
     for ref in ctx.nodes:
-        if ref.node.op_type in _NO_COMPUTE and ref.node.domain in ("", "ai.onnx"):
+        if ref.node.op_type in ("Cast", "CastLike") and ref.name not in own:
             continue
-        for reads, names in ((True, ref.node.input), (False, ref.node.output)):
-            low = [LowCompute(LOW_TYPES[t].precision, n, reads) for n in names
-                   if (t := elem_type(ctx.types.get(n))) in LOW_TYPES]
-            if low:
-                found[ref.name] = low[0]
-                break
-    return found
+        low = _low_tensor(ctx, ref.node)
+        decisions[ref.name] = NodeDecision(Precision(low.precision) if low else Precision.FP32)
+    fp16_io = any(elem_type(v.type) in LOW_TYPES for v in ctx.model.graph.input)
+    return PrecisionPlan(decisions, fp16_io)
 
 
 def require_fp32_reference(ctx: ModelContext, role: str, remedy: str) -> None:
@@ -85,19 +104,17 @@ def require_fp32_reference(ctx: ModelContext, role: str, remedy: str) -> None:
                          f"{why}{more}), so it is no FP32 reference; {remedy}")
 
 
-def low_share(ctx: ModelContext, feed: Mapping[str, np.ndarray]) -> tuple[str, float]:
-    """What ``ctx``'s 16-bit nodes are ("FP16", "BF16", "16-bit" where both; "" where none computes
-    in 16 bits) and their share of the estimated FLOPs (at ``feed``'s shapes) of all its nodes but
-    Casts (those a conversion adds compute nothing of the model's)."""
-    low = low_compute(ctx)
-    flops = estimate_flops(ctx.model, {k: np.shape(v) for k, v in feed.items()})
-    counted = {ref.name: flops.get(ref.name, 0.0) for ref in ctx.nodes
-               if ref.node.op_type not in ("Cast", "CastLike")}
-    total = sum(counted.values())
-    share = sum(f for n, f in counted.items() if n in low) / total if total else 0.0
-    precisions = {why.precision for why in low.values()}
-    label = "16-bit" if len(precisions) > 1 else precisions.pop().upper() if precisions else ""
-    return label, share
+def low_share(ctx: ModelContext, original: ModelContext, feed: Mapping[str, np.ndarray],
+              ) -> tuple[str, float, str]:
+    """What the written model ``ctx``'s 16-bit nodes are ("FP16", "BF16", "16-bit" where both; "" where
+    none computes in 16 bits), their share of the estimated FLOPs (at ``feed``'s shapes) and what that
+    share is of, counted as ``convert`` counts it (:func:`..flops.flop_shares` of :func:`written_plan`:
+    the Casts ``original`` has not left out, quantized compute apart)."""
+    plan = written_plan(ctx, original)
+    shares = flop_shares(ctx, {k: np.shape(v) for k, v in feed.items()})
+    precisions = {p for p in shares.precisions(plan).values() if p.is_low}
+    label = "16-bit" if len(precisions) > 1 else precisions.pop().name if precisions else ""
+    return label, shares.low(plan), shares.of
 
 
 def _require_distinct(reference: ModelContext, candidate: ModelContext) -> None:
@@ -126,6 +143,7 @@ class CheckResult:
     # QuantGate.relative: the outputs whose bound is (1 + margin) x their quantization error
     relative: Mapping[str, float] = field(default_factory=dict)
     quant_gate: Mapping[str, object] = field(default_factory=dict)  # QuantGate.to_json, for the JSON
+    low_share_of: str = "of estimated FLOPs"  # what low_share is of (the non-quantized FLOPs, when quantized)
 
     @property
     def passed(self) -> bool:
@@ -138,7 +156,7 @@ class CheckResult:
     def verdict_line(self) -> str:
         """The one line ``check -q`` prints: the verdict, the worst output and its statistic, and
         the candidate's 16-bit share."""
-        share = f"{self.low_label}: {share_text(self.low_share)} of estimated FLOPs" if self.low_label else \
+        share = f"{self.low_label}: {share_text(self.low_share)} {self.low_share_of}" if self.low_label else \
             "no 16-bit compute"
         return (f"{self.candidate} against {self.model}: {'passed' if self.passed else 'failed'}; "
                 f"{worst_output_text(self.comparison, self.tolerance)}; {share}")
@@ -231,13 +249,13 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
                              f"{oracle_lib.ort_message(e)}") from e
     comparison = compare_samples(refs, oracle_lib.verify.only_reference_outputs(cands, refs),
                                  tol if gate is None else gate.tolerances, cands.oracle)
-    label, share = low_share(candidate, samples.feeds[0] if samples.feeds else {})
+    label, share, share_of = low_share(candidate, reference, samples.feeds[0] if samples.feeds else {})
     warnings = () if label else (f"{candidate_path}: the candidate computes nothing in 16 bits (every float "
                                  f"node is FP32): this check compared FP32 with FP32",)
     return CheckResult(model_path, candidate_path, comparison, samples, candidate.target.name, label, share,
                        tol if gate is None else gate.tolerance, warnings,
                        () if gate is None else gate.notes(comparison), {} if gate is None else gate.relative,
-                       {} if gate is None else gate.to_json(comparison))
+                       {} if gate is None else gate.to_json(comparison), share_of)
 
 
 def _refuse_fp32_nonfinite(reference: ModelContext, samples: Samples,

@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import onnx
 
+from . import policy, quantized
 from .float_types import LOW_TYPES
 from .graph import graphs, is_onnx_domain, walk_nodes
 from .plan import Precision, PrecisionPlan
+from .typing_rules import elem_type
 from .typing_rules.inference import weightless
 
 if TYPE_CHECKING:
@@ -144,6 +146,8 @@ def flexible_readers(ctx: ModelContext) -> dict[str, str]:
         t = ctx.typing[ref.name]
         if not t.flexible_inputs or t.convertible_inputs or t.convertible_outputs:
             continue
+        if any(elem_type(ctx.types.get(out)) in _FLOATS for out in ref.node.output):
+            continue  # a Cast to float16 (a written model's): it computes in the type it writes
         value = ref.node.input[t.flexible_inputs[0]]
         made = ctx.index.producers.get(value)
         if made is not None:
@@ -231,3 +235,12 @@ class FlopShares:
         """The 16-bit (FP16 and BF16) share."""
         shares = self.by_precision(plan)
         return 1.0 - shares.get("fp32", 0.0) if shares else 0.0
+
+
+def flop_shares(ctx: ModelContext, input_shapes: Mapping[str, Sequence[int]]) -> FlopShares:
+    """What the shares of ``ctx``'s model count (:class:`FlopShares`), defined once for ``convert``'s
+    plans, ``--mode all-fp16``'s and ``check``'s written model (:func:`..check.written_plan`): the
+    FLOPs estimated at ``input_shapes``, its quantized compute apart, each node counted where the written
+    file computes it (a node that reads its input as written, a decomposed LayerNorm written as one)."""
+    counted_as = {**flexible_readers(ctx), **policy.fused_names(policy.decomposed_layer_norms(ctx))}
+    return FlopShares(estimate_flops(ctx.model, input_shapes), quantized.of(ctx).compute, counted_as)

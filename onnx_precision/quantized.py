@@ -108,6 +108,16 @@ class Quantization:
         """Node -> the fused dequantization it belongs to."""
         return {member: d for d in self.dequantization for member in d.members}
 
+    def dequantization_note(self) -> str:
+        """What the summaries say once of the fused dequantization's nodes, which they list as no pins
+        ('' where there are none)."""
+        if not self.dequantization:
+            return ""
+        kernels = len(self.dequantization)
+        return (f"{3 * kernels} dequantization node(s), the Cast, scale Mul and Mul after each of {kernels} "
+                f"MatMulInteger, belong to onnxruntime's fused integer kernels (MatMulIntegerToFloat, "
+                f"float32 output: {FUSION_SOURCE}): they stay FP32 and count as quantized compute")
+
     @property
     def any(self) -> bool:
         return bool(self.qdq or self.integer_ops or self.weight_only)

@@ -36,13 +36,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .. import policy, quantized
+from .. import policy
 from ..context import ModelContext
 from ..costs import Clock, Counted
 from ..data import Samples
 from ..errors import InternalError, PrecisionError
 from ..float_types import LowPrecision
-from ..flops import FlopShares, estimate_flops, flexible_readers
+from ..flops import flop_shares
 from ..judge import Comparison, Tolerance
 from ..oracle import Emulator, Inspection, LayerwiseResult, PlanRunner, ReferenceResult
 from ..oracle.accumulated import AccumulationBounds
@@ -111,11 +111,10 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
         counted = _Counted((emulator, runner, accumulated))
         phase.count(counted, probes=1)
     shapes = {k: np.shape(v) for k, v in samples.feeds[0].items()} if samples.feeds else {}
-    flops = estimate_flops(ctx.model, shapes)
-    counted_as = {**flexible_readers(ctx), **policy.fused_names(policy.decomposed_layer_norms(ctx))}
-    share = FlopShare(ctx, FlopShares(flops, quantized.of(ctx).compute, counted_as))
-    run = _Run(mode, headroom, clock, counted, reference, _node_stats(ctx, reference.stats), samples, flops,
-               share, ctx.target.fallback, progress)
+    shares = flop_shares(ctx, shapes)
+    share = FlopShare(ctx, shares)
+    run = _Run(mode, headroom, clock, counted, reference, _node_stats(ctx, reference.stats), samples,
+               shares.node_flops, share, ctx.target.fallback, progress)
 
     nonfinite = _fp32_nonfinite_message(reference)
     gate, given = (None, tolerance) if isinstance(tolerance, Tolerance) else (tolerance, tolerance.given)

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
-from .. import helper_sessions, opset_upgrade, policy, quant_reference, storage
+from .. import helper_sessions, opset_upgrade, policy, quant_reference, quantized, storage
 from ..context import ModelContext, Upgrade, load_model
 from ..costs import PhaseCost
 from ..data import SampleSpec, sample_files, shape_problem
 from ..errors import CustomOpError, InternalError, SearchError, UsageError
 from ..float_types import low_of
-from ..flops import FlopShares, estimate_flops
+from ..flops import FlopShares, estimate_flops, flop_shares
 from ..judge import Comparison, Tolerance
 from ..outcome import ConversionOutcome, Verification
 from ..plan import Precision, PrecisionPlan, Reason, apply_user_choices
@@ -127,9 +127,13 @@ class ConvertResult:
     nothing_to_convert: str = ""  # why no node computes in float32 ("" when some do)
     next_step: str = ""  # the command that builds or runs the written model on its target
     check_step: str = ""  # all-fp16 mode: the command that checks the written model as the run would have
-    # estimated FLOPs per node (the report's in static/auto modes): the counts count the nodes that
-    # compute in a float type (:func:`..flops.counted_nodes`)
-    node_flops: Mapping[str, float] = field(default_factory=dict)
+    # what the counts and shares count (the report's in static/auto modes, :func:`..flops.flop_shares`
+    # in all-fp16): the nodes that compute in a float type, each where the written file computes it
+    shares: FlopShares = field(default_factory=FlopShares)
+    # all-fp16 mode: the nodes FP32 inside onnxruntime's fused integer kernels, listed as no pins, and
+    # the note that says so (quantized.Quantization.dequantization_note)
+    fused_dequantization: tuple[str, ...] = ()
+    dequantization_note: str = ""
 
     @property
     def all_warnings(self) -> tuple[str, ...]:
@@ -164,10 +168,8 @@ class ConvertResult:
             from ..report import summary_lines  # its FP16 line says why
             return [f"{self.output_path}: nothing to convert; written with no precision changed"] + \
                 summary_lines(self.report, self.report_paths)
-        # the report's shares count each node where the written file computes it (all-fp16 has none)
-        shares = self.report.shares if self.report else FlopShares(self.node_flops)
         lines = [
-            f"{self.output_path}: {_counts(plan, shares)}, "
+            f"{self.output_path}: {_counts(plan, self.shares)}, "
             f"{self.rewrite.casts_added} Cast(s) added, {self.rewrite.initializers_converted} initializer(s) "
             f"converted, {self.rewrite.initializers_duplicated} kept in both precisions"]
         nxt = [f"next: {self.next_step}"] if self.next_step else []
@@ -175,13 +177,15 @@ class ConvertResult:
             from ..report import summary_lines
             return lines + summary_lines(self.report, self.report_paths) + [f"note: {n}" for n in
                                                                           self.rewrite.notes] + nxt
+        fused = set(self.fused_dequantization)
+        fp32 = tuple(n for n in fp32 if n not in fused)
         for name in fp32[:_MAX_LISTED_PINS]:
             reasons = plan.decisions[name].reasons
             why = f"{reasons[-1].source}: {reasons[-1].detail}" if reasons else "fp32"
             lines.append(f"  FP32 {name} ({why})")
         if len(fp32) > _MAX_LISTED_PINS:
             lines.append(f"  ... and {len(fp32) - _MAX_LISTED_PINS} more FP32 node(s) (see --save-plan)")
-        lines.extend(f"note: {n}" for n in self.rewrite.notes)
+        lines.extend(f"note: {n}" for n in self.rewrite.notes + (self.dequantization_note,) if n)
         lines.extend(f"wrote {p}" for p in self.written[1:])
         return lines + nxt + [  # the warning last: it is what a user of this mode must not miss
             f"not verified: --mode all-fp16 runs nothing (--mode auto or static verifies it); to check it: "
@@ -448,13 +452,15 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
                              (output_path,) + texts, nothing_to_convert=ctx.nothing_to_convert,
                              next_step=ctx.target.next_step(result.model, run),
                              check_step=quoted(run.check_args(ctx.target.cli_args())),
-                             node_flops=estimate_flops(ctx.model, {}))
+                             shares=flop_shares(ctx, {}),
+                             fused_dequantization=tuple(quantized.of(ctx).dequantization_nodes),
+                             dequantization_note=quantized.of(ctx).dequantization_note())
     paths = _stage_reports(done.report, options, outputs)
     outputs.commit()
     return ConvertResult(model_path, output_path, result.plan, result, done.warnings,
                          (output_path,) + texts + paths, auto_result, done.report, paths,
                          ctx.nothing_to_convert,
-                         ctx.target.next_step(result.model, run), node_flops=done.report.node_flops)
+                         ctx.target.next_step(result.model, run), shares=done.report.shares)
 
 
 def _load_remedy(ctx: ModelContext, result: RewriteResult, verification: Verification,

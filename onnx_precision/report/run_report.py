@@ -158,11 +158,7 @@ def _quantized_notes(found: quantized.Quantization) -> tuple[str, ...]:
         return ()
     kernels = (f"; {len(found.compute)} node(s) of quantized compute (DQ -> Conv/MatMul/Gemm <- DQ groups, "
                f"integer ops) are counted apart from the 16-bit share" if found.compute else "")
-    fused = found.dequantization_nodes
-    dequantization = (f"{len(fused)} dequantization node(s), the Cast, scale Mul and Mul after each of "
-                      f"{len(found.dequantization)} MatMulInteger, belong to onnxruntime's fused integer "
-                      f"kernels (MatMulIntegerToFloat, float32 output: {quantized.FUSION_SOURCE}): they stay "
-                      f"FP32 and count as quantized compute",) if fused else ()
+    dequantization = (found.dequantization_note(),) if found.dequantization else ()
     return ("quantized model: the reference is its Q/DQ run in FP32 as the ONNX specification defines them, "
             "float fake-quantisation (onnxruntime with its optimisations off), not onnxruntime's fused "
             f"integer kernels nor TensorRT's{kernels}",) + dequantization
