@@ -151,7 +151,7 @@ def converted(qdq: str, fp32: str, data: str, out: str, keep: list[str], held: l
     if not os.path.exists(report_path):
         return f"exit {run.rc}: {run.tail.strip().splitlines()[-1:]}"
     report = json.load(open(report_path))
-    pins = len(report.get("plan", {}).get("fp32_nodes", ())) if isinstance(report.get("plan"), dict) else "?"
+    pins = len(report.get("pinned", ()))
     err = rel_rms(reference, outputs_of(out, held)) if os.path.exists(out) else float("nan")
     return (f"{report.get('status')}, {pins} FP32 pins, rel RMS err vs original {err:.4g} (held out), "
             f"{run.seconds:.0f} s")
