@@ -301,7 +301,12 @@ def test_convert_and_check_state_the_same_deciding_sample_in_every_report(tmp_pa
     decided = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: y: ")]
     assert len(decided) == 1 and " on 3 samples, " in decided[0] and "; decided by sample " in decided[0]
     note = decided[0].removeprefix("note: ")
-    assert note in json.load(open(str(tmp_path / "o.report.json")))["notes"]
+    report = json.load(open(str(tmp_path / "o.report.json")))
+    assert note in report["notes"]
     assert f"- {note}" in open(md).read().splitlines()
-    assert main(["check", path, out, "--inputs", data, "--reference-model", original]) == 0
+    checked = str(tmp_path / "check.json")
+    assert main(["check", path, out, "--inputs", data, "--reference-model", original, "--json", checked]) == 0
     assert decided[0] in capsys.readouterr().out.splitlines()
+    gate = report["quantization_gate"]["outputs"]["y"]
+    assert gate == json.load(open(checked))["quantization_gate"]["outputs"]["y"]
+    assert f"decided by sample {gate['sample']}, " in note and f"ratio {gate['ratio']:.4g})" in note

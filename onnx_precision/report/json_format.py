@@ -74,6 +74,8 @@ def to_json(report: RunReport) -> dict:
                 {"node": name, "overflow_binades": round(over, 3), "underflow_binades": round(under, 3)}
                 for name, (over, under) in report.margins.items()],
             "notes": list(report.notes),
+            # a quantized model's gate: reference, margin, quantization errors, each output's deciding sample
+            **({"quantization_gate": dict(report.quantization_gate)} if report.quantization_gate else {}),
             "tradeoff": {
                 "statistic": statistic(report),
                 "points": [p.to_json() for p in report.points],
@@ -160,6 +162,7 @@ def from_json(obj: Mapping) -> RunReport:
         quantized={str(k): str(v) for k, v in obj.get("quantized", {}).items()},
         counted_as={str(k): str(v) for k, v in obj.get("counted_as", {}).items()},
         fused_dequantization=tuple(str(n) for n in obj.get("fused_dequantization", ())),
+        quantization_gate=dict(obj.get("quantization_gate", {})),
     )
 
 

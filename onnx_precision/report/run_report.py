@@ -69,6 +69,8 @@ class RunReport(PhaseTotals):
     # the Casts and Muls onnxruntime fuses into its MatMulInteger kernels (quantized.FusedDequantization):
     # FP32 as quantized compute, no pins
     fused_dequantization: tuple[str, ...] = ()
+    # a quantized model's gate on the written model (quant_reference.QuantGate.to_json); {} without one
+    quantization_gate: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def fp32_nodes(self) -> tuple[str, ...]:
@@ -149,6 +151,8 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         quantized=quantized.of(ctx).compute,
         counted_as=auto.counted_as,
         fused_dequantization=tuple(quantized.of(ctx).dequantization_nodes),
+        quantization_gate={} if auto.gate is None else auto.gate.to_json(
+            None if verification is None else verification.verified),
     )
 
 
