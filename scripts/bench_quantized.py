@@ -265,14 +265,16 @@ class Written:
     casts: int
 
 
-def written(path: str, shapes: dict[str, list[int]], given_casts: frozenset[str] = frozenset()) -> Written:
+def written(path: str, shapes: dict[str, list[int]], given_casts: frozenset[str] = frozenset(),
+            dequantization: frozenset[str] = frozenset()) -> Written:
     """What a written model computes in: the estimated FLOPs (onnx_precision.flops) of its float
     nodes outside quantized kernels (a Conv/MatMul/Gemm both of whose inputs are DQ outputs, a Cast
     between allowed, so a peer's DQ -> Cast -> MatMul counts as quantized as ours does; integer ops
-    compute in no float type and count 0), 16-bit where the node's output (a Q's input) is FP16/BF16.
-    The Casts a conversion added are not counted: they are the conversion's, not the model's compute;
-    those of the given model (``given_casts``, by name: quantize_dynamic's int32 -> float after each
-    MatMulInteger) are, as ours counts them: they compute what they did before, in the type written."""
+    compute in no float type and count 0; ``dequantization``, by name: the Cast and Muls onnxruntime
+    fuses into each MatMulInteger, :func:`fused_dequantization`), 16-bit where the node's output (a Q's
+    input) is FP16/BF16. The Casts a conversion added are not counted: they are the conversion's, not
+    the model's compute; those of the given model (``given_casts``, by name) are, as ours counts them:
+    they compute what they did before, in the type written."""
     model = onnx.load(path)
     flops = estimate_flops(model, shapes)
     types = _types(model)
@@ -280,6 +282,8 @@ def written(path: str, shapes: dict[str, list[int]], given_casts: frozenset[str]
     low = total = 0.0
     for node in model.graph.node:
         if (node.op_type == "Cast" and node.name not in given_casts) or flops.get(node.name, 0.0) <= 0:
+            continue
+        if node.name in dequantization:
             continue
         if node.op_type in KERNELS and len(node.input) > 1 and all(_dq_fed(model, v, producers)
                                                                     for v in node.input[:2]):
@@ -299,6 +303,42 @@ def written(path: str, shapes: dict[str, list[int]], given_casts: frozenset[str]
     into_kernel = [c for c in dq_casts if any(k.op_type in KERNELS for k in consumers.get(c.output[0], []))]
     return Written(low / total if total else 0.0, len(dq_casts), len(into_kernel),
                    sum(n.op_type == "Cast" for n in model.graph.node))
+
+
+def fused_dequantization(model: onnx.ModelProto) -> frozenset[str]:
+    """The Cast, scale Mul and Mul after each MatMulInteger that onnxruntime fuses with it into
+    MatMulIntegerToFloat (onnxruntime/core/optimizer/matmul_integer_to_float.cc): a Mul with a Cast
+    parent whose parent is a MatMulInteger and a Mul parent, the three read once (matched here apart
+    from onnx_precision.quantized, as a second opinion)."""
+    producers = {o: n for n in model.graph.node for o in n.output}
+    reads: dict[str, int] = {}
+    for n in model.graph.node:
+        for v in n.input:
+            reads[v] = reads.get(v, 0) + 1
+    found: set[str] = set()
+    for mul in (n for n in model.graph.node if n.op_type == "Mul"):
+        parents = [producers.get(v) for v in mul.input]
+        cast = next((p for p in parents if p is not None and p.op_type == "Cast"), None)
+        scale = next((p for p in parents if p is not None and p.op_type == "Mul"), None)
+        kernel = producers.get(cast.input[0]) if cast is not None else None
+        if scale is not None and kernel is not None and kernel.op_type == "MatMulInteger" and all(
+                reads.get(n.output[0]) == 1 for n in (kernel, cast, scale)):
+            found.update((cast.name, scale.name, mul.name))
+    return frozenset(found)
+
+
+def ort_kernels(path: str, work: str) -> str:
+    """What onnxruntime's CPU provider runs ``path``'s integer matmuls with after its fusions (its
+    optimized model): 'fused 112+113, unfused 0' (MatMulIntegerToFloat + DynamicQuantizeMatMul,
+    MatMulInteger left alone)."""
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.optimized_model_filepath = os.path.join(work, "optimized.onnx")
+    ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    optimized = onnx.load(options.optimized_model_filepath, load_external_data=False)
+    ops = [n.op_type for n in optimized.graph.node]
+    return (f"fused {ops.count('MatMulIntegerToFloat')}+{ops.count('DynamicQuantizeMatMul')}, "
+            f"unfused {ops.count('MatMulInteger')}")
 
 
 def shapes_of(model: onnx.ModelProto) -> dict[str, list[int]]:
@@ -456,7 +496,9 @@ def dynamic(work: str, layers: int) -> None:
         print(f"independent: written vs FP32 original on the held-out feeds, rel RMS {rel_rms(ref, got):.4f} "
               f"(quantization error {rel_rms(ref, outputs_of(quant, held)):.4f}); "
               f"16-bit share of the non-quantized FLOPs "
-              f"{100 * written(out, shapes_of(model), own_casts).share:.1f}%")
+              f"{100 * written(out, shapes_of(model), own_casts, fused_dequantization(q)).share:.1f}%")
+        print(f"onnxruntime's integer kernels (MatMulIntegerToFloat+DynamicQuantizeMatMul, MatMulInteger): "
+              f"given {ort_kernels(quant, work)}; written {ort_kernels(out, work)}")
     if run.rc not in (0, 1):
         print(run.tail)
 
