@@ -172,7 +172,8 @@ class CheckResult:
             "samples": {"source": self.samples.source, "synthetic": self.samples.synthetic,
                         "count": len(self.samples.feeds), "warnings": list(self.samples.warnings)},
             "tolerance": tol.to_json(), "comparison": self.comparison.to_json(), "note": self.note or None,
-            "low_share": {"label": self.low_label or None, "flops": self.low_share},
+            "low_share": {"label": self.low_label or None, "flops": self.low_share,
+                          "flops_of": self.low_share_of[len("of "):]},  # as convert's fp16_share.flops_of
             "warnings": list(self.warnings),
             **({"quantization_gate": self.quant_gate} if self.quant_gate else {})})
 

@@ -15,17 +15,18 @@ from test_quantized_dynamic import dynamic_block
 from onnx_precision.cli import main
 
 
-def _shares(tmp_path, path: str, options: list[str], capsys) -> tuple[float, float, list[str]]:
-    """convert's share (its report JSON's), check's of the written file (its JSON's), and what check -q
-    printed."""
+def _shares(tmp_path, path: str, options: list[str], capsys) -> tuple[tuple, tuple, list[str]]:
+    """convert's share and what it is of (its report JSON's), check's of the written file (its JSON's),
+    and what check -q printed."""
     out, checked = str(tmp_path / "o.onnx"), str(tmp_path / "check.json")
     assert main(["convert", path, "-o", out, *options]) == 0
     assert main(["check", path, out, "-q", "--json", checked, *options[options.index("--inputs"):][:2]]) == 0
     printed = capsys.readouterr().out.splitlines()
     with open(str(tmp_path / "o.report.json")) as f:
-        converted = json.load(f)["fp16_share"]["flops"]
+        converted = json.load(f)["fp16_share"]
     with open(checked) as f:
-        return converted, json.load(f)["low_share"]["flops"], printed
+        share = json.load(f)["low_share"]
+    return (converted["flops"], converted["flops_of"]), (share["flops"], share["flops_of"]), printed
 
 
 def test_convert_and_check_state_one_share_of_a_dynamic_quant_model(tmp_path, capsys):
@@ -33,7 +34,7 @@ def test_convert_and_check_state_one_share_of_a_dynamic_quant_model(tmp_path, ca
     # left out, quantized compute counted in)
     path, data = dynamic_block(tmp_path)
     converted, checked, printed = _shares(tmp_path, path, ["--inputs", data], capsys)
-    assert converted == checked == pytest.approx(1.0)
+    assert converted == checked == (pytest.approx(1.0), "the non-quantized estimated FLOPs")
     assert printed[-1].endswith("; FP16: 100.0% of the non-quantized estimated FLOPs")
 
 
@@ -57,7 +58,7 @@ def test_convert_and_check_count_a_models_own_casts_alike(tmp_path, capsys):
     onnx.save(model, path)
     np.savez(data, x=rng.uniform(0, 1, (4, 64)).astype(np.float32))
     converted, checked, printed = _shares(tmp_path, path, ["--keep-fp32", "relu", "--inputs", data], capsys)
-    assert converted == checked == pytest.approx(16768 / 17024)
+    assert converted == checked == (pytest.approx(16768 / 17024), "estimated FLOPs")
     assert printed[-1].endswith("; FP16: 98.5% of estimated FLOPs")
 
 
