@@ -146,8 +146,9 @@ def flexible_readers(ctx: ModelContext) -> dict[str, str]:
         t = ctx.typing[ref.name]
         if not t.flexible_inputs or t.convertible_inputs or t.convertible_outputs:
             continue
-        if any(elem_type(ctx.types.get(out)) in _FLOATS for out in ref.node.output):
-            continue  # a Cast to float16 (a written model's): it computes in the type it writes
+        if any(elem_type(ctx.types.get(out)) in LOW_TYPES for out in ref.node.output):
+            continue  # a Cast to float16 (a written model's): it computes in the type it writes (a Cast
+            # to float64 under --keep-float64 computes in what it reads)
         value = ref.node.input[t.flexible_inputs[0]]
         made = ctx.index.producers.get(value)
         if made is not None:

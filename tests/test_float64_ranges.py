@@ -81,3 +81,13 @@ def test_the_rules_see_a_float64_initializer_fp16_cannot_hold():
     assert {(node, message) for node, _, message in found} == {
         (f"{op}{tag}", f"constant 'big{tag}' has |x| up to 1e+05, inf in FP16")
         for op in ("mul_big", "div_big") for tag in ("32", "64")}
+
+
+def test_every_statement_of_a_float64_run_is_true_of_its_file(tmp_path):
+    from test_shares_true import audit
+
+    model, data = str(tmp_path / "m.onnx"), str(tmp_path / "x.npz")
+    onnx.save(_twins(), model)
+    np.savez(data, x=_feed())
+    assert audit(tmp_path, model, data, "--mode", "static") == []
+    assert audit(tmp_path, model, data, "--mode", "static", "--keep-float64") == []
