@@ -128,20 +128,40 @@ def audit(qdq_path: str, fp32: onnx.ModelProto) -> dict:
                                                      if quantization_sq else float("nan"))}
 
 
-def rounded_model(qdq_path: str, out: str) -> None:
-    """The QDQ model with every scale of the subnormal band (1.53e-5 to 6.1e-5) rounded to FP16."""
+def rounded_model(qdq_path: str, out: str, low: float, dequantize_only: bool) -> None:
+    """The QDQ model with every scale from ``low`` to 6.1e-5 rounded to FP16 (``dequantize_only``: the
+    DequantizeLinears' alone, as the rule now leaves them 16-bit)."""
     model = onnx.load(qdq_path)
-    scales = {n.input[1] for n in model.graph.node if scale_input(n) == 1}
+    scales = {n.input[1] for n in model.graph.node
+              if scale_input(n) == 1 and (n.op_type == "DequantizeLinear" or not dequantize_only)}
     for init in model.graph.initializer:
         if init.name in scales and init.data_type == onnx.TensorProto.FLOAT:
             s = numpy_helper.to_array(init)
-            sub = (s >= RECIPROCAL) & (s < SUBNORMAL)
+            sub = (s >= low) & (s < SUBNORMAL)
             if sub.any():
                 init.CopyFrom(numpy_helper.from_array(np.where(sub, FP16.round(s), s).astype(np.float32),
                                                       init.name))
     onnx.save(model, out)
 
 
+def dead_channels(qdq_path: str) -> tuple[int, int]:
+    """(scale values below 6e-8 of DequantizeLinears with a constant input, those whose channel's quantized
+    values are all at the zero point: a zero scale changes nothing there)."""
+    model = onnx.load(qdq_path)
+    constants = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    total = dead = 0
+    for node in model.graph.node:
+        if node.op_type != "DequantizeLinear" or not {node.input[0], node.input[1]} <= constants.keys():
+            continue
+        scale, q = constants[node.input[1]].ravel(), constants[node.input[0]].astype(np.int64)
+        zero = constants[node.input[2]].astype(np.int64) if len(node.input) > 2 and node.input[2] else 0
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 1) % max(q.ndim, 1)
+        for c in np.flatnonzero(scale < FLUSH):
+            channel = np.take(q, c, axis=axis) if scale.size > 1 else q
+            z = np.ravel(zero)[c] if np.size(zero) > 1 else np.ravel(zero)[0] if np.size(zero) else 0
+            total += 1
+            dead += bool(np.all(channel == z))
+    return total, dead
 def converted(qdq: str, fp32: str, data: str, out: str, keep: list[str], held: list[dict],
               reference: list) -> str:
     """One convert run's row: status, FP32 pins, rel RMS err of the written model against the original."""
@@ -186,11 +206,15 @@ def main() -> None:
         found = audit(qdq_path, fp32)
         held = samples(real.name, fp32, EVALUATION, 100)
         reference = outputs_of(fp32_path, held)
-        rounded_path = os.path.join(work, f"{real.name}.qdq.sub16.onnx")
-        rounded_model(qdq_path, rounded_path)
+        rounded_path, low_path = (os.path.join(work, f"{real.name}.qdq.{k}.onnx") for k in ("sub16", "dq16"))
+        rounded_model(qdq_path, rounded_path, RECIPROCAL, dequantize_only=False)
+        rounded_model(qdq_path, low_path, FLUSH, dequantize_only=True)
+        below, dead = dead_channels(qdq_path)
         quantization = rel_rms(reference, outputs_of(qdq_path, held))
         rounding = rel_rms(reference, outputs_of(rounded_path, held))
         between = rel_rms(outputs_of(qdq_path, held), outputs_of(rounded_path, held))
+        low_rounding = rel_rms(reference, outputs_of(low_path, held))
+        low_between = rel_rms(outputs_of(qdq_path, held), outputs_of(low_path, held))
         print(f"\n== {real.name}: {len(onnx.load(qdq_path).graph.node)} nodes after quantize_static")
         for role in ("weight", "bias", "activation"):
             cells = ", ".join(f"{b}: {found['nodes'][(role, b)]} nodes / {found['values'][(role, b)]} values"
@@ -205,7 +229,10 @@ def main() -> None:
                   f"RMS over the quantization error's RMS: {found['weight_ratio']:.3g}")
         print(f"  outputs (worst rel RMS err over {EVALUATION} held-out samples and outputs): quantization "
               f"error {quantization:.4g}; subnormal-band scales rounded to FP16 {rounding:.4g} "
-              f"(against the QDQ model itself: {between:.3g})")
+              f"(against the QDQ model itself: {between:.3g}); every DequantizeLinear scale from 6e-8 to "
+              f"6.1e-5 rounded to FP16 {low_rounding:.4g} (against the QDQ model: {low_between:.3g})")
+        print(f"  DequantizeLinear scale values below 6e-8 (zero in FP16): {below}, of them {dead} in a "
+              f"channel whose quantized values are all the zero point")
         if args.convert:
             data = save_feeds(os.path.join(work, f"{real.name}.inputs"), samples(real.name, fp32, 2, 50))
             pinned = found["subnormal_nodes"]
