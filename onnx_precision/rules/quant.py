@@ -115,7 +115,8 @@ class SubnormalRounding:
     relative to its range (1/2^8 for 8 bits and wider: a wider type's values, INT32 biases, meet the
     model's 8-bit activation quantizers; 1/2^4 for 4 bits). Measured on real per-channel INT8 models
     (scripts/bench_scale_audit.py), FP16 rounds their subnormal scales by at most 0.19%, half that
-    quantum, and changes no output: within it the scale is a note, the samples judge the node."""
+    quantum, and the outputs' error against the FP32 original moved by -3.1% to +2.6% with all of them
+    rounded: within it the scale is a note, the samples judge the node."""
 
     error: float  # the largest |fp16(s) - s| / s over the scale's subnormal values
     quantum: float  # 1 / 2^bits, bits = min(8, the quantized type's)
