@@ -76,6 +76,10 @@ def test_dynamic_quantizations_dequantization_is_quantized_compute_and_keeps_its
             "compute") in printed
     assert fused_kernels(out, tmp_path) == {"MatMulIntegerToFloat": 2, "DynamicQuantizeMatMul": 1,
                                             "MatMulInteger": 0}
+    with open(str(tmp_path / "o.report.md")) as f:  # the trade-off table's and the picture's pins too
+        assert "| 100.0% | 0.007883 | yes | `x_QuantizeLinear`, `s_QuantizeLinear` |" in f.read()
+    with open(str(tmp_path / "o.report.tradeoff.svg")) as f:
+        assert ", 2 FP32 pin(s)" in f.read()
     written = onnx.shape_inference.infer_shapes(onnx.load(out))
     values = list(written.graph.value_info) + list(written.graph.output)
     types = {v.name: v.type.tensor_type.elem_type for v in values}

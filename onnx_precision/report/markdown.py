@@ -147,7 +147,7 @@ def _tradeoff_lines(report: RunReport) -> list[str]:
              f"{note + '; ' if note else ''}{len(report.points)} plan(s) measured, {rows} (error: "
              f"{statistic(report)}, worst output and sample), the chosen one marked. Replay a point with "
              f"`--plan REPORT.json@POINT --mode all-fp16`.", ""]
-    lines += front_table(report.points, report.node_flops, report.chosen_point, low=report.low_label,
+    lines += front_table(report.listed_points, report.node_flops, report.chosen_point, low=report.low_label,
                          of=report.shares.of)
     if report.tradeoff_svg:
         lines += ["", f"![trade-off]({os.path.basename(report.tradeoff_svg)})"]

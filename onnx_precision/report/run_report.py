@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -77,6 +77,13 @@ class RunReport(PhaseTotals):
         """The plan's FP32 pins: its FP32 nodes but the fused dequantization's (the notes count those)."""
         fused = set(self.fused_dequantization)
         return tuple(n for n in self.plan.fp32_nodes if n not in fused)
+
+    @property
+    def listed_points(self) -> tuple[PlanPoint, ...]:
+        """The trade-off points as the table and the picture list them: each one's pins without the
+        fused dequantization (``points`` keep them, so that a point replays as measured)."""
+        fused = set(self.fused_dequantization)
+        return tuple(replace(p, pinned=tuple(n for n in p.pinned if n not in fused)) for p in self.points)
 
     def fp16_node_share(self) -> float:
         """The 16-bit share of the nodes that compute in a float type (:meth:`.FlopShares.counted`)."""
@@ -250,7 +257,7 @@ def tradeoff_svg(report: RunReport) -> str:
     tolerance."""
     tolerance = tolerance_line(report.tolerance) if report.tolerance is not None else None
     title = f"{os.path.basename(report.model)}: {report.low_label} share of compute against error"
-    return front_svg(Picture(report.points, statistic(report), title, report.chosen_point, tolerance,
+    return front_svg(Picture(report.listed_points, statistic(report), title, report.chosen_point, tolerance,
                              report.tradeoff_note, report.low_label, report.shares.of))
 
 
