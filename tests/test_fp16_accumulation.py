@@ -320,9 +320,9 @@ def test_the_written_model_is_verified_with_the_sums_proven_in_the_search(tmp_pa
     model, _, feeds = _proven_case()
     spelled = []
 
-    def emulate(written, base_dir, target):
+    def emulate(written, base_dir, target, **kwargs):
         spelled.append(target)
-        return emulate_model(written, base_dir, target)
+        return emulate_model(written, base_dir, target, **kwargs)
 
     monkeypatch.setattr(runs, "emulate_model", emulate)
     if in_memory:

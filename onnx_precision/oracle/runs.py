@@ -19,12 +19,13 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ..context import ModelContext
+from ..context import ModelContext, load_model
 from ..storage import is_external, model_tensors, read_array
+from ..target import GENERIC, Target
 from ..target import NATIVE_PROVIDERS as NATIVE_PROVIDERS  # each runtime's (the registry of targets)
 from .emulation import EMULATE, as_fp32
 from .reference_ops import SPEC_OPS
-from .sessions import Feed, cast_feed, handed, input_dtypes, make_session, run_session
+from .sessions import Feed, Handed, cast_feed, handed, input_dtypes, make_session, run_session
 from .written import emulate_model
 
 log = logging.getLogger(__name__)
@@ -57,11 +58,31 @@ def run_fp32(ctx: ModelContext, feeds: Sequence[Feed]) -> OracleRun:
 
 def run_emulated(ctx: ModelContext, feeds: Sequence[Feed]) -> OracleRun:
     """A written FP16/mixed model, emulated on CPU (every FP16 tensor rounded)."""
-    # the emulated proto is gone before onnxruntime parses its bytes, and they before the run (see
-    # :class:`.sessions.Handed`)
-    given = handed(emulate_model(ctx.model, ctx.base_dir, ctx.target), ctx.base_dir, ctx.mapped_weights)
+    return _emulated_run(lambda: (handed(emulate_model(ctx.model, ctx.base_dir, ctx.target), ctx.base_dir,
+                                         ctx.mapped_weights), ctx.base_dir), ctx.custom_op_libraries, feeds)
+
+
+def run_emulated_file(path: str, feeds: Sequence[Feed], custom_op_libraries: tuple[str, ...] = (),
+                      target: Target = GENERIC) -> OracleRun:
+    """:func:`run_emulated` on the model file ``path`` (loaded as :func:`.context.load_model` loads it,
+    for ``target``), read for this run alone: emulated in place, no copy of its proto beside the
+    emulation (on the 26 MB dynamic-quant model of scripts/bench_quantized.py, 32 MB of the
+    verification's peak)."""
+    def emulated() -> tuple[Handed, str]:
+        ctx = load_model(path, custom_op_libraries, target)
+        emulated = emulate_model(ctx.model, ctx.base_dir, target, in_place=True)
+        return handed(emulated, ctx.base_dir), ctx.base_dir
+    return _emulated_run(emulated, custom_op_libraries, feeds)
+
+
+def _emulated_run(emulated: Callable[[], tuple[Handed, str]], custom_op_libraries: Sequence[str],
+                  feeds: Sequence[Feed]) -> OracleRun:
+    """The outputs of the emulated model that ``emulated`` hands (with the folder of its external data).
+    Only ``emulated`` holds the proto: it is gone before onnxruntime parses the bytes, and they
+    before the run (see :class:`.sessions.Handed`)."""
+    given, base_dir = emulated()
     io = given.io
-    session = make_session(given, ctx.base_dir, custom_op_libraries=ctx.custom_op_libraries)
+    session = make_session(given, base_dir, custom_op_libraries=custom_op_libraries)
     del given
     return OracleRun(EMULATE, run_session(session, io, feeds))
 

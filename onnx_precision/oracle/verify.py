@@ -19,7 +19,7 @@ from ..errors import OracleUnavailable
 from ..judge import Comparison, Tolerances, compare_by_shape, compare_outputs, each_sample, merge_comparisons
 from ..target import GENERIC, Target
 from ..vocab import OracleName
-from .runs import NATIVE_PROVIDERS, OracleRun, run_emulated, run_native, run_reference
+from .runs import NATIVE_PROVIDERS, OracleRun, run_emulated, run_emulated_file, run_native, run_reference
 from .sessions import Feed
 
 
@@ -65,7 +65,11 @@ def verify_written(
 ) -> Comparison:
     """Run what was WRITTEN (emulated, or natively on a GPU provider) against the FP32 outputs the
     search already computed: one session, whatever happened before."""
-    run = run_candidate(written, feeds, oracle)
+    return _judged(run_candidate(written, feeds, oracle), feeds, reference_outputs, tol)
+
+
+def _judged(run: OracleRun, feeds: Sequence[Feed], reference_outputs: Sequence[Mapping], tol: Tolerances,
+            ) -> Comparison:
     candidates = only_reference_outputs(run, reference_outputs)
     return compare_by_shape(feeds, list(reference_outputs), candidates, tol, run.oracle)
 
@@ -83,12 +87,13 @@ def verify_output(
     context): emulated (always) and natively on ``oracle``'s provider when one is named. Returns
     (emulated, native or None, phase costs)."""
     started = time.perf_counter()
-    written = _written(output_path, custom_op_libraries, target)
-    verified = verify_written(written, feeds, reference_outputs, tol)
+    emulated = _emulated(output_path, feeds, custom_op_libraries, target)
+    verified = _judged(emulated, feeds, reference_outputs, tol)
     phases = [PhaseCost("verify", time.perf_counter() - started, sessions=1, probes=1)]
     native = None
     if oracle != "emulate":
         started = time.perf_counter()
+        written = _written(output_path, custom_op_libraries, target)  # read again: the emulation took its own
         native = verify_written(written, feeds, reference_outputs, tol, oracle)
         phases.append(PhaseCost(f"native {oracle}", time.perf_counter() - started, sessions=1, probes=1))
     return verified, native, tuple(phases)
@@ -101,8 +106,7 @@ def validate_written(output_path: str | ModelContext, feeds: Sequence[Feed],
     """The written model (a file, or a context in memory), emulated, on held-out samples the search
     never saw: the comparison over them all and, where one fails, which sample and how ("" when all
     pass)."""
-    written = _written(output_path, custom_op_libraries, target)
-    run = run_candidate(written, feeds)
+    run = _emulated(output_path, feeds, custom_op_libraries, target)
     per_sample = [compare_outputs(ref, cand, t, run.oracle) for ref, cand, t in
                   zip(reference_outputs, only_reference_outputs(run, reference_outputs),
                       each_sample(tol, len(reference_outputs)))]
@@ -117,6 +121,15 @@ def _written(model: str | ModelContext, custom_op_libraries: tuple[str, ...], ta
     if isinstance(model, ModelContext):
         return model if model.target == target else replace(model, target=target)
     return load_model(model, custom_op_libraries, target)
+
+
+def _emulated(model: str | ModelContext, feeds: Sequence[Feed], custom_op_libraries: tuple[str, ...],
+              target: Target) -> OracleRun:
+    """The written model (:func:`_written`) emulated; a file is read back for that run alone
+    (:func:`.runs.run_emulated_file`)."""
+    if isinstance(model, ModelContext):
+        return run_emulated(_written(model, custom_op_libraries, target), feeds)
+    return run_emulated_file(model, feeds, custom_op_libraries, target)
 
 
 def only_reference_outputs(run: OracleRun, refs: Sequence[Mapping]) -> list[dict[str, np.ndarray]]:

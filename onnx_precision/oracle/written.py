@@ -23,7 +23,8 @@ from ..target import GENERIC, Spelling, Target
 from .rounding import FLOAT, Names, elem_types, round_nodes
 
 
-def emulate_model(model: onnx.ModelProto, base_dir: str, target: Target = GENERIC) -> onnx.ModelProto:
+def emulate_model(model: onnx.ModelProto, base_dir: str, target: Target = GENERIC,
+                  in_place: bool = False) -> onnx.ModelProto:
     """The FP32 graph of an FP16/BF16/mixed ``model`` that rounds every 16-bit tensor to its type.
 
     16-bit graph inputs become FP32 inputs rounded on entry; 16-bit initializers and constants become
@@ -31,10 +32,12 @@ def emulate_model(model: onnx.ModelProto, base_dir: str, target: Target = GENERI
     FLOAT16 or BFLOAT16 becomes a round trip. Graph outputs that were 16-bit are FP32 holding such
     values. With a
     target that builds an FP16 node from several layers (TensorRT), the node is emulated as them.
+    ``in_place``: ``model`` itself becomes the emulation (a model read for it alone: no copy of it).
     """
     types = elem_types(model)
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
+    out = model if in_place else onnx.ModelProto()
+    if not in_place:
+        out.CopyFrom(model)
     inline_small_external(out, base_dir)
     names = Names(out)
     layers = target.spelling(out, base_dir, None, names.fresh)
