@@ -91,3 +91,17 @@ def test_every_statement_of_a_float64_run_is_true_of_its_file(tmp_path):
     np.savez(data, x=_feed())
     assert audit(tmp_path, model, data, "--mode", "static") == []
     assert audit(tmp_path, model, data, "--mode", "static", "--keep-float64") == []
+
+
+def test_the_tensorrt_flags_pin_the_float64_nodes_the_plan_keeps_fp32(tmp_path):
+    """onnx-tensorrt builds float64 in float32 (convertDtype: DOUBLE -> kFLOAT), so --fp16 may run a
+    float64 node in FP16: its pin is a flag. The flags left the six float64 pins out."""
+    model, data, flags = (str(tmp_path / n) for n in ("m.onnx", "x.npz", "flags.txt"))
+    onnx.save(_twins(), model)
+    np.savez(data, x=_feed())
+    main(["convert", model, "-o", str(tmp_path / "o.onnx"), "--inputs", data, "--mode", "static", "-q",
+          "--target", "tensorrt", "--trt-flags", flags])
+    text = open(flags, encoding="utf-8").read()
+    assert text.startswith("# onnx-precision: TensorRT flags for 13 node(s) pinned to FP32.")
+    pinned = [f"{name}{tag}:fp32" for tag in ("32", "64") for name in _BRANCH] + ["from64:fp32"]
+    assert f"--layerPrecisions={','.join(pinned)} " in text

@@ -38,7 +38,7 @@ from ..graph import walk_nodes
 from ..plan import Precision, PrecisionPlan
 from ..suggested import RunArgs, quoted
 from ..suggested import dims_text as _dims
-from ..typing_rules import elem_type, tensor_types
+from ..typing_rules import WIDE, elem_type, tensor_types
 from .naming import INTERNAL_PREFIXES, LayersCache, NodeNames, trt_layer_names
 from .versions import (
     LAST_WEAKLY_TYPED,
@@ -66,6 +66,9 @@ _TRT_TYPE_NAMES: dict[int, str] = {
 # Polygraphy's names of the types, by the precision a plan (and trtexec) gives them: numpy's, as schemas
 _POLYGRAPHY_TYPES = {"fp32": "float32", **{p: low.type_name for p, low in LOW_PRECISIONS.items()}}
 _FLOAT_TYPES = (onnx.TensorProto.FLOAT, *LOW_TYPES)
+# onnx-tensorrt builds a float64 tensor in float32 (onnx2trt::convertDtype: DOUBLE -> kFLOAT), so a
+# float64 node is a float layer that --fp16 may run in FP16: a pin of it is a flag as a float32 node's is
+_LAYER_FLOATS = (*WIDE, *LOW_TYPES)
 
 # Characters trtexec's parsing of "name:value,name:value" lists cannot carry in a name (':' is fine:
 # splitNameAndValue splits on the last one).
@@ -253,7 +256,7 @@ def _unparseable(name: str) -> str:
 
 
 def _computes_on_floats(node: onnx.NodeProto, types: Mapping[str, int | None]) -> bool:
-    return any(types.get(t) in _FLOAT_TYPES for t in list(node.input) + list(node.output) if t)
+    return any(types.get(t) in _LAYER_FLOATS for t in list(node.input) + list(node.output) if t)
 
 
 def _output_type_name(elem: int | None, precision: str = "fp32") -> str:
