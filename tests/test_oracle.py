@@ -611,3 +611,15 @@ def test_a_written_file_is_verified_with_no_proto_of_it_alive_beside_onnxruntime
     assert alive == [0, 0]
     assert verified.passed and native is None and validation.passed and failure == ""
     assert verified.worst() is not None and verified.worst().rel_rms_err == 0.0
+
+
+def test_a_conversion_does_not_import_onnx_reference():
+    """onnx.reference (12 MB of a process's memory once imported) is loaded by the reference oracle
+    alone, not by the modules every conversion imports."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import onnx_precision.cli, onnx_precision.convert.run, onnx_precision.oracle, "
+            "onnx_precision.check; print('onnx.reference' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

@@ -24,7 +24,6 @@ from ..storage import is_external, model_tensors, read_array
 from ..target import GENERIC, Target
 from ..target import NATIVE_PROVIDERS as NATIVE_PROVIDERS  # each runtime's (the registry of targets)
 from .emulation import EMULATE, as_fp32
-from .reference_ops import SPEC_OPS
 from .sessions import Feed, Handed, cast_feed, handed, input_dtypes, make_session, run_session
 from .written import emulate_model
 
@@ -120,7 +119,11 @@ def reference_executor(ctx: ModelContext) -> Executor:
     everywhere; it needs the weights in memory (fine for models well under the machine's memory).
     LayerNormalization and RMSNormalization compute their statistics in ``stash_type``, as the
     specification says and onnx.reference does not (:mod:`.reference_ops`)."""
+    # onnx.reference is 12 MB of every run's memory once imported: only this oracle loads it
     from onnx.reference import ReferenceEvaluator
+
+    from .reference_ops import SPEC_OPS
+
     model = ctx.model
     if any(is_external(t) for t in model_tensors(model)):
         model = onnx.ModelProto()
