@@ -54,6 +54,34 @@ def estimate_flops(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[i
     return flops
 
 
+def integer_kernel_flops(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]],
+                         names: Collection[str]) -> dict[str, float]:
+    """The FLOPs of the integer kernels ``names`` (MatMulInteger, ConvInteger, QLinearMatMul,
+    QLinearConv: 2*M*N*K as their float twins), which :func:`estimate_flops` counts 0 as they compute
+    in no float type: what "71% of all FLOPs are INT8" counts (:func:`..quantized.shares_text`);
+    nodes of other ops and those whose shapes are unknown are left out."""
+    if not names:
+        return {}
+    shapes, _ = _inferred(model, input_shapes)
+    flops: dict[str, float] = {}
+    for ref in walk_nodes(model.graph):
+        node = ref.node
+        twin = _INTEGER_TWINS.get(node.op_type)
+        if node.name not in names or twin is None or len(node.input) <= twin[1]:
+            continue
+        as_float = onnx.helper.make_node(twin[0], [node.input[0], node.input[twin[1]]], node.output[:1])
+        per_output = _flops_per_output(as_float, shapes)
+        if per_output is not None and node.output[0] in shapes:
+            flops[node.name] = float(np.prod(shapes[node.output[0]])) * per_output
+    return flops
+
+
+# each integer kernel -> the float op that computes as it does, and the index of its weight input
+# (QLinearConv and QLinearMatMul take their input's scale and zero point before it)
+_INTEGER_TWINS = {"MatMulInteger": ("MatMul", 1), "ConvInteger": ("Conv", 1), "QLinearMatMul": ("MatMul", 3),
+                  "QLinearConv": ("Conv", 3)}
+
+
 def _flops_per_output(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]]) -> float | None:
     first = shapes.get(node.input[0]) if node.input else None
     if node.op_type == "MatMul" and first:

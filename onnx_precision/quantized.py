@@ -218,14 +218,18 @@ def _dequantize(index: GraphIndex, value: str) -> onnx.NodeProto | None:
     return made.node if made is not None and is_qdq(made.node) and made.node.op_type == DEQUANTIZE else None
 
 
-def shares_text(compute: Mapping[str, str], node_flops: Mapping[str, float], nodes: Mapping) -> str:
-    """'71% of all FLOPs are INT8' (each label's share of the FLOPs of ``nodes``), '' when none."""
-    total = sum(node_flops.get(n, 0.0) for n in nodes)
+def shares_text(compute: Mapping[str, str], node_flops: Mapping[str, float], nodes: Mapping,
+                integer_flops: Mapping[str, float]) -> str:
+    """'71% of all FLOPs are INT8' (each label's share of the FLOPs of ``nodes``, ``integer_flops``
+    those of the integer kernels, which ``node_flops`` counts 0: :func:`..flops.integer_kernel_flops`),
+    '' when none."""
+    flops = {**node_flops, **integer_flops}
+    total = sum(flops.get(n, 0.0) for n in nodes)
     if not compute or total <= 0:
         return ""
     by_label: dict[str, float] = {}
     for name, label in compute.items():
-        by_label[label] = by_label.get(label, 0.0) + node_flops.get(name, 0.0)
+        by_label[label] = by_label.get(label, 0.0) + flops.get(name, 0.0)
     parts = [f"{100 * flops / total:.3g}%" + (f" {label}" if i else f" of all FLOPs are {label}")
              for i, (label, flops) in enumerate(sorted(by_label.items(), key=lambda item: -item[1]))]
     return ", ".join(parts)

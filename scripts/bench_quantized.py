@@ -320,8 +320,10 @@ def fused_dequantization(model: onnx.ModelProto) -> frozenset[str]:
         parents = [producers.get(v) for v in mul.input]
         cast = next((p for p in parents if p is not None and p.op_type == "Cast"), None)
         scale = next((p for p in parents if p is not None and p.op_type == "Mul"), None)
-        kernel = producers.get(cast.input[0]) if cast is not None else None
-        if scale is not None and kernel is not None and kernel.op_type == "MatMulInteger" and all(
+        if cast is None or scale is None:
+            continue
+        kernel = producers.get(cast.input[0])
+        if kernel is not None and kernel.op_type == "MatMulInteger" and all(
                 reads.get(n.output[0]) == 1 for n in (kernel, cast, scale)):
             found.update((cast.name, scale.name, mul.name))
     return frozenset(found)

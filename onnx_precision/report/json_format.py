@@ -68,6 +68,8 @@ def to_json(report: RunReport) -> dict:
             "counted_as": dict(report.counted_as),
             # FP32 inside onnxruntime's fused integer kernels: quantized compute, not among "pinned"
             "fused_dequantization": list(report.fused_dequantization),
+            # the integer kernels' estimated FLOPs, which "nodes" counts 0 (they compute in no float type)
+            "integer_flops": dict(report.integer_flops),
             # the FP16 nodes nearest to the 16-bit type's limits first (within one binade: at risk on
             # inputs twice as large, or half as small, as the samples)
             "margins": [
@@ -162,6 +164,7 @@ def from_json(obj: Mapping) -> RunReport:
         quantized={str(k): str(v) for k, v in obj.get("quantized", {}).items()},
         counted_as={str(k): str(v) for k, v in obj.get("counted_as", {}).items()},
         fused_dequantization=tuple(str(n) for n in obj.get("fused_dequantization", ())),
+        integer_flops={str(k): float(v) for k, v in obj.get("integer_flops", {}).items()},
         quantization_gate=dict(obj.get("quantization_gate", {})),
     )
 

@@ -30,7 +30,7 @@ def _share_text(report: RunReport) -> str:
     shares = report.flop_shares()
     lows = [f"{p.name} {_pct(shares[p.value])}" for p in Precision if p.is_low and p.value in shares]
     both = f" ({', '.join(lows)})" if len(lows) > 1 else ""
-    quantized = shares_text(report.quantized, report.node_flops, report.plan.decisions)
+    quantized = shares_text(report.quantized, report.node_flops, report.plan.decisions, report.integer_flops)
     flops = f"{report.shares.of}{both}" + (f"; {quantized}" if quantized else "")
     return (f"{len(report.shares.low_nodes(report.plan))}/{len(report.shares.counted(report.plan))} nodes "
             f"({_pct(report.fp16_node_share())}), {_pct(report.fp16_flop_share())} {flops}")

@@ -12,7 +12,7 @@ from .. import quantized
 from ..context import ModelContext
 from ..costs import PhaseCost, PhaseTotals
 from ..float_types import LowPrecision, low_of
-from ..flops import FlopShares, estimate_flops
+from ..flops import FlopShares, estimate_flops, integer_kernel_flops
 from ..judge import Comparison, Tolerance, thin_pass_note
 from ..oracle.inspection import NodeStats
 from ..outcome import ConversionOutcome, Verification
@@ -69,6 +69,9 @@ class RunReport(PhaseTotals):
     # the Casts and Muls onnxruntime fuses into its MatMulInteger kernels (quantized.FusedDequantization):
     # FP32 as quantized compute, no pins
     fused_dequantization: tuple[str, ...] = ()
+    # node -> FLOPs of the integer kernels (MatMulInteger, ...), which node_flops counts 0: what the
+    # share of INT8 compute counts (flops.integer_kernel_flops)
+    integer_flops: Mapping[str, float] = field(default_factory=dict)
     # a quantized model's gate on the written model (quant_reference.QuantGate.to_json); {} without one
     quantization_gate: Mapping[str, object] = field(default_factory=dict)
 
@@ -158,6 +161,7 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         quantized=quantized.of(ctx).compute,
         counted_as=auto.counted_as,
         fused_dequantization=tuple(quantized.of(ctx).dequantization_nodes),
+        integer_flops=integer_kernel_flops(ctx.model, shapes, quantized.of(ctx).integer_ops or ()),
         quantization_gate={} if auto.gate is None else auto.gate.to_json(
             None if verification is None else verification.verified),
     )
