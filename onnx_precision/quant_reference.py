@@ -191,8 +191,11 @@ def _span(values: Sequence[float]) -> str:
 
 
 def _added(error: float, quantization: float) -> str:
-    """'+3.1% over the quantization error' (or '-2.0%')."""
-    return f"{100 * (error / quantization - 1):+.1f}% over the quantization error"
+    """'+3.1% over the quantization error', or '2.0% under the quantization error' (a remainder whose
+    rounding happens to cancel some of the quantizers')."""
+    added = 100 * (error / quantization - 1)
+    return (f"{-added:.1f}% under the quantization error" if added < 0
+            else f"+{added:.1f}% over the quantization error")
 
 
 _T = onnx.TensorProto

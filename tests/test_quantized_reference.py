@@ -310,3 +310,13 @@ def test_convert_and_check_state_the_same_deciding_sample_in_every_report(tmp_pa
     gate = report["quantization_gate"]["outputs"]["y"]
     assert gate == json.load(open(checked))["quantization_gate"]["outputs"]["y"]
     assert f"decided by sample {gate['sample']}, " in note and f"ratio {gate['ratio']:.4g})" in note
+
+
+def test_a_remainder_below_the_quantization_error_is_said_to_be_under_it():
+    # it read '-2.0% over the quantization error'
+    from onnx_precision.quant_reference import Deciding
+
+    under = Deciding(sample=0, samples=2, quantization=0.02, remainder=0.0196, bound=0.026).text()
+    assert "(2.0% under the quantization error, ratio 0.98), within its bound 0.026" in under
+    over = Deciding(sample=1, samples=2, quantization=0.02, remainder=0.0206, bound=0.026).text()
+    assert "(+3.0% over the quantization error, ratio 1.03)" in over
