@@ -623,3 +623,16 @@ def test_a_conversion_does_not_import_onnx_reference():
             "onnx_precision.check; print('onnx.reference' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_sessions_run_once_per_sample_go_without_onnxruntimes_arena():
+    """The twin graph and the one-shot sessions (make_session's default: verification, FP32 runs) free
+    their memory after each run rather than keep onnxruntime's arena at its largest run (11 MB of the
+    dynamic-quant benchmark's peak); the search's probe sessions, run again and again, keep it."""
+    from onnx_precision.oracle import Emulator, make_session
+
+    ctx = ModelContext.of(named(L2))
+    twin = Emulator(ctx).twin(None, X50)
+    assert twin is not None and not twin.session.get_session_options().enable_cpu_mem_arena
+    assert not make_session(ctx.model, ctx.base_dir).get_session_options().enable_cpu_mem_arena
+    assert EmulationSession(ctx).session.get_session_options().enable_cpu_mem_arena
