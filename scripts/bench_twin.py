@@ -137,8 +137,8 @@ def twin(model_dir: str, profile: bool) -> None:
         builds.append(time.perf_counter() - start)
         return session
 
-    def profiled_options(threads=None):
-        options = options_of(threads)
+    def profiled_options(threads=None, arena=True):
+        options = options_of(threads, arena)
         options.enable_profiling = profile
         options.profile_file_prefix = os.path.join(tempfile.gettempdir(), "bench_twin")
         return options
