@@ -33,7 +33,7 @@ from . import opset_upgrade, oracle, policy, rules
 from .context import ModelContext, load_model
 from .data import SampleSpec, SymbolicDimensions, load_samples
 from .float_types import FP16, LowPrecision
-from .format import number
+from .format import json_float, number
 from .judge import Comparison, OutputMetrics, Tolerance, compare_samples
 from .oracle import NodeError, TensorStats
 from .oracle.accumulated import AccumulationBounds
@@ -92,8 +92,9 @@ class NodeRow:
         if self.note:
             out["note"] = self.note
         if self.margins is not None:
-            out["margins"] = {"overflow_binades": round(self.margins[0], 3),
-                              "underflow_binades": round(self.margins[1], 3)}
+            # inf where the tensor holds no nonzero value (JSON has no inf: "inf")
+            out["margins"] = {"overflow_binades": json_float(round(self.margins[0], 3)),
+                              "underflow_binades": json_float(round(self.margins[1], 3))}
         if self.accumulated is not None:
             out["fp16_accumulation"] = {"bound": self.accumulated, "holds_to": self.holds_to or None}
         return out

@@ -323,6 +323,30 @@ def test_margins_to_the_16_bit_limits_are_reported_nearest_first(tmp_path, capsy
     assert report["margins"][0] == {"node": "square", "overflow_binades": 0.712, "underflow_binades": 25.0}
 
 
+def test_a_tensor_of_zeros_has_no_margin_and_the_json_says_inf(tmp_path):
+    """An all-zero tensor (Kokoro-82M int8 has some) is infinitely far from both limits: the JSON
+    said inf, which JSON cannot hold, and analyze --json stopped with an internal error."""
+    import json
+
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from onnx_precision.cli import main
+
+    zero = numpy_helper.from_array(np.zeros(4, np.float32), "zero")
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "zero"], ["y"], name="silence")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [zero])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path, data = str(tmp_path / "m.onnx"), str(tmp_path / "d.npz")
+    onnx.save(model, path)
+    np.savez(data, x=np.array([1, 2, 3, 4], np.float32))
+    assert main(["analyze", path, "--inputs", data, "--json", str(tmp_path / "a.json"), "-q"]) == 0
+    rows = {r["node"]: r for r in json.load(open(tmp_path / "a.json"))["rows"]}
+    assert rows["silence"]["margins"] == {"overflow_binades": "inf", "underflow_binades": "inf"}
+
+
 def test_nodes_inside_a_layernorm_written_as_one_node_are_said_to_compute_in_fp32(tmp_path):
     """From opset 17 the written model computes each decomposed LayerNorm as one LayerNormalization
     with FP32 statistics: its sum of squares (1.55e5) is a risk that the written model never takes."""
