@@ -20,6 +20,7 @@ import pytest
 from conftest import parse
 from onnx import TensorProto
 from test_quantized import qdq_conv, qdq_mlp
+from test_quantized_dynamic import dynamic_block
 
 from models import generate
 from onnx_precision import quantized
@@ -143,16 +144,37 @@ def audit(tmp_path, model: str, data: str, *flags: str) -> list[str]:
         if seen is not None and seen != precision and not (seen == "fp64" and precision == "fp32"):
             wrong.append(f"plan says {node} is {precision}, written {seen}")
     computed_in = _computed_in(original, written)
+    apart = quantized.of(loaded).compute  # quantized compute: no node count or share counts it
     # each counted node in what the written file computes it in: a fused node in its LayerNormalization's
     # type, a node that reads a graph input as written (ArgMax) in that input's
-    kinds = [precisions.get(computed_in.get(n, n), p) for n, p in plan.items()]
+    kinds = [precisions.get(computed_in.get(n, n), p) for n, p in plan.items() if n not in apart]
     wrong += _counts(lines[0] if lines else "", kinds, original, written, names)
+    wrong += _apart(lines[0] if lines else "", apart)
+    wrong += _pins(lines, report, precisions)
     if report is not None:
         flops = {n: v["flops"] or 0.0 for n, v in report["nodes"].items()}
-        apart = quantized.of(loaded).compute
         wrong += _shares(lines, report, written_share(original, written, flops, apart))
-        wrong += _node_shares(lines, report, kinds)
+        wrong += _node_shares(lines, report, kinds, apart)
     return wrong
+
+
+def _apart(first: str, apart: Collection[str]) -> list[str]:
+    """The summary's first line's "(14 quantized nodes apart)" against the model's quantized compute."""
+    said = re.search(r"\((\d+) quantized nodes apart\)", first)
+    if (int(said.group(1)) if said else 0) != len(apart):
+        return [f"summary says {said.group(1) if said else 'no'} quantized nodes apart, the model has "
+                f"{len(apart)}"]
+    return []
+
+
+def _pins(lines: Sequence[str], report: Mapping | None, precisions: Mapping[str, str]) -> list[str]:
+    """Each FP32 pin the summary names ("FP32 pins (2): a (type), ...") and the JSON lists, against the
+    written file: FP32 there (or fused into another node)."""
+    pins_line = next((line for line in lines if line.startswith("FP32 pins (")), "")
+    named = re.findall(r"(?:: |, )([^ ,(]+) \(", pins_line.split(", ... ")[0])
+    named += [p["node"] for p in report["pinned"]] if report is not None else []
+    return [f"{name} is named an FP32 pin, the written model has it {precisions[name]}"
+            for name in dict.fromkeys(named) if precisions.get(name, "fp32") not in ("fp32", "fp64")]
 
 
 def _counts(first: str, kinds: Sequence[str], original: onnx.ModelProto, written: onnx.ModelProto,
@@ -184,29 +206,42 @@ def _counts(first: str, kinds: Sequence[str], original: onnx.ModelProto, written
     return wrong
 
 
-def _node_shares(lines: Sequence[str], report: Mapping, kinds: Sequence[str]) -> list[str]:
-    """The summary's "FP16: 8/9 nodes" and the JSON's node counts against ``kinds``, each counted node's
-    precision in the written file."""
+def _node_shares(lines: Sequence[str], report: Mapping, kinds: Sequence[str], apart: Collection[str],
+                 ) -> list[str]:
+    """The summary's "FP16: 8/9 nodes" ("2/2 non-quantized nodes" of a quantized model) and the JSON's
+    node counts against ``kinds``, each counted node's precision in the written file, the quantized
+    compute ``apart`` left out."""
     wrong = []
     low, fp16 = sum(1 for p in kinds if p in ("fp16", "bf16")), kinds.count("fp16")
-    share_line = next((line for line in lines if re.match(r"(FP16|BF16|16-bit): \d+/\d+ nodes", line)), "")
-    said = re.match(r"[^:]+: (\d+)/(\d+) nodes", share_line)
-    if said and (int(said.group(1)), int(said.group(2))) != (low, len(kinds)):
-        wrong.append(f"summary says {said.group(1)}/{said.group(2)} nodes 16-bit, the written model has "
-                     f"{low}/{len(kinds)}")
+    of = "non-quantized nodes" if apart else "nodes"
+    share_line = next((line for line in lines if re.match(_SHARE_LINE, line)), "")
+    said = re.match(r"[^:]+: (\d+)/(\d+) ([a-z-]+ )?nodes", share_line)
+    if said is None and report["fp16_share"]:
+        wrong.append("the summary states no node count its pattern reads")
+    elif said and (int(said.group(1)), int(said.group(2)), f"{said.group(3) or ''}nodes") != (
+            low, len(kinds), of):
+        wrong.append(f"summary says {said.group(1)}/{said.group(2)} {said.group(3) or ''}nodes 16-bit, the "
+                     f"written model has {low}/{len(kinds)} {of}")
     stated = report["fp16_share"]
     counts = (stated["16bit_nodes"], stated["fp16_nodes"], stated["total_nodes"]) if stated else None
     if counts is not None and counts != (low, fp16, len(kinds)):
         wrong.append(f"the JSON says {stated['16bit_nodes']} 16-bit, {stated['fp16_nodes']} FP16 of "
                      f"{stated['total_nodes']} nodes, the written model has {low}, {fp16} of {len(kinds)}")
+    if stated and apart and (stated.get("quantized_nodes"), stated.get("nodes_of")) != (
+            len(apart), "the non-quantized nodes that compute in a float type"):
+        wrong.append(f"the JSON says its node counts are of {stated.get('nodes_of')!r}, "
+                     f"{stated.get('quantized_nodes')} quantized nodes apart; the model has {len(apart)}")
     return wrong
+
+
+_SHARE_LINE = r"(FP16|BF16|16-bit): \d+/\d+ (non-quantized )?nodes"
 
 
 def _shares(lines: Sequence[str], report: Mapping, share: float) -> list[str]:
     """The summary's, the JSON's and the chosen point's 16-bit share against ``share``, the written
     file's."""
     wrong = []
-    share_line = next((line for line in lines if re.match(r"(FP16|BF16|16-bit): \d+/\d+ nodes", line)), "")
+    share_line = next((line for line in lines if re.match(_SHARE_LINE, line)), "")
     said = re.search(r"nodes \([\d.]+%\), ([\d.]+)% of", share_line)
     if said and abs(float(said.group(1)) - 100 * share) > 0.051:
         wrong.append(f"summary says {said.group(1)}% 16-bit, the written model has {100 * share:.2f}%")
@@ -231,6 +266,15 @@ RUNS = {"generic": (), "tensorrt": ("--target", "tensorrt"), "bf16": ("--low-pre
 @pytest.mark.parametrize("name", ["layernorm_eps", "if_branch", "t5_ffn"])
 def test_every_count_and_share_a_run_states_is_true_of_the_written_model(tmp_path, name, run):
     assert audit(tmp_path, generate.model_path(name), generate.data_path(name), *RUNS[run]) == []
+
+
+@pytest.mark.parametrize("run", ["generic", "tensorrt", "bf16", "all-fp16"])
+def test_every_count_share_and_pin_of_a_quantize_dynamic_run_is_true_of_the_written_model(tmp_path, run):
+    # the DynamicQuantizeLinear, MatMulInteger and dequantization nodes are quantized compute: before, the
+    # summary counted them in "FP16: 2/13 nodes" and "11 FP32" and named the DynamicQuantizeLinear as pins
+    path, data = dynamic_block(tmp_path)
+    flags = {**RUNS, "all-fp16": ("--mode", "all-fp16")}[run]
+    assert audit(tmp_path, path, data, *flags) == []
 
 
 def _report(tmp_path) -> dict:
@@ -276,8 +320,8 @@ def test_a_quantized_models_points_picture_json_and_gate_count_the_summarys_shar
     printed = capsys.readouterr().out.splitlines()
     assert printed[1].endswith(": failed (16-bit share 96.0% of the non-quantized FLOPs is below "
                                "--min-16bit-share 97)")
-    assert ("FP16: 12/13 nodes (92.3%), 96.0% of the non-quantized estimated FLOPs; 83.7% of all FLOPs are "
-            "INT8") in printed
+    assert ("FP16: 10/11 non-quantized nodes (90.9%), 96.0% of the non-quantized estimated FLOPs; 83.7% of "
+            "all FLOPs are INT8") in printed
     report = _report(tmp_path)
     assert report["fp16_share"]["flops"] == pytest.approx(0.96)
     assert report["fp16_share"]["flops_of"] == "the non-quantized estimated FLOPs"

@@ -130,10 +130,11 @@ class ConvertResult:
     # what the counts and shares count (the report's in static/auto modes, :func:`..flops.flop_shares`
     # in all-fp16): the nodes that compute in a float type, each where the written file computes it
     shares: FlopShares = field(default_factory=FlopShares)
-    # all-fp16 mode: the nodes FP32 inside onnxruntime's fused integer kernels, listed as no pins, and
-    # the note that says so (quantized.Quantization.dequantization_note)
-    fused_dequantization: tuple[str, ...] = ()
-    dequantization_note: str = ""
+    # all-fp16 mode: the quantized compute FP32 whatever the plan says, listed as no pins (the nodes inside
+    # onnxruntime's fused integer kernels, the integer ops with no 16-bit type), and the notes that say so
+    # (quantized.Quantization.dequantization_note, report.run_report.fp32_integer_ops_note)
+    unpinned: tuple[str, ...] = ()
+    unpinned_notes: tuple[str, ...] = ()
 
     @property
     def all_warnings(self) -> tuple[str, ...]:
@@ -177,15 +178,15 @@ class ConvertResult:
             from ..report import summary_lines
             return lines + summary_lines(self.report, self.report_paths) + [f"note: {n}" for n in
                                                                           self.rewrite.notes] + nxt
-        fused = set(self.fused_dequantization)
-        fp32 = tuple(n for n in fp32 if n not in fused)
+        unpinned = set(self.unpinned)
+        fp32 = tuple(n for n in fp32 if n not in unpinned)
         for name in fp32[:_MAX_LISTED_PINS]:
             reasons = plan.decisions[name].reasons
             why = f"{reasons[-1].source}: {reasons[-1].detail}" if reasons else "fp32"
             lines.append(f"  FP32 {name} ({why})")
         if len(fp32) > _MAX_LISTED_PINS:
             lines.append(f"  ... and {len(fp32) - _MAX_LISTED_PINS} more FP32 node(s) (see --save-plan)")
-        lines.extend(f"note: {n}" for n in self.rewrite.notes + (self.dequantization_note,) if n)
+        lines.extend(f"note: {n}" for n in self.rewrite.notes + self.unpinned_notes if n)
         lines.extend(f"wrote {p}" for p in self.written[1:])
         return lines + nxt + [  # the warning last: it is what a user of this mode must not miss
             f"not verified: --mode all-fp16 runs nothing (--mode auto or static verifies it); to check it: "
@@ -195,12 +196,15 @@ class ConvertResult:
 def _counts(plan: PrecisionPlan, shares: FlopShares) -> str:
     """"5 node(s) FP16, 2 FP32", with BF16 where the plan has some (and FP16 only where it has); of the
     nodes that compute in a float type, each in the precision it computes in, in the written file
-    (:meth:`..flops.FlopShares.precisions`), as the shares count them."""
-    precisions = list(shares.precisions(plan).values())
+    (:meth:`..flops.FlopShares.precisions`), as the shares count them: quantized compute apart, "(14
+    quantized nodes apart)"."""
+    precisions = [p for n, p in shares.precisions(plan).items() if n not in shares.quantized]
     every = [(precisions.count(p), p) for p in Precision]
     counts = [(n, p.name) for n, p in every if n and p.is_low] or [(0, Precision.FP16.name)]
     counts += [(n, p.name) for n, p in every if not p.is_low]
-    return ", ".join(f"{n} node(s) {name}" if i == 0 else f"{n} {name}" for i, (n, name) in enumerate(counts))
+    apart = f" ({len(shares.quantized)} quantized nodes apart)" if shares.quantized else ""
+    return ", ".join(f"{n} node(s) {name}" if i == 0 else f"{n} {name}"
+                     for i, (n, name) in enumerate(counts)) + apart
 
 
 def base_plan(ctx: ModelContext, options: ConvertOptions) -> tuple[PrecisionPlan, list[str]]:
@@ -448,13 +452,17 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     texts = tuple(p for p in (options.plan_out, options.trt_flags_path) if p)
     if done.report is None:
         outputs.commit()
+        from ..report.run_report import fp32_integer_ops, fp32_integer_ops_note
+
+        found = quantized.of(ctx)
         return ConvertResult(model_path, output_path, result.plan, result, done.warnings,
                              (output_path,) + texts, nothing_to_convert=ctx.nothing_to_convert,
                              next_step=ctx.target.next_step(result.model, run),
                              check_step=quoted(run.check_args(ctx.target.cli_args())),
                              shares=flop_shares(ctx, {}),
-                             fused_dequantization=tuple(quantized.of(ctx).dequantization_nodes),
-                             dequantization_note=quantized.of(ctx).dequantization_note())
+                             unpinned=(*found.dequantization_nodes, *fp32_integer_ops(ctx)),
+                             unpinned_notes=(found.dequantization_note(),
+                                             fp32_integer_ops_note(ctx)))
     paths = _stage_reports(done.report, options, outputs)
     outputs.commit()
     return ConvertResult(model_path, output_path, result.plan, result, done.warnings,

@@ -47,10 +47,12 @@ def to_json(report: RunReport) -> dict:
                 "flops": report.fp16_flop_share(),
                 "flops_of": report.shares.of[len("of "):],  # "estimated FLOPs", or the non-quantized ones
                 # every 16-bit node (FP16 and BF16); fp16_nodes: the FP16 ones (it counted BF16 too)
-                "16bit_nodes": len(report.shares.low_nodes(report.plan)),
-                "fp16_nodes": sum(1 for p in report.shares.precisions(report.plan).values()
-                                  if p is Precision.FP16),
-                "total_nodes": len(report.shares.counted(report.plan)),  # those that compute in float
+                "16bit_nodes": len(report.low_nodes()),
+                "fp16_nodes": sum(1 for p in report.counted_precisions().values() if p is Precision.FP16),
+                # those that compute in float (of a quantized model, the non-quantized ones: nodes_of)
+                "total_nodes": len(report.counted_nodes()),
+                **({"nodes_of": f"the {report.nodes_of} that compute in a float type",
+                    "quantized_nodes": len(report.quantized)} if report.quantized else {}),
                 "flops_by_precision": report.flop_shares(),
             },
             "nothing_to_convert": report.nothing_to_convert or None,
@@ -68,6 +70,8 @@ def to_json(report: RunReport) -> dict:
             "counted_as": dict(report.counted_as),
             # FP32 inside onnxruntime's fused integer kernels: quantized compute, not among "pinned"
             "fused_dequantization": list(report.fused_dequantization),
+            # FP32 integer ops that take no 16-bit type (DynamicQuantizeLinear): quantized compute, not pinned
+            **({"fp32_integer_ops": list(report.fp32_integer_ops)} if report.fp32_integer_ops else {}),
             # the integer kernels' estimated FLOPs, which "nodes" counts 0 (they compute in no float type)
             "integer_flops": dict(report.integer_flops),
             # the FP16 nodes nearest to the 16-bit type's limits first (within one binade: at risk on
@@ -164,6 +168,7 @@ def from_json(obj: Mapping) -> RunReport:
         quantized={str(k): str(v) for k, v in obj.get("quantized", {}).items()},
         counted_as={str(k): str(v) for k, v in obj.get("counted_as", {}).items()},
         fused_dequantization=tuple(str(n) for n in obj.get("fused_dequantization", ())),
+        fp32_integer_ops=tuple(str(n) for n in obj.get("fp32_integer_ops", ())),
         integer_flops={str(k): float(v) for k, v in obj.get("integer_flops", {}).items()},
         quantization_gate=dict(obj.get("quantization_gate", {})),
     )

@@ -32,7 +32,7 @@ def _share_text(report: RunReport) -> str:
     both = f" ({', '.join(lows)})" if len(lows) > 1 else ""
     quantized = shares_text(report.quantized, report.node_flops, report.plan.decisions, report.integer_flops)
     flops = f"{report.shares.of}{both}" + (f"; {quantized}" if quantized else "")
-    return (f"{len(report.shares.low_nodes(report.plan))}/{len(report.shares.counted(report.plan))} nodes "
+    return (f"{len(report.low_nodes())}/{len(report.counted_nodes())} {report.nodes_of} "
             f"({_pct(report.fp16_node_share())}), {_pct(report.fp16_flop_share())} {flops}")
 
 
@@ -87,7 +87,7 @@ def to_markdown(report: RunReport) -> str:
         f"- cost: {report.sessions_built} onnxruntime session(s) of the model{_helpers(report)}, "
         f"{report.probes_run} probe(s), {report.seconds:.2f} s",
         "",
-        f"## FP32 nodes ({len(report.fp32_nodes)})",
+        f"## FP32 nodes ({len(report.fp32_nodes)}{_apart(report)})",
         "",
     ]
     if report.fp32_nodes:
@@ -103,6 +103,9 @@ def to_markdown(report: RunReport) -> str:
                 f"{number(stats.max_abs)} | {number(stats.min_nonzero_abs)} | "
                 f"{number(stats.layerwise_error)} |"
             )
+    elif _apart(report):
+        lines.append(f"None pinned: every non-quantized node runs in {report.low_label}; the notes say why "
+                     f"the {_unpinned_fp32(report)} of quantized compute stay FP32.")
     else:
         everywhere = f"None: every node runs in {report.low_label}."
         lines.append("None." if report.nothing_to_convert else everywhere)
@@ -152,6 +155,17 @@ def _tradeoff_lines(report: RunReport) -> list[str]:
     if report.tradeoff_svg:
         lines += ["", f"![trade-off]({os.path.basename(report.tradeoff_svg)})"]
     return lines
+
+
+def _apart(report: RunReport) -> str:
+    """What the FP32 nodes' heading adds where quantized compute stays FP32 unpinned (:attr:`RunReport.
+    unpinned`): " pinned, and 11 of quantized compute" ("" where none)."""
+    apart = _unpinned_fp32(report)
+    return f" pinned, and {apart} of quantized compute" if apart else ""
+
+
+def _unpinned_fp32(report: RunReport) -> int:
+    return sum(1 for n in report.plan.fp32_nodes if n in report.unpinned)
 
 
 def write_markdown(report: RunReport, path: str, input_paths: tuple[str, ...] = ()) -> None:

@@ -16,7 +16,7 @@ from ..flops import FlopShares, estimate_flops, integer_kernel_flops
 from ..judge import Comparison, Tolerance, thin_pass_note
 from ..oracle.inspection import NodeStats
 from ..outcome import ConversionOutcome, Verification
-from ..plan import PrecisionPlan
+from ..plan import Precision, PrecisionPlan
 from ..policy import underflow_headroom
 from ..tradeoff import PlanPoint, error_statistic, tolerance_line
 from ..tradeoff_picture import Picture, front_svg
@@ -69,6 +69,9 @@ class RunReport(PhaseTotals):
     # the Casts and Muls onnxruntime fuses into its MatMulInteger kernels (quantized.FusedDequantization):
     # FP32 as quantized compute, no pins
     fused_dequantization: tuple[str, ...] = ()
+    # the integer ops whose schema admits no 16-bit type (DynamicQuantizeLinear, ...:
+    # quantized.fp32_integer_ops): FP32 as quantized compute, no pins either
+    fp32_integer_ops: tuple[str, ...] = ()
     # node -> FLOPs of the integer kernels (MatMulInteger, ...), which node_flops counts 0: what the
     # share of INT8 compute counts (flops.integer_kernel_flops)
     integer_flops: Mapping[str, float] = field(default_factory=dict)
@@ -76,22 +79,46 @@ class RunReport(PhaseTotals):
     quantization_gate: Mapping[str, object] = field(default_factory=dict)
 
     @property
+    def unpinned(self) -> frozenset[str]:
+        """The quantized compute FP32 whatever a plan says, which no list of pins names (the notes count
+        them): the fused dequantization's nodes and the integer ops with no 16-bit type."""
+        return frozenset(self.fused_dequantization) | frozenset(self.fp32_integer_ops)
+
+    @property
     def fp32_nodes(self) -> tuple[str, ...]:
-        """The plan's FP32 pins: its FP32 nodes but the fused dequantization's (the notes count those)."""
-        fused = set(self.fused_dequantization)
-        return tuple(n for n in self.plan.fp32_nodes if n not in fused)
+        """The plan's FP32 pins: its FP32 nodes but :attr:`unpinned`."""
+        return tuple(n for n in self.plan.fp32_nodes if n not in self.unpinned)
 
     @property
     def listed_points(self) -> tuple[PlanPoint, ...]:
-        """The trade-off points as the table and the picture list them: each one's pins without the
-        fused dequantization (``points`` keep them, so that a point replays as measured)."""
-        fused = set(self.fused_dequantization)
-        return tuple(replace(p, pinned=tuple(n for n in p.pinned if n not in fused)) for p in self.points)
+        """The trade-off points as the table and the picture list them: each one's pins without
+        :attr:`unpinned` (``points`` keep them, so that a point replays as measured)."""
+        unpinned = self.unpinned
+        return tuple(replace(p, pinned=tuple(n for n in p.pinned if n not in unpinned)) for p in self.points)
+
+    def counted_nodes(self) -> tuple[str, ...]:
+        """The nodes its node counts count: those that compute in a float type
+        (:meth:`.FlopShares.counted`) but quantized compute, as the FLOP shares (of a quantized model,
+        the non-quantized nodes)."""
+        return tuple(n for n in self.shares.counted(self.plan) if n not in self.quantized)
+
+    def counted_precisions(self) -> dict[str, Precision]:
+        """Each of :meth:`counted_nodes` -> the precision it computes in, in the written file."""
+        return {n: p for n, p in self.shares.precisions(self.plan).items() if n not in self.quantized}
+
+    def low_nodes(self) -> tuple[str, ...]:
+        """The counted nodes that compute in a 16-bit type in the written file."""
+        return tuple(n for n, p in self.counted_precisions().items() if p.is_low)
+
+    @property
+    def nodes_of(self) -> str:
+        """What its node counts are of, as the summary says it ("2/2 non-quantized nodes")."""
+        return "non-quantized nodes" if self.quantized else "nodes"
 
     def fp16_node_share(self) -> float:
-        """The 16-bit share of the nodes that compute in a float type (:meth:`.FlopShares.counted`)."""
-        total = len(self.shares.counted(self.plan))
-        return len(self.shares.low_nodes(self.plan)) / total if total else 0.0
+        """The 16-bit share of :meth:`counted_nodes`."""
+        total = len(self.counted_nodes())
+        return len(self.low_nodes()) / total if total else 0.0
 
     @property
     def shares(self) -> FlopShares:
@@ -149,7 +176,7 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         notes=(auto.notes + _float64_notes(ctx, outcome.plan, auto.node_flops)
                + _underflow_notes(ctx, outcome.plan, auto.node_stats, auto.headroom)
                + _thin_pass_notes(verification, None if auto.gate is None else auto.gate.relative)
-               + _quantized_notes(quantized.of(ctx))),
+               + _quantized_notes(ctx)),
         tradeoff_svg=outcome.tradeoff_svg,
         chosen_point=auto.chosen_point,
         tradeoff_note=auto.unsearched,
@@ -161,22 +188,49 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         quantized=quantized.of(ctx).compute,
         counted_as=auto.counted_as,
         fused_dequantization=tuple(quantized.of(ctx).dequantization_nodes),
+        fp32_integer_ops=fp32_integer_ops(ctx),
         integer_flops=integer_kernel_flops(ctx.model, shapes, quantized.of(ctx).integer_ops or ()),
         quantization_gate={} if auto.gate is None else auto.gate.to_json(
             None if verification is None else verification.verified),
     )
 
 
-def _quantized_notes(found: quantized.Quantization) -> tuple[str, ...]:
-    """What the reference of a quantized model is, and what its shares count."""
+def _quantized_notes(ctx: ModelContext) -> tuple[str, ...]:
+    """What the reference of a quantized model is, what its shares and node counts count, and which
+    of its FP32 nodes are no pins."""
+    found = quantized.of(ctx)
     if not found.any:
         return ()
     kernels = (f"; {len(found.compute)} node(s) of quantized compute (DQ -> Conv/MatMul/Gemm <- DQ groups, "
-               f"integer ops) are counted apart from the 16-bit share" if found.compute else "")
-    dequantization = (found.dequantization_note(),) if found.dequantization else ()
+               f"integer ops) are counted apart from the 16-bit share and the node counts"
+               if found.compute else "")
+    unpinned = tuple(n for n in (found.dequantization_note(), fp32_integer_ops_note(ctx)) if n)
     return ("quantized model: the reference is its Q/DQ run in FP32 as the ONNX specification defines them, "
             "float fake-quantisation (onnxruntime with its optimisations off), not onnxruntime's fused "
-            f"integer kernels nor TensorRT's{kernels}",) + dequantization
+            f"integer kernels nor TensorRT's{kernels}",) + unpinned
+
+
+def fp32_integer_ops(ctx: ModelContext) -> tuple[str, ...]:
+    """The integer ops (:attr:`..quantized.Quantization.integer_ops`) that take no 16-bit type where they
+    read or write a float (their typing's ``fp16_blocker``: DynamicQuantizeLinear's float32 input), in
+    the model's order: quantized compute that stays FP32 whatever a plan says (policy.node_blockers),
+    so no pin; the summaries count them apart, as the fused dequantization's nodes."""
+    integer, typing = quantized.of(ctx).integer_ops or {}, ctx.typing
+    return tuple(ref.name for ref in ctx.nodes if ref.name in integer and typing[ref.name].fp16_blocker)
+
+
+def fp32_integer_ops_note(ctx: ModelContext) -> str:
+    """What the summaries say once of :func:`fp32_integer_ops`, which they list as no pins: how many of
+    each op, each with why its first one has no 16-bit type ('' where there are none)."""
+    by_op: dict[str, list[str]] = {}
+    for name in fp32_integer_ops(ctx):
+        by_op.setdefault(ctx.node_ops[name], []).append(name)
+    if not by_op:
+        return ""
+    listed = ", ".join(f"{len(nodes)} {op} ({ctx.typing[nodes[0]].fp16_blocker})"
+                       for op, nodes in sorted(by_op.items(), key=lambda item: (-len(item[1]), item[0])))
+    return (f"{sum(map(len, by_op.values()))} integer op(s) of quantized compute take no 16-bit type and "
+            f"stay FP32, counted apart and not listed as pins: {listed}")
 
 
 def _underflow_notes(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping[str, NodeStats], headroom: float,
