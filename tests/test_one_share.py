@@ -69,7 +69,7 @@ def test_all_fp16_lists_no_fused_dequantization_and_counts_where_the_file_comput
     out = str(tmp_path / "o.onnx")
     assert main(["convert", path, "-o", out, "--mode", "all-fp16"]) == 0
     printed = capsys.readouterr().out.splitlines()
-    assert printed[0] == (f"{out}: 2 node(s) FP16, 0 FP32 (14 quantized nodes apart), 3 Cast(s) added, "
+    assert printed[0] == (f"{out}: 2 node(s) FP16, 0 FP32 (14 quantized node(s) apart), 3 Cast(s) added, "
                           f"1 initializer(s) converted, 0 kept in both precisions")
     assert [line for line in printed if line.startswith("  FP32 ")] == []  # DynamicQuantizeLinear neither
     assert sum(line.startswith("note: 9 dequantization node(s)") for line in printed) == 1

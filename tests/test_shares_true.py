@@ -159,8 +159,8 @@ def audit(tmp_path, model: str, data: str, *flags: str) -> list[str]:
 
 
 def _apart(first: str, apart: Collection[str]) -> list[str]:
-    """The summary's first line's "(14 quantized nodes apart)" against the model's quantized compute."""
-    said = re.search(r"\((\d+) quantized nodes apart\)", first)
+    """The summary's first line's "(14 quantized node(s) apart)" against the model's quantized compute."""
+    said = re.search(r"\((\d+) quantized node\(s\) apart\)", first)
     if (int(said.group(1)) if said else 0) != len(apart):
         return [f"summary says {said.group(1) if said else 'no'} quantized nodes apart, the model has "
                 f"{len(apart)}"]

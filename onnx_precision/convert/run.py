@@ -197,12 +197,12 @@ def _counts(plan: PrecisionPlan, shares: FlopShares) -> str:
     """"5 node(s) FP16, 2 FP32", with BF16 where the plan has some (and FP16 only where it has); of the
     nodes that compute in a float type, each in the precision it computes in, in the written file
     (:meth:`..flops.FlopShares.precisions`), as the shares count them: quantized compute apart, "(14
-    quantized nodes apart)"."""
+    quantized node(s) apart)"."""
     precisions = [p for n, p in shares.precisions(plan).items() if n not in shares.quantized]
     every = [(precisions.count(p), p) for p in Precision]
     counts = [(n, p.name) for n, p in every if n and p.is_low] or [(0, Precision.FP16.name)]
     counts += [(n, p.name) for n, p in every if not p.is_low]
-    apart = f" ({len(shares.quantized)} quantized nodes apart)" if shares.quantized else ""
+    apart = f" ({len(shares.quantized)} quantized node(s) apart)" if shares.quantized else ""
     return ", ".join(f"{n} node(s) {name}" if i == 0 else f"{n} {name}"
                      for i, (n, name) in enumerate(counts)) + apart
 
