@@ -19,20 +19,29 @@ matmul_integer_to_float.cc and dynamic_quantize_matmul_fusion.cc, microsoft/onnx
 encoder-decoder), so it is no 16-bit candidate either: it stays FP32 and counts as quantized compute.
 ConvInteger has no such fusion there: its Cast and Mul are float ops like any other.
 
+Where onnxruntime's optimiser runs the written model (``Target.onnxruntime_kernels``), a Q/DQ group
+it fuses into a ``QLinear*`` op of com.microsoft whose schema takes float32 scales only
+(:data:`ORT_QLINEAR_FUSIONS`: DQ -> Concat -> Q into QLinearConcat, Add, Mul, Where, the pools,
+Sigmoid, LeakyRelu, Softmax) is quantized compute too, kept FP32 as a whole (:attr:`Quantization.
+ort_fused`): with 16-bit scales that fusion is lost. QLinearConcat still fuses and rejects them (the
+model fails to load at onnxruntime's default options: Concat has a float16 CPU kernel, so the
+selector, which asks no scale type, takes the group); the others do not fuse (their op has no float16
+CPU kernel, so it is not the CPU provider's when the selectors run) and run in float32 behind Casts.
+
 Q/DQ are those of ai.onnx (INT8/UINT8, INT4/UINT4 from opset 21, FP8 E4M3FN/E5M2 from 19;
 per-tensor, per-axis or blocked) and of com.microsoft.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import onnx
 
 from .context import ModelContext
 from .graph import GraphIndex, NodeRef, graphs
-from .typing_rules import opset_map
+from .typing_rules import find_schema, opset_map
 
 QDQ_DOMAINS = ("", "ai.onnx", "com.microsoft")
 QUANTIZE, DEQUANTIZE = "QuantizeLinear", "DequantizeLinear"
@@ -41,6 +50,18 @@ KERNEL_OPS = frozenset({"Conv", "MatMul", "Gemm"})
 _INTEGER_OPS = frozenset({"MatMulInteger", "ConvInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul",
                           "MatMulIntegerToFloat", "QGemm", "QAttention", "QOrderedMatMul"})
 WEIGHT_ONLY_OPS = frozenset({"MatMulNBits"})
+# The groups onnxruntime's QDQSelectorActionTransformer fuses into "QLinear" + op type (com.microsoft), op
+# -> the inputs its DQs feed (None: every input): the rules UnaryOpQDQRules (1 DQ), BinaryOpQDQRules and
+# VariadicOpQDQRules (a DQ on each input) and WhereQDQRules (inputs 1 and 2; the condition is bool) of
+# onnxruntime/core/optimizer/qdq_transformer/selectors_actions/qdq_selector_action_transformer.cc at
+# microsoft/onnxruntime 008eeb96a1e2e8d5c23519a81a837f52b54d384b; the actions name the fused op
+# (qdq_actions.cc: UnaryReplaceWithQLinear, BinaryReplaceWithQLinear, VariadicReplaceWithQLinear,
+# WhereReplaceWithQLinear). Which of them take float32 scales only, the fused op's schema says
+# (:func:`_fp32_scales`). Conv/MatMul/Gemm are the :class:`QuantGroup` kernels, apart.
+ORT_QLINEAR_FUSIONS: dict[str, tuple[int, ...] | None] = {
+    "AveragePool": (0,), "GlobalAveragePool": (0,), "LeakyRelu": (0,), "Sigmoid": (0,), "Softmax": (0,),
+    "Add": None, "Mul": None, "Concat": None, "Where": (1, 2)}
+ORT_FUSION_SOURCE = "onnxruntime/core/optimizer/qdq_transformer/selectors_actions"
 
 _T = onnx.TensorProto
 # what a quantized type computes as, for the shares ("71% of all FLOPs are INT8")
@@ -58,10 +79,17 @@ class QuantGroup:
     dequantize: tuple[str, ...]
     quantize: tuple[str, ...]
     label: str  # what it computes in: "INT8", "FP8", "INT4"
+    fused: str = ""  # onnxruntime's QLinear* op for it, which takes float32 scales only (ORT_QLINEAR_FUSIONS)
 
     @property
     def members(self) -> tuple[str, ...]:
         return (*self.dequantize, self.kernel, *self.quantize)
+
+    def fusion_reason(self, low: str) -> str:
+        """Why an onnxruntime-fused group stays FP32 (``low``: "FP16")."""
+        return (f"quantized group of '{self.kernel}' ({self.label}): onnxruntime fuses it into {self.fused} "
+                f"(com.microsoft), whose scales are float32 only ({ORT_FUSION_SOURCE}); with {low} scales "
+                f"the fusion is lost (the model fails to load, or the op runs unfused in float)")
 
 
 # where onnxruntime fuses MatMulInteger's dequantization (the reason its nodes stay FP32, the report's note)
@@ -94,14 +122,21 @@ class Quantization:
     weight_only: tuple[str, ...] = ()  # MatMulNBits nodes: 4-bit weights, float compute
     qdq: tuple[str, ...] = ()  # every Q/DQ node
     dequantization: tuple[FusedDequantization, ...] = ()  # MatMulInteger's Cast/Mul, fused by onnxruntime
+    ort_fused: tuple[QuantGroup, ...] = ()  # groups onnxruntime fuses into a float32-scale QLinear* op
 
     @property
     def compute(self) -> dict[str, str]:
         """Node -> label of every node whose compute is quantized (the shares count them apart): a
-        fused dequantization's nodes are its kernel's."""
+        fused dequantization's nodes are its kernel's, an onnxruntime-fused group's Q/DQ its op's."""
         integer = self.integer_ops or {}
         fused = {member: integer.get(d.kernel, "INT8") for d in self.dequantization for member in d.members}
-        return {**{g.kernel: g.label for g in self.groups}, **integer, **fused}
+        qlinear = {member: g.label for g in self.ort_fused for member in g.members}
+        return {**{g.kernel: g.label for g in self.groups}, **integer, **fused, **qlinear}
+
+    @property
+    def ort_fused_nodes(self) -> dict[str, QuantGroup]:
+        """Node -> the onnxruntime-fused group it belongs to (:attr:`ort_fused`)."""
+        return {member: g for g in self.ort_fused for member in g.members}
 
     @property
     def dequantization_nodes(self) -> dict[str, FusedDequantization]:
@@ -172,8 +207,49 @@ def _find(ctx: ModelContext) -> Quantization:
                                  if is_qdq(c.node) and c.node.op_type == QUANTIZE)
                 groups.append(QuantGroup(ref.name, tuple(dq.name for dq in dqs if dq is not None), quantize,
                                          label))
+    # only where onnxruntime's optimiser runs the written model: TensorRT places Q/DQ by its own rules
+    fusing = bool(qdq) and ctx.target.onnxruntime_kernels(ctx.target.low)
+    ort_fused = _ort_fused(ctx, quantized_type) if fusing else ()
     return Quantization(tuple(groups), integer or None, tuple(weight_only), tuple(qdq),
-                        _fused_dequantization(ctx))
+                        _fused_dequantization(ctx), ort_fused)
+
+
+def _fp32_scales(op_type: str) -> bool:
+    """Whether onnxruntime's ``QLinear<op_type>`` (com.microsoft) takes no float16 input, so float32
+    scales only (False where onnxruntime exposes no schema of it: nothing is claimed then)."""
+    schema = find_schema(f"QLinear{op_type}", "com.microsoft", 1)
+    return schema is not None and all(
+        "tensor(float16)" not in schema.constraints.get(p.type_str, {p.type_str}) for p in schema.inputs)
+
+
+def _ort_fused(ctx: ModelContext, quantized_type: Callable[[str], int | None]) -> tuple[QuantGroup, ...]:
+    """The groups onnxruntime's selectors (qdq_selectors.cc: CheckQDQNodes and the Unary, Binary,
+    Variadic and Where selectors) fuse into a float32-scale QLinear* op: a DQ on each input the rule
+    names and on no other, one output read by one Q alone and no graph output, the DQs' and the Q's
+    integer types one 8-bit type (16- and 4-bit are not allowed by default)."""
+    index = ctx.index
+    outputs = {o.name for g in graphs(ctx.model.graph) for o in g.output}
+    found = []
+    for ref in ctx.nodes:
+        node = ref.node
+        if node.op_type not in ORT_QLINEAR_FUSIONS or not is_onnx(node) or len(node.output) != 1:
+            continue
+        wanted = ORT_QLINEAR_FUSIONS[node.op_type]
+        positions = [i for i, name in enumerate(node.input) if name]
+        dqs = {i: _dequantize(index, node.input[i]) for i in positions}
+        if {i for i, dq in dqs.items() if dq is not None} != set(positions if wanted is None else wanted):
+            continue
+        readers = index.consumers.get(node.output[0], ())
+        if len(readers) != 1 or node.output[0] in outputs or not is_qdq(readers[0].node) \
+                or readers[0].node.op_type != QUANTIZE:
+            continue
+        types = {quantized_type(dq.input[0]) for dq in dqs.values() if dq is not None}
+        types.add(quantized_type(readers[0].node.output[0]))
+        if len(types) != 1 or not types <= {_T.INT8, _T.UINT8} or not _fp32_scales(node.op_type):
+            continue
+        found.append(QuantGroup(ref.name, tuple(dq.name for dq in dqs.values() if dq is not None),
+                                (readers[0].name,), "INT8", f"QLinear{node.op_type}"))
+    return tuple(found)
 
 
 def _fused_dequantization(ctx: ModelContext) -> tuple[FusedDequantization, ...]:

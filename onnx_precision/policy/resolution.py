@@ -45,6 +45,7 @@ def node_blockers(ctx: ModelContext, low: LowPrecision | None = None) -> NodeBlo
     notes: dict[str, Reason] = {}
     verdicts: dict[str, tuple[str | None, str | None]] = {}
     fused = quantized.of(ctx).dequantization_nodes
+    qlinear = quantized.of(ctx).ort_fused_nodes
     for ref in ctx.nodes:
         node = ref.node
         t = typing[node.name]
@@ -53,6 +54,9 @@ def node_blockers(ctx: ModelContext, low: LowPrecision | None = None) -> NodeBlo
             forced[node.name] = Reason("type", f"dequantization of MatMulInteger '{kernel}', fused by "
                                                f"onnxruntime into one MatMulIntegerToFloat with a float32 "
                                                f"output ({quantized.FUSION_SOURCE}): quantized compute")
+            continue
+        if node.name in qlinear:  # the same: a group onnxruntime fuses, whose op takes float32 scales only
+            forced[node.name] = Reason("type", qlinear[node.name].fusion_reason(low.name))
             continue
         if t.fp16_blocker:
             forced[node.name] = Reason("type", t.fp16_blocker)

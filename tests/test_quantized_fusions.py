@@ -1,0 +1,113 @@
+"""A Q/DQ group onnxruntime fuses into a QLinear* op of com.microsoft whose scales are float32 only
+(QLinearConcat, QLinearAdd, ...) is kept FP32 as a whole where onnxruntime runs the written model:
+written with FP16 scales, QLinearConcat made the model fail to load at onnxruntime's default options
+(exit 3, ort-load-failed: NudeNet 320n quantized by quantize_static) and the others silently lost their
+fusion (the op ran in float)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+from onnx_precision.cli import main
+
+
+def qdq_concat_add(opset: int = 19, c: int = 4) -> onnx.ModelProto:
+    """x -> Q -> two DQ -> Conv <- DQ (INT8 weight) -> Q groups, whose outputs meet in a DQ -> Concat -> Q
+    and a DQ -> Add <- DQ -> Q group (UINT8 activations), each then dequantized into a float tail
+    (GlobalAveragePool, Relu)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.array(0.02, np.float32), "s_x"),
+             numpy_helper.from_array(np.array(0.05, np.float32), "s_y"),
+             numpy_helper.from_array(np.array(0.1, np.float32), "s_o"),
+             numpy_helper.from_array(np.array(128, np.uint8), "zp")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s_x", "zp"], ["xq"], name="q_x")]
+    for i in (1, 2):
+        w = rng.standard_normal((c, c, 3, 3)).astype(np.float32) * 0.3
+        w_scale = (np.abs(w).reshape(c, -1).max(axis=1) / 127).astype(np.float32)
+        w_q = np.round(w / w_scale[:, None, None, None]).astype(np.int8)
+        inits += [numpy_helper.from_array(w_q, f"w{i}"),
+                  numpy_helper.from_array(w_scale, f"ws{i}"),
+                  numpy_helper.from_array(np.zeros(c, np.int8), f"wz{i}")]
+        nodes += [helper.make_node("DequantizeLinear", ["xq", "s_x", "zp"], [f"xd{i}"], name=f"dq_x{i}"),
+                  helper.make_node("DequantizeLinear", [f"w{i}", f"ws{i}", f"wz{i}"], [f"wd{i}"],
+                                   name=f"dq_w{i}", axis=0),
+                  helper.make_node("Conv", [f"xd{i}", f"wd{i}"], [f"c{i}"], name=f"conv{i}",
+                                   pads=[1, 1, 1, 1]),
+                  helper.make_node("QuantizeLinear", [f"c{i}", "s_y", "zp"], [f"cq{i}"], name=f"q_c{i}")]
+        nodes += [helper.make_node("DequantizeLinear", [f"cq{i}", "s_y", "zp"], [f"{op}{i}"],
+                                   name=f"dq_{op}{i}") for op in ("cat", "add")]
+    nodes += [helper.make_node("Concat", ["cat1", "cat2"], ["cat"], name="concat", axis=1),
+              helper.make_node("QuantizeLinear", ["cat", "s_o", "zp"], ["catq"], name="q_cat"),
+              helper.make_node("DequantizeLinear", ["catq", "s_o", "zp"], ["catd"], name="dq_cat"),
+              helper.make_node("GlobalAveragePool", ["catd"], ["y"], name="pool"),
+              helper.make_node("Add", ["add1", "add2"], ["sum"], name="add"),
+              helper.make_node("QuantizeLinear", ["sum", "s_o", "zp"], ["sumq"], name="q_sum"),
+              helper.make_node("DequantizeLinear", ["sumq", "s_o", "zp"], ["sumd"], name="dq_sum"),
+              helper.make_node("Relu", ["sumd"], ["z"], name="relu")]
+    graph = helper.make_graph(nodes, "qdq_concat_add",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2 * c, 1, 1]),
+                               helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, c, 8, 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _fused_ops(path: str, tmp_path) -> Counter:
+    """The op types of onnxruntime's optimized model of ``path``, loaded at its default options."""
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    return Counter(node.op_type for node in onnx.load(options.optimized_model_filepath).graph.node)
+
+
+def test_qdq_concat_and_add_groups_stay_fp32_whole_so_onnxruntime_still_fuses_them(tmp_path, capsys):
+    # before: the Concat/Add groups were written with FP16 scales: QLinearConcat rejected its float16
+    # scale at the default load (exit 3, ort-load-failed), and the Add was not fused (0 QLinearAdd)
+    path, out, plan = str(tmp_path / "m.onnx"), str(tmp_path / "o.onnx"), str(tmp_path / "p.json")
+    onnx.save(qdq_concat_add(), path)
+    assert _fused_ops(path, tmp_path)["QLinearConcat"] == 1
+    assert main(["convert", path, "-o", out, "--save-plan", plan]) == 0
+    assert f"{path} -> {out}: passed" in capsys.readouterr().out.splitlines()
+    assert json.load(open(str(tmp_path / "o.report.json")))["status"] == "passed"
+    fused = _fused_ops(out, tmp_path)
+    assert (fused["QLinearConcat"], fused["QLinearAdd"]) == (1, 1)
+    decisions = json.load(open(plan))["nodes"]
+    for node, op in (("concat", "QLinearConcat"), ("add", "QLinearAdd")):
+        members = {"concat": ("dq_cat1", "dq_cat2", "concat", "q_cat"),
+                   "add": ("dq_add1", "dq_add2", "add", "q_sum")}[node]
+        assert {decisions[m]["precision"] for m in members} == {"fp32"}
+        assert decisions[node]["reasons"][-1]["detail"] == (
+            f"quantized group of '{node}' (INT8): onnxruntime fuses it into {op} (com.microsoft), whose "
+            f"scales are float32 only (onnxruntime/core/optimizer/qdq_transformer/selectors_actions); with "
+            f"FP16 scales the fusion is lost (the model fails to load, or the op runs unfused in float)")
+    assert decisions["pool"]["precision"] == decisions["relu"]["precision"] == "fp16"
+
+
+def test_the_fused_groups_count_as_quantized_compute_in_the_shares(tmp_path, capsys):
+    path = str(tmp_path / "m.onnx")
+    onnx.save(qdq_concat_add(), path)
+    assert main(["convert", path, "-o", str(tmp_path / "o.onnx")]) == 0
+    # the 8 Q/DQ/Concat/Add nodes of the two fused groups (FP32) and the 2 Convs are quantized compute,
+    # counted apart: the 16-bit share counts the float remainder alone
+    printed = capsys.readouterr().out.splitlines()
+    assert ("FP16: 11/11 non-quantized nodes (100.0%), 100.0% of the non-quantized estimated FLOPs; 92.7% of "
+            "all FLOPs are INT8") in printed
+
+
+def test_under_tensorrt_the_groups_are_not_onnxruntimes_to_fuse_and_stay_16_bit(tmp_path):
+    # TensorRT places Q/DQ by its own rules; onnxruntime's optimiser does not run the written model
+    path, plan = str(tmp_path / "m.onnx"), str(tmp_path / "p.json")
+    onnx.save(qdq_concat_add(), path)
+    assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--target", "tensorrt", "--save-plan", plan,
+                 "-q"]) == 0
+    decisions = json.load(open(plan))["nodes"]
+    assert {decisions[m]["precision"] for m in ("dq_add1", "dq_add2", "add", "q_sum", "concat", "q_cat")} \
+        == {"fp16"}
