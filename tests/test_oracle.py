@@ -636,3 +636,28 @@ def test_sessions_run_once_per_sample_go_without_onnxruntimes_arena():
     assert twin is not None and not twin.session.get_session_options().enable_cpu_mem_arena
     assert not make_session(ctx.model, ctx.base_dir).get_session_options().enable_cpu_mem_arena
     assert EmulationSession(ctx).session.get_session_options().enable_cpu_mem_arena
+
+
+def test_the_twin_graph_holds_no_copy_of_the_weights_beside_its_session(monkeypatch):
+    """The twin's proto (its initializers a copy of the model's weights) is gone when onnxruntime
+    parses it and while it runs; the twin a session keeps has its nodes and outputs, not its weights."""
+    import gc
+
+    from onnx_precision.oracle import Emulator, sessions
+
+    model = mlp_with_large_weights()
+    ctx = ModelContext.of(model)
+    weighted: list[int] = []
+
+    def twins_with_weights(*args, **kwargs):
+        weighted.append(sum(1 for m in gc.get_objects() if isinstance(m, onnx.ModelProto)
+                            and m is not model and any(t.name == "w1" for t in m.graph.initializer)))
+        return real(*args, **kwargs)
+
+    real = sessions.weighted_session
+    monkeypatch.setattr(sessions, "weighted_session", twins_with_weights)
+    twin = Emulator(ctx).twin(None, MLP_FEED)
+    assert twin is not None and weighted == [0]
+    assert not twin.twin.model.graph.initializer and twin.twin.model.graph.node
+    plain = ort.InferenceSession(model.SerializeToString(), sessions.session_options())
+    assert twin.run(MLP_FEED)["y"].tobytes() == plain.run(None, MLP_FEED)[0].tobytes()

@@ -36,7 +36,7 @@ from ..typing_rules import tensor_types
 from .emulation import EMULATE, EmulationSession, FloatIO, as_fp32
 from .inspection import Chunks, Inspector
 from .rounding import FLOAT, elem_types
-from .sessions import Feed, cast_feed, input_dtypes, make_session, session_options
+from .sessions import Feed, cast_feed, handed, make_session, session_options
 from .switch import EmulationSource, SwitchBuilder
 from .switch_graph import captured
 from .twin import TwinModel, TwinUnavailable, build_twin_model
@@ -230,11 +230,18 @@ class Emulator:
         self._baked.clear()  # the twin holds both: never three copies of the model at once
         options = twin_session_options(self.threads)
         ctx = self.ctx
-        session = make_session(model.model, ctx.base_dir, options=options, shared=ctx.mapped_weights,
+        # the twin's proto (a copy of the weights) is gone before onnxruntime parses its bytes and
+        # while it runs: on the 26 MB dynamic-quant model of scripts/bench_quantized.py, 16 MB of the
+        # search's peak
+        given = handed(model.model, ctx.base_dir, ctx.mapped_weights)
+        model = model.without_weights()
+        session = make_session(given, ctx.base_dir, options=options,
                                custom_op_libraries=ctx.custom_op_libraries)
+        dtypes = given.io.dtypes
+        del given
         self.build_seconds += time.perf_counter() - start
         self.sessions_built += 1
-        return TwinSession(model, session, self)
+        return TwinSession(model, session, self, dtypes)
 
     @cached_property
     def _budget(self) -> int:
@@ -285,11 +292,12 @@ class TwinSession:
     """A twin graph's session: one run per sample gives the FP32 outputs, the plan's, and every
     compared tensor whole or summarised (see :class:`.twin.TwinModel`)."""
 
-    def __init__(self, twin: TwinModel, session: ort.InferenceSession, emulator: Emulator) -> None:
-        self.twin = twin
+    def __init__(self, twin: TwinModel, session: ort.InferenceSession, emulator: Emulator,
+                 dtypes: Mapping[str, np.dtype]) -> None:
+        self.twin = twin  # without its weights (:meth:`.TwinModel.without_weights`): the session has them
         self.session = session
         self.emulator = emulator
-        self._dtypes = input_dtypes(twin.model)
+        self._dtypes = dtypes  # its inputs' (:class:`.sessions.Io`)
         self._fetches = twin.fetches()
 
     def run(self, feed: Feed) -> dict[str, np.ndarray]:

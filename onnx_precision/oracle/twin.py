@@ -17,7 +17,7 @@ as soon as its twin has been compared: the peak is about one run's (scripts/benc
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
@@ -30,6 +30,7 @@ from .baked import BakedBuilder
 from .rounding import FLOAT, Names, elem_types, round_nodes
 from .switch import EmulationSource, assemble
 from .switch_graph import captured
+from .weights import without_initializers
 
 MIN_OPSET = 11  # every op summary_nodes uses exists from here on (Equal takes floats from 11)
 INT = TensorProto.INT32
@@ -52,6 +53,11 @@ class TwinModel:
     plan_outputs: Mapping[str, str]           # graph output -> the plan's value of it (with a plan)
     whole: Mapping[str, str | None]           # tensor fetched whole -> the plan's copy (or None)
     summaries: Mapping[str, tuple[str, str]]  # tensor reduced in the graph -> (floats, ints) outputs
+
+    def without_weights(self) -> TwinModel:
+        """This twin with its main graph's initializers left out (:func:`.weights.without_initializers`):
+        what a run of its built session and its readers need, the weights being the session's."""
+        return replace(self, model=without_initializers(self.model))
 
     def fetches(self) -> list[str]:
         names = list(self.outputs) + list(self.plan_outputs.values())

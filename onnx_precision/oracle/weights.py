@@ -75,6 +75,14 @@ def _copy_fields(source, target, skip: str) -> None:
             setattr(target, field.name, value)
 
 
+def without_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` whose main graph has no initializers (nothing else of it is left out)."""
+    light = onnx.ModelProto()
+    _copy_fields(model, light, "graph")
+    _copy_fields(model.graph, light.graph, "initializer")
+    return light
+
+
 def _array(tensor: onnx.TensorProto, base_dir: str, shared: MutableMapping | None) -> np.ndarray:
     """The tensor's values; an external one is mapped once per ``shared`` (two maps of the same
     bytes would count twice in the process's resident memory)."""
@@ -99,9 +107,7 @@ def by_reference(model: onnx.ModelProto, base_dir: str, shared: MutableMapping |
     if not large or anchor is None:
         return model, {}
     values = {t.name: _array(t, base_dir, shared) for t in large}
-    light = onnx.ModelProto()
-    _copy_fields(model, light, "graph")
-    _copy_fields(model.graph, light.graph, "initializer")
+    light = without_initializers(model)
     for tensor in model.graph.initializer:
         if tensor.name not in values:
             light.graph.initializer.append(tensor)
