@@ -18,7 +18,7 @@ from onnx import helper
 
 from ..context import ModelContext
 from ..graph import is_onnx_domain, onnx_opset
-from ..target.accumulation import FIRST_OPSET, OVERFLOWS, SMALL_CONSTANT
+from ..target.accumulation import FIRST_OPSET, OVERFLOWS, SMALL_CONSTANT, computes_in
 from ..trt.spell import DecompositionError, Speller
 from ..typing_rules.constant_values import small_constant_arrays
 from .rounding import Names
@@ -68,7 +68,9 @@ class AccumulationBounds:
         for ref in refs:
             t = ctx.types.get(ref.node.input[0])
             rank = len(t.tensor_type.shape.dim) if t is not None and t.tensor_type.HasField("shape") else None
-            s = Speller(ref.node, opset, fp16=False, fresh=names.fresh, constants=constants, rank=rank)
+            wide = computes_in(ctx.types, ref.node.input[0])  # a float64 node's bound is float64
+            s = Speller(ref.node, opset, fp16=False, fresh=names.fresh, constants=constants, rank=rank,
+                        wide=wide)
             try:
                 bound = OVERFLOWS[ref.node.op_type].bound(s)
             except DecompositionError as e:  # as the emulation: no check there, nothing to measure here
@@ -78,6 +80,6 @@ class AccumulationBounds:
             s.nodes.append(helper.make_node("ReduceMax", [bound], [largest], keepdims=0,
                                             name=names.fresh(f"{largest}__node")))
             out.graph.node.extend(s.nodes)
-            out.graph.output.append(helper.make_tensor_value_info(largest, onnx.TensorProto.FLOAT, []))
+            out.graph.output.append(helper.make_tensor_value_info(largest, wide, []))
             self.outputs[ref.name] = largest
         return out if self.outputs else None

@@ -43,6 +43,10 @@ the headroom covers other inputs. ``check`` of another tool's model checks every
 
 The check adds a few nodes to each accumulating node's FP16 spelling, so it runs inside the switch,
 baked and twin graphs as the node does: a search costs no more sessions.
+
+A float64 node the plan makes 16-bit is emulated in float64 between its rounding pairs (the written model
+computes it in FP16): its check, its constants and the rounding pairs of its rewrite are float64 too, the
+type read off its input once (:func:`computes_in`), before a rewrite adds tensors of no known type.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ from onnx import helper, numpy_helper
 from ..float_types import FP16, LowPrecision
 from ..graph import is_onnx_domain, onnx_opset
 from ..trt.spell import DecompositionError, Speller, round_graph
-from ..typing_rules import tensor_types
+from ..typing_rules import WIDE, elem_type, tensor_types
 from ..typing_rules.constant_values import small_constant_arrays
 from .base import Fresh, OneOp, Spelling, Target
 from .quantize import Quantizing
@@ -71,6 +75,14 @@ log = logging.getLogger(__name__)
 FLOAT = onnx.TensorProto.FLOAT
 SMALL_CONSTANT = 64  # elements: the axes a bound reads
 FIRST_OPSET = 9  # Where (opset 9) and broadcasting Less (opset 7) spell the check
+
+
+def computes_in(types: Mapping[str, onnx.TypeProto], name: str) -> int:
+    """The element type a check on a node reading ``name`` computes in: ``name``'s own where it is wide (a
+    float64 node's emulation holds its FP16 values in float64 between rounding pairs), else FP32 (a
+    16-bit tensor of a written model is emulated in FP32; an unknown one is taken as FP32)."""
+    elem = elem_type(types.get(name))
+    return elem if elem in WIDE else FLOAT
 
 
 def _writing(node: onnx.NodeProto, out: str, name: str) -> onnx.NodeProto:
@@ -182,13 +194,15 @@ COUNTED = frozenset({"ReduceMean", "GlobalAveragePool"})  # means whose count is
 
 def _count_ratio(s: Speller, out: str, low: LowPrecision) -> str:
     """N/N₁₆ for a mean writing ``out``: N = Size(x)/Size(out) terms per output, N₁₆ = N held in ``low``
-    (the sizes divided in FP32: an empty output gives 0/0, over no element)."""
+    (the sizes divided in FP32: an empty output gives 0/0, over no element), in the type the mean
+    computes in (``s.wide``)."""
     def size(name: str) -> str:
         return s.helper_node("Cast", [s.helper_node("Size", [name])], to=FLOAT)
 
     count = s.helper_node("Div", [size(_x(s)), size(out)])
     held = s.helper_node("Cast", [s.helper_node("Cast", [count], to=low.elem_type)], to=FLOAT)
-    return s.helper_node("Div", [count, held])
+    ratio = s.helper_node("Div", [count, held])
+    return ratio if s.wide == FLOAT else s.helper_node("Cast", [ratio], to=s.wide)
 
 
 @functools.cache
@@ -265,33 +279,39 @@ class Accumulating(Spelling):
         return len(t.tensor_type.shape.dim)
 
     def spell(self, node: onnx.NodeProto, low: LowPrecision = FP16) -> list[onnx.NodeProto]:
+        # the type the node computes in, looked up once on its own input: the tensors the rewrites
+        # below add between rounding pairs have no type here
+        wide = computes_in(self.types, node.input[0]) if node.input else FLOAT
         rewrite = marked_rewrite(node)
         if rewrite is not None and low.elem_type == onnx.TensorProto.FLOAT16:  # written as its rewrite
-            return rewritten_nodes(rewrite, node, self.opset, self.fresh, FLOAT, self._rounded(low),
-                                   lambda reduce: self.spell(reduce, low))
+            return rewritten_nodes(rewrite, node, self.opset, self.fresh, wide, self._rounded(low, wide),
+                                   lambda reduce: self._checked(reduce, low, wide))
         form = written_for(node) if node.op_type == "LayerNormalization" else None
         shift = None if form is None else self.prescaled.get(form)
         if shift is not None and low.elem_type == onnx.TensorProto.FLOAT16:  # written on x·2^-j
-            *scaling, scaled = prescaled_layer_norm(node, shift, self.fresh, FLOAT, self._rounded(low))
-            return scaling + self._checked(scaled, low, node.input[0])
-        return self._checked(node, low)
+            *scaling, scaled = prescaled_layer_norm(node, shift, self.fresh, wide, self._rounded(low, wide))
+            return scaling + self._checked(scaled, low, wide, node.input[0])
+        return self._checked(node, low, wide)
 
-    def _rounded(self, low: LowPrecision) -> Callable[[str], tuple[str, list[onnx.NodeProto]]]:
-        """A tensor the written model stores in ``low`` between two nodes, as the emulation holds it."""
+    def _rounded(self, low: LowPrecision, wide: int) -> Callable[[str], tuple[str, list[onnx.NodeProto]]]:
+        """A tensor the written model stores in ``low`` between two nodes, as the emulation holds it (in
+        ``wide``, the type the node computes in)."""
         def rounded(name: str) -> tuple[str, list[onnx.NodeProto]]:
             held = self.fresh(f"{name}__rounded")
-            return held, round_graph(name, held, self.fresh, low)
+            return held, round_graph(name, held, self.fresh, low, wide)
         return rounded
 
-    def _checked(self, node: onnx.NodeProto, low: LowPrecision, shaped: str = "") -> list[onnx.NodeProto]:
-        """``node`` as ``inner`` spells it, with its overflow check where its op kind sums in FP16 (its
-        input's rank that of ``shaped`` where given: a tensor the emulation adds has no type here)."""
+    def _checked(self, node: onnx.NodeProto, low: LowPrecision, wide: int,
+                 shaped: str = "") -> list[onnx.NodeProto]:
+        """``node`` as ``inner`` spells it, with its overflow check where its op kind sums in FP16, in
+        ``wide`` (its input's rank that of ``shaped`` where given: a tensor the emulation adds has no type
+        here)."""
         spelled = self.inner.spell(node, low)
         if node.op_type not in self.fp16 or not is_onnx_domain(node.domain) or self.opset < FIRST_OPSET \
                 or self._bounded_by_length(node, low):
             return spelled
         counted = node.op_type in self.counted
-        s = self._speller(node, shaped or node.input[0])
+        s = self._speller(node, shaped or node.input[0], wide)
         bound = None if node.name in self.proven else self._bound(s)
         if bound is None and not counted:
             return spelled
@@ -307,9 +327,9 @@ class Accumulating(Spelling):
                                             name=self.fresh(f"{node.name}__fp16_count")))
         return renamed + s.nodes
 
-    def _speller(self, node: onnx.NodeProto, shaped: str) -> Speller:
+    def _speller(self, node: onnx.NodeProto, shaped: str, wide: int) -> Speller:
         return Speller(node, self.opset, fp16=False, fresh=self.fresh, constants=self.constants,
-                       rank=self._rank(shaped))
+                       rank=self._rank(shaped), wide=wide)
 
     def _bound(self, s: Speller) -> str | None:
         """The node's accumulator bound (:data:`OVERFLOWS`), or None where an axis or rank is not known
@@ -349,7 +369,7 @@ class Accumulating(Spelling):
 
     def _constant(self, s: Speller, value: float) -> str:
         out = self.fresh(f"{s.node.output[0]}__const")
-        tensor = numpy_helper.from_array(np.array(value, dtype=np.float32), out)
+        tensor = numpy_helper.from_array(np.array(value, helper.tensor_dtype_to_np_dtype(s.wide)), out)
         s.nodes.append(helper.make_node("Constant", [], [out], name=self.fresh(f"{out}__node"), value=tensor))
         return out
 

@@ -78,11 +78,12 @@ class Speller:
 
     def __init__(self, node: onnx.NodeProto, opset: int, *, fp16: bool, fresh: Callable[[str], str],
                  constants: Mapping[str, np.ndarray], rank: int | None, dry: bool = False,
-                 low: LowPrecision = FP16) -> None:
+                 low: LowPrecision = FP16, wide: int = FLOAT) -> None:
         self.node = node
         self.opset = opset
         self.fp16 = fp16  # spelled in the 16-bit type ``low`` (else in FP32)
         self.low = low
+        self.wide = wide  # the type the spelling computes in, its constants' (float64 for a float64 node)
         self.fresh = fresh
         self.constants = constants
         self.rank = rank
@@ -146,7 +147,8 @@ class Speller:
         dst = self.fresh(f"{src}__rounded")
         self.nodes.append(helper.make_node("Cast", [src], [half], to=self.low.elem_type,
                                            name=self.fresh(f"{half}__cast")))
-        self.nodes.append(helper.make_node("Cast", [half], [dst], to=FLOAT, name=self.fresh(f"{dst}__cast")))
+        self.nodes.append(helper.make_node("Cast", [half], [dst], to=self.wide,
+                                           name=self.fresh(f"{dst}__cast")))
         self.rounded.append(src)
         return dst
 
@@ -177,6 +179,7 @@ class Speller:
         data = np.array(value, dtype=np.float32)
         if self.fp16:
             data = self.low.round(data)
+        data = data.astype(helper.tensor_dtype_to_np_dtype(self.wide))
         out = self.fresh(f"{self.node.output[0]}__const")
         self.nodes.append(helper.make_node("Constant", [], [out], name=self._name("const"),
                                            value=numpy_helper.from_array(data, out)))
@@ -227,9 +230,10 @@ class Speller:
 
 
 def round_graph(src: str, dst: str, fresh: Callable[[str], str], low: LowPrecision = FP16,
-                ) -> list[onnx.NodeProto]:
-    """``dst = Cast(Cast(src, FLOAT16), FLOAT)`` (or BFLOAT16): the rounding used inside subgraph bodies."""
+                wide: int = FLOAT) -> list[onnx.NodeProto]:
+    """``dst = Cast(Cast(src, FLOAT16), wide)`` (or BFLOAT16; ``wide`` ``src``'s own type, float32 or
+    float64): the rounding used inside subgraph bodies."""
     half = fresh(f"{src}__{low.precision}")
     return [helper.make_node("Cast", [src], [half], to=low.elem_type, name=fresh(f"{half}__cast")),
-            helper.make_node("Cast", [half], [dst], to=FLOAT, name=fresh(f"{dst}__cast"))]
+            helper.make_node("Cast", [half], [dst], to=wide, name=fresh(f"{dst}__cast"))]
 
