@@ -196,7 +196,8 @@ def test_the_torchao_scale_keeps_fp32_with_its_group_named_with_its_value(tmp_pa
     path, out, plan = str(tmp_path / "t.onnx"), str(tmp_path / "o.onnx"), str(tmp_path / "p.json")
     onnx.save(torchao_block(0.1 / 57344), path)
     assert main(["convert", path, "-o", out, "--inputs", _zero_input(tmp_path), "--save-plan", plan]) == 0
-    assert "FP32 pins (4): q_x (rule), dq_x (rule), dq_w (type), matmul (type)" in capsys.readouterr().out
+    assert ("FP32 pins (4): q_x (rule), dq_x (rule), dq_w (type), matmul (type; FP8 compute, counted apart)"
+            in capsys.readouterr().out)
     decisions = json.load(open(plan))["nodes"]
     assert decisions["q_x"]["reasons"][-1]["detail"] == TORCHAO
     assert decisions["q_x"]["reasons"][-1]["evidence"] == {"scale": "x_s", "value": "1.744e-06"}

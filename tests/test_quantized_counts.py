@@ -75,7 +75,7 @@ def test_a_qdq_block_counts_its_remainder_and_keeps_its_scale_pins(tmp_path, cap
     assert printed[3:5] == [
         "FP16: 1/4 non-quantized nodes (25.0%), 14.3% of the non-quantized estimated FLOPs; 82.1% of all "
         "FLOPs are FP8",
-        "FP32 pins (4): q_x (rule), dq_x (rule), dq_w (type), matmul (type)"]
+        "FP32 pins (4): q_x (rule), dq_x (rule), dq_w (type), matmul (type; FP8 compute, counted apart)"]
     with open(tmp_path / "o.report.json", encoding="utf-8") as f:
         report = json.load(f)
     share = report["fp16_share"]

@@ -221,7 +221,8 @@ def verdict_line(report: RunReport) -> str:
 
 def _pins_line(report: RunReport, limit: int = 6) -> str:
     """The plan's FP32 pins with their reasons' sources; a pin the written file counts with a 16-bit node
-    (a fused LayerNorm's statistics, inside its LayerNormalization) says so, as the counts above do."""
+    (a fused LayerNorm's statistics, inside its LayerNormalization) says so, as the counts above do, and
+    so does a pin of quantized compute (a group's kernel kept FP32 with its DQ), which they leave out."""
     names = report.fp32_nodes
     written = report.shares.precisions(report.plan)
     parts = []
@@ -230,6 +231,7 @@ def _pins_line(report: RunReport, limit: int = 6) -> str:
         inside = written.get(name, Precision.FP32)
         where = (f"; counted with '{report.counted_as[name]}', {inside.name} in the written file"
                  if inside.is_low and report.counted_as.get(name) else "")
+        where += f"; {report.quantized[name]} compute, counted apart" if name in report.quantized else ""
         parts.append(f"{name} ({'/'.join(sources) or '?'}{where})")
     more = f", ... {len(names) - limit} more" if len(names) > limit else ""
     return f"({len(names)}): " + ", ".join(parts) + more
