@@ -205,8 +205,12 @@ def _find(ctx: ModelContext) -> Quantization:
                 label = _LABELS.get(types[1] or 0) or _LABELS.get(types[0] or 0) or "INT8"
                 quantize = tuple(c.name for out in node.output[:1] for c in index.consumers.get(out, ())
                                  if is_qdq(c.node) and c.node.op_type == QUANTIZE)
-                groups.append(QuantGroup(ref.name, tuple(dq.name for dq in dqs if dq is not None), quantize,
-                                         label))
+                # a Conv/Gemm bias's DQ (int32, quantize_static's) is the group's too: onnxruntime's
+                # ConvSelector and GemmSelector take a DQ on every input (qdq_selectors.cc), so a Cast
+                # after it stops QLinearConv/QGemm as one after the others does
+                bias = _dequantize(index, node.input[2]) if len(node.input) > 2 and node.input[2] else None
+                groups.append(QuantGroup(ref.name, tuple(dq.name for dq in (*dqs, bias) if dq is not None),
+                                         quantize, label))
     # only where onnxruntime's optimiser runs the written model: TensorRT places Q/DQ by its own rules
     fusing = bool(qdq) and ctx.target.onnxruntime_kernels(ctx.target.low)
     ort_fused = _ort_fused(ctx, quantized_type) if fusing else ()

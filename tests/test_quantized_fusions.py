@@ -17,9 +17,10 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx_precision.cli import main
 
 
-def qdq_concat_add(opset: int = 19, c: int = 4) -> onnx.ModelProto:
-    """x -> Q -> two DQ -> Conv <- DQ (INT8 weight) -> Q groups, whose outputs meet in a DQ -> Concat -> Q
-    and a DQ -> Add <- DQ -> Q group (UINT8 activations), each then dequantized into a float tail
+def qdq_concat_add(opset: int = 19, c: int = 4, bias: bool = False) -> onnx.ModelProto:
+    """x -> Q -> two DQ -> Conv <- DQ (INT8 weight; with ``bias``, an INT32 bias through a DQ as
+    quantize_static writes it) -> Q groups, whose outputs meet in a DQ -> Concat -> Q and a
+    DQ -> Add <- DQ -> Q group (UINT8 activations), each then dequantized into a float tail
     (GlobalAveragePool, Relu)."""
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array(np.array(0.02, np.float32), "s_x"),
@@ -34,11 +35,18 @@ def qdq_concat_add(opset: int = 19, c: int = 4) -> onnx.ModelProto:
         inits += [numpy_helper.from_array(w_q, f"w{i}"),
                   numpy_helper.from_array(w_scale, f"ws{i}"),
                   numpy_helper.from_array(np.zeros(c, np.int8), f"wz{i}")]
+        if bias:
+            b_scale = (0.02 * w_scale).astype(np.float32)
+            inits += [numpy_helper.from_array(rng.integers(-500, 500, c).astype(np.int32), f"b{i}"),
+                      numpy_helper.from_array(b_scale, f"bs{i}"),
+                      numpy_helper.from_array(np.zeros(c, np.int32), f"bz{i}")]
+            nodes.append(helper.make_node("DequantizeLinear", [f"b{i}", f"bs{i}", f"bz{i}"], [f"bd{i}"],
+                                          name=f"dq_b{i}", axis=0))
         nodes += [helper.make_node("DequantizeLinear", ["xq", "s_x", "zp"], [f"xd{i}"], name=f"dq_x{i}"),
                   helper.make_node("DequantizeLinear", [f"w{i}", f"ws{i}", f"wz{i}"], [f"wd{i}"],
                                    name=f"dq_w{i}", axis=0),
-                  helper.make_node("Conv", [f"xd{i}", f"wd{i}"], [f"c{i}"], name=f"conv{i}",
-                                   pads=[1, 1, 1, 1]),
+                  helper.make_node("Conv", [f"xd{i}", f"wd{i}"] + [f"bd{i}"] * bias, [f"c{i}"],
+                                   name=f"conv{i}", pads=[1, 1, 1, 1]),
                   helper.make_node("QuantizeLinear", [f"c{i}", "s_y", "zp"], [f"cq{i}"], name=f"q_c{i}")]
         nodes += [helper.make_node("DequantizeLinear", [f"cq{i}", "s_y", "zp"], [f"{op}{i}"],
                                    name=f"dq_{op}{i}") for op in ("cat", "add")]
@@ -111,3 +119,19 @@ def test_under_tensorrt_the_groups_are_not_onnxruntimes_to_fuse_and_stay_16_bit(
     decisions = json.load(open(plan))["nodes"]
     assert {decisions[m]["precision"] for m in ("dq_add1", "dq_add2", "add", "q_sum", "concat", "q_cat")} \
         == {"fp16"}
+
+
+def test_a_conv_groups_bias_dq_stays_in_its_group_so_an_fp32_group_still_fuses(tmp_path):
+    # quantize_static dequantizes a Conv's INT32 bias with a DQ of its own; onnxruntime's ConvSelector
+    # wants a DQ on every Conv input. Before, that DQ was no member of the group: with the group kept
+    # FP32 (here by the user) it was written FP16 and Cast back, and onnxruntime fused no QLinearConv
+    path, out, plan = str(tmp_path / "m.onnx"), str(tmp_path / "o.onnx"), str(tmp_path / "p.json")
+    onnx.save(qdq_concat_add(bias=True), path)
+    assert _fused_ops(path, tmp_path)["QLinearConv"] == 2
+    assert main(["convert", path, "-o", out, "--keep-fp32", "conv1", "--save-plan", plan, "-q"]) == 0
+    decisions = json.load(open(plan))["nodes"]
+    assert decisions["dq_b1"]["precision"] == "fp32" and decisions["dq_b1"]["reasons"][-1]["detail"] == (
+        "quantized group of 'conv1' (INT8): 'conv1' is FP32, and a Cast inside the group would stop its "
+        "fusion")
+    assert decisions["dq_b2"]["precision"] == decisions["conv2"]["precision"] == "fp16"
+    assert _fused_ops(out, tmp_path)["QLinearConv"] == 1
