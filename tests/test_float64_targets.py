@@ -182,3 +182,46 @@ def test_a_float64_mean_written_as_its_rewrite_is_emulated_in_float64():
     assert rewrite is not None
     y = make_session(_spelled(marked(node, rewrite), "64", [2, WIDTH], "webgpu"), "").run(None, {"x": x})[0]
     assert y.dtype == np.float64 and y.ravel().tolist() == [0.0, 0.0]  # x·2^-11 sums to ±64 at most
+
+
+def _decomposed_layer_norm(tag: str, width: int = 256) -> onnx.ModelProto:
+    """A LayerNorm spelled as nine nodes on x, or on x cast to float64 (tag "64")."""
+    elem, dtype = _TYPES[tag]
+    src = "x" if tag == "32" else "x64"
+    nodes = [helper.make_node("Cast", ["x"], ["x64"], "to64", to=elem)] if tag == "64" else []
+    nodes += [helper.make_node("ReduceMean", [src], ["m"], "mean", axes=[-1]),
+              helper.make_node("Sub", [src, "m"], ["d"], "sub"),
+              helper.make_node("Pow", ["d", "two"], ["d2"], "pow"),
+              helper.make_node("ReduceMean", ["d2"], ["v"], "var", axes=[-1]),
+              helper.make_node("Add", ["v", "eps"], ["ve"], "add_eps"),
+              helper.make_node("Sqrt", ["ve"], ["s"], "sqrt"),
+              helper.make_node("Div", ["d", "s"], ["n"], "div"),
+              helper.make_node("Mul", ["n", "g"], ["ng"], "gamma"),
+              helper.make_node("Add", ["ng", "b"], ["y"], "beta")]
+    inits = [numpy_helper.from_array(np.asarray(v, dtype), k) for k, v in
+             (("two", 2.0), ("eps", 1e-5), ("g", np.linspace(0.5, 1.5, width)), ("b", np.zeros(width)))]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, width])
+    graph = helper.make_graph(nodes, "ln", [x], [helper.make_tensor_value_info("y", elem, [4, width])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_a_float64_layer_norm_is_written_prescaled_as_its_float32_twin(tmp_path):
+    # Σx² over rows of 256 deviations ~900 passes 65504: fp16-accumulate writes the LayerNormalization on
+    # x·2^-6, its search and verification emulating that form (in float64 for the float64 LayerNorm)
+    written = {}
+    for tag in _TYPES:
+        model, out = str(tmp_path / f"ln{tag}.onnx"), str(tmp_path / f"ln{tag}.fp16.onnx")
+        onnx.save(_decomposed_layer_norm(tag), model)
+        assert main(["convert", model, "-o", out, "--input-range", "x:-900,900",
+                     "--target", "fp16-accumulate", "-q"]) == 0
+        nodes = {n.name: n for n in onnx.load(out).graph.node}
+        epsilon = next(a.f for a in nodes["beta"].attribute if a.name == "epsilon")
+        scale = numpy_helper.to_array(nodes["beta__prescale_by__node"].attribute[0].t)
+        written[tag] = (nodes["beta"].op_type, epsilon, scale.dtype, float(scale))
+        x = np.random.default_rng(0).uniform(-900, 900, (4, 256)).astype(np.float32)
+        y = ort.InferenceSession(out, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        assert np.isfinite(y).all()
+    assert written["64"] == written["32"] == ("LayerNormalization", np.float32(1e-5 * 2.0 ** -12), np.float16,
+                                              2.0 ** -6)
