@@ -108,6 +108,9 @@ def test_the_fused_groups_count_as_quantized_compute_in_the_shares(tmp_path, cap
     printed = capsys.readouterr().out.splitlines()
     assert ("FP16: 11/11 non-quantized nodes (100.0%), 100.0% of the non-quantized estimated FLOPs; 92.7% of "
             "all FLOPs are INT8") in printed
+    assert any(line.endswith("; 10 node(s) of quantized compute (DQ -> Conv/MatMul/Gemm <- DQ groups, the "
+                             "QLinear* groups onnxruntime fuses, integer ops) are counted apart from the "
+                             "16-bit share and the node counts") for line in printed)
 
 
 def test_under_tensorrt_the_groups_are_not_onnxruntimes_to_fuse_and_stay_16_bit(tmp_path):

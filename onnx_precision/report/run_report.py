@@ -201,8 +201,9 @@ def _quantized_notes(ctx: ModelContext) -> tuple[str, ...]:
     found = quantized.of(ctx)
     if not found.any:
         return ()
+    qlinear = "the QLinear* groups onnxruntime fuses, " if found.ort_fused else ""
     kernels = (f"; {len(found.compute)} node(s) of quantized compute (DQ -> Conv/MatMul/Gemm <- DQ groups, "
-               f"integer ops) are counted apart from the 16-bit share and the node counts"
+               f"{qlinear}integer ops) are counted apart from the 16-bit share and the node counts"
                if found.compute else "")
     unpinned = tuple(n for n in (found.dequantization_note(), fp32_integer_ops_note(ctx)) if n)
     return ("quantized model: the reference is its Q/DQ run in FP32 as the ONNX specification defines them, "
