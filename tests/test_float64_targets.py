@@ -174,14 +174,16 @@ def test_a_float64_node_is_emulated_in_float64_as_its_float32_twin(op):
         assert np.isinf(results["64"]).sum() == WIDTH - 1023
 
 
-def test_a_float64_mean_written_as_its_rewrite_is_emulated_in_float64():
+@pytest.mark.parametrize("width", [WIDTH, "N"])  # N: its scales computed at run time
+def test_a_float64_mean_written_as_its_rewrite_is_emulated_in_float64_as_its_float32_twin(width):
     node = helper.make_node("ReduceMean", ["x"], ["y"], "n", axes=[1])
-    x = _feed()[:2].astype(np.float64)
-    shape = helper.make_tensor_type_proto(TensorProto.DOUBLE, [2, WIDTH])
-    rewrite = sum_rewrite(node, shape, {})
+    x = np.abs(_feed()[:2]) * np.array([[1], [0.3]], np.float32)
+    rewrite = sum_rewrite(node, helper.make_tensor_type_proto(TensorProto.DOUBLE, [2, width]), {})
     assert rewrite is not None
-    y = make_session(_spelled(marked(node, rewrite), "64", [2, WIDTH], "webgpu"), "").run(None, {"x": x})[0]
-    assert y.dtype == np.float64 and y.ravel().tolist() == [0.0, 0.0]  # x·2^-11 sums to ±64 at most
+    results = {tag: make_session(_spelled(marked(node, rewrite), tag, [2, width], "webgpu"), "").run(
+        None, {"x": x.astype(dtype)})[0] for tag, (_, dtype) in _TYPES.items()}
+    assert results["64"].dtype == np.float64  # x·2^-11 sums to 64 at most: the mean holds
+    assert results["64"].ravel().tolist() == results["32"].ravel().tolist() == [64.0, 19.203125]
 
 
 def _decomposed_layer_norm(tag: str, width: int = 256) -> onnx.ModelProto:
