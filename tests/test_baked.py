@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import weakref
 from dataclasses import replace
@@ -253,3 +254,42 @@ def test_a_plan_probes_session_goes_when_the_next_plan_is_probed():
     emulator.run(plan.with_fp32(["a_norm"], plan.decisions["a_norm"].reasons[0]), feed)
     assert first() is None and emulator.sessions_built == 3
     assert emulator.session(None, capture=True) is fp32
+
+
+def test_the_twin_graph_runs_in_its_order_when_a_dequantize_linear_feeds_the_chain(tmp_path, monkeypatch):
+    # onnxruntime gives each further reader of a DequantizeLinear's output (here the original Add
+    # and the summary comparing it) its own copy of the DQ, appended to the graph: the priority
+    # order then ran that copy, and the whole FP32 chain after it, once the plan's copy had run, so
+    # every tensor waited for its comparison (Kokoro-82M int8: 4.4 GB instead of 1.3).
+    from onnx_precision.oracle import emulator as emulator_module
+
+    plain = emulator_module.twin_session_options
+
+    def profiled(threads):
+        options = plain(threads)
+        options.enable_profiling = True
+        options.profile_file_prefix = str(tmp_path / "twin")
+        return options
+
+    nodes = [helper.make_node("DequantizeLinear", ["w", "s", "z"], ["dq"], name="dq"),
+             helper.make_node("Add", ["x", "dq"], ["a0"], name="a0")]
+    nodes += [helper.make_node("Sin", [f"a{i}"], [f"a{i + 1}"], name=f"a{i + 1}") for i in range(6)]
+    weights = [numpy_helper.from_array(np.arange(8, dtype=np.int8), "w"),
+               numpy_helper.from_array(np.array(0.5, np.float32), "s"),
+               numpy_helper.from_array(np.array(0, np.int8), "z")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])],
+                              [helper.make_tensor_value_info("a6", TensorProto.FLOAT, [8])], weights)
+    ctx = ModelContext.of(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]))
+    emulator = Emulator(ctx)
+    emulator.__dict__["_budget"] = 0  # every tensor summarised in the graph
+    monkeypatch.setattr(emulator_module, "twin_session_options", profiled)
+    twin = emulator.twin(policy.resolve(ctx, ctx.all_low_plan()))
+    assert twin is not None
+    twin.run({"x": np.ones(8, np.float32)})
+    with open(twin.session.end_profiling()) as f:
+        ran = [e["name"].removesuffix("_kernel_time") for e in json.load(f)
+               if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    graph_order = [n.name for n in twin.twin.model.graph.node]
+    # in the graph's order: each tensor and its plan copy are compared, and can die, before the
+    # next original node runs (the copy of the DQ ran after every plan node, the FP32 chain last)
+    assert [name for name in ran if name in set(graph_order)] == graph_order
