@@ -263,7 +263,8 @@ class FlopShares:
     def low(self, plan: PrecisionPlan) -> float:
         """The 16-bit (FP16 and BF16) share."""
         shares = self.by_precision(plan)
-        return 1.0 - shares.get("fp32", 0.0) if shares else 0.0
+        return max(0.0, 1.0 - shares.get("fp32", 0.0)) if shares else 0.0  # an all-FP32 plan's weights
+        # may sum past 1 by an ulp: it read '-0.0% of estimated FLOPs'
 
 
 def flop_shares(ctx: ModelContext, input_shapes: Mapping[str, Sequence[int]]) -> FlopShares:

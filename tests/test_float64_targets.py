@@ -227,3 +227,31 @@ def test_a_float64_layer_norm_is_written_prescaled_as_its_float32_twin(tmp_path)
         assert np.isfinite(y).all()
     assert written["64"] == written["32"] == ("LayerNormalization", np.float32(1e-5 * 2.0 ** -12), np.float16,
                                               2.0 ** -6)
+
+
+def test_a_float64_layer_norm_written_as_one_fp16_node_is_not_said_to_stay_float64(tmp_path, capsys):
+    # its pins (pow, var, add_eps, sqrt) are written inside an FP16 LayerNormalization: the summary said
+    # '4 node(s) compute in float64 ... and stay float64: pow (rule), var (range), ...'
+    model, out = str(tmp_path / "ln64.onnx"), str(tmp_path / "ln64.fp16.onnx")
+    onnx.save(_decomposed_layer_norm("64"), model)
+    assert main(["convert", model, "-o", out, "--input-range", "x:-900,900"]) == 0
+    printed = capsys.readouterr().out
+    assert "pow (range/rule; counted with 'beta', FP16 in the written file)" in printed
+    assert "compute in float64" not in printed
+
+
+def test_under_keep_float64_a_float64_layer_norm_keeps_its_nodes(tmp_path, capsys):
+    # it was written as one LayerNormalization with stash_type 1, its statistics in FP32
+    model, out = str(tmp_path / "ln64.onnx"), str(tmp_path / "ln64.fp16.onnx")
+    onnx.save(_decomposed_layer_norm("64"), model)
+    assert main(["convert", model, "-o", out, "--input-range", "x:-900,900", "--keep-float64"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert "FP16: 0/10 nodes (0.0%), 0.0% of estimated FLOPs" in printed  # it read '-0.0%'
+    assert not any("LayerNormalization" in line for line in printed)
+    written = onnx.load(out)
+    given = _decomposed_layer_norm("64")
+    assert [n.op_type for n in written.graph.node] == [n.op_type for n in given.graph.node]
+    x = np.random.default_rng(0).uniform(-900, 900, (4, 256)).astype(np.float32)
+    y = ort.InferenceSession(out, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    expected = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert y.dtype == np.float64 and np.array_equal(y, expected)

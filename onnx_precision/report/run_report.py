@@ -12,7 +12,7 @@ from .. import quantized
 from ..context import ModelContext
 from ..costs import PhaseCost, PhaseTotals
 from ..float_types import LowPrecision, low_of
-from ..flops import FlopShares, estimate_flops, integer_kernel_flops
+from ..flops import FlopShares, counted_precisions, estimate_flops, integer_kernel_flops
 from ..judge import Comparison, Tolerance, thin_pass_note
 from ..oracle.inspection import NodeStats
 from ..outcome import ConversionOutcome, Verification
@@ -173,7 +173,7 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         headroom=auto.headroom,
         helper_sessions=outcome.helper_sessions,
         points=auto.points,
-        notes=(auto.notes + _float64_notes(ctx, outcome.plan, auto.node_flops)
+        notes=(auto.notes + _float64_notes(ctx, outcome.plan, auto.node_flops, auto.counted_as)
                + _underflow_notes(ctx, outcome.plan, auto.node_stats, auto.headroom)
                + _thin_pass_notes(verification, None if auto.gate is None else auto.gate.relative)
                + _quantized_notes(ctx)),
@@ -263,11 +263,14 @@ def _thin_pass_notes(verification: Verification | None,
     return (note,) if note else ()
 
 
-def _float64_notes(ctx: ModelContext, plan: PrecisionPlan, flops: Mapping[str, float]) -> tuple[str, ...]:
+def _float64_notes(ctx: ModelContext, plan: PrecisionPlan, flops: Mapping[str, float],
+                   counted_as: Mapping[str, str]) -> tuple[str, ...]:
     """What float64 compute remains, named with why (--keep-float64, or the plan's reason): its
-    nodes count with the wide ones, not in the 16-bit share."""
+    nodes count with the wide ones, not in the 16-bit share. A pin written inside a 16-bit node (a
+    decomposed LayerNorm's, ``counted_as``) computes in that node's type, not in float64."""
     computing = {ref.name for ref in ctx.nodes if computes_in_float64(ref.node, ctx.types)}
-    kept = [n for n in plan.fp32_nodes if n in computing]
+    written = counted_precisions(plan, flops, counted_as)
+    kept = [n for n in plan.fp32_nodes if n in computing and written.get(n, Precision.FP32) is Precision.FP32]
     if not kept:
         return ()
 
