@@ -138,6 +138,19 @@ class Quantization:
         """Node -> the onnxruntime-fused group it belongs to (:attr:`ort_fused`)."""
         return {member: g for g in self.ort_fused for member in g.members}
 
+    def ort_fused_note(self) -> str:
+        """What the summaries say once of :attr:`ort_fused`'s nodes, which they list as no pins ('' where
+        there are none): how many groups of each fused op."""
+        if not self.ort_fused:
+            return ""
+        ops: dict[str, int] = {}
+        for group in self.ort_fused:
+            ops[group.fused] = ops.get(group.fused, 0) + 1
+        listed = ", ".join(f"{n} {op}" for op, n in sorted(ops.items(), key=lambda item: (-item[1], item[0])))
+        return (f"{len(self.ort_fused_nodes)} node(s) of {len(self.ort_fused)} Q/DQ group(s) that "
+                f"onnxruntime fuses into ops taking float32 scales only ({listed}) stay FP32 as quantized "
+                f"compute, not listed as pins (with 16-bit scales the fusion is lost: {ORT_FUSION_SOURCE})")
+
     @property
     def dequantization_nodes(self) -> dict[str, FusedDequantization]:
         """Node -> the fused dequantization it belongs to."""

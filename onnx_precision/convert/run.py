@@ -460,9 +460,10 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
                              next_step=ctx.target.next_step(result.model, run),
                              check_step=quoted(run.check_args(ctx.target.cli_args())),
                              shares=flop_shares(ctx, {}),
-                             unpinned=(*found.dequantization_nodes, *fp32_integer_ops(ctx)),
+                             unpinned=(*found.dequantization_nodes, *fp32_integer_ops(ctx),
+                                       *found.ort_fused_nodes),
                              unpinned_notes=(found.dequantization_note(),
-                                             fp32_integer_ops_note(ctx)))
+                                             fp32_integer_ops_note(ctx), found.ort_fused_note()))
     paths = _stage_reports(done.report, options, outputs)
     outputs.commit()
     return ConvertResult(model_path, output_path, result.plan, result, done.warnings,

@@ -72,6 +72,8 @@ def to_json(report: RunReport) -> dict:
             "fused_dequantization": list(report.fused_dequantization),
             # FP32 integer ops that take no 16-bit type (DynamicQuantizeLinear): quantized compute, not pinned
             **({"fp32_integer_ops": list(report.fp32_integer_ops)} if report.fp32_integer_ops else {}),
+            # FP32 Q/DQ groups onnxruntime fuses into float32-scale QLinear* ops: quantized compute, no pins
+            **({"ort_fused": list(report.ort_fused)} if report.ort_fused else {}),
             # the integer kernels' estimated FLOPs, which "nodes" counts 0 (they compute in no float type)
             "integer_flops": dict(report.integer_flops),
             # the FP16 nodes nearest to the 16-bit type's limits first (within one binade: at risk on
@@ -169,6 +171,7 @@ def from_json(obj: Mapping) -> RunReport:
         counted_as={str(k): str(v) for k, v in obj.get("counted_as", {}).items()},
         fused_dequantization=tuple(str(n) for n in obj.get("fused_dequantization", ())),
         fp32_integer_ops=tuple(str(n) for n in obj.get("fp32_integer_ops", ())),
+        ort_fused=tuple(str(n) for n in obj.get("ort_fused", ())),
         integer_flops={str(k): float(v) for k, v in obj.get("integer_flops", {}).items()},
         quantization_gate=dict(obj.get("quantization_gate", {})),
     )

@@ -72,6 +72,9 @@ class RunReport(PhaseTotals):
     # the integer ops whose schema admits no 16-bit type (DynamicQuantizeLinear, ...:
     # quantized.fp32_integer_ops): FP32 as quantized compute, no pins either
     fp32_integer_ops: tuple[str, ...] = ()
+    # the Q/DQ groups onnxruntime fuses into QLinear* ops with float32 scales (quantized.Quantization.
+    # ort_fused): FP32 as quantized compute, no pins either
+    ort_fused: tuple[str, ...] = ()
     # node -> FLOPs of the integer kernels (MatMulInteger, ...), which node_flops counts 0: what the
     # share of INT8 compute counts (flops.integer_kernel_flops)
     integer_flops: Mapping[str, float] = field(default_factory=dict)
@@ -81,8 +84,9 @@ class RunReport(PhaseTotals):
     @property
     def unpinned(self) -> frozenset[str]:
         """The quantized compute FP32 whatever a plan says, which no list of pins names (the notes count
-        them): the fused dequantization's nodes and the integer ops with no 16-bit type."""
-        return frozenset(self.fused_dequantization) | frozenset(self.fp32_integer_ops)
+        them): the fused dequantization's nodes, the integer ops with no 16-bit type and the Q/DQ groups
+        onnxruntime fuses into float32-scale ops."""
+        return frozenset((*self.fused_dequantization, *self.fp32_integer_ops, *self.ort_fused))
 
     @property
     def fp32_nodes(self) -> tuple[str, ...]:
@@ -189,6 +193,7 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         counted_as=auto.counted_as,
         fused_dequantization=tuple(quantized.of(ctx).dequantization_nodes),
         fp32_integer_ops=fp32_integer_ops(ctx),
+        ort_fused=tuple(quantized.of(ctx).ort_fused_nodes),
         integer_flops=integer_kernel_flops(ctx.model, shapes, quantized.of(ctx).integer_ops or ()),
         quantization_gate={} if auto.gate is None else auto.gate.to_json(
             None if verification is None else verification.verified),
@@ -205,7 +210,8 @@ def _quantized_notes(ctx: ModelContext) -> tuple[str, ...]:
     kernels = (f"; {len(found.compute)} node(s) of quantized compute (DQ -> Conv/MatMul/Gemm <- DQ groups, "
                f"{qlinear}integer ops) are counted apart from the 16-bit share and the node counts"
                if found.compute else "")
-    unpinned = tuple(n for n in (found.dequantization_note(), fp32_integer_ops_note(ctx)) if n)
+    notes = (found.dequantization_note(), fp32_integer_ops_note(ctx), found.ort_fused_note())
+    unpinned = tuple(n for n in notes if n)
     return ("quantized model: the reference is its Q/DQ run in FP32 as the ONNX specification defines them, "
             "float fake-quantisation (onnxruntime with its optimisations off), not onnxruntime's fused "
             f"integer kernels nor TensorRT's{kernels}",) + unpinned
