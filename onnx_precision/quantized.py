@@ -20,13 +20,18 @@ encoder-decoder), so it is no 16-bit candidate either: it stays FP32 and counts 
 ConvInteger has no such fusion there: its Cast and Mul are float ops like any other.
 
 Where onnxruntime's optimiser runs the written model (``Target.onnxruntime_kernels``), a Q/DQ group
-it fuses into a ``QLinear*`` op of com.microsoft whose schema takes float32 scales only
-(:data:`ORT_QLINEAR_FUSIONS`: DQ -> Concat -> Q into QLinearConcat, Add, Mul, Where, the pools,
-Sigmoid, LeakyRelu, Softmax) is quantized compute too, kept FP32 as a whole (:attr:`Quantization.
-ort_fused`): with 16-bit scales that fusion is lost. QLinearConcat still fuses and rejects them (the
-model fails to load at onnxruntime's default options: Concat has a float16 CPU kernel, so the
-selector, which asks no scale type, takes the group); the others do not fuse (their op has no float16
-CPU kernel, so it is not the CPU provider's when the selectors run) and run in float32 behind Casts.
+its CPU provider would fuse into a ``QLinear*`` op of com.microsoft taking float32 scales only
+(:data:`ORT_QLINEAR_FUSIONS`) is kept FP32 as a whole, as quantized compute (:attr:`Quantization.
+ort_fused`), only where that fusion makes the 16-bit model fail to load at onnxruntime's default
+options. Which op kinds do is measured, not listed (:func:`fusion_fails_to_load`: a DQ -> op -> Q
+model with 16-bit scales, per kind, once per process). On onnxruntime 1.32 only Concat does: its CPU
+kernel takes every tensor type (``TypeConstraint("T", DataTypeImpl::AllTensorTypes())``, onnxruntime/
+core/providers/cpu/tensor/concat.cc at microsoft/onnxruntime 03fbb100), float16 included, so the
+selector (which asks no scale type) takes the group and QLinearConcat rejects the float16 scale.
+Add, Mul, Where, the pools, Sigmoid, LeakyRelu and Softmax have no float16 CPU kernel, so they are no
+CPU node when the CPU-only selectors run: the group does not fuse, loads, and goes 16-bit like any
+node. Its CPU speed is lost then, but a model written 16-bit is for a GPU
+runtime, where these CPU fusions play no part.
 
 Q/DQ are those of ai.onnx (INT8/UINT8, INT4/UINT4 from opset 21, FP8 E4M3FN/E5M2 from 19;
 per-tensor, per-axis or blocked) and of com.microsoft.
@@ -39,6 +44,7 @@ from dataclasses import dataclass
 
 import onnx
 
+from . import helper_sessions
 from .context import ModelContext
 from .graph import GraphIndex, NodeRef, graphs
 from .typing_rules import find_schema, opset_map
@@ -57,7 +63,8 @@ WEIGHT_ONLY_OPS = frozenset({"MatMulNBits"})
 # microsoft/onnxruntime 008eeb96a1e2e8d5c23519a81a837f52b54d384b; the actions name the fused op
 # (qdq_actions.cc: UnaryReplaceWithQLinear, BinaryReplaceWithQLinear, VariadicReplaceWithQLinear,
 # WhereReplaceWithQLinear). Which of them take float32 scales only, the fused op's schema says
-# (:func:`_fp32_scales`). Conv/MatMul/Gemm are the :class:`QuantGroup` kernels, apart.
+# (:func:`_fp32_scales`); whether that makes a 16-bit model fail to load, a probe
+# (:func:`fusion_fails_to_load`). Conv/MatMul/Gemm are the :class:`QuantGroup` kernels, apart.
 ORT_QLINEAR_FUSIONS: dict[str, tuple[int, ...] | None] = {
     "AveragePool": (0,), "GlobalAveragePool": (0,), "LeakyRelu": (0,), "Sigmoid": (0,), "Softmax": (0,),
     "Add": None, "Mul": None, "Concat": None, "Where": (1, 2)}
@@ -79,7 +86,9 @@ class QuantGroup:
     dequantize: tuple[str, ...]
     quantize: tuple[str, ...]
     label: str  # what it computes in: "INT8", "FP8", "INT4"
-    fused: str = ""  # onnxruntime's QLinear* op for it, which takes float32 scales only (ORT_QLINEAR_FUSIONS)
+    # onnxruntime's QLinear* op for it, which takes float32 scales only and, with 16-bit ones, makes
+    # the model fail to load (ORT_QLINEAR_FUSIONS, fusion_fails_to_load)
+    fused: str = ""
 
     @property
     def members(self) -> tuple[str, ...]:
@@ -87,9 +96,9 @@ class QuantGroup:
 
     def fusion_reason(self, low: str) -> str:
         """Why an onnxruntime-fused group stays FP32 (``low``: "FP16")."""
-        return (f"quantized group of '{self.kernel}' ({self.label}): onnxruntime fuses it into {self.fused} "
-                f"(com.microsoft), whose scales are float32 only ({ORT_FUSION_SOURCE}); with {low} scales "
-                f"the fusion is lost (the model fails to load, or the op runs unfused in float)")
+        return (f"quantized group of '{self.kernel}' ({self.label}): onnxruntime's CPU provider fuses it "
+                f"into {self.fused} (com.microsoft), whose scales are float32 only ({ORT_FUSION_SOURCE}); "
+                f"with {low} scales the model fails to load at onnxruntime's default options")
 
 
 # where onnxruntime fuses MatMulInteger's dequantization (the reason its nodes stay FP32, the report's note)
@@ -122,7 +131,7 @@ class Quantization:
     weight_only: tuple[str, ...] = ()  # MatMulNBits nodes: 4-bit weights, float compute
     qdq: tuple[str, ...] = ()  # every Q/DQ node
     dequantization: tuple[FusedDequantization, ...] = ()  # MatMulInteger's Cast/Mul, fused by onnxruntime
-    ort_fused: tuple[QuantGroup, ...] = ()  # groups onnxruntime fuses into a float32-scale QLinear* op
+    ort_fused: tuple[QuantGroup, ...] = ()  # groups whose QLinear* fusion fails to load with 16-bit scales
 
     @property
     def compute(self) -> dict[str, str]:
@@ -148,8 +157,10 @@ class Quantization:
             ops[group.fused] = ops.get(group.fused, 0) + 1
         listed = ", ".join(f"{n} {op}" for op, n in sorted(ops.items(), key=lambda item: (-item[1], item[0])))
         return (f"{len(self.ort_fused_nodes)} node(s) of {len(self.ort_fused)} Q/DQ group(s) that "
-                f"onnxruntime fuses into ops taking float32 scales only ({listed}) stay FP32 as quantized "
-                f"compute, not listed as pins (with 16-bit scales the fusion is lost: {ORT_FUSION_SOURCE})")
+                f"onnxruntime's CPU provider fuses into ops taking float32 scales only ({listed}) stay FP32 "
+                f"as quantized compute, not listed as pins: with 16-bit scales their fusion fails to load "
+                f"at onnxruntime's default options (measured on onnxruntime {_ort_version()}; "
+                f"{ORT_FUSION_SOURCE})")
 
     @property
     def dequantization_nodes(self) -> dict[str, FusedDequantization]:
@@ -239,13 +250,80 @@ def _fp32_scales(op_type: str) -> bool:
         "tensor(float16)" not in schema.constraints.get(p.type_str, {p.type_str}) for p in schema.inputs)
 
 
+# the first ai.onnx opset whose DequantizeLinear/QuantizeLinear take a 16-bit scale
+_SCALE_OPSET = 19
+# the probes' answers, per (onnxruntime version, op kind, integer type, scale type, opset)
+_LOAD_FAILS: dict[tuple[str, str, int, int, int], bool] = {}
+
+
+def _ort_version() -> str:
+    import onnxruntime as ort
+
+    return str(ort.__version__)
+
+
+def fusion_fails_to_load(op_type: str, quantized_type: int, scale_type: int, opset: int) -> bool:
+    """Whether a ``DQ -> op_type -> Q`` group (``quantized_type`` integers, ``scale_type`` scales) fails
+    to load at onnxruntime's default options and loads with its optimisations off: what its QDQ fusion
+    does to it (on onnxruntime 1.32, with float16 scales, Concat only). Measured once per process on a
+    model of that group alone; in process, as the typing probes (:mod:`.typing_rules.kernels`): a load
+    that fails on a three-node model raises, it does not crash."""
+    key = (_ort_version(), op_type, quantized_type, scale_type, opset)
+    if key not in _LOAD_FAILS:
+        import onnxruntime as ort
+
+        model = _fusion_probe(op_type, quantized_type, scale_type, opset).SerializeToString()
+        loads = []
+        for level in (ort.GraphOptimizationLevel.ORT_ENABLE_ALL, ort.GraphOptimizationLevel.ORT_DISABLE_ALL):
+            options = ort.SessionOptions()
+            options.log_severity_level = 4
+            options.graph_optimization_level = level  # ORT_ENABLE_ALL: onnxruntime's default
+            try:
+                helper_sessions.build(model, options)
+                loads.append(True)
+            except Exception:  # onnxruntime's load errors have no common type
+                loads.append(False)
+        _LOAD_FAILS[key] = loads == [False, True]
+    return _LOAD_FAILS[key]
+
+
+def _fusion_probe(op_type: str, quantized_type: int, scale_type: int, opset: int) -> onnx.ModelProto:
+    """x_i -> DQ -> ``op_type`` -> Q -> y, the DQs on the inputs :data:`ORT_QLINEAR_FUSIONS` names
+    (Where's condition a bool input), per-tensor scales of ``scale_type``, [1, 2, 4, 4] tensors."""
+    h = onnx.helper
+    wanted = ORT_QLINEAR_FUSIONS[op_type]
+    arity = {"Add": 2, "Mul": 2, "Concat": 2, "Where": 3}.get(op_type, 1)
+    required = {"Concat": [h.make_attribute("axis", 1)],
+                "AveragePool": [h.make_attribute("kernel_shape", [2, 2])]}
+    shape = [1, 2, 4, 4]
+    inputs, nodes, operands = [], [], []
+    for i in range(arity):
+        quantized = wanted is None or i in wanted
+        inputs.append(h.make_tensor_value_info(f"x{i}", quantized_type if quantized else _T.BOOL, shape))
+        if quantized:
+            nodes.append(h.make_node(DEQUANTIZE, [f"x{i}", "scale", "zero"], [f"d{i}"]))
+        operands.append(f"d{i}" if quantized else f"x{i}")
+    op = h.make_node(op_type, operands, ["op"])
+    op.attribute.extend(required.get(op_type, []))
+    nodes += [op, h.make_node(QUANTIZE, ["op", "scale", "zero"], ["y"])]
+    constants = [h.make_tensor("scale", scale_type, [], [0.05]),
+                 h.make_tensor("zero", quantized_type, [], [0])]
+    graph = h.make_graph(nodes, "fusion_probe", inputs, [h.make_tensor_value_info("y", quantized_type, None)],
+                         constants)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
+    model.ir_version = 9
+    return model
+
+
 def _ort_fused(ctx: ModelContext, quantized_type: Callable[[str], int | None]) -> tuple[QuantGroup, ...]:
     """The groups onnxruntime's selectors (qdq_selectors.cc: CheckQDQNodes and the Unary, Binary,
-    Variadic and Where selectors) fuse into a float32-scale QLinear* op: a DQ on each input the rule
-    names and on no other, one output read by one Q alone and no graph output, the DQs' and the Q's
-    integer types one 8-bit type (16- and 4-bit are not allowed by default)."""
+    Variadic and Where selectors) fuse into a float32-scale QLinear* op that, with the target's 16-bit
+    scales, fails to load (:func:`fusion_fails_to_load`): a DQ on each input the rule names and on no
+    other, one output read by one Q alone and no graph output, the DQs' and the Q's integer types one
+    8-bit type (16- and 4-bit are not allowed by default)."""
     index = ctx.index
     outputs = {o.name for g in graphs(ctx.model.graph) for o in g.output}
+    opset = max(opset_map(ctx.model).get("", 1), _SCALE_OPSET)
     found = []
     for ref in ctx.nodes:
         node = ref.node
@@ -262,7 +340,8 @@ def _ort_fused(ctx: ModelContext, quantized_type: Callable[[str], int | None]) -
             continue
         types = {quantized_type(dq.input[0]) for dq in dqs.values() if dq is not None}
         types.add(quantized_type(readers[0].node.output[0]))
-        if len(types) != 1 or not types <= {_T.INT8, _T.UINT8} or not _fp32_scales(node.op_type):
+        if len(types) != 1 or not types <= {_T.INT8, _T.UINT8} or not _fp32_scales(node.op_type) \
+                or not fusion_fails_to_load(node.op_type, types.pop() or 0, ctx.target.low.elem_type, opset):
             continue
         found.append(QuantGroup(ref.name, tuple(dq.name for dq in dqs.values() if dq is not None),
                                 (readers[0].name,), "INT8", f"QLinear{node.op_type}"))

@@ -55,7 +55,7 @@ def node_blockers(ctx: ModelContext, low: LowPrecision | None = None) -> NodeBlo
                                                f"onnxruntime into one MatMulIntegerToFloat with a float32 "
                                                f"output ({quantized.FUSION_SOURCE}): quantized compute")
             continue
-        if node.name in qlinear:  # the same: a group onnxruntime fuses, whose op takes float32 scales only
+        if node.name in qlinear:  # the same: a group whose QLinear* fusion fails to load in 16 bits
             forced[node.name] = Reason("type", qlinear[node.name].fusion_reason(low.name))
             continue
         if t.fp16_blocker:

@@ -72,8 +72,8 @@ class RunReport(PhaseTotals):
     # the integer ops whose schema admits no 16-bit type (DynamicQuantizeLinear, ...:
     # quantized.fp32_integer_ops): FP32 as quantized compute, no pins either
     fp32_integer_ops: tuple[str, ...] = ()
-    # the Q/DQ groups onnxruntime fuses into QLinear* ops with float32 scales (quantized.Quantization.
-    # ort_fused): FP32 as quantized compute, no pins either
+    # the Q/DQ groups whose fusion into a float32-scale QLinear* op fails to load with 16-bit scales
+    # (quantized.Quantization.ort_fused: QLinearConcat): FP32 as quantized compute, no pins either
     ort_fused: tuple[str, ...] = ()
     # node -> FLOPs of the integer kernels (MatMulInteger, ...), which node_flops counts 0: what the
     # share of INT8 compute counts (flops.integer_kernel_flops)
@@ -206,7 +206,7 @@ def _quantized_notes(ctx: ModelContext) -> tuple[str, ...]:
     found = quantized.of(ctx)
     if not found.any:
         return ()
-    qlinear = "the QLinear* groups onnxruntime fuses, " if found.ort_fused else ""
+    qlinear = "the Q/DQ groups whose QLinear* fusion fails to load in 16 bits, " if found.ort_fused else ""
     kernels = (f"; {len(found.compute)} node(s) of quantized compute (DQ -> Conv/MatMul/Gemm <- DQ groups, "
                f"{qlinear}integer ops) are counted apart from the 16-bit share and the node counts"
                if found.compute else "")
