@@ -72,7 +72,7 @@ def to_json(report: RunReport) -> dict:
             "fused_dequantization": list(report.fused_dequantization),
             # FP32 integer ops that take no 16-bit type (DynamicQuantizeLinear): quantized compute, not pinned
             **({"fp32_integer_ops": list(report.fp32_integer_ops)} if report.fp32_integer_ops else {}),
-            # FP32 Q/DQ groups onnxruntime fuses into float32-scale QLinear* ops: quantized compute, no pins
+            # FP32 Q/DQ groups whose float32-scale QLinear* fusion fails to load in 16 bits: quantized compute
             **({"ort_fused": list(report.ort_fused)} if report.ort_fused else {}),
             # the integer kernels' estimated FLOPs, which "nodes" counts 0 (they compute in no float type)
             "integer_flops": dict(report.integer_flops),

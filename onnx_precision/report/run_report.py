@@ -85,7 +85,7 @@ class RunReport(PhaseTotals):
     def unpinned(self) -> frozenset[str]:
         """The quantized compute FP32 whatever a plan says, which no list of pins names (the notes count
         them): the fused dequantization's nodes, the integer ops with no 16-bit type and the Q/DQ groups
-        onnxruntime fuses into float32-scale ops."""
+        whose fusion into a float32-scale op fails to load in 16 bits."""
         return frozenset((*self.fused_dequantization, *self.fp32_integer_ops, *self.ort_fused))
 
     @property
