@@ -192,13 +192,26 @@ def load_model(path: str, custom_op_libraries: tuple[str, ...] = (), target: Tar
     return _checked_context(model, path, base_dir, custom_op_libraries, target, upgrade)
 
 
-def read_model_file(path: str) -> tuple[onnx.ModelProto, Moved]:
+def read_written(path: str) -> tuple[onnx.ModelProto, str]:
+    """A model file this run wrote and checked (:func:`.convert.written_check.check_written`), read
+    back for a run of it: not checked again, and its inline weights over
+    :data:`.storage.external_data.INLINE_EXTERNAL_BYTES` left in the file, whatever its size (read from
+    there by reference, :mod:`.oracle.weights`); and the folder its external data is read from. On the
+    26 MB dynamic-quant model of scripts/bench_quantized.py, the checks were 69 MB of the verification's
+    peak and the weights in the proto (then copied out for onnxruntime) 55 MB."""
+    model, moved = read_model_file(path, light_from=0)
+    storage.point_into_model_file(model, moved, os.path.basename(os.path.realpath(path)))
+    return model, os.path.dirname(os.path.realpath(path))
+
+
+def read_model_file(path: str, light_from: int | None = None) -> tuple[onnx.ModelProto, Moved]:
     """The model file ``path`` with its weights left on disk (external data unread, large inline
-    weights located by :func:`storage.load_light`, for :func:`storage.point_into_model_file`), once
-    it is a regular file that parses; else a one-line :class:`ModelLoadError`."""
+    weights of a file of ``light_from`` bytes or more located by :func:`storage.load_light`, for
+    :func:`storage.point_into_model_file`; None: its default), once it is a regular file that parses;
+    else a one-line :class:`ModelLoadError`."""
     user_files.regular_file(path, user_files.MODEL)
     try:
-        light = storage.load_light(path)
+        light = storage.load_light(path, light_from)
         return light if light is not None else (onnx.load(path, load_external_data=False), [])
     except DecodeError as e:
         raise ModelLoadError(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -661,3 +663,34 @@ def test_the_twin_graph_holds_no_copy_of_the_weights_beside_its_session(monkeypa
     assert not twin.twin.model.graph.initializer and twin.twin.model.graph.node
     plain = ort.InferenceSession(model.SerializeToString(), sessions.session_options())
     assert twin.run(MLP_FEED)["y"].tobytes() == plain.run(None, MLP_FEED)[0].tobytes()
+
+
+def test_a_written_file_is_verified_with_its_weights_read_from_it_unchecked_again(tmp_path, monkeypatch):
+    """The written file (checked before it was verified) is read back light: not checked again, its large
+    inline weights reaching onnxruntime as maps of the file itself, never copied into a proto (the checks
+    were 69 MB of a 26 MB model's verification peak). Its verdict is the emulation's of the model in
+    memory."""
+    from onnx_precision import context
+    from onnx_precision.oracle import sessions, verify_output
+    from onnx_precision.storage import save_model
+
+    model = mlp_with_large_weights()
+    written = rewrite(ModelContext.of(model), plan_of(model)).model
+    path = str(tmp_path / "fp16.onnx")
+    save_model(written, path)
+    assert all(t.raw_data for t in onnx.load(path).graph.initializer)  # the weights are inline
+    want = run_emulated(ModelContext.of(written), [MLP_FEED]).outputs
+    handed: list[dict] = []
+
+    def weighted(model, options, providers, values):
+        handed.append(dict(values))
+        return real(model, options, providers, values)
+
+    real = sessions.weighted_session
+    monkeypatch.setattr(sessions, "weighted_session", weighted)
+    monkeypatch.setattr(context, "validate_model", lambda *a: pytest.fail("the written file checked again"))
+    verified, _, _ = verify_output(path, [MLP_FEED], want, Tolerance())
+    [values] = handed
+    mapped = [v.base.filename for v in values.values() if isinstance(v.base, np.memmap)]
+    assert mapped == [os.path.realpath(path)] * 2
+    assert verified.passed and verified.worst().rel_rms_err == 0.0

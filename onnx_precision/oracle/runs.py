@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ..context import ModelContext, load_model
+from ..context import ModelContext, read_written
 from ..storage import is_external, model_tensors, read_array
 from ..target import GENERIC, Target
 from ..target import NATIVE_PROVIDERS as NATIVE_PROVIDERS  # each runtime's (the registry of targets)
@@ -63,14 +63,13 @@ def run_emulated(ctx: ModelContext, feeds: Sequence[Feed]) -> OracleRun:
 
 def run_emulated_file(path: str, feeds: Sequence[Feed], custom_op_libraries: tuple[str, ...] = (),
                       target: Target = GENERIC) -> OracleRun:
-    """:func:`run_emulated` on the model file ``path`` (loaded as :func:`.context.load_model` loads it,
-    for ``target``), read for this run alone: emulated in place, no copy of its proto beside the
-    emulation (on the 26 MB dynamic-quant model of scripts/bench_quantized.py, 32 MB of the
-    verification's peak)."""
+    """:func:`run_emulated` on the model file ``path`` that this run wrote and checked, for ``target``,
+    read for this run alone (:func:`.context.read_written`: its weights stay in the file): emulated in
+    place, no copy of its proto beside the emulation (on the 26 MB dynamic-quant model of
+    scripts/bench_quantized.py, 32 MB of the verification's peak)."""
     def emulated() -> tuple[Handed, str]:
-        ctx = load_model(path, custom_op_libraries, target)
-        emulated = emulate_model(ctx.model, ctx.base_dir, target, in_place=True)
-        return handed(emulated, ctx.base_dir), ctx.base_dir
+        model, base_dir = read_written(path)
+        return handed(emulate_model(model, base_dir, target, in_place=True), base_dir), base_dir
     return _emulated_run(emulated, custom_op_libraries, feeds)
 
 

@@ -109,7 +109,9 @@ def _light_tensor(buf, start: int, end: int) -> tuple[bytes, int, int] | None:
     return kept, raw[0][0], raw[0][1] - raw[0][0]
 
 
-def _light_graph(buf, start: int, end: int, moved: Moved) -> bytes:
+def _light_graph(buf, start: int, end: int, moved: Moved) -> list:
+    """The graph's field without the moved raw_data, as pieces (views of ``buf`` where they are its
+    bytes: one copy of the model, in the join, not one per level)."""
     parts = []
     index = 0
     for number, wire, begin, value, stop in _fields(buf, start, end):
@@ -124,32 +126,38 @@ def _light_graph(buf, start: int, end: int, moved: Moved) -> bytes:
             index += 1
         else:
             parts.append(buf[begin:stop])
-    return b"".join(parts)
+    return [_encode_varint(_GRAPH << 3 | _LEN) + _encode_varint(sum(len(p) for p in parts)), *parts]
 
 
-def load_light(path: str) -> tuple[onnx.ModelProto, Moved] | None:
+def load_light(path: str, at_least: int | None = None) -> tuple[onnx.ModelProto, Moved] | None:
     """The model at ``path`` without the bytes of its large inline initializers, and where they
-    are; None when the file is small, holds no such initializer, or is laid out otherwise (then
-    ``onnx.load`` it). A file that does not parse raises protobuf's DecodeError, as onnx.load does."""
+    are; None when the file is under ``at_least`` bytes (by default :data:`LIGHT_LOAD_BYTES`) or they
+    are under half of it, holds no such initializer, or is laid out otherwise (then ``onnx.load`` it).
+    A file that does not parse raises protobuf's DecodeError, as onnx.load does."""
     size = os.path.getsize(path)
-    if size < LIGHT_LOAD_BYTES:
+    at_least = LIGHT_LOAD_BYTES if at_least is None else at_least
+    if size < at_least:
         return None
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        parts = []
-        moved: Moved = []
-        graphs = 0
+    moved: Moved = []
+    graphs = 0
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        buf = memoryview(mapped)
+        parts: list = []
         try:
             for number, wire, begin, value, stop in _fields(buf, 0, size):
                 if number == _GRAPH and wire == _LEN:
                     graphs += 1
-                    parts.append(_length_delimited(_GRAPH, _light_graph(buf, value, stop, moved)))
+                    parts.extend(_light_graph(buf, value, stop, moved))
                 else:
                     parts.append(buf[begin:stop])
+            light = b"".join(parts)
         except _Unexpected:
-            return None
-    if graphs != 1 or sum(length for _, _, length in moved) < LIGHT_LOAD_BYTES // 2:
+            light = None
+        del parts  # the views of the map, released before it closes
+        buf.release()
+    if light is None or graphs != 1 or sum(length for _, _, length in moved) < at_least // 2:
         return None
-    return onnx.ModelProto.FromString(b"".join(parts)), moved
+    return onnx.ModelProto.FromString(light), moved
 
 
 def point_into_model_file(model: onnx.ModelProto, moved: Moved, location: str) -> None:
