@@ -180,3 +180,21 @@ def test_a_node_onnxruntimes_message_names_is_the_pin_and_the_model_with_it_load
 
 def default_load_problem_of(model: onnx.ModelProto) -> str:
     return default_load.DefaultLoad(ModelContext.of(model)).problem()
+
+
+def test_a_model_read_light_gets_the_remedy_its_weights_handed_inline(tmp_path, denoiser, capsys,
+                                                                     monkeypatch):
+    """A model file read light (its weights left in the file, as every file from
+    light_load.LIGHT_LOAD_BYTES is) gets the remedy too: each candidate reaches the child with its weights
+    inline (the remedy was skipped for a model whose weights are in files)."""
+    from onnx_precision.storage import light_load
+
+    monkeypatch.setattr(light_load, "LIGHT_LOAD_BYTES", 1024)
+    _crash_while_fp16(monkeypatch, "Transpose_5")
+    out = str(tmp_path / "o.onnx")
+    assert main(["convert", denoiser, "-o", out]) == 0
+    stdout = capsys.readouterr().out
+    assert f"{denoiser} -> {out}: passed\n" in stdout and "FP32 pins (1): Transpose_5 (load)" in stdout
+    assert not _reads_fp16(out, "Transpose_5") and _reads_fp16(out, "Transpose_9")
+    monkeypatch.undo()
+    assert default_load_problem(out) == ""

@@ -21,6 +21,7 @@ from ..context import ModelContext
 from ..errors import InternalError, ModelLoadError
 from ..plan import PrecisionPlan, Reason
 from ..rewriter import RewriteResult, rewrite
+from ..storage import fits_one_proto, inline_copy
 from ..validation import CHECK_ERRORS, checkable_copy, checker_message
 
 if TYPE_CHECKING:  # the oracle stack is loaded by the runs that measure, when they need it
@@ -71,11 +72,13 @@ def load_remedies(ctx: ModelContext, written: RewriteResult, problem: str,
     """Rewrites of ``written``'s plan with FP32 pins that may avoid ``problem`` (the default load's
     sentence, :class:`.LoadFailure`), the fewest pins first (:func:`.pin_candidates`), each yielded
     once onnxruntime loads it at its default options in a child process: the caller verifies it and
-    stops at the one it takes. None when the model cannot be handed to a child in memory (weights in
-    files). ``write``: how a plan is written (:func:`.rewrite` by default)."""
-    from ..oracle.default_load import LoadFailure, default_load_outcome, loadable_in_memory, pin_candidates
+    stops at the one it takes. A model whose weights are in files (a model file read light,
+    :func:`..storage.load_light`) is handed to the child with them inline (:func:`..storage.inline_copy`);
+    none is tried when they would pass protobuf's limit. ``write``: how a plan is written (:func:`.rewrite`
+    by default)."""
+    from ..oracle.default_load import LoadFailure, default_load_outcome, pin_candidates
 
-    if not loadable_in_memory(written.model):
+    if not fits_one_proto(written.model, ctx.base_dir):
         return
     failure = LoadFailure.of(problem)
     why = Reason("load", f"onnxruntime at default options cannot load the model with it 16-bit "
@@ -83,5 +86,5 @@ def load_remedies(ctx: ModelContext, written: RewriteResult, problem: str,
     write = write or (lambda plan: rewrite(ctx, plan))
     for pins in pin_candidates(ctx, written.plan.low_nodes, failure):
         pinned = write(written.plan.with_fp32(pins, why))
-        if not default_load_outcome(pinned.model, ctx.custom_op_libraries):
+        if not default_load_outcome(inline_copy(pinned.model, ctx.base_dir), ctx.custom_op_libraries):
             yield LoadRemedy(pins, pinned, failure)
