@@ -43,6 +43,7 @@ from .context import ModelContext
 from .float_types import LOW_PRECISIONS, LOW_TYPES, LowPrecision, low_of
 from .graph import fresh_name, graphs_with_owner, is_onnx_domain, model_names, subgraphs, walk_nodes
 from .plan import PrecisionPlan, Reason
+from .policy.resolution import DQ_COPY_SOURCE, dequantize_copies
 from .storage import cast_initializer
 from .target.sum_rewrite import prescaled_layer_norm, rewritten_nodes
 
@@ -116,6 +117,11 @@ class _Rewriter:
         # 16-bit nodes with no 16-bit output that read a wide tensor as it is written: node -> (tensor,
         # its written type); they compute wide, and the written plan says so (_as_written)
         self.reads_wide: dict[str, tuple[str, int]] = {}
+        # shared DQs whose 16-bit readers read a copy in their type (copy_dequantize): output -> node
+        # (the model's own, rewritten in place: its copies read its inputs as written)
+        copied = dequantize_copies(ctx)
+        self.dequantized = {n.output[0]: n for n in model.graph.node if n.name in copied}
+        self.dequantize_copies: list[str] = []
 
     # --- what each side needs --------------------------------------------------------------
 
@@ -183,6 +189,10 @@ class _Rewriter:
                     need = self.required(ref.node, i)
                     if need is not None:
                         self.const_plan.setdefault(name, set()).add(need)
+                dq = self.dequantized.get(name)
+                if dq is not None and self.copies_for(name, self.required(ref.node, i)) \
+                        and dq.input[1] in self.constants:  # the copy's scale, in its type
+                    self.const_plan.setdefault(dq.input[1], set()).add(self.low.elem_type)
         for graph, owner in graphs_with_owner(self.model.graph):
             for out in graph.output:
                 if out.name in self.constants:
@@ -228,8 +238,39 @@ class _Rewriter:
             return self.version(scope.parent, source, to, reader)
         key = (source, to)
         if key not in scope.casts:
-            scope.casts[key] = self.add_cast(scope, source, to, reader)
+            copied = reader and self.copies_for(source, to)
+            scope.casts[key] = (self.copy_dequantize(scope, source, to, reader) if copied
+                                else self.add_cast(scope, source, to, reader))
         return scope.casts[key]
+
+    def copies_for(self, tensor: str, to: int | None) -> bool:
+        """Whether a reader of ``tensor`` that needs it as ``to`` reads a copy of its DequantizeLinear
+        in that type (:func:`.policy.resolution.dequantize_copies`): the DQ is written wide, ``to`` is
+        the target's 16-bit type."""
+        dq = self.dequantized.get(tensor)
+        return dq is not None and to == self.low.elem_type and self.produced(dq, 0) in tr.WIDE
+
+    def copy_dequantize(self, scope: _Scope, source: str, to: int, reader: str) -> str:
+        """A copy of ``source``'s DequantizeLinear computing in ``to``, named ``<dq>__fp16`` (its output
+        ``<source>__fp16``), placed before its first such ``reader``: one DQ per type, as onnxruntime
+        gives each node unit its own DQ at load, so no Cast sits between a DQ and its reader."""
+        dq = self.dequantized[source]
+        copy = onnx.NodeProto()
+        copy.CopyFrom(dq)
+        suffix = _SUFFIX[to]
+        copy.name = self.fresh(f"{dq.name}__{suffix}")
+        copy.output[0] = out = self.fresh(f"{source}__{suffix}")
+        copy.input[1] = self.version(scope, dq.input[1], to, reader)  # the scale's copy in that type
+        copy.doc_string = (f"onnx-precision: DequantizeLinear '{dq.name}' in {self.low.name} for its "
+                           f"{self.low.name} reader(s), first '{reader}', where '{dq.name}' stays FP32 for "
+                           f"the others: one DQ per type, no Cast between a DQ and its reader (as "
+                           f"{DQ_COPY_SOURCE} gives each node unit its own DQ)")
+        scope.nodes.append(copy)
+        scope.local.add(out)
+        self.written[out] = to
+        self.new_value_info[out] = tr.with_elem_type(self.types[source], to)
+        self.dequantize_copies.append(dq.name)
+        return out
 
     def why(self, reader: str, to: int) -> str:
         """A Cast's tag: what the tool added it for (a later reader, or ``check``, can tell)."""
@@ -498,6 +539,12 @@ class _Rewriter:
                               f"({_listed(self.rewritten)}), each keeping its name, so that a runtime that "
                               f"sums in FP16 cannot overflow them: the plan's 'rewritten' reasons give each "
                               f"form")
+        if self.dequantize_copies:
+            copied = list(dict.fromkeys(self.dequantize_copies))
+            self.notes.append(f"{len(copied)} shared DequantizeLinear(s) kept FP32 are given a copy in "
+                              f"{self.low.name} for their {self.low.name} readers ({_listed(copied)}; each "
+                              f"named '<dq>__{self.low.precision}'), so that no Cast sits between a DQ and "
+                              f"its reader ({DQ_COPY_SOURCE} does the same at load)")
         if self.weight_inputs_converted:
             self.notes.append(
                 f"{self.weight_inputs_converted} initializer(s) also listed as graph inputs "

@@ -33,7 +33,7 @@ from ..errors import InternalError
 from ..float_types import LOW_TYPES, LowPrecision
 from ..plan import PrecisionPlan
 from ..policy import always_fp32, layer_norm_pins, written_forms
-from ..policy.resolution import group_pins
+from ..policy.resolution import dequantize_copies, group_pins
 from ..target import Target
 from ..typing_rules import is_tensor
 from .baked import build_baked_model
@@ -84,7 +84,8 @@ emulator names such a node only in a type that holds its constants);
         types = None if fp32 is not model else ctx.types
         forms = {} if fp32_model else written_forms(ctx)
         fixed = self.always_fp32 if baked is None else self.always_fp32 - frozenset(baked)
-        source = EmulationSource(fp32, self.typing, base_dir, types, fixed, target, forms)
+        copies = frozenset() if fp32_model else dequantize_copies(ctx)  # as the rewriter writes them
+        source = EmulationSource(fp32, self.typing, base_dir, types, fixed, target, forms, copies)
         self.switch_model: SwitchModel = (
             build_switch_model(source, capture_intermediates, group_size) if baked is None else
             build_baked_model(source, baked, capture_intermediates))

@@ -29,7 +29,7 @@ from ..float_types import LOW_TYPES, LowPrecision, low_of
 from ..graph import graphs
 from ..plan import PrecisionPlan
 from ..policy import always_fp32, held_in, layer_norm_pins, written_forms
-from ..policy.resolution import group_pins
+from ..policy.resolution import dequantize_copies, group_pins
 from ..storage import element_count, model_tensors
 from ..target import Target
 from ..typing_rules import tensor_types
@@ -223,7 +223,7 @@ class Emulator:
             source = EmulationSource(fp32, self.ctx.typing, self.ctx.base_dir,
                                      self.ctx.types if fp32 is self.model else None,
                                      always_fp32(self.ctx) - frozenset(lows or ()), self.target,
-                                     written_forms(self.ctx))
+                                     written_forms(self.ctx), dequantize_copies(self.ctx))
             model = build_twin_model(source, lows, plan is not None and plan.fp16_io, whole)
         except TwinUnavailable:
             return None

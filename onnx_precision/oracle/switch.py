@@ -90,6 +90,9 @@ class EmulationSource:
     target: Target = GENERIC
     # node -> the node the rewriter writes in its place, which every plan computes
     forms: Mapping[str, onnx.NodeProto] = field(default_factory=dict)
+    # DequantizeLinear nodes whose every read in the target's 16-bit type is a copy of the DQ computing
+    # in it, as the rewriter writes them (policy.resolution.dequantize_copies)
+    dequantized: frozenset[str] = frozenset()
 
     def type_protos(self) -> Mapping[str, onnx.TypeProto]:
         return tensor_types(self.model) if self.types is None else self.types
@@ -106,7 +109,10 @@ class SwitchBuilder:
         self.written = ""  # the switch on for a plan (off: the model itself), made with the first form
         self.fixed = source.fixed
         self.group_size = GROUP_SIZE if group_size is None else group_size
-        self.keep = frozenset(keep)  # tensors that must stay visible outside any group (captured)
+        # a 16-bit read of one of these DQs' outputs recomputes the DQ in that type (_dequantized_in)
+        self.dequantized = {n.output[0]: _copy(n) for n in model.graph.node if n.name in source.dequantized}
+        # tensors that must stay visible outside any group (captured; what those DQ copies read)
+        self.keep = frozenset(keep) | {n.input[0] for n in self.dequantized.values()}
         self.groups: list[SwitchGroup] = []
         self.type_protos = dict(type_protos)  # tensors renamed in group branches are added
         self.types = elem_types(model, type_protos)
@@ -165,6 +171,9 @@ class SwitchBuilder:
         for scope in reversed(scopes):
             if key in scope:
                 return scope[key]
+        if tensor in self.dequantized and low.elem_type == self.low.elem_type:
+            scopes[-1][key] = self._dequantized_in(tensor, low, scopes, out, out, {})
+            return scopes[-1][key]
         owner = self.init_graph.get(tensor)
         if owner is not None and tensor not in self.external:
             init = self.inits[tensor]
@@ -384,6 +393,8 @@ class SwitchBuilder:
             if key not in local:
                 if rounded.get(src) == low.elem_type:
                     local[key] = renamed.get(src, src)
+                elif src in self.dequantized and low.elem_type == self.low.elem_type:
+                    local[key] = self._dequantized_in(src, low, scopes, out, nodes, renamed)
                 elif src in renamed or src in self.switched or src in self.external or src in rounded:
                     local[key] = self.names.fresh(f"{src}__rounded_for__{node.name}")
                     nodes.extend(round_nodes(renamed.get(src, src), local[key], self.names, low,
@@ -413,6 +424,19 @@ class SwitchBuilder:
         for step in spelled:
             step.name = copy_name if step.name == node.name else step.name
         nodes.extend(spelled + rounds)
+
+    def _dequantized_in(self, tensor: str, low: LowPrecision, scopes: Scopes, out: list[onnx.NodeProto],
+                        nodes: list[onnx.NodeProto], renamed: Mapping[str, str]) -> str:
+        """``tensor``, the output of a DQ of :attr:`dequantized`, as its copy in ``low`` computes it (the
+        rewriter's ``<dq>__fp16``: its scale and output rounded), appended to ``nodes``, reading the DQ's
+        input by its name in the branch (``renamed``): not the FP32 DQ's output rounded, which differs."""
+        dq = self.dequantized[tensor]
+        copy = _copy(dq)
+        copy.input[0] = renamed.get(dq.input[0], dq.input[0])
+        copy.name = self.names.fresh(f"{dq.name}__{low.precision}")
+        copy.output[0] = rounded = self.names.fresh(f"{tensor}__{low.precision}")
+        self._fp16_nodes(dq, copy, scopes, out, nodes, {}, renamed, {})  # renames the copy's output
+        return rounded
 
     def _form(self, node: onnx.NodeProto, outputs: Sequence[str]) -> onnx.NodeProto:
         """The form written in place of ``node`` (:attr:`forms`), reading the model's tensors and
@@ -541,3 +565,9 @@ def _consumers(graph: onnx.GraphProto) -> dict[str, set[int]]:
         for name in reads(node):
             readers.setdefault(name, set()).add(index)
     return readers
+
+
+def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+    return copy

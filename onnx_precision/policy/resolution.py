@@ -215,8 +215,43 @@ def resolve_plan(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
         resolved = _with_notes(resolved, {n: r for n, r in found.notes.items() if n in mine})
         edges = found.edges
     resolved = _force_fp32(resolved, _non_tensor_conflicts(resolved, ctx.typing, edges))
-    resolved = _force_fp32(resolved, _split_groups(resolved, ctx.typing, quantized.of(ctx).groups))
+    resolved = _force_fp32(resolved, _split_groups(resolved, ctx, quantized.of(ctx).groups))
     return replace(resolved, resolved=True)
+
+
+# onnxruntime does the same at load time, one DQ per reader: EnsureUniqueDQForNodeUnit
+DQ_COPY_SOURCE = ("onnxruntime/core/optimizer/qdq_transformer/ensure_unique_dq_for_node_unit.cc at "
+                  "microsoft/onnxruntime 0ae9bc1e")
+
+
+def dequantize_copies(ctx: ModelContext) -> frozenset[str]:
+    """The DequantizeLinear nodes whose readers in the target's 16-bit type read a copy of it in that
+    type wherever it is written wide (the rewriter's ``<dq>__fp16``), not a Cast of its output: a Cast
+    between a DQ and its reader stops the reader's quantized fusion, and a DQ shared by a group kept
+    FP32 (an onnxruntime-fused Concat) and a 16-bit one no longer pulls the latter to FP32
+    (:func:`_split_groups`). Those of the main graph read by two main-graph nodes or more, no graph
+    output, that can compute in the target's type: an output 16-bit at the model's opset, no blocker but
+    the onnxruntime fusion of a group it belongs to (a scale the 16-bit type cannot hold keeps it FP32,
+    Cast and all). Plan-independent: the emulation computes each 16-bit read of them as that copy."""
+    return ctx.memo(_dequantize_copies)
+
+
+def _dequantize_copies(ctx: ModelContext) -> frozenset[str]:
+    found = quantized.of(ctx)
+    typing, forced, fused = ctx.typing_in(ctx.target.low), blockers(ctx).forced, found.ort_fused_nodes
+    outputs = {o.name for o in ctx.model.graph.output}
+    copied = set()
+    for node in ctx.model.graph.node:
+        if not (quantized.is_qdq(node) and node.op_type == quantized.DEQUANTIZE and node.name in found.qdq):
+            continue
+        t = typing[node.name]
+        held = node.name in forced and node.name not in fused  # a scale FP16 cannot hold, ...
+        if t.fp16_blocker or 0 not in t.convertible_outputs or held:
+            continue
+        readers = ctx.index.consumers.get(node.output[0], ())
+        if node.output[0] not in outputs and len(readers) > 1 and not any(r.graph_path for r in readers):
+            copied.add(node.name)
+    return frozenset(copied)
 
 
 def group_pins(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
@@ -226,15 +261,18 @@ def group_pins(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
     in the search, FP32 in the file: the ViT-like QDQ block passed the search at 0.0455 and its
     written model failed at 0.0555)."""
     groups = quantized.of(ctx).groups
-    return _force_fp32(plan, _split_groups(plan, ctx.typing, groups)) if groups else plan
+    return _force_fp32(plan, _split_groups(plan, ctx, groups)) if groups else plan
 
 
-def _split_groups(plan: PrecisionPlan, typing: Mapping[str, NodeTyping], groups: tuple[QuantGroup, ...],
+def _split_groups(plan: PrecisionPlan, ctx: ModelContext, groups: tuple[QuantGroup, ...],
                   ) -> dict[str, Reason]:
     """The 16-bit members of each quantized group (DQ -> Conv/MatMul/Gemm <- DQ -> Q) that has an FP32
     member, with why: a group is written in one type, as a Cast between its DQ and its kernel stops the
     integer kernel's fusion (the kernel then runs in float). A DQ whose output the opset fixes to float
-    (DequantizeLinear before 19) is FP32 whatever the plan says. Until nothing changes: groups share DQs."""
+    (DequantizeLinear before 19) is FP32 whatever the plan says. A shared DQ the rewriter copies
+    (:func:`dequantize_copies`) pulls no group in the target's type: that group reads its copy. Until
+    nothing changes: groups share DQs."""
+    typing, copies, target = ctx.typing, dequantize_copies(ctx), ctx.target.low.precision
     dequantize = {dq for group in groups for dq in group.dequantize}
 
     def fixed_fp32(member: str) -> bool:
@@ -247,8 +285,10 @@ def _split_groups(plan: PrecisionPlan, typing: Mapping[str, NodeTyping], groups:
         changed = False
         for group in groups:
             members = [m for m in group.members if m in plan.decisions]
-            wide = next((m for m in members if m in out or not plan.is_low(m) or fixed_fp32(m)), None)
-            precisions = {plan.precision(m) for m in members if m not in out}
+            precisions = {plan.precision(m) for m in members if m not in out and plan.is_low(m)}
+            copied = copies if {p.value for p in precisions} <= {target} else frozenset()
+            wide = next((m for m in members if m not in copied and (m in out or not plan.is_low(m)
+                                                                    or fixed_fp32(m))), None)
             if wide is None and len(precisions) <= 1:
                 continue
             why = f"'{wide}' is FP32" if wide is not None else "its members are in two 16-bit types"
