@@ -194,11 +194,11 @@ def load_model(path: str, custom_op_libraries: tuple[str, ...] = (), target: Tar
 
 def read_written(path: str) -> tuple[onnx.ModelProto, str]:
     """A model file this run wrote and checked (:func:`.convert.written_check.check_written`), read
-    back for a run of it: not checked again, and its inline weights over
-    :data:`.storage.external_data.INLINE_EXTERNAL_BYTES` left in the file, whatever its size (read from
-    there by reference, :mod:`.oracle.weights`); and the folder its external data is read from. On the
-    26 MB dynamic-quant model of scripts/bench_quantized.py, the checks were 69 MB of the verification's
-    peak and the weights in the proto (then copied out for onnxruntime) 55 MB."""
+    back for a run of it: not checked again, and its inline weights of
+    :data:`.storage.external_data.INLINE_EXTERNAL_BYTES` or more left in the file, whatever its size
+    (read from there by reference, :mod:`.oracle.weights`); and the folder its external data is read
+    from. On the 26 MB dynamic-quant model of scripts/bench_quantized.py the checks were 69 MB over the
+    read itself."""
     model, moved = read_model_file(path, light_from=0)
     storage.point_into_model_file(model, moved, os.path.basename(os.path.realpath(path)))
     return model, os.path.dirname(os.path.realpath(path))

@@ -694,3 +694,25 @@ def test_a_written_file_is_verified_with_its_weights_read_from_it_unchecked_agai
     mapped = [v.base.filename for v in values.values() if isinstance(v.base, np.memmap)]
     assert mapped == [os.path.realpath(path)] * 2
     assert verified.passed and verified.worst().rel_rms_err == 0.0
+
+
+def test_a_weight_of_64_kb_is_left_in_its_file_and_handed_by_reference(tmp_path):
+    """A 256 x 256 int8 matrix (exactly storage.INLINE_EXTERNAL_BYTES) is a weight: a file read light
+    leaves it in the file and onnxruntime is handed it by reference, not inside the serialized model
+    (such tensors were 11 MB of the 26 MB dynamic-quant model of scripts/bench_quantized.py, parsed and
+    serialized into every session)."""
+    from onnx_precision.context import read_written
+    from onnx_precision.oracle.weights import by_reference
+
+    w = np.arange(65536).astype(np.int8).reshape(256, 256)
+    node = onnx.helper.make_node("Cast", ["w"], ["y"], to=onnx.TensorProto.FLOAT, name="cast")
+    graph = onnx.helper.make_graph([node], "g", [], [onnx.helper.make_tensor_value_info(
+        "y", onnx.TensorProto.FLOAT, [256, 256])], [onnx.numpy_helper.from_array(w, "w")])
+    path = str(tmp_path / "m.onnx")
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]), path)
+    model, base_dir = read_written(path)
+    [tensor] = model.graph.initializer
+    assert not tensor.raw_data and {e.key: e.value for e in tensor.external_data}["location"] == "m.onnx"
+    light, values = by_reference(model, base_dir)
+    assert list(values) == ["w"] and values["w"].tobytes() == w.tobytes()
+    assert not light.graph.initializer[0].raw_data

@@ -38,7 +38,7 @@ def _by_reference_size(tensor: onnx.TensorProto) -> bool:
     if (tensor.data_type in _NOT_NUMERIC or tensor.data_type in SHAPE_TYPES or is_packed(tensor.data_type)
             or tensor.segment.ByteSize()):
         return False
-    return stored_bytes(tensor.data_type, element_count(tensor)) > BY_REFERENCE_BYTES
+    return stored_bytes(tensor.data_type, element_count(tensor)) >= BY_REFERENCE_BYTES
 
 
 def _anchor(model: onnx.ModelProto, base_dir: str) -> str | None:

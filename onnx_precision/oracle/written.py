@@ -58,7 +58,7 @@ def _float_tensor(t: onnx.TensorProto, base_dir: str) -> onnx.TensorProto:
 def _float_initializers(graph: onnx.GraphProto, names: Names, base_dir: str) -> list[onnx.NodeProto]:
     """Make ``graph``'s FP16 initializers FP32 (exact), in place; returns the Casts to run first.
 
-    An external one, or an inline one over INLINE_EXTERNAL_BYTES, keeps its FP16 data, renamed,
+    An external one, or an inline one of INLINE_EXTERNAL_BYTES or more, keeps its FP16 data, renamed,
     and a ``Cast(to=FLOAT)`` produces the original name: an FP32 copy in the proto would double the
     weights (and the memory a verification takes), and for a model over 1 GB of FP16 pass
     protobuf's 2 GB. Small ones are converted in place (onnxruntime's shape inference reads shape
@@ -70,7 +70,7 @@ def _float_initializers(graph: onnx.GraphProto, names: Names, base_dir: str) -> 
     for init in graph.initializer:
         if init.data_type not in LOW_TYPES:
             continue
-        small = external_location(init) is None and 2 * element_count(init) <= INLINE_EXTERNAL_BYTES
+        small = external_location(init) is None and 2 * element_count(init) < INLINE_EXTERNAL_BYTES
         if small or init.name in inputs:
             init.CopyFrom(_float_tensor(init, base_dir))
             continue

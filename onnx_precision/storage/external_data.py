@@ -437,21 +437,23 @@ def cast_initializer(tensor: onnx.TensorProto, base_dir: str, to: int, name: str
 # reads (Reshape, Split, Slice, ...); it cannot read them from a file, so they stay in the proto.
 SHAPE_TYPES = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
 
-# External tensors up to this size are read into an in-memory model given to onnxruntime: its
+# External tensors under this size are read into an in-memory model given to onnxruntime: its
 # shape inference inside If branches needs the values of shape-like constants and cannot read them
-# from an external file; weights stay external.
+# from an external file; weights stay external. A tensor of this size is a weight (a 256 x 256 int8
+# matrix: on the dynamic-quant model of scripts/bench_quantized.py, 11 MB of its 26 MB were such
+# tensors, parsed and serialized into every onnxruntime session when they stayed inline).
 INLINE_EXTERNAL_BYTES = 1 << 16
 
 
 def inline_small_external(model: onnx.ModelProto, base_dir: str) -> None:
-    """Read external tensors up to INLINE_EXTERNAL_BYTES into ``model`` (in place)."""
+    """Read external tensors under INLINE_EXTERNAL_BYTES into ``model`` (in place)."""
     for graph in graphs(model.graph):
         for i, init in enumerate(graph.initializer):
             if not is_external(init):
                 continue
             if (
                 stored_bytes(init.data_type, element_count(init))
-                <= INLINE_EXTERNAL_BYTES
+                < INLINE_EXTERNAL_BYTES
             ):
                 values = np.asarray(read_array(init, base_dir))
                 graph.initializer[i].CopyFrom(numpy_helper.from_array(np.array(values), init.name))

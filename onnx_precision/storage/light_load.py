@@ -106,7 +106,7 @@ def _light_tensor(buf, start: int, end: int) -> tuple[bytes, int, int] | None:
             data_type = _varint(buf, value)[0]
     if len(raw) > 1:
         raise _Unexpected
-    if not raw or raw[0][1] - raw[0][0] <= INLINE_EXTERNAL_BYTES or data_type in SHAPE_TYPES:
+    if not raw or raw[0][1] - raw[0][0] < INLINE_EXTERNAL_BYTES or data_type in SHAPE_TYPES:
         return None
     kept = b"".join(buf[begin:stop] for number, _, begin, _, stop in _fields(buf, start, end)
                     if number != _RAW_DATA)
