@@ -121,3 +121,22 @@ def test_a_dq_shared_with_an_fp32_concat_group_is_copied_for_its_fp16_readers(tm
 def test_the_copies_are_written_deterministically(tmp_path):
     first, second = (_convert(tmp_path, name)[4] for name in ("a", "b"))
     assert open(first, "rb").read() == open(second, "rb").read()
+
+
+def test_a_shared_dq_pinned_alone_is_not_copied_for_readers_all_16_bit(tmp_path):
+    # without the Concat group no reader of dq_x is FP32 in every plan: pinned by the user, a copy for its
+    # 16-bit readers (Conv, Add) would leave dq_x itself unread in the file; it keeps its Cast, its Conv
+    # group goes FP32 with it, as before
+    model = shared_dq_block()
+    kept = [n for n in model.graph.node if n.name not in ("concat", "q_cat", "dq_cat", "pool")]
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    del model.graph.output[0]
+    path, out, plan = str(tmp_path / "m.onnx"), str(tmp_path / "o.onnx"), str(tmp_path / "p.json")
+    onnx.save(model, path)
+    assert main(["convert", path, "-o", out, "--keep-fp32", "dq_x", "--save-plan", plan, "-q"]) == 0
+    written = onnx.load(out)
+    assert not [n.name for n in written.graph.node if n.name.endswith("__fp16")]
+    read = {name for n in written.graph.node for name in n.input} | {o.name for o in written.graph.output}
+    assert all(o in read for n in written.graph.node for o in n.output)
+    assert json.load(open(plan))["nodes"]["conv"]["precision"] == "fp32"

@@ -229,10 +229,13 @@ def dequantize_copies(ctx: ModelContext) -> frozenset[str]:
     type wherever it is written wide (the rewriter's ``<dq>__fp16``), not a Cast of its output: a Cast
     between a DQ and its reader stops the reader's quantized fusion, and a DQ shared by a group kept
     FP32 (an onnxruntime-fused Concat) and a 16-bit one no longer pulls the latter to FP32
-    (:func:`_split_groups`). Those of the main graph read by two main-graph nodes or more, no graph
-    output, that can compute in the target's type: an output 16-bit at the model's opset, no blocker but
-    the onnxruntime fusion of a group it belongs to (a scale the 16-bit type cannot hold keeps it FP32,
-    Cast and all). Plan-independent: the emulation computes each 16-bit read of them as that copy."""
+    (:func:`_split_groups`). Those of the main graph read by two main-graph nodes or more, one of which
+    every plan keeps FP32 (a blocker: the Concat of a QLinearConcat group, an op with no 16-bit kernel;
+    or a member of a group with a blocked member), so that the DQ itself always has a reader (a DQ
+    pinned alone while all its readers are 16-bit keeps its Cast), and no graph output; that can
+    compute in the target's type: an output 16-bit at the model's opset, no blocker but the onnxruntime
+    fusion of a group it belongs to (a scale the 16-bit type cannot hold keeps it FP32, Cast and all).
+    Plan-independent: the emulation computes each 16-bit read of them as that copy."""
     return ctx.memo(_dequantize_copies)
 
 
@@ -240,18 +243,28 @@ def _dequantize_copies(ctx: ModelContext) -> frozenset[str]:
     found = quantized.of(ctx)
     typing, forced, fused = ctx.typing_in(ctx.target.low), blockers(ctx).forced, found.ort_fused_nodes
     outputs = {o.name for o in ctx.model.graph.output}
-    copied = set()
+    candidates: dict[str, tuple[str, ...]] = {}  # DQ -> its readers
     for node in ctx.model.graph.node:
         if not (quantized.is_qdq(node) and node.op_type == quantized.DEQUANTIZE and node.name in found.qdq):
             continue
         t = typing[node.name]
         held = node.name in forced and node.name not in fused  # a scale FP16 cannot hold, ...
-        if t.fp16_blocker or 0 not in t.convertible_outputs or held:
-            continue
         readers = ctx.index.consumers.get(node.output[0], ())
-        if node.output[0] not in outputs and len(readers) > 1 and not any(r.graph_path for r in readers):
-            copied.add(node.name)
-    return frozenset(copied)
+        if not (t.fp16_blocker or 0 not in t.convertible_outputs or held or node.output[0] in outputs
+                or len(readers) < 2 or any(r.graph_path for r in readers)):
+            candidates[node.name] = tuple(r.name for r in readers)
+    # FP32 in every plan: the blocked nodes, and each group with such a member (not a candidate: a
+    # candidate pulls no group)
+    wide = set(forced)
+    changed = True
+    while changed:
+        changed = False
+        for group in found.groups:
+            if not wide.issuperset(group.members) and any(m in wide and m not in candidates
+                                                          for m in group.members):
+                wide.update(group.members)
+                changed = True
+    return frozenset(dq for dq, readers in candidates.items() if wide.intersection(readers))
 
 
 def group_pins(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
