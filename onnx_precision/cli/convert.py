@@ -99,6 +99,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="auto: stop the search after N probes and keep the cheapest passing plan found")
     p.add_argument("--time-budget", type=common.positive_float, metavar="SECONDS",
                    help="auto: stop the search after this long and keep the cheapest passing plan found")
+    p.add_argument("--exhaustive-minimise", action="store_true",
+                   help="auto: shrink the pinned set until no single pin can be dropped, however many it "
+                        "holds (by default a set of over 256 pins is shrunk by groups down to 1%% of the "
+                        "estimated FLOPs, then pin by pin while that wins, and a note says what was not "
+                        "tried alone)")
     common.add_sample_args(p)
     p.add_argument("--save-inputs", metavar="FILE",
                    help="static/auto: write the feeds used (read or synthesised) as Polygraphy JSON, for "
@@ -144,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
         trt_profile=_profile(args),
         max_probes=args.max_probes,
         time_budget=args.time_budget,
+        exhaustive_minimise=args.exhaustive_minimise,
         keep_opset=args.keep_opset,
         keep_float64=args.keep_float64,
         min_16bit_share=args.min_16bit_share,

@@ -72,6 +72,8 @@ class ConvertOptions:
     trt_profile: Mapping[str, Mapping[str, tuple[int, ...]]] = field(default_factory=dict)
     max_probes: int | None = None  # search budgets (auto mode): on exhaustion the cheapest passing
     time_budget: float | None = None  # plan probed so far is kept, marked as such
+    # shrink a large passing set to a 1-minimal one, not only as far as it can win (--exhaustive-minimise)
+    exhaustive_minimise: bool = False
     # a BF16 run refuses a model whose opset gives some of its ops no bfloat16 type, instead of
     # raising the opset (:mod:`..opset_upgrade`)
     keep_opset: bool = False
@@ -233,7 +235,7 @@ def plan_to_write(
     from . import choose as auto
 
     samples = data.load_samples(ctx.model, options.samples)
-    budget = auto.SearchBudget(options.max_probes, options.time_budget)
+    budget = auto.SearchBudget(options.max_probes, options.time_budget, options.exhaustive_minimise)
     with oracle.blame(ctx, samples):
         gate = quant_reference.gate(ctx, samples.feeds, options.tolerance, options.reference_model,
                                     options.quant_margin)

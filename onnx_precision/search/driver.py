@@ -28,7 +28,7 @@ from ..policy import layer_norm_pins
 from ..policy.resolution import group_pins
 from ..tradeoff import PlanPoint
 from .prober import Prober
-from .state import PinEvidence, PinSearch, SearchOutcome
+from .state import ALONE_MIN_WIN, ALONE_RUN, MIN_WIN, PinEvidence, PinSearch, SearchOutcome
 
 log = logging.getLogger(__name__)
 
@@ -47,16 +47,20 @@ _SEARCH_PROBE = Reason("search", "probe")
 
 @dataclass(frozen=True)
 class SearchBudget:
-    """Limits on the search; when one runs out, the cheapest passing plan probed so far is kept."""
+    """Limits on the search; when one runs out, the cheapest passing plan probed so far is kept.
+    ``exhaustive``: shrink every passing set to a 1-minimal one, however many pins it holds (by default
+    a large one is shrunk only as far as it can win: :data:`.state.BOUNDED_ABOVE`)."""
 
     max_probes: int | None = None
     seconds: float | None = None
+    exhaustive: bool = False
 
     def left(self, probes: int, seconds: float) -> SearchBudget:
         """What is left of this budget once ``probes`` probes and ``seconds`` are spent: a phase after
         the search (the BF16 fallback) gets what the search left, so the budget bounds the run."""
         return SearchBudget(None if self.max_probes is None else max(self.max_probes - probes, 0),
-                            None if self.seconds is None else max(self.seconds - seconds, 0.0))
+                            None if self.seconds is None else max(self.seconds - seconds, 0.0),
+                            self.exhaustive)
 
     def spent(self) -> str:
         """Why this budget allows no further probe, or "" while it does."""
@@ -101,6 +105,8 @@ class FlopShare:
         self.ctx = ctx
         self.shares = shares
         self.flops = {n: max(float(shares.node_flops.get(n, 1.0)), 1.0) for n in ctx.node_ops}
+        # what the shares are of: the estimated FLOPs of the non-quantized nodes
+        self.total = sum(f for n, f in shares.node_flops.items() if n not in shares.quantized)
 
     def __call__(self, plan: PrecisionPlan) -> float:
         return self.shares.low(group_pins(self.ctx, layer_norm_pins(self.ctx, plan)))
@@ -140,7 +146,7 @@ def run_search(prober: Prober, session: Counted, clock: Clock, space: SearchSpac
     best: float | None = None
     with clock.phase("search") as phase:
         search = PinSearch(space.candidates, space.widen, start_failed=space.start_failure, cost=share.flops,
-                           max_probes=max_probes)
+                           max_probes=max_probes, total_cost=share.total, exhaustive=budget.exhaustive)
         while (pinned := search.select()) is not None:
             probe = base.with_fp32(pinned, _SEARCH_PROBE)
             passed, detail = prober.passes(probe)
@@ -176,7 +182,18 @@ def run_search(prober: Prober, session: Counted, clock: Clock, space: SearchSpac
         message = (f"{outcome.exhausted}: kept the cheapest passing plan probed (point {kept}); it is not "
                    f"proven minimal")
         notes.append(message)
+    if outcome.untried:
+        notes.append(_untried_note(outcome, share.shares.of))
     return SearchResult(plan, outcome, tuple(points), tuple(notes), message)
+
+
+def _untried_note(outcome: SearchOutcome, of: str) -> str:
+    """What the bounded shrink (:meth:`.state.PinSearch._bounded`) left unproven, and how to prove it."""
+    return (f"the plan is not proven 1-minimal: {len(outcome.untried)} of its {len(outcome.pinned)} searched "
+            f"pins were tried only in groups whose un-pinning failed, not alone ({outcome.untried_share:.1%} "
+            f"{of} together): groups under {MIN_WIN:.0%} of them are not split, and tries alone stop once "
+            f"{ALONE_RUN} in a row un-pin less than {ALONE_MIN_WIN:.1%}; --exhaustive-minimise tries each, "
+            f"at a probe or more per pin")
 
 
 def _why(evidence: PinEvidence) -> str:

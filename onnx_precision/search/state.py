@@ -30,6 +30,15 @@ With a ``cost`` per node (estimated FLOPs), the shrink tries to keep the cheap p
 expensive ones first, so among 1-minimal sets it finds one that keeps more compute in FP16. With a
 ``max_probes`` budget (or :meth:`PinSearch.stop`), the search ends early with the cheapest passing
 set probed so far, marked ``exhausted`` (it is then not proven 1-minimal).
+
+ddmin proves each pin it keeps with a probe of its own, twice over in practice: on a model where
+most nodes must stay FP32 (a vocoder whose phase drifts with any 16-bit node: 1988 pins) that is
+thousands of probes, hours, to win nothing. So above :data:`BOUNDED_ABOVE` pins the shrink spends
+a probe only where it can win (:meth:`PinSearch._bounded`): it un-pins groups, the most expensive
+first, halving a group that fails, but never one holding less than :data:`MIN_WIN` of the total
+cost; then tries their pins alone while that wins (:data:`ALONE_RUN`). The pins never tried alone
+stay FP32 (``untried``), each with the failing probe of the group it was last tried in.
+``exhaustive`` runs ddmin whatever the size.
 """
 
 from __future__ import annotations
@@ -43,6 +52,19 @@ from ..errors import InternalError
 PinnedSet = frozenset  # of node names
 
 START, CANDIDATES, WIDEN, SHRINK = "start", "candidates", "widen", "shrink"
+
+# A passing set of more pins than this is shrunk by :meth:`PinSearch._bounded`, not ddmin: ddmin costs
+# about two probes per pin it keeps (Kokoro-82M int8: 1988 pins, ~4000 probes of 3-7 s). The example
+# models' sets hold at most 6 pins; tests/test_search.py shrinks 200 with ddmin.
+BOUNDED_ABOVE = 256
+# The least share of the total cost a group the bounded shrink un-pins may hold: its groups then take
+# at most about 2 / MIN_WIN probes (simulated on Kokoro-82M int8's FLOPs: 102).
+MIN_WIN = 0.01
+# The bounded shrink then tries the pins of the groups it did not split alone, while that wins: it
+# stops once ALONE_RUN tries in a row un-pin less than ALONE_MIN_WIN of the total cost together (a
+# model where most pins are needed pays ALONE_RUN probes; one where single pins can go, a probe each).
+ALONE_RUN = 16
+ALONE_MIN_WIN = 0.001
 
 
 @dataclass(frozen=True)
@@ -69,9 +91,11 @@ class PinEvidence:
 class SearchOutcome:
     passed: bool  # False: even pinning every searchable node fails (or no probe passed in budget)
     pinned: tuple[str, ...]  # in the caller's node order
-    evidence: tuple[PinEvidence, ...]  # one per pinned node (probe -1: not tested before the budget ran out)
+    evidence: tuple[PinEvidence, ...]  # one per pinned node (probe -1: not tested alone, the detail says why)
     probes: tuple[Probe, ...]
     exhausted: str = ""  # why the search stopped early ("" when it finished)
+    untried: tuple[str, ...] = ()  # pins the bounded shrink did not try alone (not proven needed)
+    untried_share: float = 0.0  # their share of the total cost
 
     @property
     def probes_run(self) -> int:
@@ -86,11 +110,17 @@ class PinSearch:
 
     def __init__(self, candidates: Iterable[str], widen_order: Iterable[str] = (),
                  start_failed: str | None = None, cost: Mapping[str, float] | None = None,
-                 max_probes: int | None = None) -> None:
+                 max_probes: int | None = None, total_cost: float | None = None,
+                 exhaustive: bool = False) -> None:
         """``start_failed``: the caller already probed the empty set and it failed (the detail);
         it is recorded as the first probe instead of being proposed again. ``cost``: what keeping
-        each node in FP32 costs (its FLOPs); ``max_probes``: a budget, the start probe included."""
+        each node in FP32 costs (its FLOPs); ``max_probes``: a budget, the start probe included.
+        ``total_cost``: the model's (the bounded shrink's :data:`MIN_WIN` is a share of it; default:
+        the cost of every node named); ``exhaustive``: shrink to a 1-minimal set whatever its size."""
         self._cost = dict(cost or {})
+        self._exhaustive = exhaustive
+        # pin -> (the failing probe of the group it was last tried in, that group's size)
+        self._untried: dict[str, tuple[int, int]] = {}
         self._max_probes = max_probes
         self._exhausted = ""
         self._candidates = _unique(candidates)
@@ -98,6 +128,7 @@ class PinSearch:
         self._widen_order = [n for n in _unique(widen_order) if n not in chosen]
         # Node order of the final answer: candidates first, then widening order.
         self._rank = {n: i for i, n in enumerate(self._candidates + self._widen_order)}
+        self._total_cost = self.cost_of(self._rank) if total_cost is None else total_cost
         self._known: dict[PinnedSet, Probe] = {}
         self._failed_sets: list[PinnedSet] = []
         self._probes: list[Probe] = []
@@ -171,7 +202,10 @@ class PinSearch:
             return SearchOutcome(False, (), (), tuple(self._probes), self._exhausted)
         pinned = tuple(sorted(result, key=self._rank.__getitem__))
         evidence = tuple(self._evidence(n, frozenset(pinned)) for n in pinned)
-        return SearchOutcome(True, pinned, evidence, tuple(self._probes), self._exhausted)
+        # a search cut short is not proven minimal anyway (its ``exhausted`` says so)
+        untried = () if self._exhausted else tuple(n for n in pinned if n in self._untried)
+        share = self.cost_of(untried) / self._total_cost if self._total_cost > 0 else 0.0
+        return SearchOutcome(True, pinned, evidence, tuple(self._probes), self._exhausted, untried, share)
 
     # --- driving the generator ------------------------------------------------------------------
 
@@ -206,6 +240,11 @@ class PinSearch:
         for probe in self._probes:  # a failing superset of `without` that still lacks `node`
             if not probe.passed and without <= probe.pinned and node not in probe.pinned:
                 return PinEvidence(node, probe.index, probe.detail)
+        if node in self._untried:
+            index, size = self._untried[node]
+            probe = self._probes[index]
+            return PinEvidence(node, -1, f"not tried alone: un-pinning it with {size - 1} other pin(s) "
+                                         f"fails: {probe.detail} (probe {index})")
         if self._exhausted:
             return PinEvidence(node, -1, "not tested: the search stopped before trying without it")
         raise InternalError(f"no failing probe shows that '{node}' is needed")  # ddmin guarantees one
@@ -229,6 +268,9 @@ class PinSearch:
                 return
             pinned = widened
         self._phase = SHRINK
+        if len(pinned) > BOUNDED_ABOVE and not self._exhaustive:
+            self._result = yield from self._bounded(pinned)
+            return
         if self._cost:  # cheap pins first: ddmin tries keeping the leading chunks before the rest
             pinned = sorted(pinned, key=lambda n: self._cost.get(n, 1.0))
         self._result = yield from self._ddmin(pinned)
@@ -278,6 +320,64 @@ class PinSearch:
                     break
                 n = min(2 * n, len(items))
         return items
+
+
+    def _bounded(self, items: list[str]) -> Generator[PinnedSet, bool, list[str]]:
+        """Shrink a passing set by un-pinning groups, most expensive first, halving (by cost) a group
+        that fails, down to single pins; a group under :data:`MIN_WIN` of the total cost is not
+        split. Then the pins of such groups are tried alone, until :data:`ALONE_RUN` tries in a row
+        win less than :data:`ALONE_MIN_WIN`; the pins left stay (``self._untried``).
+        A single pin tried and failing is needed in the final set too (a subset of a failing set
+        fails), so those keep their evidence."""
+        floor = MIN_WIN * self._total_cost
+        pinned = set(items)
+        # expensive first; ties in the search's order, so the result is deterministic
+        order = sorted(items, key=lambda n: (-self._cost.get(n, 1.0), self._rank[n]))
+        todo = [order]
+        while todo:
+            group = todo.pop(0)
+            self._estimate = max(1, int(2 * self.cost_of(pinned) / floor)) if floor > 0 else len(pinned)
+            trial = frozenset(pinned.difference(group))
+            if (yield trial):
+                pinned -= set(group)
+                continue
+            known = self._known.get(trial)
+            # failing by monotonicity otherwise: the failing probe that holds it
+            failed = known.index if known is not None else next(
+                p.index for p in self._probes if not p.passed and trial <= p.pinned)
+            if len(group) == 1:
+                continue
+            halves = _halve(group, self._cost)
+            for half in halves:
+                if self.cost_of(half) < floor:
+                    self._untried.update(dict.fromkeys(half, (failed, len(group))))
+            todo[:0] = [h for h in halves if self.cost_of(h) >= floor]
+        # alone in the groups' order (expensive first); trying the least layerwise error first instead
+        # measured worse on the synthetic phase chains (the pins share one error budget)
+        alone = [n for n in order if n in self._untried]
+        won: list[float] = []  # what each try alone un-pinned, in order
+        for name in alone:
+            if len(won) >= ALONE_RUN and sum(won[-ALONE_RUN:]) < ALONE_MIN_WIN * self._total_cost:
+                break
+            self._estimate = ALONE_RUN
+            del self._untried[name]  # tried alone now: needed, or gone
+            passed = yield frozenset(pinned - {name})
+            won.append(self._cost.get(name, 1.0) if passed else 0.0)
+            if passed:
+                pinned.discard(name)
+        return [n for n in items if n in pinned]
+
+
+def _halve(items: Sequence[str], cost: Mapping[str, float]) -> list[list[str]]:
+    """``items`` in two non-empty contiguous halves of near-equal total cost (order kept)."""
+    total = sum(cost.get(n, 1.0) for n in items)
+    acc, cut = 0.0, 1
+    for i, name in enumerate(items[:-1]):
+        acc += cost.get(name, 1.0)
+        cut = i + 1
+        if acc >= total / 2:
+            break
+    return [list(items[:cut]), list(items[cut:])]
 
 
 def _unique(names: Iterable[str]) -> list[str]:
