@@ -150,7 +150,16 @@ class QuantGate:
                              f"bound {number(worst.bound)}")
             else:
                 lines.append(f"{name}: {ranges}; {worst.text()}")
+            if max(errors) > 1:
+                lines.append(self._loose(name, max(errors)))
         return tuple(lines)
+
+    def _loose(self, name: str, error: float) -> str:
+        """The note on an output whose quantization error passes the output itself."""
+        return (f"{name}: its quantization error {number(error)} is larger than the output itself (rel RMS "
+                f"err over 1: the QDQ model and {self.source} disagree on these samples), so a bound of "
+                f"{1 + self.margin:g} x it says little of the 16-bit remainder: judge on inputs like the "
+                f"quantizers' calibration data (--inputs), or check the quantization")
 
 
 @dataclass(frozen=True)

@@ -320,3 +320,24 @@ def test_a_remainder_below_the_quantization_error_is_said_to_be_under_it():
     assert "(2.0% under the quantization error, ratio 0.98), within its bound 0.026" in under
     over = Deciding(sample=1, samples=2, quantization=0.02, remainder=0.0206, bound=0.026).text()
     assert "(+3.0% over the quantization error, ratio 1.03)" in over
+
+
+def test_a_quantization_error_larger_than_the_output_is_said_to_make_the_bound_say_little(tmp_path):
+    # PP-OCRv4 det quantized by quantize_static, judged on a synthetic uniform [0, 1) image against its
+    # original: quantization error 317.5, and the remainder 'passed' within 1.3 x it at cosine 0.36
+    from dataclasses import replace
+
+    from onnx_precision.context import load_model
+    from onnx_precision.judge import Tolerance
+    from onnx_precision.quant_reference import gate
+
+    path, original = _mlp_and_original(tmp_path)
+    found = gate(load_model(path), [{"x": np.ones((4, 32), np.float32)}], Tolerance(), original)
+    assert found is not None
+    assert not any("larger than the output" in line for line in found.notes(None))
+    loose = replace(found, quantization=({"y": 317.5},))
+    assert loose.notes(None)[-1] == (
+        f"y: its quantization error 317.5 is larger than the output itself (rel RMS err over 1: the QDQ "
+        f"model and {original} disagree on these samples), so a bound of 1.3 x it says little of the 16-bit "
+        f"remainder: judge on inputs like the quantizers' calibration data (--inputs), or check the "
+        f"quantization")
