@@ -195,6 +195,44 @@ def of(ctx: ModelContext) -> Quantization:
     return ctx.memo(_find)
 
 
+def fp32_integer_ops(ctx: ModelContext) -> tuple[str, ...]:
+    """The integer ops (:attr:`Quantization.integer_ops`) that take no 16-bit type where they
+    read or write a float (their typing's ``fp16_blocker``: DynamicQuantizeLinear's float32 input), in
+    the model's order: quantized compute that stays FP32 whatever a plan says (policy.node_blockers),
+    so no pin; the summaries count them apart, as the fused dequantization's nodes."""
+    integer, typing = of(ctx).integer_ops or {}, ctx.typing
+    return tuple(ref.name for ref in ctx.nodes if ref.name in integer and typing[ref.name].fp16_blocker)
+
+
+def fp32_integer_ops_note(ctx: ModelContext) -> str:
+    """What the summaries say once of :func:`fp32_integer_ops`, which they list as no pins: how many of
+    each op, each with why its first one has no 16-bit type ('' where there are none)."""
+    by_op: dict[str, list[str]] = {}
+    for name in fp32_integer_ops(ctx):
+        by_op.setdefault(ctx.node_ops[name], []).append(name)
+    if not by_op:
+        return ""
+    listed = ", ".join(f"{len(nodes)} {op} ({ctx.typing[nodes[0]].fp16_blocker})"
+                       for op, nodes in sorted(by_op.items(), key=lambda item: (-len(item[1]), item[0])))
+    return (f"{sum(map(len, by_op.values()))} integer op(s) of quantized compute take no 16-bit type and "
+            f"stay FP32, counted apart and not listed as pins: {listed}")
+
+
+def unpinned(ctx: ModelContext) -> tuple[str, ...]:
+    """The quantized compute that stays FP32 whatever a plan says, which no list of pins names: the
+    fused dequantization's nodes, :func:`fp32_integer_ops` and the Q/DQ groups whose fusion into a
+    float32-scale op fails to load in 16 bits."""
+    found = of(ctx)
+    return (*found.dequantization_nodes, *fp32_integer_ops(ctx), *found.ort_fused_nodes)
+
+
+def unpinned_notes(ctx: ModelContext) -> tuple[str, ...]:
+    """What the summaries say once of each kind of :func:`unpinned` there is."""
+    found = of(ctx)
+    notes = (found.dequantization_note(), fp32_integer_ops_note(ctx), found.ort_fused_note())
+    return tuple(n for n in notes if n)
+
+
 def _find(ctx: ModelContext) -> Quantization:
     index, constants = ctx.index, ctx.constants
 

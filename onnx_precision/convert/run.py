@@ -134,7 +134,7 @@ class ConvertResult:
     shares: FlopShares = field(default_factory=FlopShares)
     # all-fp16 mode: the quantized compute FP32 whatever the plan says, listed as no pins (the nodes inside
     # onnxruntime's fused integer kernels, the integer ops with no 16-bit type), and the notes that say so
-    # (quantized.Quantization.dequantization_note, report.run_report.fp32_integer_ops_note)
+    # (quantized.unpinned, quantized.unpinned_notes)
     unpinned: tuple[str, ...] = ()
     unpinned_notes: tuple[str, ...] = ()
 
@@ -454,18 +454,12 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     texts = tuple(p for p in (options.plan_out, options.trt_flags_path) if p)
     if done.report is None:
         outputs.commit()
-        from ..report.run_report import fp32_integer_ops, fp32_integer_ops_note
-
-        found = quantized.of(ctx)
         return ConvertResult(model_path, output_path, result.plan, result, done.warnings,
                              (output_path,) + texts, nothing_to_convert=ctx.nothing_to_convert,
                              next_step=ctx.target.next_step(result.model, run),
                              check_step=quoted(run.check_args(ctx.target.cli_args())),
                              shares=flop_shares(ctx, {}),
-                             unpinned=(*found.dequantization_nodes, *fp32_integer_ops(ctx),
-                                       *found.ort_fused_nodes),
-                             unpinned_notes=(found.dequantization_note(),
-                                             fp32_integer_ops_note(ctx), found.ort_fused_note()))
+                             unpinned=quantized.unpinned(ctx), unpinned_notes=quantized.unpinned_notes(ctx))
     paths = _stage_reports(done.report, options, outputs)
     outputs.commit()
     return ConvertResult(model_path, output_path, result.plan, result, done.warnings,

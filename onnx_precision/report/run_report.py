@@ -192,7 +192,7 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         quantized=quantized.of(ctx).compute,
         counted_as=auto.counted_as,
         fused_dequantization=tuple(quantized.of(ctx).dequantization_nodes),
-        fp32_integer_ops=fp32_integer_ops(ctx),
+        fp32_integer_ops=quantized.fp32_integer_ops(ctx),
         ort_fused=tuple(quantized.of(ctx).ort_fused_nodes),
         integer_flops=integer_kernel_flops(ctx.model, shapes, quantized.of(ctx).integer_ops or ()),
         quantization_gate={} if auto.gate is None else auto.gate.to_json(
@@ -210,34 +210,9 @@ def _quantized_notes(ctx: ModelContext) -> tuple[str, ...]:
     kernels = (f"; {len(found.compute)} node(s) of quantized compute (DQ -> Conv/MatMul/Gemm <- DQ groups, "
                f"{qlinear}integer ops) are counted apart from the 16-bit share and the node counts"
                if found.compute else "")
-    notes = (found.dequantization_note(), fp32_integer_ops_note(ctx), found.ort_fused_note())
-    unpinned = tuple(n for n in notes if n)
     return ("quantized model: the reference is its Q/DQ run in FP32 as the ONNX specification defines them, "
             "float fake-quantisation (onnxruntime with its optimisations off), not onnxruntime's fused "
-            f"integer kernels nor TensorRT's{kernels}",) + unpinned
-
-
-def fp32_integer_ops(ctx: ModelContext) -> tuple[str, ...]:
-    """The integer ops (:attr:`..quantized.Quantization.integer_ops`) that take no 16-bit type where they
-    read or write a float (their typing's ``fp16_blocker``: DynamicQuantizeLinear's float32 input), in
-    the model's order: quantized compute that stays FP32 whatever a plan says (policy.node_blockers),
-    so no pin; the summaries count them apart, as the fused dequantization's nodes."""
-    integer, typing = quantized.of(ctx).integer_ops or {}, ctx.typing
-    return tuple(ref.name for ref in ctx.nodes if ref.name in integer and typing[ref.name].fp16_blocker)
-
-
-def fp32_integer_ops_note(ctx: ModelContext) -> str:
-    """What the summaries say once of :func:`fp32_integer_ops`, which they list as no pins: how many of
-    each op, each with why its first one has no 16-bit type ('' where there are none)."""
-    by_op: dict[str, list[str]] = {}
-    for name in fp32_integer_ops(ctx):
-        by_op.setdefault(ctx.node_ops[name], []).append(name)
-    if not by_op:
-        return ""
-    listed = ", ".join(f"{len(nodes)} {op} ({ctx.typing[nodes[0]].fp16_blocker})"
-                       for op, nodes in sorted(by_op.items(), key=lambda item: (-len(item[1]), item[0])))
-    return (f"{sum(map(len, by_op.values()))} integer op(s) of quantized compute take no 16-bit type and "
-            f"stay FP32, counted apart and not listed as pins: {listed}")
+            f"integer kernels nor TensorRT's{kernels}",) + quantized.unpinned_notes(ctx)
 
 
 def _underflow_notes(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping[str, NodeStats], headroom: float,
