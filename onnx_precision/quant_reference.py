@@ -176,11 +176,15 @@ class Deciding:
     def ratio(self) -> float:
         return self.remainder / self.quantization
 
+    @property
+    def passed(self) -> bool:
+        return bool(self.remainder <= self.bound)  # numpy floats give numpy bools, which JSON refuses
+
     def text(self) -> str:
         """'decided by sample 1, where the remainder adds the most: 16-bit remainder 0.07 against its
         quantization error 0.0543 (+28.9% over the quantization error, ratio 1.289), within its bound
         0.0706'."""
-        within = "within" if self.remainder <= self.bound else "over"
+        within = "within" if self.passed else "over"
         return (f"decided by sample {self.sample}, where the remainder adds the most: 16-bit remainder "
                 f"{number(self.remainder)} against its quantization error {number(self.quantization)} "
                 f"({_added(self.remainder, self.quantization)}, ratio {self.ratio:.4g}), {within} its bound "
@@ -190,7 +194,7 @@ class Deciding:
         return {"sample": self.sample, "samples": self.samples,
                 "quantization_error": json_float(self.quantization),
                 "remainder_rel_rms_err": json_float(self.remainder), "ratio": json_float(self.ratio),
-                "bound": json_float(self.bound), "passed": bool(self.remainder <= self.bound)}
+                "bound": json_float(self.bound), "passed": self.passed}
 
 
 def _span(values: Sequence[float]) -> str:
