@@ -39,15 +39,15 @@ per-tensor, per-axis or blocked) and of com.microsoft.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 import onnx
 
 from . import helper_sessions
 from .context import ModelContext
-from .graph import GraphIndex, NodeRef, graphs
-from .typing_rules import find_schema, opset_map
+from .graph import GraphIndex, NodeRef, graphs, onnx_opset
+from .typing_rules import find_schema
 
 QDQ_DOMAINS = ("", "ai.onnx", "com.microsoft")
 QUANTIZE, DEQUANTIZE = "QuantizeLinear", "DequantizeLinear"
@@ -275,9 +275,10 @@ def _find(ctx: ModelContext) -> Quantization:
                                          quantize, label))
     # only where onnxruntime's optimiser runs the written model: TensorRT places Q/DQ by its own rules
     fusing = bool(qdq) and ctx.target.onnxruntime_kernels(ctx.target.low)
-    ort_fused = _ort_fused(ctx, quantized_type) if fusing else ()
+    outputs = {o.name for g in graphs(ctx.model.graph) for o in g.output}  # read by no fusion
+    ort_fused = _ort_fused(ctx, quantized_type, outputs) if fusing else ()
     return Quantization(tuple(groups), integer or None, tuple(weight_only), tuple(qdq),
-                        _fused_dequantization(ctx), ort_fused)
+                        _fused_dequantization(ctx, outputs), ort_fused)
 
 
 def _fp32_scales(op_type: str) -> bool:
@@ -353,15 +354,15 @@ def _fusion_probe(op_type: str, quantized_type: int, scale_type: int, opset: int
     return model
 
 
-def _ort_fused(ctx: ModelContext, quantized_type: Callable[[str], int | None]) -> tuple[QuantGroup, ...]:
+def _ort_fused(ctx: ModelContext, quantized_type: Callable[[str], int | None], outputs: Collection[str],
+               ) -> tuple[QuantGroup, ...]:
     """The groups onnxruntime's selectors (qdq_selectors.cc: CheckQDQNodes and the Unary, Binary,
     Variadic and Where selectors) fuse into a float32-scale QLinear* op that, with the target's 16-bit
     scales, fails to load (:func:`fusion_fails_to_load`): a DQ on each input the rule names and on no
     other, one output read by one Q alone and no graph output, the DQs' and the Q's integer types one
-    8-bit type (16- and 4-bit are not allowed by default)."""
+    8-bit type (16- and 4-bit are not allowed by default); ``outputs``: every graph's outputs."""
     index = ctx.index
-    outputs = {o.name for g in graphs(ctx.model.graph) for o in g.output}
-    opset = max(opset_map(ctx.model).get("", 1), _SCALE_OPSET)
+    opset = max(onnx_opset(ctx.model), _SCALE_OPSET)
     found = []
     for ref in ctx.nodes:
         node = ref.node
@@ -386,17 +387,15 @@ def _ort_fused(ctx: ModelContext, quantized_type: Callable[[str], int | None]) -
     return tuple(found)
 
 
-def _fused_dequantization(ctx: ModelContext) -> tuple[FusedDequantization, ...]:
+def _fused_dequantization(ctx: ModelContext, outputs: Collection[str]) -> tuple[FusedDequantization, ...]:
     """Each ``MatMulInteger -> Cast -> Mul <- Mul`` that onnxruntime's MatMulIntegerToFloatFusion fuses:
     from the Mul (ai.onnx, opset 7 or later: its versions 7, 13 and 14), its first parent that is a
     Cast whose parent is a MatMulInteger, and its first parent that is a Mul; the MatMulInteger, the
     Cast and the scale Mul each read by that one node and none a graph output. The Cast's type is not
-    checked there (quantize_dynamic writes float)."""
-    opset = opset_map(ctx.model).get("", 0)
-    if opset < 7:
+    checked there (quantize_dynamic writes float). ``outputs``: every graph's outputs."""
+    if onnx_opset(ctx.model, 0) < 7:
         return ()
     index = ctx.index
-    outputs = {o.name for g in graphs(ctx.model.graph) for o in g.output}
 
     def parent(value: str, op_type: str) -> NodeRef | None:
         made = index.producers.get(value)
