@@ -241,11 +241,11 @@ def dequantize_copies(ctx: ModelContext) -> frozenset[str]:
 
 def _dequantize_copies(ctx: ModelContext) -> frozenset[str]:
     found = quantized.of(ctx)
-    typing, forced, fused = ctx.typing_in(ctx.target.low), blockers(ctx).forced, found.ort_fused_nodes
+    typing, forced, fused = ctx.typing, blockers(ctx).forced, found.ort_fused_nodes
     outputs = {o.name for o in ctx.model.graph.output}
     candidates: dict[str, tuple[str, ...]] = {}  # DQ -> its readers
     for node in ctx.model.graph.node:
-        if not (quantized.is_qdq(node) and node.op_type == quantized.DEQUANTIZE and node.name in found.qdq):
+        if not (quantized.is_qdq(node) and node.op_type == quantized.DEQUANTIZE):
             continue
         t = typing[node.name]
         held = node.name in forced and node.name not in fused  # a scale FP16 cannot hold, ...
