@@ -431,10 +431,9 @@ class SwitchBuilder:
         rewriter's ``<dq>__fp16``: its scale and output rounded), appended to ``nodes``, reading the DQ's
         input by its name in the branch (``renamed``): not the FP32 DQ's output rounded, which differs."""
         dq = self.dequantized[tensor]
-        copy = _copy(dq)
+        copy, _ = self._branch_copy(dq, f"__{low.precision}")
         copy.input[0] = renamed.get(dq.input[0], dq.input[0])
-        copy.name = self.names.fresh(f"{dq.name}__{low.precision}")
-        copy.output[0] = rounded = self.names.fresh(f"{tensor}__{low.precision}")
+        rounded = copy.output[0]
         self._fp16_nodes(dq, copy, scopes, out, nodes, {}, renamed, {})  # renames the copy's output
         return rounded
 
