@@ -113,8 +113,8 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
     shapes = {k: np.shape(v) for k, v in samples.feeds[0].items()} if samples.feeds else {}
     shares = flop_shares(ctx, shapes)
     share = FlopShare(ctx, shares)
-    run = _Run(mode, headroom, clock, counted, reference, _node_stats(ctx, reference.stats), samples,
-               shares.node_flops, share, ctx.target.fallback, progress)
+    run = _Run(mode, headroom, clock, counted, reference, _node_stats(ctx, reference.stats), samples, share,
+               ctx.target.fallback, progress)
 
     nonfinite = _fp32_nonfinite_message(reference)
     gate, given = (None, tolerance) if isinstance(tolerance, Tolerance) else (tolerance, tolerance.given)
@@ -206,7 +206,6 @@ class _Run:
     reference: ReferenceResult
     stats: Mapping[str, NodeStats]
     samples: Samples
-    flops: Mapping[str, float]
     share: FlopShare
     fallback: LowPrecision | None = None
     progress: Progress | None = None
@@ -219,7 +218,8 @@ class _Run:
         notes = (() if found is None else found.notes) + end.notes
         return AutoResult(end.plan, end.status, end.message, self.mode, end.before, end.after, node_stats,
                           self.clock.phases(), None if found is None else found.outcome,
-                          tuple(self.reference.outputs), self.headroom, self.samples, self.flops,
+                          tuple(self.reference.outputs), self.headroom, self.samples,
+                          self.share.shares.node_flops,
                           points, notes, chosen, end.unsearched, self.share.shares.quantized,
                           counted_as=self.share.shares.counted_as)
 
