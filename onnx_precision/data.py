@@ -36,7 +36,7 @@ import numpy as np
 import onnx
 
 from . import user_files
-from .errors import DataError
+from .errors import DataError, ModelLoadError
 from .graph import attr, is_onnx_domain
 
 DEFAULT_RANGE = (0.0, 1.0)
@@ -155,13 +155,25 @@ def model_inputs(model: onnx.ModelProto) -> list[InputInfo]:
         if vi.name in inits:
             continue
         tt = vi.type.tensor_type
-        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type) if tt.elem_type else np.float32)
+        dtype = _element_dtype(vi.name, tt.elem_type)
         dims = None
         if tt.HasField("shape"):
             dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
                          for d in tt.shape.dim)
         out.append(InputInfo(vi.name, dtype, dims))
     return out
+
+
+def _element_dtype(name: str, elem_type: int) -> np.dtype:
+    """The numpy dtype of graph input ``name``'s element type (float32 where none is given); a number
+    that is no ONNX tensor type (999) is the model's fault, one line."""
+    if not elem_type:
+        return np.dtype(np.float32)
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except KeyError:
+        raise ModelLoadError(f"input '{name}' has element type {elem_type}, which is no ONNX tensor type "
+                             f"(onnx.TensorProto.DataType)") from None
 
 
 def load_samples(model: onnx.ModelProto, spec: SampleSpec) -> Samples:

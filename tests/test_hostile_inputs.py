@@ -1,0 +1,72 @@
+"""What a user hands in, made safe by construction (issue 30): sample files bounded by what they expand
+to, a Q/DQ scale that is no quantization, an element type ONNX does not have, JSON numbers and plan
+points Python cannot read, and a long list of layer patterns. Each is one line and exit 2 from the
+CLI, and the same error class from the Python API."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from onnx_precision.cli import main
+from onnx_precision.errors import ModelLoadError
+
+
+def _mlp(directory, batch: int | str = 1, elem_type: int = TensorProto.FLOAT) -> str:
+    """y = relu(x @ w), x of shape [batch, 4] and element type ``elem_type``; returns the model path."""
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+         helper.make_node("Relu", ["h"], ["y"], name="relu")],
+        "g", [helper.make_tensor_value_info("x", elem_type, [batch, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4])],
+        [onnx.numpy_helper.from_array(np.full((4, 4), 0.25, np.float32), "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = os.path.join(directory, "m.onnx")
+    onnx.save(model, path)
+    return path
+
+
+@pytest.fixture
+def out(tmp_path):
+    directory = tmp_path / "out"
+    directory.mkdir()
+    return directory
+
+
+def _refused(argv: list[str], capsys, out_dir) -> str:
+    """The one error line of a run that exits 2 and writes nothing into ``out_dir``."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("onnx-precision: error: "), err
+    assert os.listdir(out_dir) == []
+    return err[0].removeprefix("onnx-precision: error: ")
+
+
+# --- item 9: a graph input of element type 999 --------------------------------------------------------
+
+TYPE_999 = "input 'x' has element type 999, which is no ONNX tensor type (onnx.TensorProto.DataType)"
+
+
+@pytest.mark.parametrize("argv", [["convert", "{model}", "-o", "{out}/o.onnx", "--mode", "auto"],
+                                  ["convert", "{model}", "-o", "{out}/o.onnx", "--mode", "static"],
+                                  ["analyze", "{model}"]])
+def test_an_element_type_onnx_does_not_have_is_one_line(tmp_path, capsys, out, argv):
+    model = _mlp(tmp_path, elem_type=999)
+    assert _refused([a.format(model=model, out=out) for a in argv], capsys, out) == TYPE_999
+
+
+def test_an_element_type_onnx_does_not_have_from_python(tmp_path):
+    from onnx_precision.analysis import analyze
+    from onnx_precision.convert.in_memory import convert_model
+
+    model = _mlp(tmp_path, elem_type=999)
+    with pytest.raises(ModelLoadError) as raised:
+        analyze(model)
+    assert str(raised.value) == TYPE_999
+    with pytest.raises(ModelLoadError, match=r"^input 'x' has element type 999, which is no ONNX"):
+        convert_model(model)
