@@ -56,8 +56,8 @@ def estimate_flops(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[i
 
 def integer_kernel_flops(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]],
                          names: Collection[str]) -> dict[str, float]:
-    """The FLOPs of the integer kernels ``names`` (MatMulInteger, ConvInteger, QLinearMatMul,
-    QLinearConv: 2*M*N*K as their float twins), which :func:`estimate_flops` counts 0 as they compute
+    """The FLOPs of the integer kernels ``names`` (the ops of :data:`..quantized.INTEGER_OPS` with a
+    float twin: 2*M*N*K as that twin), which :func:`estimate_flops` counts 0 as they compute
     in no float type: what "71% of all FLOPs are INT8" counts (:func:`..quantized.shares_text`);
     nodes of other ops and those whose shapes are unknown are left out."""
     if not names:
@@ -66,20 +66,15 @@ def integer_kernel_flops(model: onnx.ModelProto, input_shapes: Mapping[str, Sequ
     flops: dict[str, float] = {}
     for ref in walk_nodes(model.graph):
         node = ref.node
-        twin = _INTEGER_TWINS.get(node.op_type)
-        if node.name not in names or twin is None or len(node.input) <= twin[1]:
+        row = quantized.INTEGER_OPS.get(node.op_type)
+        if node.name not in names or row is None or not row.twin or len(node.input) <= row.weight_input:
             continue
-        as_float = onnx.helper.make_node(twin[0], [node.input[0], node.input[twin[1]]], node.output[:1])
+        as_float = onnx.helper.make_node(row.twin, [node.input[0], node.input[row.weight_input]],
+                                         node.output[:1])
         per_output = _flops_per_output(as_float, shapes)
         if per_output is not None and node.output[0] in shapes:
             flops[node.name] = float(np.prod(shapes[node.output[0]])) * per_output
     return flops
-
-
-# each integer kernel -> the float op that computes as it does, and the index of its weight input
-# (QLinearConv and QLinearMatMul take their input's scale and zero point before it)
-_INTEGER_TWINS = {"MatMulInteger": ("MatMul", 1), "ConvInteger": ("Conv", 1), "QLinearMatMul": ("MatMul", 3),
-                  "QLinearConv": ("Conv", 3)}
 
 
 def _flops_per_output(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]]) -> float | None:

@@ -52,9 +52,6 @@ from .typing_rules import find_schema
 QDQ_DOMAINS = ("", "ai.onnx", "com.microsoft")
 QUANTIZE, DEQUANTIZE = "QuantizeLinear", "DequantizeLinear"
 KERNEL_OPS = frozenset({"Conv", "MatMul", "Gemm"})
-# ops whose compute is integer, by (domain, op type) prefix or name
-_INTEGER_OPS = frozenset({"MatMulInteger", "ConvInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul",
-                          "MatMulIntegerToFloat", "QGemm", "QAttention", "QOrderedMatMul"})
 WEIGHT_ONLY_OPS = frozenset({"MatMulNBits"})
 # The groups onnxruntime's QDQSelectorActionTransformer fuses into "QLinear" + op type (com.microsoft), op
 # -> the inputs its DQs feed (None: every input): the rules UnaryOpQDQRules (1 DQ), BinaryOpQDQRules and
@@ -76,6 +73,27 @@ _LABELS: dict[int, str] = {
     _T.INT8: "INT8", _T.UINT8: "INT8", _T.INT4: "INT4", _T.UINT4: "INT4", _T.INT16: "INT16",
     _T.UINT16: "INT16", _T.FLOAT8E4M3FN: "FP8", _T.FLOAT8E4M3FNUZ: "FP8", _T.FLOAT8E5M2: "FP8",
     _T.FLOAT8E5M2FNUZ: "FP8"}
+
+
+@dataclass(frozen=True)
+class IntegerOp:
+    """One op whose compute is integer, as the modules that weigh compute read it: the float op that
+    computes as it does (``twin``, "" where none is counted: the FLOP estimate counts the op as its
+    twin, :func:`..flops.integer_kernel_flops`, and the search orders it as its twin,
+    :data:`..search.driver.CONTRACTIONS`), and the index of its weight input, the twin's second."""
+
+    twin: str = ""
+    weight_input: int = 1
+
+
+# The ops whose compute is integer, one row each (and every QLinear* op: :func:`_is_integer_op`).
+# QLinearConv and QLinearMatMul take their input's scale and zero point before their weight.
+INTEGER_OPS: Mapping[str, IntegerOp] = {
+    "MatMulInteger": IntegerOp("MatMul", 1), "ConvInteger": IntegerOp("Conv", 1),
+    "QLinearMatMul": IntegerOp("MatMul", 3), "QLinearConv": IntegerOp("Conv", 3),
+    "DynamicQuantizeLinear": IntegerOp(), "DynamicQuantizeMatMul": IntegerOp(),
+    "MatMulIntegerToFloat": IntegerOp(), "QGemm": IntegerOp(), "QAttention": IntegerOp(),
+    "QOrderedMatMul": IntegerOp()}
 
 
 @dataclass(frozen=True)
@@ -187,7 +205,7 @@ def is_qdq(node: onnx.NodeProto) -> bool:
 
 
 def _is_integer_op(node: onnx.NodeProto) -> bool:
-    return node.op_type in _INTEGER_OPS or node.op_type.startswith("QLinear")
+    return node.op_type in INTEGER_OPS or node.op_type.startswith("QLinear")
 
 
 def of(ctx: ModelContext) -> Quantization:

@@ -26,6 +26,7 @@ from ..oracle import LayerwiseResult
 from ..plan import PrecisionPlan, Reason
 from ..policy import layer_norm_pins
 from ..policy.resolution import group_pins
+from ..quantized import INTEGER_OPS
 from ..tradeoff import PlanPoint
 from .prober import Prober
 from .state import ALONE_MIN_WIN, ALONE_RUN, MIN_WIN, PinEvidence, PinSearch, SearchOutcome
@@ -38,9 +39,12 @@ Progress = Callable[[str, int, int, "float | None"], None]
 # Probe budget when the all-FP16 error is diffuse noise and the user set none: enough to find a
 # few pins that matter, and to draw the trade-off, without hundreds of probes for a few 1e-3.
 DIFFUSE_PROBES = 24
-# Ops whose FLOPs grow with a contraction depth: pinned last, un-pinned first.
-CONTRACTIONS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "MatMulInteger",
-                          "ConvInteger", "QLinearConv", "QLinearMatMul", "Attention", "MultiHeadAttention"})
+# Ops whose FLOPs grow with a contraction depth: pinned last, un-pinned first. The integer ones are
+# those whose float twin is one (quantized.INTEGER_OPS).
+_FLOAT_CONTRACTIONS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "Attention",
+                                 "MultiHeadAttention"})
+CONTRACTIONS = _FLOAT_CONTRACTIONS | {op for op, row in INTEGER_OPS.items()
+                                     if row.twin in _FLOAT_CONTRACTIONS}
 
 _SEARCH_PROBE = Reason("search", "probe")
 
