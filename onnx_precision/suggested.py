@@ -3,23 +3,23 @@ spelled from one value that holds what they must repeat of the run.
 
 A suggested command must work when pasted: it carries the sample data's options (the same feeds),
 the tolerance (the same verdict), the custom op libraries (the same sessions) and the target's options,
-and every argument goes through :func:`shlex.quote`, so a path or name holding spaces, ``;`` or quotes
-reaches the command as one argument and runs nothing else.
+and every argument goes through :func:`.render.for_shell`, so a path or name holding spaces, ``;``,
+quotes or newlines reaches the command as one argument, on one line, and runs nothing else.
 """
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .data import SampleSpec
 from .judge import Tolerance
+from .render import for_shell
 
 
 def quoted(args: Iterable[str]) -> str:
     """``args`` as one shell command line, each argument quoted where the shell would split or read it."""
-    return " ".join(shlex.quote(a) for a in args)
+    return " ".join(for_shell(a) for a in args)
 
 
 def dims_text(shape: Sequence[int], separator: str = "x") -> str:

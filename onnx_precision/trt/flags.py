@@ -17,7 +17,10 @@ Two artefacts serve two generations of TensorRT:
 * 10.12+ deprecates and 11.0 removes those flags: the Cast-pinned model is the artefact, built with
   ``--stronglyTyped`` (always on in 11), so the types written in the model are the types that run.
 
-A problem with the flags never stops a conversion: the text says what it could not express.
+A problem with the flags never stops a conversion: the text says what it could not express. Names are
+the model's: each word of a command is quoted by :func:`..render.for_shell`, and every line, the comments
+that name nodes as ``'name'`` included, is escaped by :func:`..render.shell_script`, so running the file
+runs its commands and nothing a name holds.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from ..errors import UsageError
 from ..float_types import LOW_PRECISIONS, LOW_TYPES
 from ..graph import walk_nodes
 from ..plan import Precision, PrecisionPlan
+from ..render import shell_script
 from ..suggested import RunArgs, quoted
 from ..suggested import dims_text as _dims
 from ..typing_rules import WIDE, elem_type, tensor_types
@@ -617,4 +621,4 @@ def trt_flags_text(model: onnx.ModelProto, plan: PrecisionPlan, run: RunArgs, ta
                 if vi.type.tensor_type.elem_type in _FLOAT_TYPES]
     lines += _polygraphy_lines(by_release.names, by_release.model, shape_range, run, target_args,
                                plan.fp16_io, io_names)
-    return "\n".join(lines) + "\n"
+    return shell_script(lines)  # the comments quote names: none may end its line

@@ -40,6 +40,7 @@ from ..errors import UsageError
 from ..float_types import LOW_PRECISIONS
 from ..graph import walk_nodes
 from ..plan import Reason
+from ..render import from_ansi_c
 from .naming import LayersCache, trt_layer_names
 from .ops import variant_for
 from .versions import RELEASES, TrtVersion
@@ -232,17 +233,18 @@ def _file_specs(path: str) -> Iterator[LayerSpec]:
             path, "no --layerPrecisions, --layerOutputTypes or --layer-precisions in it")
 
 
-# One piece of a shell word: '...' (literal), "..." (\" and \\ escaped), \c (c itself), or plain text.
-_WORD_PART = re.compile(r"""'(?P<single>[^']*)'|"(?P<double>(?:[^"\\]|\\.)*)"|\\(?P<escaped>.)"""
-                        r"""|(?P<plain>[^\s'"\\]+)""", re.DOTALL)
+# One piece of a shell word: '...' (literal), "..." (\" and \\ escaped), $'...' (ANSI-C: how the flags
+# files we write quote a name holding a control character, render.for_shell), \c (c itself), or plain text.
+_WORD_PART = re.compile(r"""'(?P<single>[^']*)'|"(?P<double>(?:[^"\\]|\\.)*)"|\$'(?P<ansi>(?:[^'\\]|\\.)*)'"""
+                        r"""|\\(?P<escaped>.)|(?P<plain>[^\s'"\\$]+|\$)""", re.DOTALL)
 _SPACE = re.compile(r"\s+")
 
 
 def _shell_words(line: str) -> list[str]:
-    """``line`` split into words as a POSIX shell does (``shlex.split(line, comments=True)``, but
-    linear in the line: shlex grows each word one character at a time, quadratic in a word of a
-    100 000-entry ``--layerPrecisions``). A ``#`` starts a comment at the start of a word only, as in
-    the shell (shlex also takes one inside a word). An unclosed quote is a ValueError."""
+    """``line`` split into words as a POSIX shell does (``shlex.split(line, comments=True)``, with bash's
+    ``$'...'``, but linear in the line: shlex grows each word one character at a time, quadratic in a
+    word of a 100 000-entry ``--layerPrecisions``). A ``#`` starts a comment at the start of a word only,
+    as in the shell (shlex also takes one inside a word). An unclosed quote is a ValueError."""
     words: list[str] = []
     at = _skip_space(line, 0)
     while at < len(line) and line[at] != "#":
@@ -251,8 +253,9 @@ def _shell_words(line: str) -> list[str]:
             part = _WORD_PART.match(line, at)
             if part is None:
                 raise ValueError("No escaped character" if line[at] == "\\" else "No closing quotation")
-            double = part.group("double")
+            double, ansi = part.group("double", "ansi")
             parts.append(re.sub(r'\\(["\\])', r"\1", double) if double is not None else
+                         from_ansi_c(ansi) if ansi is not None else
                          next(g for g in part.group("single", "escaped", "plain") if g is not None))
             at = part.end()
         words.append("".join(parts))
