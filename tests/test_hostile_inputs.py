@@ -70,3 +70,57 @@ def test_an_element_type_onnx_does_not_have_from_python(tmp_path):
     assert str(raised.value) == TYPE_999
     with pytest.raises(ModelLoadError, match=r"^input 'x' has element type 999, which is no ONNX"):
         convert_model(model)
+
+
+# --- item 8: a NaN Q/DQ scale -------------------------------------------------------------------------
+
+def _nan_scaled(tmp_path, per_channel: bool) -> str:
+    """A Q/DQ model whose scale holds NaN: the torchao block's one activation scale, or one channel of
+    the QDQ MLP's per-channel weight scale."""
+    from onnx import numpy_helper
+    from test_quantized import qdq_mlp, torchao_block
+
+    if per_channel:
+        model = qdq_mlp(19)
+        scale = next(i for i in model.graph.initializer if i.name == "w0_s")
+        values = numpy_helper.to_array(scale).copy()
+        values[[3, 7]] = [np.nan, np.inf]
+        scale.CopyFrom(numpy_helper.from_array(values, "w0_s"))
+    else:
+        model = torchao_block(float("nan"))
+    path = str(tmp_path / "q.onnx")
+    onnx.save(model, path)
+    return path
+
+
+REFUSED_QUANTIZER = ("a quantizer with a non-finite scale is no quantization (in FP32 too it maps every "
+                     "value to NaN, inf or its zero point); fix the quantization, then convert")
+NAN_SCALE = "{path}: node 'q_x' (QuantizeLinear): scale 'x_s' is NaN: " + REFUSED_QUANTIZER
+NAN_CHANNEL = ("{path}: node 'dqw0' (DequantizeLinear): scale 'w0_s' holds NaN (2 of its 32 values not "
+               "finite, the first at index 3): " + REFUSED_QUANTIZER)
+
+
+@pytest.mark.parametrize("argv", [["convert", "{model}", "-o", "{out}/o.onnx", "--mode", "auto"],
+                                  ["convert", "{model}", "-o", "{out}/o.onnx", "--mode", "static"],
+                                  ["convert", "{model}", "-o", "{out}/o.onnx", "--mode", "all-fp16"],
+                                  ["analyze", "{model}"]])
+@pytest.mark.parametrize("per_channel, expected", [(False, NAN_SCALE), (True, NAN_CHANNEL)])
+def test_a_nan_qdq_scale_is_refused_naming_the_node_and_scale(tmp_path, capsys, out, argv, per_channel,
+                                                               expected):
+    # It was 'internal error: ValueError: zero-size array to reduction operation minimum' for the NaN
+    # scalar in every mode; the NaN channel passed the audit unseen (NaN compares false), static and
+    # all-fp16 wrote the model
+    model = _nan_scaled(tmp_path, per_channel)
+    line = _refused([a.format(model=model, out=out) for a in argv], capsys, out)
+    assert line == expected.format(path=model)
+
+
+def test_a_nan_qdq_scale_is_refused_from_python(tmp_path):
+    from onnx_precision.analysis import analyze
+    from onnx_precision.convert.in_memory import convert_model
+
+    model = _nan_scaled(tmp_path, per_channel=False)
+    for run in (lambda: analyze(model), lambda: convert_model(model)):
+        with pytest.raises(ModelLoadError) as raised:
+            run()
+        assert str(raised.value) == NAN_SCALE.format(path=model)

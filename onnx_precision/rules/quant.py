@@ -29,6 +29,10 @@ Each is a finding with the scale's value, and the node keeps FP32 whatever the s
 (:func:`scale_problem` is also what :mod:`onnx_precision.policy.resolution` forces): the samples
 cannot show a runtime's reciprocal or its flushing, which the emulation does not compute. Its
 quantized group then stays FP32 with it, the Cast outside the group.
+
+A NaN or infinite scale or float zero point is no quantization at all, in FP32 as in 16 bits: the
+model is refused in every mode (:class:`~onnx_precision.errors.ModelLoadError`, naming the node and
+the tensor).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import numpy as np
 import onnx
 
 from ..context import ModelContext
+from ..errors import ModelLoadError
 from ..float_types import LowPrecision
 from ..storage import read_array
 from .facts import (
@@ -81,10 +86,12 @@ def scale_problem(node: onnx.NodeProto, ctx: ModelContext, low: LowPrecision,
     """(kind, what breaks, evidence) of a quantizer's scale (:func:`scale_input`) or float zero point
     in ``low``, the worst first; None when both are fine, not constants, or the node has none."""
     index = scale_input(node)
-    found = None if index is None else _float_constant(node, index, ctx)
+    if index is None:
+        return None
+    found = _float_constant(node, index, ctx)
     if found is None or found.size == 0:
-        return None if index is None else _zero_point_problem(node, ctx, low)
-    values = np.abs(found)
+        return _zero_point_problem(node, ctx, low)
+    values = np.abs(_finite(node, index, found, ctx, "scale"))
     name, smallest = node.input[index], float(values.min())
     # MatMulNBits only dequantizes, multiplying by its scale: a zero scale zeroes, no reciprocal is taken
     weights = index == 2
@@ -106,6 +113,26 @@ def scale_problem(node: onnx.NodeProto, ctx: ModelContext, low: LowPrecision,
                 f"{low.min_normal:.2g}): {rounding.text(low)}: every value it scales moves by more than the "
                 f"quantizer resolves", {**evidence, "relative_error": rounding.error})
     return _zero_point_problem(node, ctx, low)
+
+
+def _finite(node: onnx.NodeProto, index: int, values: np.ndarray, ctx: ModelContext, what: str) -> np.ndarray:
+    """``values``, ``node``'s constant input ``index`` (its scale or float zero point), when every one
+    is finite. A NaN or an infinity is no quantization, whatever the 16-bit type: the FP32 model
+    already maps every value through it to NaN, inf or the zero point (``q * NaN``, ``x / inf = 0``),
+    so no plan can be judged against it and none would repair it; the model is refused, one line
+    naming the node and the tensor (an audit that went on would compare NaN and find nothing, or fail
+    on an empty minimum)."""
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size == 0:
+        return values
+    first = float(values[bad[0]])
+    shown = "NaN" if np.isnan(first) else f"{first:g}"
+    held = f"is {shown}" if values.size == 1 else \
+        f"holds {shown} ({bad.size} of its {values.size} values not finite, the first at index {bad[0]})"
+    raise ModelLoadError(f"{ctx.path}: node '{node.name}' ({node.op_type}): {what} '{node.input[index]}' "
+                         f"{held}: a quantizer with a non-finite {what} is no quantization (in FP32 too "
+                         f"it maps every value to NaN, inf or its zero point); fix the quantization, then "
+                         f"convert")
 
 
 @dataclass(frozen=True)
@@ -168,6 +195,7 @@ def _zero_point_problem(node: onnx.NodeProto, ctx: ModelContext, low: LowPrecisi
     values = _float_constant(node, 3, ctx) if node.op_type == "MatMulNBits" else None
     if values is None or values.size == 0:
         return None
+    _finite(node, 3, values, ctx, "zero point")
     off = np.abs(low.round(values).astype(np.float64) - values)
     worst = int(np.argmax(off))
     if off[worst] < 0.5:
