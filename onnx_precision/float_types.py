@@ -29,6 +29,10 @@ class LowPrecision:
     # whether onnxruntime's CPU provider has kernels for the type: a model in it then loads and runs
     # there (FP16); BF16 has almost none (Cast, a few data movers), so a BF16 model is for a GPU
     cpu_kernels: bool
+    # whether ai.onnx's schemas took the type over many opsets (BF16: most at 13, Conv and the pools at
+    # 22), so that a run in it raises an older model's opset for every node that gains it
+    # (opset_upgrade); FP16's schemas have it from their first versions: only Q/DQ's scales come late (19)
+    late_schemas: bool
 
     @property
     def precision(self) -> str:
@@ -65,6 +69,12 @@ class LowPrecision:
         return math.log2(max_abs / self.min_normal) if 0 < max_abs < math.inf else math.inf
 
     @property
+    def range_text(self) -> str:
+        """Its range as reasons say it: "FP32's range" for a type with float32's exponent (BF16), else
+        "range up to 65504"."""
+        return "FP32's range" if self.min_normal == _FLOAT32.tiny else f"range up to {self.max_text}"
+
+    @property
     def max_text(self) -> str:
         """The largest finite value as messages write it: "65504", "3.39e+38"."""
         return f"{self.max:.6g}" if self.max < 1e6 else f"{self.max:.3g}"
@@ -95,17 +105,18 @@ def _round_bf16(values: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(values), values, rounded.view(np.float32).reshape(np.shape(values)))
 
 
+_FLOAT32 = np.finfo(np.float32)
 _PRECISION: dict[int, str] = {onnx.TensorProto.FLOAT16: "fp16", onnx.TensorProto.BFLOAT16: "bf16"}
 _ROUND: dict[int, Callable[[np.ndarray], np.ndarray]] = {
     onnx.TensorProto.FLOAT16: _round_fp16, onnx.TensorProto.BFLOAT16: _round_bf16}
 
 FP16 = LowPrecision("FP16", onnx.TensorProto.FLOAT16, max=65504.0, min_normal=2.0 ** -14,
                     min_subnormal=2.0 ** -24, significand_bits=10, type_name="float16", cast_opset=1,
-                    cpu_kernels=True)
+                    cpu_kernels=True, late_schemas=False)
 # float32's exponent with 7 fraction bits: the largest finite value is (2 - 2**-7) * 2**127.
 BF16 = LowPrecision("BF16", onnx.TensorProto.BFLOAT16, max=float((2 - 2.0 ** -7) * 2.0 ** 127),
                     min_normal=2.0 ** -126, min_subnormal=2.0 ** -133, significand_bits=7,
-                    type_name="bfloat16", cast_opset=13, cpu_kernels=False)
+                    type_name="bfloat16", cast_opset=13, cpu_kernels=False, late_schemas=True)
 LOW_PRECISIONS = {low.precision: low for low in (FP16, BF16)}
 LOW_TYPES: dict[int, LowPrecision] = {low.elem_type: low for low in (FP16, BF16)}  # by element type
 

@@ -53,7 +53,7 @@ from . import quantized, typing_rules
 from .context import ModelContext, Upgrade
 from .data import SampleSpec
 from .errors import ModelLoadError, PrecisionError, UsageError
-from .float_types import BF16, LowPrecision, low_of
+from .float_types import LowPrecision, low_of
 from .graph import is_onnx_domain, onnx_opset, sort_topologically, walk_nodes
 from .plan import Precision, PrecisionPlan
 from .storage import model_tensors
@@ -81,11 +81,13 @@ class Needed:
         return shown + (f" and {len(self.ops) - _LISTED} more" if len(self.ops) > _LISTED else "")
 
 
-def needed_opset(model: onnx.ModelProto, target: Target, low: LowPrecision = BF16) -> Needed:
+def needed_opset(model: onnx.ModelProto, target: Target, low: LowPrecision) -> Needed:
     """The lowest ai.onnx opset (at least the Cast's of ``low``) at which every node of ``model`` whose
     schema has no ``low`` type today gets one that ``target`` also has a kernel for; a node that has
-    none up to the newest opset onnx knows does not count (it stays FP32 at any opset). In FP16 only
-    the Q/DQ nodes count (their scales take float16 from opset 19): a model without them is not raised."""
+    none up to the newest opset onnx knows does not count (it stays FP32 at any opset). For a type
+    whose schemas have it from their first versions (FP16: not :attr:`.LowPrecision.late_schemas`)
+    only the Q/DQ nodes count (their scales take float16 from opset 19): a model without them is not
+    raised."""
     opsets = typing_rules.opset_map(model)
     current = opsets.get("", 0)
     types = typing_rules.tensor_types(model)
@@ -94,16 +96,16 @@ def needed_opset(model: onnx.ModelProto, target: Target, low: LowPrecision = BF1
     for ref in walk_nodes(model.graph):
         node = ref.node
         if not is_onnx_domain(node.domain):
-            if low is BF16 or not quantized.is_qdq(node):
+            if low.late_schemas or not quantized.is_qdq(node):
                 continue
             # a com.microsoft Q/DQ in float16 is loaded as the ai.onnx one: onnxruntime's QDQ fusions
             # (MatMulAddFusion's bias DQ) write ai.onnx Q/DQ in its type, which take float16 from 19 only
             node = onnx.helper.make_node(node.op_type, node.input, node.output, node.name)
-        if low is BF16 and not typing_rules.schema_typing(node, opsets, types, low).fp16_blocker:
+        if low.late_schemas and not typing_rules.schema_typing(node, opsets, types, low).fp16_blocker:
             continue
         # a DQ before 19 has no blocker, only a float output that cannot convert
-        if low is not BF16 and (not quantized.is_qdq(node) or _takes_low(node, opsets, current, types, target,
-                                                                          low)):
+        if not low.late_schemas and (not quantized.is_qdq(node) or _takes_low(node, opsets, current, types,
+                                                                               target, low)):
             continue
         later = range(current + 1, newest + 1)
         since = next((v for v in later if _takes_low(node, opsets, v, types, target, low)), None)
@@ -120,9 +122,12 @@ def _takes_low(node: onnx.NodeProto, opsets: Mapping[str, int], opset: int,
             and target.kernel_blocker(node, low, opset) is None)
 
 
-def wants_bf16(target: Target) -> bool:
-    """Whether the run writes BF16: ``--low-precision bf16`` or ``--fallback bf16``."""
-    return BF16 in (target.low, target.fallback)
+def upgrade_type(target: Target) -> LowPrecision:
+    """The 16-bit type whose schemas the run raises the model's opset for: its own or its fallback
+    type where that one's schemas took it late (:attr:`.LowPrecision.late_schemas`: BF16, by
+    ``--low-precision bf16`` or ``--fallback bf16``), else its own (FP16: for Q/DQ nodes only)."""
+    late = [low for low in (target.low, target.fallback) if low is not None and low.late_schemas]
+    return late[0] if late else target.low
 
 
 def for_run(target: Target, samples: SampleSpec, custom_op_libraries: Sequence[str] = (),
@@ -141,13 +146,13 @@ def upgrade(model: onnx.ModelProto, path: str, base_dir: str, *, target: Target,
     says so; ``model`` itself and a note saying why when the upgrade fails or does not verify.
     ``keep_opset``: a UsageError instead. A model below Cast's opset 13 that cannot be upgraded is
     refused (ModelLoadError): nothing there can be BF16."""
-    low = BF16 if wants_bf16(target) else target.low
-    if low is not BF16 and not any(quantized.is_qdq(ref.node) for ref in walk_nodes(model.graph)):
+    low = upgrade_type(target)
+    if not low.late_schemas and not any(quantized.is_qdq(ref.node) for ref in walk_nodes(model.graph)):
         return model, ()
     need = needed_opset(model, target, low)
     if need.opset == need.current:
         return model, ()
-    if keep_opset and low is not BF16:  # an FP16 run converts without it: the quantized groups stay FP32
+    if keep_opset and not low.late_schemas:  # an FP16 run converts without it: the quantized groups stay FP32
         return model, (f"--keep-opset: opset {need.current} kept, where {need.ops_text} take no "
                        f"{low.type_name}: the quantized groups stay FP32",)
     if keep_opset:
@@ -161,9 +166,9 @@ def upgrade(model: onnx.ModelProto, path: str, base_dir: str, *, target: Target,
     step = f"opset {need.current} -> {need.opset}"
     if upgraded is None or err is None:
         if need.current < low.cast_opset:
-            raise ModelLoadError(f"{path}: BF16 needs ai.onnx opset {BF16.cast_opset} or later (Cast takes "
-                                 f"bfloat16 from opset {BF16.cast_opset}) and the model imports opset "
-                                 f"{need.current}; the upgrade ({step}) is not used: {failure}; use "
+            raise ModelLoadError(f"{path}: {low.name} needs ai.onnx opset {low.cast_opset} or later (Cast "
+                                 f"takes {low.type_name} from opset {low.cast_opset}) and the model imports "
+                                 f"opset {need.current}; the upgrade ({step}) is not used: {failure}; use "
                                  f"--low-precision fp16")
         return model, (f"no {step} upgrade: {failure}; the nodes of {need.ops_text} stay FP32 (no "
                        f"{low.type_name} type at opset {need.current})",)
@@ -185,7 +190,7 @@ def written_context(ctx: ModelContext, plan: PrecisionPlan, reload: Callable[[Ta
     upgrade's, and ``plan`` for its nodes (the upgrade keeps every node's name; the nodes its adapters
     added are left out), resolved again when written. The written model is verified as always. A
     ``--low-precision bf16`` run keeps ``ctx``: its 16-bit nodes are BF16."""
-    if not ctx.notes or ctx.target.low is BF16:
+    if not ctx.notes or ctx.target.low.late_schemas:
         return ctx, plan
     # loaded for an FP16 target, which refuses nothing below BF16's Cast opset; the run's target is
     # put back once the original is the model to write
@@ -200,15 +205,15 @@ def written_context(ctx: ModelContext, plan: PrecisionPlan, reload: Callable[[Ta
         if any(plan.decisions[ref.name].precision is precision and ("Cast" in ops or ref.node.op_type in ops)
                for ref in original.nodes if ref.name in plan.decisions):
             return ctx, plan
-    low = BF16 if wants_bf16(ctx.target) else ctx.target.low
+    low = upgrade_type(ctx.target)
     upgraded_for = needed_opset(original.model, ctx.target, low)
     what = (f"no node of {upgraded_for.ops_text} is {low.name}" if Precision(low.precision) in lows
             else f"no node went {low.name}")
     note = (f"opset kept at {current}: {what} (the plan was measured on the model raised to opset {raised}, "
             f"which matches it on the samples; the model written at opset {current} is verified as always)")
-    # a model with no BF16 node is written, loaded and verified for the target's FP16 alone (below
-    # opset 13 a BF16 target refuses it); every target is a frozen dataclass
-    target = ctx.target if Precision.BF16 in lows else replace(ctx.target, fallback=None)  # type: ignore[type-var]
+    # a model with no node in the upgrade's type (BF16) is written, loaded and verified for the target's
+    # own (FP16) alone (below opset 13 a BF16 target refuses it); every target is a frozen dataclass
+    target = ctx.target if Precision(low.precision) in lows else replace(ctx.target, fallback=None)  # type: ignore[type-var]
     kept = replace(original, target=target, keep_float64=ctx.keep_float64, notes=(note,))
     return kept, PrecisionPlan({ref.name: plan.decisions[ref.name] for ref in original.nodes
                                 if ref.name in plan.decisions}, plan.fp16_io)
@@ -300,16 +305,17 @@ def run_notes(ctx: ModelContext, plan: PrecisionPlan, flops: Mapping[str, float]
     """The notes a BF16 run adds to its summary: what was done to the model's opset (the context's
     notes), and what still cannot be BF16 in the written ``plan``: its FP32 nodes that have no
     bfloat16 type or kernel on the target, grouped by why, the largest by ``flops`` first."""
-    if not wants_bf16(ctx.target):
+    low = upgrade_type(ctx.target)
+    if not low.late_schemas:
         return ctx.notes
-    typing = ctx.typing_in(BF16)
+    typing = ctx.typing_in(low)
     newest = onnx.defs.onnx_opset_version()
     groups: dict[str, list[str]] = {}
     for ref in ctx.nodes:
         blocker = typing[ref.name].fp16_blocker
         if blocker and ref.name in plan.decisions and not plan.is_low(ref.name):
             # a target without the kernel at any opset is the reason, rather than the opset's schema
-            why = ctx.target.kernel_blocker(ref.node, BF16, newest) or blocker
+            why = ctx.target.kernel_blocker(ref.node, low, newest) or blocker
             groups.setdefault(why, []).append(ref.name)
     if not groups:
         return ctx.notes
@@ -323,5 +329,5 @@ def run_notes(ctx: ModelContext, plan: PrecisionPlan, flops: Mapping[str, float]
     parts = [f"{len(names)} node(s) ({share(names):.3g}%): {why}" for why, names in ranked[:3]]
     more = f"; {len(ranked) - 3} more reason(s) in the report" if len(ranked) > 3 else ""
     every = [n for names in groups.values() for n in names]
-    return ctx.notes + (f"{count} node(s) cannot be BF16 ({share(every):.3g}% of estimated FLOPs)"
+    return ctx.notes + (f"{count} node(s) cannot be {low.name} ({share(every):.3g}% of estimated FLOPs)"
                         f" and stay FP32: {'; '.join(parts)}{more}",)

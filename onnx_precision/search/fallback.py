@@ -131,11 +131,11 @@ def try_fallback(ctx: ModelContext, prober: Prober, session: Counted, clock: Clo
     type as pass, as written; see the module docstring. ``budget``: what is left of the run's (the
     whole phase counts against it). ``prober`` must run mixed plans (the emulator itself, not its
     switch graph)."""
-    low = ctx.target.fallback
+    low, base = ctx.target.fallback, ctx.target.low  # base: the plan's 16-bit type (FP16), failing here
     if low is None:
         raise InternalError(f"a fallback tried on {ctx.target.title}, which has no fallback type")
     precision = Precision(low.precision)
-    why_low = Reason("search", f"FP16 fails here; {low.name} holds (FP32's range, "
+    why_low = Reason("search", f"{base.name} fails here; {low.name} holds ({low.range_text}, "
                                f"{low.significand_bits} fraction bits)")
     # the FP16 plan's reasons stay: they say why FP16 failed there
     decisions = dict(plan.decisions)
@@ -143,15 +143,16 @@ def try_fallback(ctx: ModelContext, prober: Prober, session: Counted, clock: Clo
     ties = tied(ctx)
     companions = {n: ties[c][-1] for c in candidates for n in ties.get(c, ()) if plan.is_low(n)}
     decisions.update({n: NodeDecision(precision, (Reason("search", f"written in one LayerNormalization "
-                                                                    f"('{ln}') with what FP16 fails there; "
-                                                                    f"{low.name} holds"),))
+                                                                    f"('{ln}') with what {base.name} fails "
+                                                                    f"there; {low.name} holds"),))
                       for n, ln in companions.items()})
     trial = PrecisionPlan(decisions, plan.fp16_io)
     spent = _Spent(budget)
     with clock.phase("fallback") as phase:
         if spent.cut():
             phase.count(session, probes=0)
-            return FallbackResult(plan, (), (_cut_note(low, spent.cut(), f"tried nothing in {low.name}"),), 0)
+            note = _cut_note(base, low, spent.cut(), f"tried nothing in {low.name}")
+            return FallbackResult(plan, (), (note,), 0)
         passed, detail = prober.passes(trial)
         spent.probes += 1
         points = [_point(first_index, trial, share, passed, prober.last_errors, precision)]
@@ -164,21 +165,23 @@ def try_fallback(ctx: ModelContext, prober: Prober, session: Counted, clock: Clo
                               precision) for p in found.points[1:]]
             cut = found.outcome.exhausted and (spent.cut() or found.outcome.exhausted)
             if found.plan is None:  # nothing passed (a budget ran out): keep the FP16 plan
-                notes.append(_cut_note(low, cut, f"no plan with {low.name} nodes passed before it; the pins "
-                                                 "stay FP32 as the FP16 plan has them") if cut else
+                notes.append(_cut_note(base, low, cut, f"no plan with {low.name} nodes passed before it; the "
+                                                       f"pins stay FP32 as the {base.name} plan has them")
+                             if cut else
                              f"--fallback {low.precision}: {found.message}; the pins stay FP32")
                 phase.count(session, probes=spent.probes)
                 return FallbackResult(plan, tuple(points), tuple(notes), spent.probes)
             if cut:
-                notes.append(_cut_note(low, cut, "kept the cheapest passing plan probed; it is not proven "
-                                                 "minimal"))
+                notes.append(_cut_note(base, low, cut, "kept the cheapest passing plan probed; it is not "
+                                                       "proven minimal"))
             trial = _fp32_again(found.plan, plan, low, frozenset(candidates), cut)
-        trial, cut = _back_to_fp16(prober, trial, precision, plan, ties, spent)
+        trial, cut = _back_to_base(prober, trial, precision, plan, base, ties, spent)
         if cut:
-            notes.append(_cut_note(low, cut, f"some {low.name} nodes were not tried back in FP16"))
+            notes.append(_cut_note(base, low, cut, f"some {low.name} nodes were not tried back in "
+                                                   f"{base.name}"))
         phase.count(session, probes=spent.probes)
     written = layer_norm_pins(ctx, trial)
-    counts = _counts(written, candidates, list(companions), low)
+    counts = _counts(written, candidates, list(companions), base, low)
     return FallbackResult(written, tuple(points), (counts, *notes), spent.probes)
 
 
@@ -199,17 +202,19 @@ class _Spent:
         return self.left().spent()
 
 
-def _cut_note(low: LowPrecision, why: str, what: str) -> str:
-    return f"--fallback {low.precision}: {why} (it bounds the FP16 search and the fallback together): {what}"
+def _cut_note(base: LowPrecision, low: LowPrecision, why: str, what: str) -> str:
+    return (f"--fallback {low.precision}: {why} (it bounds the {base.name} search and the fallback "
+            f"together): {what}")
 
 
-def _counts(written: PrecisionPlan, pins: Sequence[str], companions: Sequence[str], low: LowPrecision) -> str:
+def _counts(written: PrecisionPlan, pins: Sequence[str], companions: Sequence[str], base: LowPrecision,
+            low: LowPrecision) -> str:
     """Each candidate once, in the precision ``written`` gives it: the ``pins`` and their
-    ``companions`` (tried with them: FP32 in the FP16 plan's file only for their LayerNorm)."""
+    ``companions`` (tried with them: FP32 in the ``base`` plan's file only for their LayerNorm)."""
     precision = Precision(low.precision)
     candidates = [*pins, *companions]
     held = [n for n in candidates if written.precision(n) is precision]
-    fp16 = [n for n in candidates if written.precision(n) is Precision.FP16]
+    back = [n for n in candidates if written.precision(n) is Precision(base.precision)]
     fp32 = [n for n in candidates if written.precision(n) is Precision.FP32]
     def said(n: str, what: str) -> bool:
         return any(r.detail.startswith(f"{low.name} {what}") for r in written.decisions[n].reasons)
@@ -226,15 +231,15 @@ def _counts(written: PrecisionPlan, pins: Sequence[str], companions: Sequence[st
         # layer_norm_pins: their LayerNorm's nodes are not all in one type, as one node must be
         parts.append(f"{others} stay FP32 (their LayerNorm is written as one node, in one type; see the "
                      f"plan)")
-    if fp16:
-        parts.append(f"{len(fp16)} went back to FP16 once the others were FP32/{low.name}")
+    if back:
+        parts.append(f"{len(back)} went back to {base.name} once the others were FP32/{low.name}")
     tied_in = f" ({len(companions)} of them only for their LayerNorm, tried with it)" if companions else ""
     return f"--fallback {low.precision}: of {len(candidates)} FP32 pin(s) tried{tied_in}, " + ", ".join(parts)
 
 
-def _fp32_again(found: PrecisionPlan, fp16_plan: PrecisionPlan, low: LowPrecision,
+def _fp32_again(found: PrecisionPlan, base_plan: PrecisionPlan, low: LowPrecision,
                 candidates: frozenset[str], cut: str) -> PrecisionPlan:
-    """``found`` with the candidates its search pinned FP32 again keeping their FP16-plan reasons,
+    """``found`` with the candidates its search pinned FP32 again keeping their ``base_plan`` reasons,
     and why ``low`` failed them, or, where a budget ``cut`` the search, that it did (the other FP32
     nodes were never tried in ``low``)."""
     decisions = dict(found.decisions)
@@ -243,30 +248,31 @@ def _fp32_again(found: PrecisionPlan, fp16_plan: PrecisionPlan, low: LowPrecisio
             failed = (Reason("search", f"{low.name} {UNPROVEN}: {cut}"),) if cut else tuple(
                 Reason("search", f"{low.name} {FAILS}: {r.detail}")
                 for r in found.decisions[name].reasons if r.source == "search")
-            decisions[name] = NodeDecision(Precision.FP32, fp16_plan.decisions[name].reasons + failed)
+            decisions[name] = NodeDecision(Precision.FP32, base_plan.decisions[name].reasons + failed)
     return PrecisionPlan(decisions, found.fp16_io)
 
 
-def _back_to_fp16(prober: Prober, plan: PrecisionPlan, precision: Precision, fp16_plan: PrecisionPlan,
-                  ties: Mapping[str, tuple[str, ...]], spent: _Spent) -> tuple[PrecisionPlan, str]:
-    """Each node in ``precision`` that ``fp16_plan`` pinned for a measurement alone
-    (:data:`MEASURED_ONLY`) tried in FP16, one at a time with the nodes ``ties`` gives it (back to
-    their FP16-plan decisions), kept there where every sample passes; returns the plan and why the
-    budget stopped the tries ("" when it did not)."""
-    back = Reason("search", "passes in FP16 once the others are off it")
+def _back_to_base(prober: Prober, plan: PrecisionPlan, precision: Precision, base_plan: PrecisionPlan,
+                  base: LowPrecision, ties: Mapping[str, tuple[str, ...]], spent: _Spent,
+                  ) -> tuple[PrecisionPlan, str]:
+    """Each node in ``precision`` that ``base_plan`` (the plan in ``base``, FP16) pinned for a
+    measurement alone (:data:`MEASURED_ONLY`) tried in ``base``, one at a time with the nodes ``ties``
+    gives it (back to their ``base_plan`` decisions), kept there where every sample passes; returns the
+    plan and why the budget stopped the tries ("" when it did not)."""
+    back = Reason("search", f"passes in {base.name} once the others are off it")
     tried: set[str] = set()
     for name in plan.nodes_in(precision):
         if name in tried:
             continue
         unit = [n for n in ties.get(name, (name,)) if plan.precision(n) is precision]
         tried.update(unit)
-        if not all(fp16_plan.is_low(n) or {r.source for r in fp16_plan.decisions[n].reasons} <= MEASURED_ONLY
+        if not all(base_plan.is_low(n) or {r.source for r in base_plan.decisions[n].reasons} <= MEASURED_ONLY
                    for n in unit):
             continue
         if cut := spent.cut():
             return plan, cut
-        trial = plan.with_reasons(Precision.FP16, {n: fp16_plan.decisions[n].reasons if fp16_plan.is_low(n)
-                                                   else (back,) for n in unit})
+        trial = plan.with_reasons(Precision(base.precision), {
+            n: base_plan.decisions[n].reasons if base_plan.is_low(n) else (back,) for n in unit})
         spent.probes += 1
         if prober.passes(trial)[0]:
             plan = trial
