@@ -1,7 +1,7 @@
 """The onnxconverter-common drop-in is a one-import change: the modules and names of
 onnxconverter-common 1.16 (``float16``, ``auto_mixed_precision``, ``auto_mixed_precision_model_path``)
 under ``onnx_precision``, each compared with onnxconverter-common itself on the same inputs, and a
-``validate_fn`` that steers the search as it does there. The names not provided are the README's."""
+``validate_fn`` that steers the search as it does there. The names not provided are docs/python.md's."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ MLP_DATA = os.path.join(ROOT, "models", "benign_mlp.npz")
 FLOAT, FLOAT16 = TensorProto.FLOAT, TensorProto.FLOAT16
 
 # onnxconverter-common's names with no counterpart (the steps of its own conversion, its bisection
-# state, the path variant's file helpers): the README's drop-in section names each.
+# state, the path variant's file helpers): docs/python.md's drop-in section names each.
 NOT_PROVIDED = {
     "float16": {"initial_checking", "process_node_input_output", "process_graph_input",
                 "process_graph_output", "process_node_in_block_list", "insert_cast32_before_node",
@@ -94,8 +94,8 @@ def test_every_public_name_of_onnxconverter_common_is_here_or_named_in_the_readm
     ours = importlib.import_module(f"onnx_precision.{module}")
     missing = {name for name in theirs if not hasattr(ours, name)}
     assert missing == NOT_PROVIDED[module]
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    section = readme[readme.index("### From onnxconverter-common"):]
+    page = open(os.path.join(ROOT, "docs", "python.md"), encoding="utf-8").read()
+    section = page[page.index("## From onnxconverter-common"):]
     section = section[:section.index("\n## ")]
     assert [name for name in sorted(missing) if f"`{name}`" not in section] == []
 

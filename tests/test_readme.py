@@ -1,9 +1,11 @@
-"""The README matches the tool: its sample runs print what the tool prints, every flag it names
-exists on the command it is given to, its first commands are the ones CI runs, and its links land."""
+"""The README matches the tool: its sample runs print what the tool prints, every flag it and the
+pages under docs/ name exists on the command it is given to, and its first commands are the ones CI
+runs. (The pages' links and the CLI reference are tests/test_docs.py's.)"""
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import io
 import os
 import re
@@ -17,12 +19,14 @@ from onnx_precision.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-INTERNALS = open(os.path.join(ROOT, "docs", "internals.md"), encoding="utf-8").read()
+# The README and every page under docs/, each as written.
+PAGES = "".join(open(path, encoding="utf-8").read() for path in
+                [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))])
 COMMANDS = ("convert", "analyze", "check")
 FLAG = re.compile(r"(?<![\w-])--[A-Za-z][\w-]*")
 SECONDS = re.compile(r"\b\d+\.\d\d s\b")  # the cost line's time, the one figure that varies
 
-# Flags the README gives to other programs, by program.
+# Flags the pages give to other programs, by program.
 OTHER_TOOLS = {
     "trtexec": {"--onnx", "--fp16", "--bf16", "--precisionConstraints", "--stronglyTyped", "--inputIOFormats",
                 "--outputIOFormats"},
@@ -45,10 +49,11 @@ def _sample_runs() -> list[tuple[str, list[str]]]:
     return runs
 
 
-def _help_flags(command: str) -> set[str]:
+def _help_flags(*command: str) -> set[str]:
+    """The flags ``--help`` names: a command's, or with no command the program's own (--version)."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert main([command, "--help"]) == 0
+        assert main([*command, "--help"]) == 0
     return set(FLAG.findall(out.getvalue()))
 
 
@@ -87,31 +92,15 @@ def test_the_sample_runs_print_what_the_readme_shows(tmp_path):
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_flag_shown_with_a_command_is_in_its_help(command):
-    shown = [(c, args) for c, args in _command_lines(README + INTERNALS) if c == command]
+    shown = [(c, args) for c, args in _command_lines(PAGES) if c == command]
     assert shown
     known = _help_flags(command)
     unknown = {flag: args.strip() for _, args in shown for flag in FLAG.findall(args) if flag not in known}
     assert not unknown
 
 
-def test_every_flag_the_readme_names_belongs_to_a_command_or_to_a_named_tool():
-    ours = set().union(*(_help_flags(c) for c in COMMANDS))
+def test_every_flag_the_pages_name_belongs_to_a_command_or_to_a_named_tool():
+    ours = set().union(_help_flags(), *(_help_flags(c) for c in COMMANDS))
     others = set().union(*OTHER_TOOLS.values())
-    assert set(FLAG.findall(README + INTERNALS)) - ours - others == set()
+    assert set(FLAG.findall(PAGES)) - ours - others == set()
 
-
-def _anchor(heading: str) -> str:
-    """GitHub's anchor for a heading: lower case, punctuation but hyphens dropped, spaces as hyphens."""
-    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-
-
-def test_every_link_between_the_pages_lands():
-    pages = {"README.md": README, "docs/internals.md": INTERNALS}
-    for page, text in pages.items():
-        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([\w-]+))?\)", text):
-            if target.startswith(("http://", "https://")):
-                continue
-            path = os.path.normpath(os.path.join(os.path.dirname(page), target)) if target else page
-            assert path in pages, f"{page}: {target}"
-            headings = re.findall(r"^#+ (.*)$", pages[path], re.M)
-            assert not anchor or anchor in {_anchor(h) for h in headings}, f"{page}: {target}#{anchor}"

@@ -1,6 +1,6 @@
 """TensorRT 10's --layerPrecisions read back into pins: trtexec's and Polygraphy's syntax, onnx-tensorrt's
 names (unnamed nodes, split ops, duplicates), the round trip with the flags the tool writes, the errors,
-and the migration of the README end to end."""
+and the migration of docs/tensorrt.md end to end."""
 
 from __future__ import annotations
 
@@ -298,12 +298,12 @@ def test_a_spec_mistake_is_one_line_exit_2_and_nothing_written(mixed_path, tmp_p
         assert os.listdir(out_dir) == []
 
 
-# --- the README's migration, end to end ---------------------------------------------------------------
+# --- docs/tensorrt.md's migration, end to end ---------------------------------------------------------
 
 
 def _readme_commands() -> dict[str, list[list[str]]]:
-    """The command lines of the README's migration section, by program (continuations joined)."""
-    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    """The command lines of docs/tensorrt.md's migration section, by program (continuations joined)."""
+    text = open(os.path.join(ROOT, "docs", "tensorrt.md"), encoding="utf-8").read()
     section = text.split("## Migrating from TensorRT 10 `--layerPrecisions` to TensorRT 11", 1)[1]
     section = section.split("\n## ")[0]
     commands: dict[str, list[list[str]]] = {}
@@ -337,8 +337,9 @@ def test_the_readme_migration_runs_and_pins_the_tensorrt_10_layers(tmp_path, mon
         "--layer-precisions corner_*:fp32 (layer corner_tl)")
     assert _computes_in(written, "box_add_corner") == TensorProto.FLOAT
     assert _computes_in(written, "box_mean") == TensorProto.FLOAT16
-    # The README's excerpt of the summary is what the run prints, and so is its mistake.
-    section = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read().split("## Migrating", 1)[1]
+    # The page's excerpt of the summary is what the run prints, and so is its mistake.
+    page = os.path.join(ROOT, "docs", "tensorrt.md")
+    section = open(page, encoding="utf-8").read().split("## Migrating", 1)[1]
     shown = re.search(r"```text\n(.*?)```", section, re.S).group(1).splitlines()
     for line in shown:
         head = line.split("...")[0].replace("nafnet.fp16.onnx", str(out))
