@@ -117,3 +117,12 @@ def test_the_readme_states_the_tool_as_it_is_not_its_history():
                          r"\b(since|from|as of) (commit )?[0-9a-f]{7,40}\b", re.I)
     said = [m.group(0) for p in _readme_paragraphs() for m in history.finditer(p)]
     assert said == []
+
+
+@pytest.mark.parametrize("page", PAGES[1:])
+def test_no_page_narrates_how_the_code_used_to_be(page):
+    """The pages may say what a run "was" (a measurement); they do not tell the code's past ("Before,
+    one touched seven files ... Now: one")."""
+    history = re.compile(r"\bBefore,|\bNow[,:]|\bno longer\b|\bused to\b|"
+                         r"\b(since|as of) (commit )?[0-9a-f]{7,40}\b")
+    assert [m.group(0) for m in history.finditer(_prose(_read(page)))] == []
