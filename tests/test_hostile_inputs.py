@@ -124,3 +124,17 @@ def test_a_nan_qdq_scale_is_refused_from_python(tmp_path):
         with pytest.raises(ModelLoadError) as raised:
             run()
         assert str(raised.value) == NAN_SCALE.format(path=model)
+
+
+def test_a_nan_float_zero_point_is_refused_as_its_scale_would_be(tmp_path, capsys, out):
+    # static mode ran the model to find it: 'the FP32 model itself produces NaN/Inf: node 'matmul_q4'
+    # gives a non-finite output from finite inputs ...' (exit 1), not naming the zero point
+    from test_quantized import nbits_block
+
+    model = str(tmp_path / "q4.onnx")
+    onnx.save(nbits_block(float("nan")), model)
+    line = _refused(["convert", model, "-o", str(out / "o.onnx"), "--mode", "static"], capsys, out)
+    assert line == (f"{model}: node 'matmul_q4' (MatMulNBits): zero point 'w_zp' holds NaN (63 of its 64 "
+                    f"values not finite, the first at index 1): a quantizer with a non-finite zero point is "
+                    f"no quantization (in FP32 too it maps every value to NaN, inf or its zero point); fix "
+                    f"the quantization, then convert")
