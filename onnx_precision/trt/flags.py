@@ -17,10 +17,11 @@ Two artefacts serve two generations of TensorRT:
 * 10.12+ deprecates and 11.0 removes those flags: the Cast-pinned model is the artefact, built with
   ``--stronglyTyped`` (always on in 11), so the types written in the model are the types that run.
 
-A problem with the flags never stops a conversion: the text says what it could not express. Names are
-the model's: each word of a command is quoted by :func:`..render.for_shell`, and every line, the comments
-that name nodes as ``'name'`` included, is escaped by :func:`..render.shell_script`, so running the file
-runs its commands and nothing a name holds.
+The shape profile the lines carry for dynamic inputs is :mod:`.profile`'s. A problem with the flags never
+stops a conversion: the text says what it could not express. Names are the model's: each word of a
+command is quoted by :func:`..render.for_shell`, and every line, the comments that name nodes as
+``'name'`` included, is escaped by :func:`..render.shell_script`, so running the file runs its commands
+and nothing a name holds.
 """
 
 from __future__ import annotations
@@ -28,22 +29,23 @@ from __future__ import annotations
 import bisect
 import math
 import os
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import onnx
 
-from ..errors import UsageError
 from ..float_types import LOW_PRECISIONS, LOW_TYPES
 from ..graph import walk_nodes
 from ..plan import Precision, PrecisionPlan
 from ..render import shell_script
 from ..suggested import RunArgs, quoted
-from ..suggested import dims_text as _dims
 from ..typing_rules import WIDE, elem_type, tensor_types
 from .naming import INTERNAL_PREFIXES, LayersCache, NodeNames, trt_layer_names
+from .profile import ShapeProfile, graph_inputs, shape_profile, unparseable
+
+# where convert.run and tests/test_trt.py import them from (they live in .profile)
+from .profile import check_given_profile as check_given_profile
+from .profile import sample_shapes as sample_shapes
 from .versions import (
     LAST_WEAKLY_TYPED,
     OUTPUT_TYPES_INT64_BOOL,
@@ -73,11 +75,6 @@ _FLOAT_TYPES = (onnx.TensorProto.FLOAT, *LOW_TYPES)
 # onnx-tensorrt builds a float64 tensor in float32 (onnx2trt::convertDtype: DOUBLE -> kFLOAT), so a
 # float64 node is a float layer that --fp16 may run in FP16: a pin of it is a flag as a float32 node's is
 _LAYER_FLOATS = (*WIDE, *LOW_TYPES)
-
-# Characters trtexec's parsing of "name:value,name:value" lists cannot carry in a name (':' is fine:
-# splitNameAndValue splits on the last one).
-_UNPARSEABLE = {",": "trtexec splits the list on ','", "'": "trtexec reads ' as a quote around the name",
-                "*": "trtexec reads * as a wildcard"}
 
 # kSTRONGLY_TYPED exists from TensorRT 9.0 (onnxruntime's TensorRT provider sets it "#if
 # NV_TENSORRT_MAJOR > 8"); 10.12 deprecates the weakly typed flags and 11.0 builds only so.
@@ -120,143 +117,6 @@ class TrtFlags:
         if self.output_formats:
             args.append("--outputIOFormats=" + ",".join(self.output_formats))
         return args
-
-
-PROFILE = ("min", "opt", "max")
-_SAMPLED = {"min": "smallest", "opt": "most common", "max": "largest"}
-# input -> {"min"|"opt"|"max": shape}: a profile as the user gives it (--trt-min-shapes ...)
-GivenProfile = Mapping[str, Mapping[str, tuple[int, ...]]]
-
-
-@dataclass(frozen=True)
-class ShapeProfile:
-    """One optimization profile for the dynamic inputs: (input, (min, opt, max) shapes); ``from_samples``
-    names the inputs whose range was taken from the samples rather than given."""
-
-    inputs: tuple[tuple[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]], ...]
-    problems: tuple[str, ...] = ()
-    from_samples: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (input, which of min/opt/max) sampled
-
-    def comment(self) -> list[str]:
-        """Where the profile came from, for the flags file: given, or read off the samples (and what
-        that means for the engine)."""
-        if not self.inputs:
-            return []
-        sampled = dict(self.from_samples)
-        parts = []
-        for name, _ in self.inputs:
-            taken = sampled.get(name, ())
-            given = [w for w in PROFILE if w not in taken]
-            text = f"'{name}' " + "; ".join(
-                ([f"{', '.join(given)} as given"] if given else [])
-                + ([", ".join(f"{w} the samples' {_SAMPLED[w]}" for w in taken)] if taken else []))
-            parts.append(text)
-        lines = [f"# Shape profile: {'; '.join(parts)}."]
-        if any(w != "opt" for taken in sampled.values() for w in taken):
-            lines.append("# An engine built on a range read off the samples rejects every shape outside it: "
-                         "give the deployment's with --trt-min-shapes/--trt-opt-shapes/--trt-max-shapes.")
-        return lines
-
-    def trtexec_args(self) -> list[str]:
-        if not self.inputs:
-            return []
-        return [f"--{which}Shapes=" + ",".join(f"{name}:{_dims(shapes[i])}" for name, shapes in self.inputs)
-                for i, which in enumerate(("min", "opt", "max"))]
-
-    def polygraphy_args(self, *, run: bool = False) -> list[str]:
-        # Polygraphy splits NAME:[D0,D1] on the last ':' and keeps the name whole, spaces included
-        def listed(i: int) -> list[str]:
-            return [f"{name}:[{_dims(s[i], ',')}]" for name, s in self.inputs]
-
-        if not self.inputs:
-            return []
-        args = [arg for i, which in enumerate(PROFILE) for arg in (f"--trt-{which}-shapes", *listed(i))]
-        return args + (["--input-shapes", *listed(1)] if run else [])
-
-
-def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
-    inits = {i.name for i in model.graph.initializer}
-    return [vi for vi in model.graph.input if vi.name not in inits]
-
-
-def _is_dynamic(vi: onnx.ValueInfoProto) -> bool:
-    tt = vi.type.tensor_type
-    return not tt.HasField("shape") or any(not d.HasField("dim_value") for d in tt.shape.dim)
-
-
-def shape_profile(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[Sequence[int]]] | None,
-                  given: GivenProfile | None = None) -> ShapeProfile:
-    """min/opt/max shapes for the model's dynamic inputs: as ``given`` (checked by
-    :func:`check_given_profile`), else from the shapes of the samples: min and max per dimension,
-    opt the most common sample shape (the largest of equally common ones)."""
-    inputs, problems, from_samples = [], [], []
-    given = given or {}
-    for vi in _graph_inputs(model):
-        if not _is_dynamic(vi):
-            continue
-        shapes = [tuple(int(d) for d in s) for s in (input_shapes or {}).get(vi.name, ())]
-        own = given.get(vi.name, {})
-        bad = _unparseable(vi.name)
-        if bad:
-            problems.append(f"input '{vi.name}' cannot be named in trtexec's shape flags ({bad})")
-            continue
-        sampled: dict[str, tuple[int, ...]] = {}
-        if shapes and len({len(s) for s in shapes}) == 1:
-            counts = Counter(shapes)
-            sampled = {"min": tuple(min(dims) for dims in zip(*shapes)),
-                       "opt": max(counts, key=lambda s: (counts[s], int(np.prod(s, dtype=np.int64)), s)),
-                       "max": tuple(max(dims) for dims in zip(*shapes))}
-        lo, opt, hi = (own.get(which, sampled.get(which)) for which in PROFILE)
-        if lo is not None and opt is not None and hi is not None:
-            inputs.append((vi.name, (lo, opt, hi)))
-            if len(own) < len(PROFILE):
-                from_samples.append((vi.name, tuple(w for w in PROFILE if w not in own)))
-            if len({len(lo), len(opt), len(hi)}) > 1 or any(
-                    a > b for x, y in ((lo, opt), (opt, hi)) for a, b in zip(x, y)):
-                problems.append(f"input '{vi.name}': min {_dims(lo)}, opt {_dims(opt)}, max {_dims(hi)} (the "
-                                f"samples' and the given) do not grow: TensorRT refuses this profile")
-        elif shapes and not sampled:
-            ranks = sorted({len(s) for s in shapes})
-            problems.append(f"input '{vi.name}': the samples have different ranks {ranks}")
-        else:
-            problems.append(f"input '{vi.name}' has dynamic dimensions and no sample shapes were given: "
-                            f"add --minShapes/--optShapes/--maxShapes for it")
-    return ShapeProfile(tuple(inputs), tuple(problems), tuple(from_samples))
-
-
-def check_given_profile(model: onnx.ModelProto, given: GivenProfile) -> None:
-    """Refuse a profile that names no dynamic input of ``model``, or whose min, opt and max disagree
-    with the model's rank and fixed dimensions or do not grow min <= opt <= max."""
-    inputs = {vi.name: vi for vi in _graph_inputs(model)}
-    for name, shapes in given.items():
-        vi = inputs.get(name)
-        if vi is None:
-            raise UsageError(f"--trt-*-shapes {name}: the model has no input '{name}' (inputs: "
-                             f"{', '.join(inputs) or 'none'})")
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
-        for which, shape in shapes.items():
-            wrong = len(shape) != len(dims) or any(d is not None and d != s for d, s in zip(dims, shape))
-            if vi.type.tensor_type.HasField("shape") and wrong:
-                model_dims = "x".join(str(d) if d is not None else "?" for d in dims)
-                raise UsageError(f"--trt-{which}-shapes {name}:{_dims(shape)}: the model's input is "
-                                 f"{model_dims}")
-        ordered = [shapes[w] for w in PROFILE if w in shapes]
-        if any(any(a > b for a, b in zip(lo, hi)) for lo, hi in zip(ordered, ordered[1:])):
-            listed = ", ".join(f"{w} {_dims(shapes[w])}" for w in PROFILE if w in shapes)
-            raise UsageError(f"--trt-*-shapes {name}: {listed}: each must be <= the next")
-
-
-def sample_shapes(feeds: Iterable[Mapping[str, np.ndarray]]) -> dict[str, list[tuple[int, ...]]]:
-    """The shape of every input in every feed, for :func:`shape_profile`."""
-    shapes: dict[str, list[tuple[int, ...]]] = {}
-    for feed in feeds:
-        for name, value in feed.items():
-            shapes.setdefault(name, []).append(tuple(int(d) for d in np.shape(value)))
-    return shapes
-
-
-def _unparseable(name: str) -> str:
-    return next((f"its name contains {c!r}: {why}" for c, why in _UNPARSEABLE.items() if c in name), "")
 
 
 def _computes_on_floats(node: onnx.NodeProto, types: Mapping[str, int | None]) -> bool:
@@ -364,7 +224,7 @@ def _flags(m: _Model, version: TrtVersion) -> tuple[TrtFlags, list[NodeNames]]:
     outputs: tuple[str, ...] = ()
     if m.plan.fp16_io:
         io_type = m.io.value
-        ins = [_io_format(m.types.get(vi.name), version, io_type) for vi in _graph_inputs(m.model)]
+        ins = [_io_format(m.types.get(vi.name), version, io_type) for vi in graph_inputs(m.model)]
         outs = [_io_format(m.types.get(vi.name), version, io_type) for vi in m.model.graph.output]
         if None in ins or None in outs:
             problems.append("the I/O formats: trtexec before 9.1 has no name for bool or uint8 I/O, so "
@@ -400,7 +260,7 @@ class _LayerConstraints:
         m, version = self.m, self.version
         node = m.nodes[n.node]
         what = f"node '{n.base}' ({n.op_type})"
-        bad = _unparseable(n.base)
+        bad = unparseable(n.base)
         if bad:
             self._unheld(n, f"{what} cannot be named in trtexec's flags: {bad}; rename it in the model, "
                                  f"or {STRONGLY_TYPED_HINT}")
@@ -617,7 +477,7 @@ def trt_flags_text(model: onnx.ModelProto, plan: PrecisionPlan, run: RunArgs, ta
                  f"one in 11.x): build the Cast-pinned model as written:")
     lines.append(quoted(strongly_typed))
     lines += [f"#   not expressed: {p}" for p in shape_range.problems]
-    io_names = [vi.name for vi in _graph_inputs(model) + list(model.graph.output)
+    io_names = [vi.name for vi in graph_inputs(model) + list(model.graph.output)
                 if vi.type.tensor_type.elem_type in _FLOAT_TYPES]
     lines += _polygraphy_lines(by_release.names, by_release.model, shape_range, run, target_args,
                                plan.fp16_io, io_names)
