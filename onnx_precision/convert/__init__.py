@@ -6,7 +6,7 @@
   :func:`plan_to_write`, :func:`planned`, :func:`verify`, :func:`conversion_status`);
 * :mod:`.in_memory`: :func:`convert_model`, the same conversion on a ModelProto (or a path) with
   feeds in memory, returning a :class:`ConvertedModel` and writing nothing until ``save``;
-* :mod:`.choose`: :func:`choose_plan`, the measuring modes (``auto`` searches, ``static`` pins
+* :mod:`.choose`: :func:`.choose.choose_plan`, the measuring modes (``auto`` searches, ``static`` pins
   what the ranges and rules flag), returning an :class:`~onnx_precision.outcome.AutoResult`;
 * :mod:`.written_check`: onnx's full check of the written model.
 """

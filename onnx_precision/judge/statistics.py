@@ -2,8 +2,8 @@
 :data:`STATISTICS`.
 
 A row says everything the rest of the package asks of a statistic: its name, the phrase ``--help``
-gives it, the tolerance settings it applies (reports list those, :func:`applied`), its clause in the
-words reports use, how it is measured on one output's metrics (:class:`Check`: the bound, whether
+gives it, the tolerance settings it applies (reports list those, :func:`.tolerance.applied`), its clause
+in the words reports use, how it is measured on one output's metrics (:class:`Check`: the bound, whether
 it holds, the failure and the room in words; :mod:`.acceptance` judges from them), whether every
 element within ``atol`` passes an output anyway, and the headline a trade-off point plots.
 

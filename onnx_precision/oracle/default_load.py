@@ -1,6 +1,6 @@
 """Does the written model load in onnxruntime as the user will load it, with default options?
 
-The oracle's sessions disable graph optimisations (see :mod:`.session`), so a model can pass
+The oracle's sessions disable graph optimisations (see :mod:`.sessions`), so a model can pass
 every check and still crash onnxruntime at its default level: an optimiser (NchwcTransformer on
 some TorchScript transformers) segfaults on it. :func:`default_load_problem` loads the written
 file in a child process, where a crash cannot take the run with it, with default session options

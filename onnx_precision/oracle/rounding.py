@@ -47,7 +47,7 @@ def round_nodes(src: str, dst: str, names: Names, low: LowPrecision = FP16, wide
 def round_wide(values: np.ndarray, low: LowPrecision) -> np.ndarray:
     """float32 or float64 ``values`` as ``low`` stores them, back in their own type: a float64 value
     through float32 first, as onnxruntime's Cast from double computes it (and the rewriter writes it,
-    :func:`onnx_precision.storage.cast_values`)."""
+    :func:`onnx_precision.storage.external_data.cast_values`)."""
     values = np.asarray(values)
     return low.round(values.astype(np.float32, copy=False)).astype(values.dtype, copy=False)
 

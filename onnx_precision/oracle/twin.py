@@ -1,6 +1,6 @@
 """The twin graph: the FP32 model and one plan's emulation in ONE graph, compared inside it.
 
-Inspecting a plan (:mod:`.stats`) needs, for every float tensor, its FP32 range and the plan's
+Inspecting a plan (:mod:`.inspection`) needs, for every float tensor, its FP32 range and the plan's
 error against it. Exposing every intermediate as a graph output makes onnxruntime hold them all
 until the run ends (a decoder at seq 1024: tens of GB), and capturing them a chunk at a time costs
 two full runs per chunk. Here the graph computes the FP32 model and its baked plan
@@ -8,7 +8,7 @@ two full runs per chunk. Here the graph computes the FP32 model and its baked pl
 its output and the plan's to a few numbers (:func:`summary_nodes`: max |x|, smallest nonzero |x|,
 counts of finite, infinite, nonzero and FP16-flushable values, the largest error where both are
 finite). Small tensors are still fetched whole (fewer nodes, and numpy reduces them as before):
-:meth:`.plans.Emulator.twin` takes as many as its byte budget holds, smallest first. Run with
+:meth:`.emulator.Emulator.twin` takes as many as its byte budget holds, smallest first. Run with
 onnxruntime's priority-based order, the interleaved node order is kept, so each FP32 tensor dies
 as soon as its twin has been compared: the peak is about one run's (scripts/bench_twin.py order: a
 40-tensor chain peaks at 0.13 GB, against 1.41 GB in the default order, which runs one copy first).

@@ -11,7 +11,7 @@ A group that is one input and no output (Cast's input, Shape's input, Pow's expo
 roi) is *flexible*: an FP16 node takes that tensor in whichever precision it has in the written
 model, so no Cast is needed for it and the oracle must not round it.
 
-:mod:`onnx_precision.policy.resolve` turns a requested plan into one that can be written from what
+:func:`onnx_precision.policy.resolve` turns a requested plan into one that can be written from what
 this package answers.
 
 Modules: :mod:`.types` (TypeProto helpers), :mod:`.schemas`, :mod:`.inference` (every value's
