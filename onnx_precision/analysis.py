@@ -173,6 +173,10 @@ class AnalysisResult:
 
     def table(self, all_rows: bool = False) -> str:
         """A readable table: problems first (where the trouble starts at the top), then the rest."""
+        return "\n".join(self.table_lines(all_rows))
+
+    def table_lines(self, all_rows: bool = False) -> list[str]:
+        """:meth:`table`'s lines, one each (a name holding a newline is still one line's)."""
         shown = self.rows if all_rows else self.problems
         header: tuple[str, ...] = ("node", "op", "verdict", "FP32 max|x|", "min|x|>0",
                                    f"{self.low.name} rel err", "rules")
@@ -197,7 +201,7 @@ class AnalysisResult:
         if explained:
             lines.append("")
             lines.extend(f"{r.node}: " + "; ".join(reasons) for r, reasons in explained if reasons)
-        return "\n".join(lines)
+        return lines
 
     def skipped_lines(self) -> list[str]:
         """Why each rule passed over each node it looked at (``analyze -v``)."""

@@ -1,5 +1,6 @@
-"""A name is data (issue 30): every writer that puts a name from the model somewhere renders it for that
-sink (:mod:`onnx_precision.render`); here, the ``--trt-flags`` file.
+"""A name is data (issue 30): every writer that puts a name from the model somewhere (the summary, the
+``-q`` verdict, analyze's table, check's lines, stderr, the ``next:`` line, the ``--trt-flags`` file)
+renders it for that sink (:mod:`onnx_precision.render`).
 The model's names hold newlines, CR, ESC/OSC sequences, a C1 CSI (U+009B), a bidi override (U+202E),
 quotes, backticks and ``|``; a newline followed by ``touch PWNED`` is what a shell would run."""
 
@@ -135,6 +136,15 @@ def test_a_shell_word_reaches_the_command_whole(tmp_path, word):
 # --- the writers of a conversion --------------------------------------------------------------------
 
 
+def test_the_summary_prints_as_many_lines_as_with_ordinary_names(runs):
+    hostile, ordinary = runs
+    assert hostile.code == ordinary.code == 0, hostile.stderr
+    lines = _terminal_safe(hostile.stdout)
+    assert len(lines) == len(ordinary.stdout.splitlines())
+    assert any(for_terminal(HOSTILE["act"][0]) in line for line in lines)
+    _terminal_safe(hostile.stderr)
+
+
 def _sandbox(tmp_path, script: str) -> list[list[str]]:
     """``script`` run by bash in an empty folder with trtexec, polygraphy and onnx-precision stand-ins that
     record their arguments: the calls, each [program, *args]. The folder must stay empty."""
@@ -186,6 +196,15 @@ def test_the_flags_file_runs_its_commands_and_nothing_else(runs, tmp_path):
     assert f"# Shape profile: '{for_terminal(inp)}' min the samples' smallest," in text
 
 
+def test_the_next_line_runs_the_build_it_names(runs, tmp_path):
+    hostile, _ = runs
+    line = next(line for line in _terminal_safe(hostile.stdout) if line.startswith("next: "))
+    calls = _sandbox(tmp_path, line[len("next: "):] + "\n")
+    inp = HOSTILE["input"][0]
+    assert calls == [["trtexec", f"--onnx={hostile.out}", "--stronglyTyped",
+                      *(f"--{w}Shapes={inp}:{SHAPE}" for w in ("min", "opt", "max"))]]
+
+
 def test_the_flags_file_reads_back_to_the_same_pins(tmp_path, capsys):
     """(Without the node whose name holds a quote: a ``--layer-precisions`` entry cannot name it.)"""
     names = {**{role: names[0] for role, names in HOSTILE.items()}, "quote": "q"}
@@ -198,9 +217,37 @@ def test_the_flags_file_reads_back_to_the_same_pins(tmp_path, capsys):
     assert {n for n, d in nodes.items() if d["precision"] == "fp32"} == {names["ln"], names["act"], "q"}
 
 
-def _strings(value) -> set[str]:
-    if isinstance(value, dict):
-        return set(value) | {s for v in value.values() for s in _strings(v)}
-    if isinstance(value, list):
-        return {s for v in value for s in _strings(v)}
-    return {value} if isinstance(value, str) else set()
+# --- the other commands -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("extra", [[], ["-q"], ["-v"]])
+def test_check_prints_its_lines_and_verdict_one_per_line(runs, capsys, extra):
+    hostile, ordinary = runs
+    counts = []
+    for run in (hostile, ordinary):
+        main(["check", run.model, run.out, "--input-shape", f"{run.names['input']}:{SHAPE}", *extra])
+        captured = capsys.readouterr()
+        counts.append(len(_terminal_safe(captured.out)))
+        _terminal_safe(captured.err)
+    assert counts[0] == counts[1]
+
+
+@pytest.mark.parametrize("extra", [["--all", "-v"], ["-q"]])
+def test_analyze_prints_its_table_one_row_per_line(runs, capsys, extra):
+    hostile, ordinary = runs
+    counts = []
+    for run in (hostile, ordinary):
+        assert main(["analyze", run.model, "--input-shape", f"{run.names['input']}:{SHAPE}", *extra]) == 0
+        captured = capsys.readouterr()
+        counts.append(len(_terminal_safe(captured.out)))
+        _terminal_safe(captured.err)
+    assert counts[0] == counts[1]
+
+
+def test_an_error_naming_the_models_inputs_is_one_escaped_line(runs, capsys, tmp_path):
+    hostile, _ = runs
+    assert main(["convert", hostile.model, "-o", str(tmp_path / "o.onnx"), "--input-shape",
+                 f"{HOSTILE['input'][0]}:{SHAPE}", "--trt-min-shapes", "nope:1x64"]) == 2
+    err = capsys.readouterr().err
+    assert len(_terminal_safe(err)) == 1
+    assert f"(inputs: {for_terminal(HOSTILE['input'][0])})" in err

@@ -20,8 +20,9 @@ from typing import NoReturn
 
 from .. import __version__
 from ..errors import PrecisionError
+from ..render import for_terminal
 from . import analyze, check, convert
-from .common import one_line
+from .common import TerminalFormatter, show
 
 logger = logging.getLogger(__name__)
 SIGTERM_EXIT = 128 + signal.SIGTERM  # as a shell reports a process that SIGTERM ended
@@ -31,7 +32,7 @@ class _Parser(argparse.ArgumentParser):
     """A usage mistake is one line, like every other user error: the full usage is for --help."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(2, f"{self.prog}: error: {for_terminal(message)} (see --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,13 +81,15 @@ def _main(argv: Sequence[str] | None) -> int:
     except SystemExit as e:  # argparse already printed its one-line usage error
         return int(e.code or 0)
     verbosity = getattr(args, "verbose", 0) - getattr(args, "quiet", 0)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(TerminalFormatter("%(message)s"))
     logging.basicConfig(
         level=logging.WARNING if verbosity < 0 else logging.DEBUG if verbosity > 0 else logging.INFO,
-        format="%(message)s", stream=sys.stderr, force=True)
+        handlers=[handler], force=True)
     try:
         return int(args.run(args))
     except PrecisionError as e:
-        print(f"onnx-precision: error: {one_line(str(e))}", file=sys.stderr)
+        show([f"onnx-precision: error: {e}"], sys.stderr)
         return e.exit_code
     except MemoryError:  # the run's own work (the user's files were read within their bounds)
         print("onnx-precision: error: out of memory (fewer or smaller samples, or a machine with more "
@@ -94,13 +97,13 @@ def _main(argv: Sequence[str] | None) -> int:
         return 1
     except OSError as e:  # the machine, not the input: a full /tmp, a lost mount, too many open files
         where = f" ({e.filename})" if e.filename else ""
-        print(f"onnx-precision: error: {one_line(e.strerror or str(e))}{where}", file=sys.stderr)
+        show([f"onnx-precision: error: {e.strerror or e}{where}"], sys.stderr)
         return 1
     except Exception as e:  # a bug: one line that asks for the report, the traceback with -v
         logger.debug("onnx-precision: internal error", exc_info=True)
-        print(f"onnx-precision: internal error (a bug in onnx-precision, not in your input): "
-              f"{type(e).__name__}: {one_line(_first_line(e))}; please report it with the command and "
-              f"what -v prints", file=sys.stderr)
+        show([f"onnx-precision: internal error (a bug in onnx-precision, not in your input): "
+              f"{type(e).__name__}: {_first_line(e)}; please report it with the command and "
+              f"what -v prints"], sys.stderr)
         return 1
 
 

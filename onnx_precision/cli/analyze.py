@@ -36,10 +36,10 @@ def run(args: argparse.Namespace) -> int:
         # Before printing: a bad path fails with nothing half-done.
         result.write_json(args.json, sample_files(spec))
     if args.quiet:
-        print("\n".join(result.headline()))
+        common.show(result.headline())
     else:
-        print(result.table(all_rows=args.all or args.verbose > 0))
+        common.show(result.table_lines(all_rows=args.all or args.verbose > 0))
         if args.verbose:
-            print("\n".join(result.skipped_lines()))
+            common.show(result.skipped_lines())
     common.print_warnings(result.warnings, args)
     return 0

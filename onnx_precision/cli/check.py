@@ -49,9 +49,8 @@ def run(args: argparse.Namespace) -> int:
 
         write_text(args.json, json.dumps(result.to_json(result.tolerance), indent=2) + "\n",
                    input_paths=(args.model, args.candidate) + sample_files(common.sample_spec(args)))
-    for line in [result.verdict_line()] if args.quiet else result.lines():
-        print(line)
+    common.show([result.verdict_line()] if args.quiet else result.lines())
     if args.verbose:
-        print("\n".join(result.detail_lines(result.tolerance)))
+        common.show(result.detail_lines(result.tolerance))
     common.print_warnings(result.all_warnings, args)
     return 0 if result.passed else 1

@@ -1,13 +1,13 @@
-"""Argument groups shared by subcommands: sample data, tolerance, verbosity."""
+"""Argument groups shared by subcommands: sample data, tolerance, verbosity; and how they print."""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import math
-import re
 import sys
-from collections.abc import Sequence
-from typing import Any, Callable
+from collections.abc import Iterable, Sequence
+from typing import Any, Callable, TextIO
 
 import numpy as np
 
@@ -16,6 +16,7 @@ from ..errors import UsageError
 from ..float_types import LOW_PRECISIONS, low_of
 from ..judge import ERROR_STATS, SLICE_MIN_ELEMENTS, Tolerance, bound_problem, statistics_help
 from ..quant_reference import DEFAULT_MARGIN, margin_problem
+from ..render import for_terminal
 from ..target import KINDS, Target, target_help, target_named
 from ..trt.versions import NEWEST, TrtVersion
 
@@ -360,17 +361,25 @@ def tolerance(args: argparse.Namespace) -> Tolerance:
     return tol
 
 
-def one_line(text: str) -> str:
-    """``text`` with control characters escaped: names from a model may hold newlines, and a
-    message must stay one line on the terminal."""
-    return re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m.group())[1:-1], text)
+def show(lines: Iterable[str], file: TextIO | None = None) -> None:
+    """Print each of ``lines`` as one line of the terminal (:func:`..render.for_terminal`), on stdout
+    or ``file``: every line the commands print passes here, since a name from the model, and any
+    sentence quoting one, may hold a newline or an escape sequence."""
+    for line in lines:
+        print(for_terminal(line), file=file)
+
+
+class TerminalFormatter(logging.Formatter):
+    """Log lines rendered for the terminal as :func:`show` renders (a traceback, with -v, keeps its lines)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return for_terminal(super().formatMessage(record))
 
 
 def print_warnings(warnings: Sequence[str], args: argparse.Namespace) -> None:
     """Each warning once, on stderr (stdout holds the results), unless -q."""
     if not args.quiet:
-        for w in dict.fromkeys(warnings):
-            print(f"onnx-precision: warning: {one_line(w)}", file=sys.stderr)
+        show((f"onnx-precision: warning: {w}" for w in dict.fromkeys(warnings)), sys.stderr)
 
 
 def add_verbosity_args(parser: argparse.ArgumentParser, quiet_help: str = "print only errors") -> None:

@@ -163,8 +163,7 @@ def run(args: argparse.Namespace) -> int:
         result = convert_lib.convert(args.model, args.output, options, progress)
     finally:
         progress.close()
-    for line in [result.verdict_line()] if args.quiet else result.summary_lines():
-        print(line)
+    common.show([result.verdict_line()] if args.quiet else result.summary_lines())
     common.print_warnings(result.all_warnings, args)
     return result.exit_code
 
