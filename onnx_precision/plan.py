@@ -79,7 +79,7 @@ class NodeDecision:
 class PrecisionPlan:
     """Node name -> decision, in the model's topological order, plus the graph I/O choice.
 
-    ``resolved`` marks a plan that :meth:`onnx_precision.context.ModelContext.resolve` made
+    ``resolved`` marks a plan that :func:`onnx_precision.policy.resolve` made
     writable (every node it asks FP16 of can be FP16); any change to the plan clears it."""
 
     decisions: Mapping[str, NodeDecision] = field(default_factory=dict)
@@ -203,32 +203,62 @@ class PrecisionPlan:
     def load(path: str) -> PrecisionPlan:
         """A plan file, or ``REPORT.json@K``: point ``K`` of a conversion report's trade-off."""
         base, _, point = path.rpartition("@")
-        if base and point.isdigit() and not os.path.exists(path):
-            return _point_plan(user_files.read_json(base, user_files.PLAN), int(point), path)
+        if base and not os.path.exists(path):
+            if _POINT.fullmatch(point):
+                return _point_plan(user_files.read_json(base, user_files.PLAN), int(point), path)
+            if os.path.exists(base):
+                raise PlanError(f"{path}: no such file, and what follows '@' is no trade-off point of {base} "
+                                f"(REPORT.json@K: K as the report numbers its points, in digits 0-9)")
         return PrecisionPlan.from_json(user_files.read_json(path, user_files.PLAN), source=path)
+
+
+# The K of REPORT.json@K: ASCII digits (str.isdigit() also takes '²', which int() refuses), as many as an
+# int64 has, far below Python's int-string limit.
+_POINT = re.compile(r"[0-9]{1,18}")
 
 
 def _point_plan(report: object, point: int, source: str) -> PrecisionPlan:
     """The plan of trade-off point ``point`` of a report: its FP32 nodes and BF16 nodes (a point of
-    --fallback bf16), the rest left to the run."""
-    points = report.get("tradeoff", {}).get("points") if isinstance(report, Mapping) else None
-    if not isinstance(points, list):
+    --fallback bf16), the rest left to the run. Every field read is checked for its type: a report is
+    a file the user hands in."""
+    tradeoff = report.get("tradeoff") if isinstance(report, Mapping) else None
+    points = tradeoff.get("points") if isinstance(tradeoff, Mapping) else None
+    if not isinstance(report, Mapping) or not isinstance(points, list):
         raise PlanError(f"{source}: not a conversion report with a trade-off (no 'tradeoff' points)")
-    found = [p for p in points if isinstance(p, Mapping) and p.get("point") == point]
-    if not found or not isinstance(found[0].get("pinned"), list):
-        known = ", ".join(str(p.get("point")) for p in points if isinstance(p, Mapping))
+    numbered = [p for p in points if isinstance(p, Mapping) and _is_int(p.get("point"))]
+    found = [p for p in numbered if p["point"] == point]
+    if not found:
+        known = ", ".join(str(p["point"]) for p in numbered)
         raise PlanError(f"{source}: the report has no trade-off point {point} (points: {known})")
     reason = Reason("user", f"--plan {source}")
-    bf16 = found[0].get("bf16", [])
-    if not isinstance(bf16, list):
-        raise PlanError(f"{source}: trade-off point {point} has 'bf16' {bf16!r}, not a list of node names")
-    decisions = {str(n): NodeDecision(Precision.FP32, (reason,)) for n in found[0]["pinned"]}
-    decisions.update({str(n): NodeDecision(Precision.BF16, (reason,)) for n in bf16})
-    assert isinstance(report, Mapping)  # it has points
+    pinned, bf16 = _names(found[0], "pinned", point, source), _names(found[0], "bf16", point, source, [])
+    decisions = {n: NodeDecision(Precision.FP32, (reason,)) for n in pinned}
+    decisions.update({n: NodeDecision(Precision.BF16, (reason,)) for n in bf16})
     if report.get("low_precision") == Precision.BF16.value:  # a BF16 run: every other node is BF16
-        nodes = report.get("plan", {}).get("nodes", {})
+        plan = report.get("plan", {})
+        nodes = plan.get("nodes", {}) if isinstance(plan, Mapping) else None
+        if not isinstance(nodes, Mapping):
+            raise PlanError(f"{source}: the report's 'plan' is no plan (expected an object with 'nodes', "
+                            f"node name -> decision)")
         decisions = {**{str(n): NodeDecision(Precision.BF16, (reason,)) for n in nodes}, **decisions}
     return PrecisionPlan(decisions)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _names(point_obj: Mapping, key: str, point: int, source: str, default: list | None = None) -> list[str]:
+    """The node names a trade-off point lists under ``key`` (``default`` where it has none: a required
+    list otherwise). The message names the type found, never the value: it may be the whole file."""
+    value = point_obj.get(key, default)
+    if value is None:
+        raise PlanError(f"{source}: trade-off point {point} has no '{key}' list of node names")
+    if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+        odd = value if not isinstance(value, list) else next(n for n in value if not isinstance(n, str))
+        found = f"{'a list holding a value ' if odd is not value else ''}of type {type(odd).__name__}"
+        raise PlanError(f"{source}: trade-off point {point}: '{key}' is {found}, not a list of node names")
+    return value
 
 
 def _reason_problem(obj: object) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 from dataclasses import dataclass
 
 from .errors import DataError, ModelLoadError, PlanError, PrecisionError, UsageError
@@ -126,3 +127,6 @@ def parse_json(text: str, path: str, kind: FileKind) -> object:
         raise kind.problem(path, f"not valid JSON: {e.msg} at line {e.lineno}") from None
     except RecursionError:  # e.g. 100 000 nested '['
         raise kind.problem(path, "not valid JSON: nested too deeply") from None
+    except ValueError:  # not a JSONDecodeError: an integer past Python's int-string limit, raised by int()
+        raise kind.problem(path, f"not readable JSON: an integer of more than {sys.get_int_max_str_digits()} "
+                                 f"digits (Python's limit)") from None

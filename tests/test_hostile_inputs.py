@@ -138,3 +138,76 @@ def test_a_nan_float_zero_point_is_refused_as_its_scale_would_be(tmp_path, capsy
                     f"values not finite, the first at index 1): a quantizer with a non-finite zero point is "
                     f"no quantization (in FP32 too it maps every value to NaN, inf or its zero point); fix "
                     f"the quantization, then convert")
+
+
+# --- item 11: numbers Python cannot read, a report of the wrong shape, a point that is no number ------
+
+LONG_INT = "1" * 5000  # past Python's int-string limit (4300 digits): int() raises ValueError in json
+
+
+@pytest.mark.parametrize("option, text", [("--plan", '{"nodes": {}, "n": ' + LONG_INT + "}"),
+                                          ("--inputs", '[{"x": ' + LONG_INT + "}]")])
+def test_an_integer_of_5000_digits_in_a_json_file_is_one_line(tmp_path, capsys, out, option, text):
+    model = _mlp(tmp_path)
+    path = tmp_path / "f.json"
+    path.write_text(text)
+    line = _refused(["convert", model, "-o", str(out / "o.onnx"), option, str(path)], capsys, out)
+    assert line == f"{option} {path}: not readable JSON: an integer of more than 4300 digits (Python's limit)"
+
+
+def _report(tmp_path, **fields) -> str:
+    """A report whose trade-off has point 1 (pinning nothing), with ``fields`` replacing its own."""
+    import json
+    report = {"tradeoff": {"points": [{"point": 1, "pinned": []}]}, **fields}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(report))
+    return str(path)
+
+
+@pytest.mark.parametrize("fields, problem", [
+    ({"tradeoff": [1]}, "not a conversion report with a trade-off (no 'tradeoff' points)"),
+    ({"tradeoff": {"points": [{"point": 1, "pinned": {"mm": 1}}]}},
+     "trade-off point 1: 'pinned' is of type dict, not a list of node names"),
+    ({"tradeoff": {"points": [{"point": 1, "pinned": ["mm", ["relu"]]}]}},
+     "trade-off point 1: 'pinned' is a list holding a value of type list, not a list of node names"),
+    ({"tradeoff": {"points": [{"point": 1}]}}, "trade-off point 1 has no 'pinned' list of node names"),
+    ({"tradeoff": {"points": [{"point": True, "pinned": []}]}},
+     "the report has no trade-off point 1 (points: )"),
+    ({"low_precision": "bf16", "plan": [1]},
+     "the report's 'plan' is no plan (expected an object with 'nodes', node name -> decision)"),
+    ({"low_precision": "bf16", "plan": {"nodes": 5}},
+     "the report's 'plan' is no plan (expected an object with 'nodes', node name -> decision)")])
+def test_a_report_point_of_the_wrong_shape_is_one_line(tmp_path, capsys, out, fields, problem):
+    # 'tradeoff' a list, 'plan' a list: AttributeError; 'nodes' an int: TypeError (internal errors)
+    from onnx_precision.errors import PlanError
+    from onnx_precision.plan import PrecisionPlan
+
+    model, report = _mlp(tmp_path), _report(tmp_path, **fields)
+    line = _refused(["convert", model, "-o", str(out / "o.onnx"), "--plan", f"{report}@1"], capsys, out)
+    assert line == f"{report}@1: {problem}"
+    with pytest.raises(PlanError) as raised:
+        PrecisionPlan.load(f"{report}@1")
+    assert str(raised.value) == line
+
+
+@pytest.mark.parametrize("point", ["²", LONG_INT])
+def test_a_report_point_that_is_no_number_is_one_line(tmp_path, capsys, out, point):
+    # '²'.isdigit() is true and int('²') a ValueError; so is int() of 5000 digits
+    model, report = _mlp(tmp_path), _report(tmp_path)
+    line = _refused(["convert", model, "-o", str(out / "o.onnx"), "--plan", f"{report}@{point}"], capsys, out)
+    assert line == (f"{report}@{point}: no such file, and what follows '@' is no trade-off point of {report} "
+                    f"(REPORT.json@K: K as the report numbers its points, in digits 0-9)")
+
+
+def test_a_report_point_and_long_integers_from_python(tmp_path):
+    from onnx_precision.data import SampleSpec, load_samples
+    from onnx_precision.errors import DataError, PlanError
+    from onnx_precision.plan import PrecisionPlan
+
+    with pytest.raises(PlanError, match=r"@²: no such file, and what follows '@' is no trade-off point of "):
+        PrecisionPlan.load(_report(tmp_path) + "@²")
+    path = tmp_path / "in.json"
+    path.write_text('[{"x": ' + LONG_INT + "}]")
+    with pytest.raises(DataError, match=r"in\.json: not readable JSON: an integer of more than 4300 digits"):
+        load_samples(onnx.load(_mlp(tmp_path)), SampleSpec(inputs=str(path)))
+    assert PrecisionPlan.load(_report(tmp_path) + "@1").decisions == {}
