@@ -11,6 +11,7 @@ whole external tensor except :func:`read_array` on a lazy tensor, which the call
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Iterator
@@ -90,8 +91,9 @@ def _graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
 
 
 def element_count(tensor: onnx.TensorProto) -> int:
-    """How many values ``tensor`` holds, from its dims (1 for a scalar)."""
-    return int(np.prod(tensor.dims, dtype=np.int64))
+    """How many values ``tensor`` holds, from its dims (1 for a scalar), as a Python int: an int64
+    product wraps (``[2**32, 2**32]`` is 0), and a length check against it would pass."""
+    return math.prod(tensor.dims)
 
 
 def is_external(tensor: onnx.TensorProto) -> bool:
@@ -148,6 +150,9 @@ def external_ref(
     location = info.get("location")
     if not location:
         raise ModelLoadError(f"{prefix}tensor '{tensor.name}' is marked external but names no data file")
+    if any(d < 0 for d in tensor.dims):
+        raise ModelLoadError(f"{prefix}tensor '{tensor.name}' has a negative dimension in its shape "
+                             f"{list(tensor.dims)}")
     try:
         offset = int(info.get("offset", 0))
         chain = (

@@ -1,0 +1,114 @@
+"""Hostile model files (issue 30): shapes past 2**64 elements, external data in a function, sparse
+tensors, subgraphs nested past protobuf's limit, a full disk. Each ends in one line naming the file
+and what is at fault, with the documented exit code, nothing written and the inputs untouched, through
+the CLI and through the Python API."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from onnx_precision.cli import main
+from onnx_precision.convert import convert_model
+from onnx_precision.errors import ModelLoadError
+
+N = helper.make_node
+COMMANDS = {
+    "convert all-fp16": ["convert", "{m}", "-o", "{out}/o.onnx", "--mode", "all-fp16"],
+    "convert static": ["convert", "{m}", "-o", "{out}/o.onnx", "--mode", "static"],
+    "convert auto": ["convert", "{m}", "-o", "{out}/o.onnx"],
+    "analyze": ["analyze", "{m}", "--json", "{out}/a.json"],
+    "check": ["check", "{m}", "{m}", "--json", "{out}/c.json"],
+}
+
+
+def argv(command: str, model: str, out) -> list[str]:
+    return [a.format(m=model, out=out) for a in COMMANDS[command]]
+
+
+def ends(args: list[str], capsys, out_dir, inputs: tuple[str, ...], code: int = 2) -> str:
+    """Run ``args``: exit ``code``, one line on stderr, nothing written under ``out_dir``, each of
+    ``inputs`` byte for byte as it was; the line."""
+    before = sorted(os.listdir(out_dir))
+    contents = [open(p, "rb").read() for p in inputs]
+    assert main(args) == code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("onnx-precision: error: "), err
+    assert sorted(os.listdir(out_dir)) == before
+    assert [open(p, "rb").read() for p in inputs] == contents
+    return err[0].removeprefix("onnx-precision: error: ")
+
+
+def model_of(nodes, inputs, outputs, inits=(), functions=(), opsets=()) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), *opsets],
+                              functions=list(functions))
+    model.ir_version = 8
+    return model
+
+
+def external(name: str, dims: list[int], location: str, length: int | None = None) -> onnx.TensorProto:
+    """A float tensor of shape ``dims`` whose data is said to be at ``location`` (``length``: the
+    length entry, none by default)."""
+    tensor = onnx.TensorProto(name=name, data_type=TensorProto.FLOAT, dims=dims)
+    tensor.data_location = TensorProto.EXTERNAL
+    entries = [("location", location), ("offset", "0")]
+    entries += [("length", str(length))] if length is not None else []
+    for key, value in entries:
+        tensor.external_data.add(key=key, value=value)
+    return tensor
+
+
+def _vi(name: str, shape, elem: int = TensorProto.FLOAT) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+# --- item 6: an element count past 2**64 --------------------------------------------------------------
+
+def _huge(tmp_path, dims: list[int], length: int | None) -> tuple[str, str]:
+    """y = x + w, w external in an empty w.bin with shape ``dims``; (model, data file)."""
+    data = tmp_path / "w.bin"
+    data.write_bytes(b"")
+    model = model_of([N("Add", ["x", "w"], ["y"], name="add")], [_vi("x", [1])], [_vi("y", dims)],
+                     [external("w", dims, "w.bin", length)])
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    return path, str(data)
+
+
+HUGE = {  # shape, length entry, what the line says
+    "2**64 elements, length 0": (
+        [2**32, 2**32], 0,
+        "external data length 0 at offset 0 does not match its shape [4294967296, 4294967296] "
+        "(73786976294838206464 bytes)"),
+    "2**64 elements, no length": (
+        [2**32, 2**32], None, "tensor 'w' needs bytes 0..73786976294838206464 but the file has 0"),
+    "a negative dimension": ([-2, -2], 16, "tensor 'w' has a negative dimension in its shape [-2, -2]"),
+}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("case", HUGE)
+def test_an_external_tensor_past_2_64_elements_is_one_line_naming_it(tmp_path, capsys, command, case):
+    """np.prod(dims, dtype=int64) wrapped [2**32, 2**32] to 0 elements, so a length of 0 passed: an
+    internal error, and all-fp16 wrote a model onnxruntime refuses."""
+    dims, length, said = HUGE[case]
+    model, data = _huge(tmp_path, dims, length)
+    out = tmp_path / "out"
+    out.mkdir()
+    line = ends(argv(command, model, out), capsys, out, (model, data))
+    assert line.startswith(f"{model}: ") and said in line and "'w'" in line
+
+
+@pytest.mark.parametrize("case", HUGE)
+def test_the_api_refuses_such_a_tensor_in_the_same_words(tmp_path, case):
+    dims, length, said = HUGE[case]
+    model, _ = _huge(tmp_path, dims, length)
+    with pytest.raises(ModelLoadError, match=re.escape(said)):
+        convert_model(model)
+    with pytest.raises(ModelLoadError, match="'w'"):
+        convert_model(onnx.load(model, load_external_data=False), base_dir=tmp_path)
