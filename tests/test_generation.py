@@ -32,7 +32,7 @@ from onnx_precision.generation import (
     token_agreement,
 )
 from onnx_precision.judge import Tolerance
-from onnx_precision.oracle import Emulator, PlanRunner
+from onnx_precision.oracle import Emulator, PlanRunner, reference_runner
 from onnx_precision.plan import PrecisionPlan
 from onnx_precision.search.prober import Prober
 
@@ -107,6 +107,14 @@ def test_a_genai_config_names_tensors_no_convention_does(tmp_path):
     # unless the user names it
     named = GenerationOptions(genai_config=str(tmp_path / "genai_config.json"))
     assert infer_generation(model, named, model_path=path) == generation
+    (tmp_path / "genai_config.json").write_text('{"model": []}')
+    with pytest.raises(UsageError) as e:
+        infer_generation(model, model_path=path)
+    assert str(e.value) == (f"{tmp_path / 'genai_config.json'}: model is not an object (expected "
+                            f"onnxruntime-genai's genai_config.json)")
+    with pytest.raises(UsageError) as e:
+        infer_generation(model, GenerationOptions(genai_config=str(tmp_path / "none.json")), model_path=path)
+    assert str(e.value) == f"--genai-config {tmp_path / 'none.json'}: no such file"
     decoder["filename"] = "decoder.onnx"
     decoder["num_hidden_layers"] = 3
     (tmp_path / "genai_config.json").write_text(json.dumps(config))
@@ -353,6 +361,18 @@ def test_naive_fp16_fails_the_growing_state_at_step_30_and_its_state_pinned_pass
     # the prefill alone, as before generations, passes: one forward pass cannot see it
     assert Prober(runner.runner, example.feeds, [runner.runner.run(None, example.feeds[0])],
                   Tolerance()).passes(plan) == (True, "")
+
+
+def test_any_runner_runs_a_generation_the_written_fp16_model_in_onnx_reference_too():
+    example = growing_state()
+    ctx = ModelContext.of(example.model)
+    generation = infer_generation(example.model, GenerationOptions(steps=31))
+    assert generation is not None
+    runner = GenerationRunner(reference_runner(ctx), generation)
+    prober = Prober(runner, example.feeds, [runner.run(None, example.feeds[0])], Tolerance())
+    assert prober.passes(ctx.all_low_plan()) == (False, "output 'logits@step 30' 32 new NaN/Inf")
+    # one written model per plan, run once a step
+    assert (runner.oracle, runner.sessions_built, runner.probes_run) == ("reference", 2, 64)
 
 
 def test_a_streaming_model_is_fed_its_chunks_in_turn_with_its_state():

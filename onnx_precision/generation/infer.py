@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from typing import Optional
 
 import onnx
 
@@ -40,7 +41,9 @@ from .description import (
 )
 
 GENAI_CONFIG = "genai_config.json"
+# the config a user names, and the one found beside the model (its problems name no option)
 GENAI_FILE = user_files.FileKind("--genai-config", GENAI_CONFIG, 16 << 20, UsageError)
+GENAI_BESIDE = user_files.FileKind("", GENAI_CONFIG, 16 << 20, UsageError)
 
 _TOKEN_INPUTS = ("input_ids", "decoder_input_ids")
 _STATE_SUFFIXES = ("_out", ".out", "_next", "_new", "_n", "N", "n")
@@ -60,7 +63,10 @@ def infer_generation(model: onnx.ModelProto, options: GenerationOptions | None =
     io = _Io(model)
     beside = None if options.genai_config else _beside(model_path)
     config_path = options.genai_config or beside
-    genai = _from_genai(io, config_path, model_path if beside else "") if config_path else None
+    genai = None
+    if config_path:
+        config = user_files.read_json(config_path, GENAI_BESIDE if beside else GENAI_FILE)
+        genai = _from_genai(io, config, config_path, model_path if beside else "")
     if genai is not None:
         feedback, tokens, named, max_length, source = genai
     else:
@@ -212,14 +218,14 @@ def _chunking(io: _Io, taken: set[str], chunk: int | None) -> Chunking | None:
 # --- by a genai_config.json -------------------------------------------------------------------------
 
 _GENAI_CACHES = (("past_key_names", "present_key_names"), ("past_value_names", "present_value_names"))
-_Described = tuple[list[Feedback], Tokens | None, dict[str, str], int | None, str]
+_Described = tuple[list[Feedback], Optional[Tokens], dict[str, str], Optional[int], str]
 
 
-def _from_genai(io: _Io, path: str, model_path: str) -> _Described | None:
+def _from_genai(io: _Io, config: object, path: str, model_path: str) -> _Described | None:
     """The generation ``path`` describes for the model, or None when it names another file than
     ``model_path`` (a config beside a Whisper encoder is its decoder's); "": whatever file it names."""
-    config = _object(user_files.read_json(path, GENAI_FILE), "", path)
-    decoder = _object(_object(config.get("model"), "model", path).get("decoder"), "model.decoder", path)
+    root = _object(config, "", path)
+    decoder = _object(_object(root.get("model"), "model", path).get("decoder"), "model.decoder", path)
     filename = decoder.get("filename")
     if model_path and isinstance(filename, str) and filename != os.path.basename(model_path):
         return None
@@ -246,7 +252,7 @@ def _from_genai(io: _Io, path: str, model_path: str) -> _Described | None:
         tokens = Tokens(logits, ids)
     named = {role: tensor for role in ("attention_mask", "position_ids")
              if isinstance(tensor := inputs.get(role), str) and tensor in io.inputs}
-    max_length = _object(config.get("search", {}), "search", path).get("max_length")
+    max_length = _object(root.get("search", {}), "search", path).get("max_length")
     if max_length is not None and (not isinstance(max_length, int) or isinstance(max_length, bool)
                                    or max_length < 1):
         raise UsageError(f"{path}: search.max_length is {max_length!r}, not a length")
