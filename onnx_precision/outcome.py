@@ -16,6 +16,7 @@ from .errors import SearchError
 from .flops import FlopShares
 from .judge import Comparison, Tolerance
 from .plan import PrecisionPlan
+from .target import Measured
 from .vocab import MeasuringMode, OracleName, Status
 
 if TYPE_CHECKING:  # only read here (importing them would load the sample readers and the search)
@@ -23,7 +24,6 @@ if TYPE_CHECKING:  # only read here (importing them would load the sample reader
     from .oracle.inspection import NodeStats
     from .quant_reference import QuantGate
     from .search.state import SearchOutcome
-    from .target import Target
     from .tradeoff import PlanPoint
 
 PASSED: Status = "passed"
@@ -55,9 +55,9 @@ class AutoResult(PhaseTotals):
     # node -> "INT8", "FP8", ...: quantized compute, which the shares count apart
     quantized: Mapping[str, str] = field(default_factory=dict)
     gate: QuantGate | None = None  # a quantized model's reference and relative gate (the probes' references)
-    # the target the plans were measured on, with the FP16 sums the samples prove in range (Target.proving):
-    # the written model is verified on it, so that it computes what was measured (None: the context's)
-    target: Target | None = None
+    # what the samples showed of the target's sums (the sums proven in range, the LayerNorms pre-scaled): the
+    # written model is verified with it, so that it computes what was measured
+    measured: Measured = field(default_factory=Measured)
     counted_as: Mapping[str, str] = field(default_factory=dict)  # FlopShares.counted_as
 
     @property

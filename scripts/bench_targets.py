@@ -14,7 +14,7 @@ Below the table, the emulation's cost on the largest example: its all-FP16 model
 run) emulated as each target computes it (``oracle.written.emulate_model``), the onnxruntime session built
 and run on the example's data, the median of ``--reps`` repetitions, against generic's: with every sum
 checked (``check --target``, another tool's model) and with the sums the data proves in range unchecked
-(a convert run's search and verification: ``Target.proving``, ``--headroom`` 2).
+(a convert run's search and verification: its basis' ``Measured``, ``--headroom`` 2).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from onnx_precision.convert.choose import DEFAULT_HEADROOM  # noqa: E402
 from onnx_precision.oracle.accumulated import AccumulationBounds  # noqa: E402
 from onnx_precision.oracle.sessions import make_session  # noqa: E402
 from onnx_precision.oracle.written import emulate_model  # noqa: E402
-from onnx_precision.target import KINDS, Target, target_named  # noqa: E402
+from onnx_precision.target import KINDS, UNMEASURED, Measured, Target, target_named  # noqa: E402
 from onnx_precision.target.accumulation import proven_sums  # noqa: E402
 
 CHILD_TIMEOUT = 600  # seconds; a safety net only
@@ -87,22 +87,24 @@ def feed_of(name: str) -> dict[str, np.ndarray]:
         return {k: npz[k] for k in npz.files}
 
 
-def proven(name: str, target: Target) -> tuple[Target, int]:
-    """``target`` with the sums of ``name``'s FP32 model its data proves in range, as convert measures, and
+def proven(name: str, target: Target) -> tuple[Measured, int]:
+    """The sums of ``name``'s FP32 model its data proves in range on ``target``, as convert measures, and
     how many."""
     bounds = AccumulationBounds(load_model(model_path(name), target=target)).measure([feed_of(name)])
     nodes = proven_sums(bounds, target.low, DEFAULT_HEADROOM)
-    return target.proving(nodes), len(nodes)
+    return Measured(nodes), len(nodes)
 
 
-def emulation_seconds(name: str, fp16_model: str, target: Target, reps: int) -> float:
-    """Median seconds to build the emulated session of ``fp16_model`` on ``target`` and run the data."""
+def emulation_seconds(name: str, fp16_model: str, target: Target, reps: int,
+                      measured: Measured = UNMEASURED) -> float:
+    """Median seconds to build the emulated session of ``fp16_model`` on ``target`` (its sums ``measured``
+    proves unchecked) and run the data."""
     model = onnx.load(fp16_model)
     feed = feed_of(name)
     times = []
     for _ in range(reps):
         start = time.perf_counter()
-        emulated = emulate_model(model, os.path.dirname(fp16_model), target)
+        emulated = emulate_model(model, os.path.dirname(fp16_model), target, measured=measured)
         make_session(emulated, os.path.dirname(fp16_model)).run(None, feed)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
@@ -138,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         every = emulation_seconds(largest, written, target, args.reps)
         sure, count = proven(largest, target)
-        seconds = emulation_seconds(largest, written, sure, args.reps)
+        seconds = emulation_seconds(largest, written, target, args.reps, sure)
         print(f"  {kind:<16} {every:.3f} s  {every / base:.2f}x generic, every sum checked; "
               f"{seconds:.3f} s  {seconds / base:.2f}x with the {count} sum(s) the data proves "
               f"in range unchecked")

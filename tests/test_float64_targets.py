@@ -143,7 +143,7 @@ def _spelled(node: onnx.NodeProto, tag: str, shape: list, target: str, inits=())
         taken.add(name)
         return name
 
-    spelling = target_named(target).spelling(model, "", None, fresh)
+    spelling = target_named(target).emulation.spelling(model, "", None, fresh)
     model.graph.ClearField("node")
     model.graph.node.extend(spelling.spell(node, FP16))
     return model

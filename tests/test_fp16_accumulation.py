@@ -26,6 +26,7 @@ from onnx_precision.target import (
     ORACLE_NAMES,
     RUNTIMES,
     Fp16AccumulateTarget,
+    Measured,
     OpenVinoGpuTarget,
     WebGpuTarget,
     target_named,
@@ -303,10 +304,11 @@ def test_sums_the_samples_prove_in_range_drop_their_check_in_the_search_and_the_
     assert proven_sums(bounds, FP16, 2.0) == {"small", "edge"} and proven_sums(bounds, FP16, 0) == frozenset()
     model, ctx, feeds = _proven_case()
     result = choose.choose_plan(ctx, ctx.all_low_plan(), Samples(feeds, False, "test"), Tolerance())
-    assert result.target == WebGpuTarget(proven=frozenset({"small"}))
+    assert result.measured == Measured(frozenset({"small"}))
     # the written model's check is spelled on the same target: the MatMul has no check, the sum keeps its own
     fp16 = _fp16_model(model)
-    checked = {n.name.split("__")[0] for n in emulate_model(fp16, "", result.target).graph.node
+    emulated = emulate_model(fp16, "", WebGpuTarget(), measured=result.measured)
+    checked = {n.name.split("__")[0] for n in emulated.graph.node
                if n.op_type == "Where"}
     assert checked == {"large"}
     assert {n.name.split("__")[0] for n in emulate_model(fp16, "", WebGpuTarget()).graph.node
@@ -321,7 +323,7 @@ def test_the_written_model_is_verified_with_the_sums_proven_in_the_search(tmp_pa
     spelled = []
 
     def emulate(written, base_dir, target, **kwargs):
-        spelled.append(target)
+        spelled.append((target, kwargs.get("measured")))
         return emulate_model(written, base_dir, target, **kwargs)
 
     monkeypatch.setattr(runs, "emulate_model", emulate)
@@ -332,7 +334,7 @@ def test_the_written_model_is_verified_with_the_sums_proven_in_the_search(tmp_pa
         path = _save(model, tmp_path, "proven")
         assert main(["convert", path, "-o", str(tmp_path / "out.onnx"), "--inputs", str(tmp_path / "x.npz"),
                      "--target", "webgpu", "-q"]) == 0
-    assert spelled == [WebGpuTarget(proven=frozenset({"small"}))]
+    assert spelled == [(WebGpuTarget(), Measured(frozenset({"small"})))]
 
 
 def _decomposed_layer_norm(width):

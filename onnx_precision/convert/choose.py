@@ -62,6 +62,7 @@ from ..search.driver import (
 )
 from ..search.fallback import fallback_candidates, try_fallback
 from ..search.prober import Prober
+from ..target import Measured
 from ..target.accumulation import proven_sums
 from ..tradeoff import PlanPoint, output_errors
 from ..vocab import MeasuringMode, ReasonSource, Status
@@ -101,9 +102,9 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
         # the sums the samples prove in range are emulated without their check, and the LayerNorms whose
         # FP16 statistics they show past 65504 as written on x·2^-j, in every plan measured and in the
         # written model's verification alike
-        target = ctx.target.proving(proven_sums(bounds, ctx.target.low, headroom)).prescaling(
-            policy.layer_norm_prescales(ctx, bounds, headroom))
-        emulator = Emulator(ctx, target=target)
+        measured = Measured(proven_sums(bounds, ctx.target.low, headroom),
+                            policy.layer_norm_prescales(ctx, bounds, headroom))
+        emulator = Emulator(ctx, measured=measured)
         runner = emulator if runner is None else runner
         inspection = runner.inspection or emulator.inspection
         user = policy.resolve(ctx, base_plan)
@@ -140,7 +141,7 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
     chosen = _static(run, prober, start) if mode == "static" else _search(run, prober, ctx, start, inspection,
                                                                          runner, progress, budget)
     return replace(chosen, notes=chosen.notes + _size_bound(ctx, chosen.plan, bounds, largest), gate=gate,
-                   target=target)
+                   measured=measured)
 
 
 def _size_bound(ctx: ModelContext, plan: PrecisionPlan, bounds: Mapping[str, float],

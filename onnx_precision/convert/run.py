@@ -31,6 +31,7 @@ from ..quant_reference import DEFAULT_MARGIN, QuantGate, margin_problem
 from ..rewriter import RewriteResult, rewrite
 from ..suggested import RunArgs, quoted
 from ..target import GENERIC, Target
+from ..trt.flags import trt_flags_text
 from ..trt.layer_precisions import LayerFlags, layer_pins
 from ..vocab import MODES, Mode, OracleName, Status
 from .written_check import check_written, load_remedies
@@ -408,9 +409,8 @@ def conversion(load: Load, options: ConvertOptions, destination: Destination,
     started = time.perf_counter()
     if progress is not None:
         progress("write", 0, 0, None)
-    measured = None if auto_result is None else auto_result.target  # its LayerNorms pre-scaled, if any
-    result = with_notes(ctx, rewrite(ctx, plan, prescaled=dict(measured.prescaled) if measured else {}),
-                        auto_result)
+    prescaled = {} if auto_result is None else dict(auto_result.measured.prescaled)  # LayerNorms on x·2^-j
+    result = with_notes(ctx, rewrite(ctx, plan, prescaled=prescaled), auto_result)
     written = destination.write(ctx, result)
     if auto_result is None:
         return Conversion(ctx, result, tuple(warnings))
@@ -449,15 +449,16 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
         outputs.stage_text(options.plan_out, result.plan.dumps())
     run = _run_args(model_path, output_path, options, auto_result)
     if options.trt_flags_path:
-        text = ctx.target.flags_text(ctx, _as_built_from_original(ctx, result.plan), run)
+        text = trt_flags_text(ctx.model, _as_built_from_original(ctx, result.plan), run,
+                              ctx.target.commands.cli_args(), renamed=ctx.renamed, types=ctx.types)
         outputs.stage_text(options.trt_flags_path, _with_caveats(text, _flags_caveats(ctx, result.plan)))
     texts = tuple(p for p in (options.plan_out, options.trt_flags_path) if p)
     if done.report is None:
         outputs.commit()
         return ConvertResult(model_path, output_path, result.plan, result, done.warnings,
                              (output_path,) + texts, nothing_to_convert=ctx.nothing_to_convert,
-                             next_step=ctx.target.next_step(result.model, run),
-                             check_step=quoted(run.check_args(ctx.target.cli_args())),
+                             next_step=ctx.target.commands.next_step(result.model, run),
+                             check_step=quoted(run.check_args(ctx.target.commands.cli_args())),
                              shares=flop_shares(ctx, {}),
                              unpinned=quantized.unpinned(ctx), unpinned_notes=quantized.unpinned_notes(ctx))
     paths = _stage_reports(done.report, options, outputs)
@@ -465,7 +466,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     return ConvertResult(model_path, output_path, result.plan, result, done.warnings,
                          (output_path,) + texts + paths, auto_result, done.report, paths,
                          ctx.nothing_to_convert,
-                         ctx.target.next_step(result.model, run), shares=done.report.shares)
+                         ctx.target.commands.next_step(result.model, run), shares=done.report.shares)
 
 
 def _load_remedy(ctx: ModelContext, result: RewriteResult, verification: Verification,
@@ -594,7 +595,7 @@ def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: Aut
                 staged_model, auto_result.samples.feeds,
                 auto_result.reference_outputs if gate is None else gate.outputs,
                 options.tolerance if gate is None else gate.tolerances,
-                options.oracle, ctx.custom_op_libraries, _measured_on(ctx, auto_result))
+                options.oracle, ctx.custom_op_libraries, ctx.target, auto_result.measured)
         default_load = ""
         if loads and auto_result.passed and verified.passed and (native is None or native.passed):
             started = time.perf_counter()
@@ -611,16 +612,6 @@ def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: Aut
                                         auto_result.gate)
         phases += (PhaseCost("validation", time.perf_counter() - started, sessions=2, probes=2),)
     return Verification(verified, native, default_load, (write,) + phases, validation, failure)
-
-
-def _measured_on(ctx: ModelContext, auto_result: AutoResult) -> Target:
-    """The target the written model is verified on: the written context's (an FP16 target where the
-    opset was kept, as the model written at its own opset needs) with the sums the search proved and the
-    LayerNormalizations it pre-scaled."""
-    measured = auto_result.target
-    if measured is None:
-        return ctx.target
-    return ctx.target.proving(measured.proven).prescaling(measured.prescaled)
 
 
 def _validate(ctx: ModelContext, staged_model: str | ModelContext, inputs: str, tolerance: Tolerance,

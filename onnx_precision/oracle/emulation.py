@@ -34,7 +34,7 @@ from ..float_types import LOW_TYPES, LowPrecision
 from ..plan import PrecisionPlan
 from ..policy import always_fp32, layer_norm_pins, written_forms
 from ..policy.resolution import dequantize_copies, group_pins
-from ..target import Target
+from ..target import UNMEASURED, Measured
 from ..typing_rules import is_tensor
 from .baked import build_baked_model
 from .inspection import Chunks, Inspector
@@ -53,7 +53,7 @@ class EmulationSession:
     the plan makes FP16. ``sessions_built`` and ``probes_run`` count the work for reports.
 
     ``capture_intermediates`` (True, False or tensor names, see
-    :func:`onnx_precision.emulation.build_switch_model`) decides which main-graph tensors
+    :func:`onnx_precision.oracle.switch.build_switch_model`) decides which main-graph tensors
     ``run(..., intermediates=True)`` returns; a capturing session holds them all during each run
     (fetched or not), and its probes cost ~10-20% more than a session without capture
     (scripts/bench_oracle.py), so a search with many probes may prefer a second session built
@@ -68,14 +68,14 @@ class EmulationSession:
 of ``baked`` that :func:`~onnx_precision.policy.always_fp32` holds computes in its type there: the
 emulator names such a node only in a type that holds its constants);
     with ``fp32_model`` it is no plan's but the FP32 model itself (nothing in a written form).
+    ``measured``: what the run measured of the target's sums (:class:`~onnx_precision.target.Measured`).
     """
 
     def __init__(self, ctx: ModelContext, capture_intermediates: bool | Iterable[str] = True,
                  threads: int | None = None, group_size: int | None = None,
                  baked: Mapping[str, LowPrecision] | None = None, fp32_model: bool = False,
-                 target: Target | None = None) -> None:
+                 measured: Measured = UNMEASURED) -> None:
         self.ctx = ctx
-        target = ctx.target if target is None else target  # with its proven sums (the emulator's)
         self.model = model = ctx.model
         base_dir = ctx.base_dir
         self.typing = ctx.typing
@@ -85,7 +85,8 @@ emulator names such a node only in a type that holds its constants);
         forms = {} if fp32_model else written_forms(ctx)
         fixed = self.always_fp32 if baked is None else self.always_fp32 - frozenset(baked)
         copies = frozenset() if fp32_model else dequantize_copies(ctx)  # as the rewriter writes them
-        source = EmulationSource(fp32, self.typing, base_dir, types, fixed, target, forms, copies)
+        source = EmulationSource(fp32, self.typing, base_dir, types, fixed, ctx.target, measured, forms,
+                                 copies)
         self.switch_model: SwitchModel = (
             build_switch_model(source, capture_intermediates, group_size) if baked is None else
             build_baked_model(source, baked, capture_intermediates))

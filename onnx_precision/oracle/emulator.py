@@ -31,7 +31,7 @@ from ..plan import PrecisionPlan
 from ..policy import always_fp32, held_in, layer_norm_pins, written_forms
 from ..policy.resolution import dequantize_copies, group_pins
 from ..storage import element_count, model_tensors
-from ..target import Target
+from ..target import UNMEASURED, Measured
 from ..typing_rules import tensor_types
 from .emulation import EMULATE, EmulationSession, FloatIO, as_fp32
 from .inspection import Chunks, Inspector
@@ -60,11 +60,12 @@ class Emulator:
     """Runs plans of ``ctx``'s model by emulation (see the module docstring); counts the sessions
     it built and the runs, as :class:`EmulationSession` does."""
 
-    def __init__(self, ctx: ModelContext, threads: int | None = None, target: Target | None = None) -> None:
+    def __init__(self, ctx: ModelContext, threads: int | None = None,
+                 measured: Measured = UNMEASURED) -> None:
         self.ctx = ctx
-        # ctx's target, or it with the sums the samples prove in range (Target.proving): every session
-        # spells them so, as the written model's check does
-        self.target = ctx.target if target is None else target
+        # what the run measured of the target's sums (its basis'): every session spells them so, as the
+        # written model's check does
+        self.measured = measured
         self.model = ctx.model
         self.threads = threads
         self.sessions_built = 0
@@ -94,7 +95,7 @@ class Emulator:
         self._baked.clear()
         start = time.perf_counter()
         self._switched = EmulationSession(self.ctx, capture_intermediates=False, threads=self.threads,
-                                          target=self.target)
+                                          measured=self.measured)
         self.build_seconds += time.perf_counter() - start
         self.sessions_built += 1
         return self._switched
@@ -166,7 +167,7 @@ class Emulator:
         start = time.perf_counter()
         built = EmulationSession(self.ctx, capture_intermediates=capture, threads=self.threads,
                                  baked={} if fp16 is None else _types(fp16), fp32_model=fp16 is None,
-                                 target=self.target)
+                                 measured=self.measured)
         self._baked_builds.append(time.perf_counter() - start)
         self.build_seconds += self._baked_builds[-1]
         self.sessions_built += 1
@@ -222,8 +223,8 @@ class Emulator:
             lows = None if plan is None else _types(self._lows(plan))
             source = EmulationSource(fp32, self.ctx.typing, self.ctx.base_dir,
                                      self.ctx.types if fp32 is self.model else None,
-                                     always_fp32(self.ctx) - frozenset(lows or ()), self.target,
-                                     written_forms(self.ctx), dequantize_copies(self.ctx))
+                                     always_fp32(self.ctx) - frozenset(lows or ()), self.ctx.target,
+                                     self.measured, written_forms(self.ctx), dequantize_copies(self.ctx))
             model = build_twin_model(source, lows, plan is not None and plan.fp16_io, whole)
         except TwinUnavailable:
             return None

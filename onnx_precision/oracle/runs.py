@@ -21,7 +21,7 @@ import onnxruntime as ort
 
 from ..context import ModelContext, read_written
 from ..storage import is_external, model_tensors, read_array
-from ..target import GENERIC, Target
+from ..target import GENERIC, UNMEASURED, Measured, Target
 from ..target import NATIVE_PROVIDERS as NATIVE_PROVIDERS  # each runtime's (the registry of targets)
 from .emulation import EMULATE, as_fp32
 from .sessions import Feed, Handed, cast_feed, handed, input_dtypes, make_session, run_session
@@ -55,21 +55,25 @@ def run_fp32(ctx: ModelContext, feeds: Sequence[Feed]) -> OracleRun:
     return OracleRun("fp32", run_session(session, fp32, feeds))
 
 
-def run_emulated(ctx: ModelContext, feeds: Sequence[Feed]) -> OracleRun:
-    """A written FP16/mixed model, emulated on CPU (every FP16 tensor rounded)."""
-    return _emulated_run(lambda: (handed(emulate_model(ctx.model, ctx.base_dir, ctx.target), ctx.base_dir,
-                                         ctx.mapped_weights), ctx.base_dir), ctx.custom_op_libraries, feeds)
+def run_emulated(ctx: ModelContext, feeds: Sequence[Feed], measured: Measured = UNMEASURED) -> OracleRun:
+    """A written FP16/mixed model, emulated on CPU (every FP16 tensor rounded; the sums ``measured`` proves
+    in range unchecked)."""
+    def emulated() -> tuple[Handed, str]:
+        model = emulate_model(ctx.model, ctx.base_dir, ctx.target, measured=measured)
+        return handed(model, ctx.base_dir, ctx.mapped_weights), ctx.base_dir
+    return _emulated_run(emulated, ctx.custom_op_libraries, feeds)
 
 
 def run_emulated_file(path: str, feeds: Sequence[Feed], custom_op_libraries: tuple[str, ...] = (),
-                      target: Target = GENERIC) -> OracleRun:
+                      target: Target = GENERIC, measured: Measured = UNMEASURED) -> OracleRun:
     """:func:`run_emulated` on the model file ``path`` that this run wrote and checked, for ``target``,
     read for this run alone (:func:`.context.read_written`: its weights stay in the file): emulated in
     place, no copy of its proto beside the emulation (on the 26 MB dynamic-quant model of
     scripts/bench_quantized.py, 32 MB of the verification's peak)."""
     def emulated() -> tuple[Handed, str]:
         model, base_dir = read_written(path)
-        return handed(emulate_model(model, base_dir, target, in_place=True), base_dir), base_dir
+        model = emulate_model(model, base_dir, target, in_place=True, measured=measured)
+        return handed(model, base_dir), base_dir
     return _emulated_run(emulated, custom_op_libraries, feeds)
 
 

@@ -46,7 +46,7 @@ from onnx import helper, numpy_helper
 from ..float_types import LowPrecision
 from ..graph import graphs, is_onnx_domain, reads, subgraphs
 from ..storage import external_location, inline_small_external, read_array
-from ..target import GENERIC, Target
+from ..target import GENERIC, UNMEASURED, Measured, Target
 from ..typing_rules import WIDE, NodeTyping, is_tensor, tensor_types
 from .rounding import FLOAT, Names, elem_types, round_nodes, round_wide
 from .switch_graph import SwitchGroup, SwitchModel, captured, split_switches
@@ -88,6 +88,7 @@ class EmulationSource:
     types: Mapping[str, onnx.TypeProto] | None = None  # the model's tensor types (None: inferred)
     fixed: frozenset[str] = frozenset()  # nodes that stay FP32 whatever the plan (no switch)
     target: Target = GENERIC
+    measured: Measured = UNMEASURED  # what the run measured of the target's sums (its basis')
     # node -> the node the rewriter writes in its place, which every plan computes
     forms: Mapping[str, onnx.NodeProto] = field(default_factory=dict)
     # DequantizeLinear nodes whose every read in the target's 16-bit type is a copy of the DQ computing
@@ -118,7 +119,8 @@ class SwitchBuilder:
         self.types = elem_types(model, type_protos)
         self.base_dir = base_dir = source.base_dir
         self.names = Names(model)
-        self.layers = source.target.spelling(model, base_dir, self.type_protos, self.names.fresh)
+        self.layers = source.target.emulation.spelling(model, base_dir, self.type_protos, self.names.fresh,
+                                                       source.measured)
         self.low = source.target.low
         self.lows: dict[str, LowPrecision] = {}  # node -> its type, where not ``low`` (baked plans)
         self.switches: dict[str, str] = {}

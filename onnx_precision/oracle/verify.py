@@ -17,7 +17,7 @@ from ..context import ModelContext, load_model
 from ..costs import PhaseCost
 from ..errors import OracleUnavailable
 from ..judge import Comparison, Tolerances, compare_by_shape, compare_outputs, each_sample, merge_comparisons
-from ..target import GENERIC, Target
+from ..target import GENERIC, UNMEASURED, Measured, Target
 from ..vocab import OracleName
 from .runs import NATIVE_PROVIDERS, OracleRun, run_emulated, run_emulated_file, run_native, run_reference
 from .sessions import Feed
@@ -82,12 +82,13 @@ def verify_output(
     oracle: OracleName = "emulate",
     custom_op_libraries: tuple[str, ...] = (),
     target: Target = GENERIC,
+    measured: Measured = UNMEASURED,
 ) -> tuple[Comparison, Comparison | None, tuple[PhaseCost, ...]]:
     """Verify the file ``convert`` wrote, read back from disk (or the model written in memory, as a
-    context): emulated (always) and natively on ``oracle``'s provider when one is named. Returns
-    (emulated, native or None, phase costs)."""
+    context): emulated (always; its sums spelled as the run ``measured`` them) and natively on
+    ``oracle``'s provider when one is named. Returns (emulated, native or None, phase costs)."""
     started = time.perf_counter()
-    emulated = _emulated(output_path, feeds, custom_op_libraries, target)
+    emulated = _emulated(output_path, feeds, custom_op_libraries, target, measured)
     verified = _judged(emulated, feeds, reference_outputs, tol)
     phases = [PhaseCost("verify", time.perf_counter() - started, sessions=1, probes=1)]
     native = None
@@ -104,9 +105,9 @@ def validate_written(output_path: str | ModelContext, feeds: Sequence[Feed],
                      custom_op_libraries: tuple[str, ...] = (), target: Target = GENERIC,
                      ) -> tuple[Comparison, str]:
     """The written model (a file, or a context in memory), emulated, on held-out samples the search
-    never saw: the comparison over them all and, where one fails, which sample and how ("" when all
-    pass)."""
-    run = _emulated(output_path, feeds, custom_op_libraries, target)
+    never saw (every sum checked: the run's proofs hold on its own samples): the comparison over them
+    all and, where one fails, which sample and how ("" when all pass)."""
+    run = _emulated(output_path, feeds, custom_op_libraries, target, UNMEASURED)
     per_sample = [compare_outputs(ref, cand, t, run.oracle) for ref, cand, t in
                   zip(reference_outputs, only_reference_outputs(run, reference_outputs),
                       each_sample(tol, len(reference_outputs)))]
@@ -116,20 +117,20 @@ def validate_written(output_path: str | ModelContext, feeds: Sequence[Feed],
 
 
 def _written(model: str | ModelContext, custom_op_libraries: tuple[str, ...], target: Target) -> ModelContext:
-    """The written model's context on ``target``: a file read back, or the context of one written in memory
-    (on the target the run measured with, its proven sums: :meth:`~onnx_precision.target.Target.proving`)."""
+    """The written model's context on ``target``: a file read back, or the context of one written in
+    memory."""
     if isinstance(model, ModelContext):
         return model if model.target == target else replace(model, target=target)
     return load_model(model, custom_op_libraries, target)
 
 
 def _emulated(model: str | ModelContext, feeds: Sequence[Feed], custom_op_libraries: tuple[str, ...],
-              target: Target) -> OracleRun:
-    """The written model (:func:`_written`) emulated; a file is read back for that run alone
-    (:func:`.runs.run_emulated_file`)."""
+              target: Target, measured: Measured) -> OracleRun:
+    """The written model (:func:`_written`) emulated, the sums ``measured`` proves in range unchecked; a
+    file is read back for that run alone (:func:`.runs.run_emulated_file`)."""
     if isinstance(model, ModelContext):
-        return run_emulated(_written(model, custom_op_libraries, target), feeds)
-    return run_emulated_file(model, feeds, custom_op_libraries, target)
+        return run_emulated(_written(model, custom_op_libraries, target), feeds, measured)
+    return run_emulated_file(model, feeds, custom_op_libraries, target, measured)
 
 
 def only_reference_outputs(run: OracleRun, refs: Sequence[Mapping]) -> list[dict[str, np.ndarray]]:

@@ -19,19 +19,20 @@ from ..graph import is_onnx_domain, subgraphs
 from ..quantized import QUANTIZE, is_qdq
 from ..storage import element_count, external_location, inline_small_external, read_array
 from ..storage.external_data import INLINE_EXTERNAL_BYTES
-from ..target import GENERIC, Spelling, Target
+from ..target import GENERIC, UNMEASURED, Measured, Spelling, Target
 from .rounding import FLOAT, Names, elem_types, round_nodes
 
 
 def emulate_model(model: onnx.ModelProto, base_dir: str, target: Target = GENERIC,
-                  in_place: bool = False) -> onnx.ModelProto:
+                  in_place: bool = False, measured: Measured = UNMEASURED) -> onnx.ModelProto:
     """The FP32 graph of an FP16/BF16/mixed ``model`` that rounds every 16-bit tensor to its type.
 
     16-bit graph inputs become FP32 inputs rounded on entry; 16-bit initializers and constants become
     FP32 (exactly); every node output that was 16-bit is rounded where it is produced; a Cast to
     FLOAT16 or BFLOAT16 becomes a round trip. Graph outputs that were 16-bit are FP32 holding such
     values. With a
-    target that builds an FP16 node from several layers (TensorRT), the node is emulated as them.
+    target that builds an FP16 node from several layers (TensorRT), the node is emulated as them; one
+    that sums in FP16 checks each sum but those ``measured`` proves in range (the run that wrote it).
     ``in_place``: ``model`` itself becomes the emulation (a model read for it alone: no copy of it).
     """
     types = elem_types(model)
@@ -40,7 +41,7 @@ def emulate_model(model: onnx.ModelProto, base_dir: str, target: Target = GENERI
         out.CopyFrom(model)
     inline_small_external(out, base_dir)
     names = Names(out)
-    layers = target.spelling(out, base_dir, None, names.fresh)
+    layers = target.emulation.spelling(out, base_dir, None, names.fresh, measured)
     _emulate_graph(out.graph, types, names, base_dir, layers, is_main=True)
     return out
 

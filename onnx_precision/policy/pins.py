@@ -193,7 +193,7 @@ def unmeasured_static_plan(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionP
 def target_reasons(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
     """``plan`` with a ``target`` reason on each measured FP32 pin whose op the target builds from
     several layers: the pin may be there because of those layers (a generic run may not need it)."""
-    spelling = ctx.target.spelling(ctx.model, ctx.base_dir, ctx.types, lambda base: base)
+    spelling = ctx.target.emulation.spelling(ctx.model, ctx.base_dir, ctx.types, lambda base: base)
     added: dict[str, list[Reason]] = {}
     for ref in ctx.nodes:
         decision = plan.decisions.get(ref.name)

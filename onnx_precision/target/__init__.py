@@ -1,8 +1,11 @@
 """Targets: where the written model runs (:class:`Target`), and the 16-bit types (:class:`LowPrecision`).
 
 * :mod:`onnx_precision.float_types`: the table of 16-bit float types and their limits;
-* :mod:`.base`: what a target answers (its type, how it spells FP16 nodes, whose kernels bind a
-  plan, its flags);
+* :mod:`.base`: what a target answers, its facts (its type, whose kernels bind a plan, how each op kind
+  accumulates, its names);
+* :mod:`.emulation`: how a target's FP16 nodes are spelled for the emulation, and what a run measured of
+  them (:class:`Measured`);
+* :mod:`.commands`: the commands a target's user is told to run (its options, the next step);
 * :mod:`.generic`: :data:`GENERIC`, every op computing in FP32 and storing FP16, on onnxruntime;
 * :mod:`.tensorrt`: :class:`TensorRTTarget`, one TensorRT release's layers;
 * :mod:`.webgpu`: :class:`WebGpuTarget`, onnxruntime's WebGPU provider, whose kernels sum in FP16;
@@ -13,7 +16,8 @@
 """
 
 from ..float_types import FP16, LowPrecision
-from .base import Spelling, Target
+from .base import Target
+from .emulation import UNMEASURED, Measured, Spelling
 from .fp16_accumulate import Fp16AccumulateTarget
 from .generic import GENERIC, GenericTarget
 from .named import KINDS, NATIVE_PROVIDERS, ORACLE_NAMES, RUNTIMES, Runtime, target_help, target_named
@@ -21,6 +25,6 @@ from .openvino_gpu import OpenVinoGpuTarget
 from .tensorrt import TensorRTTarget
 from .webgpu import WebGpuTarget
 
-__all__ = ["Spelling", "Target", "GENERIC", "GenericTarget", "FP16", "LowPrecision", "KINDS", "target_named",
-           "TensorRTTarget", "WebGpuTarget", "OpenVinoGpuTarget", "Fp16AccumulateTarget", "RUNTIMES",
-           "Runtime", "NATIVE_PROVIDERS", "ORACLE_NAMES", "target_help"]
+__all__ = ["Spelling", "Target", "Measured", "UNMEASURED", "GENERIC", "GenericTarget", "FP16", "LowPrecision",
+           "KINDS", "target_named", "TensorRTTarget", "WebGpuTarget", "OpenVinoGpuTarget",
+           "Fp16AccumulateTarget", "RUNTIMES", "Runtime", "NATIVE_PROVIDERS", "ORACLE_NAMES", "target_help"]

@@ -24,7 +24,7 @@ where N is an FP16 number, about 1 ± 2^-12 where it rounds, and 0 from 65520, w
 runtime's mean is sum/inf = 0 (inf·0 = NaN where the sum overflowed as well, as there).
 
 A decomposed LayerNorm's form (:func:`onnx_precision.policy.written_forms`, marked by
-:func:`.sum_rewrite.form_of`) the target pre-scales (:attr:`.Target.prescaled`: its statistics would pass
+:func:`.sum_rewrite.form_of`) the run pre-scales (:attr:`.Measured.prescaled`: its statistics would pass
 65504 on the samples) is spelled as written: Mul(x, 2^-j) rounded, then the node with epsilon·2^-2j and
 its check. The written model's LayerNormalization, pre-scaled already, has no mark: spelled as it is.
 
@@ -37,7 +37,7 @@ most 1, so its denominator cannot overflow on any data. The check is one compari
 the smallest value the 16-bit type rounds to inf (65520), not a Cast pair and a comparison with inf.
 
 A node whose bound the samples prove in range (below 65504/headroom on the FP32 run: :func:`proven_sums`,
-held by the target, :meth:`.Target.proving`) gets no check: the search's graphs and the written model's
+held by the run's basis, :attr:`.Measured.proven`) gets no check: the search's graphs and the written model's
 verification spell it alike, so what is verified is what was measured. The proof holds on the samples;
 the headroom covers other inputs. ``check`` of another tool's model checks every sum.
 
@@ -55,7 +55,7 @@ import functools
 import logging
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -66,7 +66,9 @@ from ..graph import is_onnx_domain, onnx_opset
 from ..trt.spell import DecompositionError, Speller, round_graph
 from ..typing_rules import WIDE, elem_type, tensor_types
 from ..typing_rules.constant_values import small_constant_arrays
-from .base import Fresh, OneOp, Spelling, Target
+from .base import Target
+from .commands import Commands, NamedCommands
+from .emulation import UNMEASURED, Emulation, Fresh, Measured, OneOp, Spelling
 from .quantize import Quantizing
 from .sum_rewrite import marked_rewrite, prescaled_layer_norm, rewritten_nodes, written_for
 
@@ -379,37 +381,46 @@ class Accumulating(Spelling):
 
 @dataclass(frozen=True)
 class SumsInFp16(Target):
-    """A target whose kernels keep some sums in FP16 (:attr:`Target.accumulation`): each FP16 node is one op
-    with the overflow check of the op kinds it sums in FP16, but on the nodes the samples prove in range
-    (``proven``: :func:`proven_sums`), and the LayerNormalizations ``prescaled`` as written on x·2^-j."""
+    """A target whose kernels keep some sums in FP16 (:attr:`Target.accumulation`), selected by ``--target``
+    and its name: each FP16 node is emulated as one op with the overflow check of the op kinds it sums in
+    FP16 (:class:`AccumulatingEmulation`)."""
 
     low: LowPrecision = FP16
     fallback: LowPrecision | None = None
-    proven: frozenset[str] = frozenset()  # nodes whose FP16 sums the samples prove in range (no check)
-    prescaled: tuple[tuple[str, int], ...] = ()  # LayerNormalizations written on x·2^-j: (name, j)
 
     def onnxruntime_kernels(self, low: LowPrecision) -> bool:
         # the written model is loaded by onnxruntime (a WebGPU build, its DML provider) or converted from
         # the ONNX model (CoreML): what its CPU provider cannot load in a 16-bit type, those cannot either
         return low.cpu_kernels
 
-    def cli_args(self) -> list[str]:
-        return ["--target", self.name, *super().cli_args()]  # its --target name is its name
-
-    def proving(self, nodes: frozenset[str]) -> Target:
-        return replace(self, proven=nodes)
-
-    def prescaling(self, shifts: tuple[tuple[str, int], ...]) -> Target:
-        return replace(self, prescaled=shifts)
-
-    def spelling(self, model: onnx.ModelProto, base_dir: str,
-                 types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh) -> Spelling:
+    @property
+    def emulation(self) -> Emulation:
         fp16 = frozenset(op for op, how in self.accumulation.items() if how == "fp16")
-        spelled = Accumulating(OneOp(), fp16, onnx_opset(model, 13),
+        return AccumulatingEmulation(fp16, self.counts_in_low & fp16, self.quantizes_by_reciprocal)
+
+    @property
+    def commands(self) -> Commands:
+        return NamedCommands(self.low, self.name)  # its --target name is its name
+
+
+@dataclass(frozen=True)
+class AccumulatingEmulation(Emulation):
+    """Each FP16 node as one op with the overflow check of the op kinds ``fp16`` summed in FP16
+    (:class:`Accumulating`), but on the nodes the run proved in range (:attr:`.Measured.proven`), and the
+    LayerNormalizations it pre-scaled as written on x·2^-j (:attr:`.Measured.prescaled`); ``counted``: the
+    means dividing by their count held in FP16; ``reciprocal``: :attr:`.Target.quantizes_by_reciprocal`."""
+
+    fp16: frozenset[str]
+    counted: frozenset[str] = frozenset()
+    reciprocal: bool = False
+
+    def spelling(self, model: onnx.ModelProto, base_dir: str, types: Mapping[str, onnx.TypeProto] | None,
+                 fresh: Fresh, measured: Measured = UNMEASURED) -> Spelling:
+        spelled = Accumulating(OneOp(), self.fp16, onnx_opset(model, 13),
                                tensor_types(model) if types is None else types,
                                small_constant_arrays(model, base_dir, SMALL_CONSTANT), fresh,
-                               self.counts_in_low & fp16, self.proven, dict(self.prescaled))
-        return Quantizing(spelled, self.quantizes_by_reciprocal, fresh)
+                               self.counted, measured.proven, dict(measured.prescaled))
+        return Quantizing(spelled, self.reciprocal, fresh)
 
 
 def proven_sums(bounds: Mapping[str, float], low: LowPrecision, headroom: float) -> frozenset[str]:

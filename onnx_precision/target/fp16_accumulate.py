@@ -18,6 +18,7 @@ import onnx
 from ..suggested import RunArgs, quoted
 from .accumulation import COUNTED, OVERFLOWS, SumsInFp16
 from .base import Accumulation
+from .commands import Commands, NamedCommands
 
 EVERY_SUM_FP16: Mapping[str, Accumulation] = {op: "fp16" for op in OVERFLOWS}
 
@@ -40,6 +41,13 @@ class Fp16AccumulateTarget(SumsInFp16):
     def counts_in_low(self) -> frozenset[str]:
         return COUNTED
 
+    @property
+    def commands(self) -> Commands:
+        return Fp16AccumulateCommands(self.low, self.name)
+
+
+@dataclass(frozen=True)
+class Fp16AccumulateCommands(NamedCommands):
     def next_step(self, model: onnx.ModelProto, run: RunArgs) -> str:
         return (f"{quoted(run.check_args(self.cli_args()))}  # judges it again as this run did, FP16 sums "
                 f"emulated; no provider here runs DirectML or CoreML: check it there before you ship")

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 import onnx
 
 from ..float_types import BF16, FP16, LowPrecision
-from .base import Fresh, OneOp, Spelling, Target
+from .base import Target
 from .bf16_kernels import ort_cuda_has_bf16
+from .emulation import UNMEASURED, Emulation, Fresh, Measured, OneOp, Spelling
 from .quantize import Quantizing
 
 # Whether onnxruntime's CUDA provider has a node's kernel (op type, domain, opset), for each 16-bit type
@@ -40,9 +41,21 @@ class GenericTarget(Target):
             return None
         return f"onnxruntime's CUDA provider has no {low.type_name} {node.op_type} kernel"
 
-    def spelling(self, model: onnx.ModelProto, base_dir: str,
-                 types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh) -> Spelling:
-        return Quantizing(OneOp(), self.quantizes_by_reciprocal, fresh)
+    @property
+    def emulation(self) -> Emulation:
+        return OneOpEmulation(self.quantizes_by_reciprocal)
+
+
+@dataclass(frozen=True)
+class OneOpEmulation(Emulation):
+    """Each 16-bit node is one op computing in FP32 (:class:`.emulation.OneOp`), a QuantizeLinear as the
+    runtime quantizes (``reciprocal``: :attr:`.Target.quantizes_by_reciprocal`)."""
+
+    reciprocal: bool = False
+
+    def spelling(self, model: onnx.ModelProto, base_dir: str, types: Mapping[str, onnx.TypeProto] | None,
+                 fresh: Fresh, measured: Measured = UNMEASURED) -> Spelling:
+        return Quantizing(OneOp(), self.reciprocal, fresh)
 
 
 GENERIC: Target = GenericTarget()

@@ -23,6 +23,7 @@ import onnx
 from ..suggested import RunArgs, quoted
 from .accumulation import SumsInFp16
 from .base import Accumulation
+from .commands import Commands, NamedCommands
 
 OPENVINO_GPU_ACCUMULATION: Mapping[str, Accumulation] = {
     # kernels/convolution/convolution_kernel_base.cpp (commit 017e42648f46ff880ea133a2cd6f97995130f516)
@@ -102,6 +103,13 @@ class OpenVinoGpuTarget(SumsInFp16):
         # its means are reductions and pools, which divide in FP32 (GetFinalAccumulatorType above)
         return frozenset()
 
+    @property
+    def commands(self) -> Commands:
+        return OpenVinoGpuCommands(self.low, self.name)
+
+
+@dataclass(frozen=True)
+class OpenVinoGpuCommands(NamedCommands):
     def next_step(self, model: onnx.ModelProto, run: RunArgs) -> str:
         # onnxruntime's OpenVINO provider (OpenVINOExecutionProvider, device GPU) is a separate build
         # (onnxruntime-openvino) and no --oracle here runs it: the command offered judges it as this run did

@@ -33,7 +33,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..float_types import FP16, LowPrecision
-from .base import Fresh, Spelling
+from .emulation import Fresh, Spelling
 
 FLOAT = onnx.TensorProto.FLOAT
 QDQ_DOMAINS = ("", "ai.onnx", "com.microsoft")

@@ -24,8 +24,10 @@ from ..trt.spell import DecompositionError
 from ..trt.versions import NEWEST, TrtVersion
 from ..typing_rules import tensor_types
 from ..typing_rules.constant_values import small_constant_arrays
-from .base import Fresh, Spelling, Target
+from .base import Target
 from .bf16_kernels import trt_has_bf16
+from .commands import Commands
+from .emulation import UNMEASURED, Emulation, Fresh, Measured, Spelling
 from .quantize import Quantizing
 
 log = logging.getLogger(__name__)
@@ -61,11 +63,13 @@ class TensorRTTarget(Target):
             return None
         return f"{self.title}'s ONNX parser takes no {low.type_name} {node.op_type}"
 
-    def spelling(self, model: onnx.ModelProto, base_dir: str,
-                 types: Mapping[str, onnx.TypeProto] | None, fresh: Fresh) -> Spelling:
-        layers = TrtLayers(model, self.version, base_dir, tensor_types(model) if types is None else types,
-                           fresh)
-        return Quantizing(layers, self.quantizes_by_reciprocal, fresh)
+    @property
+    def emulation(self) -> Emulation:
+        return TrtEmulation(self.version, self.quantizes_by_reciprocal)
+
+    @property
+    def commands(self) -> Commands:
+        return TrtCommands(self.low, self.version)
 
     @property
     def quantizes_by_reciprocal(self) -> bool:
@@ -90,6 +94,33 @@ class TensorRTTarget(Target):
         # compute their statistics in FP16.
         return True
 
+    def stored_in_layers(self, op_type: str) -> str:
+        where = _LAYERED.get(op_type)
+        return f"{self.title} {where.format(low=self.low.name)}" if where else ""
+
+
+@dataclass(frozen=True)
+class TrtEmulation(Emulation):
+    """Each 16-bit node as the layers of one TensorRT release (:class:`TrtLayers`), a QuantizeLinear by the
+    reciprocal of its scale (``reciprocal``)."""
+
+    version: TrtVersion = NEWEST
+    reciprocal: bool = True
+
+    def spelling(self, model: onnx.ModelProto, base_dir: str, types: Mapping[str, onnx.TypeProto] | None,
+                 fresh: Fresh, measured: Measured = UNMEASURED) -> Spelling:
+        layers = TrtLayers(model, self.version, base_dir, tensor_types(model) if types is None else types,
+                           fresh)
+        return Quantizing(layers, self.reciprocal, fresh)
+
+
+@dataclass(frozen=True)
+class TrtCommands(Commands):
+    """TensorRT's: ``--target tensorrt`` (``--trt-version`` but for the newest), and the engine build of the
+    written model as its next step."""
+
+    version: TrtVersion = NEWEST
+
     def cli_args(self) -> list[str]:
         version = ["--trt-version", str(self.version)] if self.version != NEWEST else []
         return ["--target", "tensorrt", *version, *super().cli_args()]
@@ -99,10 +130,6 @@ class TensorRTTarget(Target):
         missing = "".join(f"; {p}" for p in profile.problems)
         return (f"{quoted(args)}  # TensorRT 9.0 and later builds it as written (--trt-flags for older)"
                 f"{missing}")
-
-    def stored_in_layers(self, op_type: str) -> str:
-        where = _LAYERED.get(op_type)
-        return f"{self.title} {where.format(low=self.low.name)}" if where else ""
 
 
 class TrtLayers(Spelling):

@@ -19,6 +19,7 @@ from ..float_types import LowPrecision
 from ..suggested import RunArgs, quoted
 from .accumulation import SumsInFp16
 from .base import Accumulation
+from .commands import Commands, NamedCommands
 
 WEBGPU_ACCUMULATION: Mapping[str, Accumulation] = {
     # math/matmul_packed.cc (commit e0432f8d126cb90da5d5fa210d98054f241a0740) MatMulProgram:
@@ -118,6 +119,13 @@ class WebGpuTarget(SumsInFp16):
     def kernel_blocker(self, node: onnx.NodeProto, low: LowPrecision, opset: int) -> str | None:
         return None if low.cpu_kernels else f"onnxruntime's WebGPU provider has no {low.type_name} kernels"
 
+    @property
+    def commands(self) -> Commands:
+        return WebGpuCommands(self.low, self.name)
+
+
+@dataclass(frozen=True)
+class WebGpuCommands(NamedCommands):
     def next_step(self, model: onnx.ModelProto, run: RunArgs) -> str:
         import onnxruntime as ort
 

@@ -1,0 +1,59 @@
+"""One job of a target: what the user is told of it, as command lines: the options that select it in a
+suggested command, and what to run next on a model written for it.
+
+A target's facts (:mod:`.base`) hold what the runtime computes; its :class:`Commands` only spell
+commands, each runnable when pasted (:func:`onnx_precision.suggested.quoted`). TensorRT's flags file is
+TensorRT's, whatever the target (:func:`onnx_precision.trt.trt_flags_text`), and is not a target's job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import onnx
+
+from ..float_types import FP16, LOW_PRECISIONS, LowPrecision
+from ..graph import walk_nodes
+from ..suggested import RunArgs, quoted
+
+
+@dataclass(frozen=True)
+class Commands:
+    """A target's commands (see the module docstring); this one's, a runtime whose kernels onnxruntime's
+    CUDA provider has (the generic target): the check on the GPU."""
+
+    low: LowPrecision = FP16
+
+    def cli_args(self) -> list[str]:
+        """The options that select the target in a suggested command (``--target``, ``--low-precision``;
+        at their defaults left out)."""
+        return ["--low-precision", self.low.precision] if self.low is not FP16 else []
+
+    def next_step(self, model: onnx.ModelProto, run: RunArgs) -> str:
+        """What to do with the written ``model`` on the target, as one command line that runs when pasted,
+        its shell comment saying what it does: here the check on the GPU, judged as the run judged."""
+        types = "/".join(low.name for low in written_lows(model)) or self.low.name
+        provider = {"cuda": "CUDA", "tensorrt": "TensorRT"}[run.native_oracle]
+        return (f"{quoted(run.check_args(self.cli_args(), run.native_oracle))}  # checks it on the GPU "
+                f"(onnxruntime-gpu's {provider} provider) as this run judged it; any {types} runtime runs it")
+
+
+@dataclass(frozen=True)
+class NamedCommands(Commands):
+    """The commands of a target selected by ``--target NAME``, its name (not the default's)."""
+
+    name: str = "generic"
+
+    def cli_args(self) -> list[str]:
+        return ["--target", self.name, *super().cli_args()]
+
+
+def written_lows(model: onnx.ModelProto) -> list[LowPrecision]:
+    """The 16-bit types a written model holds tensors in (what a runtime must run it in): those its Casts
+    write, its initializers and its I/O are in. A --fallback bf16 run whose plan put no node in BF16
+    writes FP16 alone."""
+    elems = {init.data_type for init in model.graph.initializer}
+    elems |= {vi.type.tensor_type.elem_type for vi in (*model.graph.input, *model.graph.output)}
+    elems |= {a.i for ref in walk_nodes(model.graph) if ref.node.op_type == "Cast"
+              for a in ref.node.attribute if a.name == "to"}
+    return [low for low in LOW_PRECISIONS.values() if low.elem_type in elems]
