@@ -10,7 +10,8 @@ kept by :meth:`ModelContext.memo`, so the context knows nothing of them.
 
 Loading never pulls external data into memory (``load_external_data=False``), nor the large inline
 weights of a big single-file model (:func:`storage.load_light`: they are read from the model file
-as if it were their data file); external tensors are read on demand, relative to
+as if it were their data file), but for the constants of its functions
+(:func:`storage.external_data.inline_function_tensors`); external tensors are read on demand, relative to
 :attr:`ModelContext.base_dir` (the model's own directory, whatever the working directory). The
 model must not be changed while a context holds it: the rewriter writes into a copy. A model given
 in memory (:func:`in_memory_context`) gets the same checks, on a copy.
@@ -254,7 +255,7 @@ def in_memory_context(model: onnx.ModelProto, base_dir: str | None = None,
     copy.CopyFrom(model)
     storage.external_data.refuse_private_keys(copy, IN_MEMORY)
     if base_dir is None:
-        external = next((t for t in storage.model_tensors(copy) if storage.is_external(t)), None)
+        external = next((t for t in storage.external_data.all_tensors(copy) if storage.is_external(t)), None)
         if external is not None:
             location = storage.external_location(external)
             raise ModelLoadError(f"{IN_MEMORY}: tensor '{external.name}' keeps its data in '{location}', a "
@@ -276,6 +277,7 @@ def _checked_context(model: onnx.ModelProto, path: str, base_dir: str, custom_op
     except GraphCycle as e:
         raise ModelLoadError(f"{path}: {e}") from e
     storage.check_model_external_data(model, base_dir, path)
+    storage.external_data.inline_function_tensors(model, base_dir)
     validate_model(model, path, base_dir)
     for library in custom_op_libraries:
         if not os.path.isfile(library):

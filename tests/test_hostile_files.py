@@ -8,12 +8,13 @@ from __future__ import annotations
 import os
 import re
 
+import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
 from onnx_precision.cli import main
-from onnx_precision.convert import convert_model
+from onnx_precision.convert import ConvertOptions, convert_model
 from onnx_precision.errors import ModelLoadError
 
 N = helper.make_node
@@ -112,3 +113,81 @@ def test_the_api_refuses_such_a_tensor_in_the_same_words(tmp_path, case):
         convert_model(model)
     with pytest.raises(ModelLoadError, match="'w'"):
         convert_model(onnx.load(model, load_external_data=False), base_dir=tmp_path)
+
+
+# --- item 12: external data on a function's Constant ---------------------------------------------------
+
+HALF = np.full(4, 0.5, np.float32)
+
+
+def _function_model(directory, location: str = "c.bin") -> str:
+    """y = AddC(x), a local function adding a Constant whose data is external at ``location``
+    (HALF written to c.bin)."""
+    (directory / "c.bin").write_bytes(HALF.tobytes())
+    constant = N("Constant", [], ["k"], name="kc", value=external("c", [4], location, 16))
+    function = helper.make_function("local", "AddC", ["a"], ["b"],
+                                    [constant, N("Add", ["a", "k"], ["b"], name="fadd")],
+                                    opset_imports=[helper.make_opsetid("", 17)])
+    model = model_of([N("AddC", ["x"], ["y"], name="call", domain="local")], [_vi("x", [4])], [_vi("y", [4])],
+                     functions=[function], opsets=[helper.make_opsetid("local", 1)])
+    path = str(directory / "m.onnx")
+    onnx.save(model, path)
+    return path
+
+
+def _runs_with_half_added(model: onnx.ModelProto) -> None:
+    """The function's Constant is in the model, and onnxruntime computes x + 0.5 with it."""
+    import onnxruntime as ort
+
+    (constant,) = [n for f in model.functions for n in f.node if n.op_type == "Constant"]
+    assert constant.attribute[0].t.data_location != TensorProto.EXTERNAL
+    assert onnx.numpy_helper.to_array(constant.attribute[0].t).tolist() == HALF.tolist()
+    x = np.arange(4, dtype=np.float32)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert session.run(None, {"x": x})[0].tolist() == (x + HALF).tolist()
+
+
+@pytest.mark.parametrize("where, mode", [("the model's folder", "all-fp16"), ("elsewhere", "auto")])
+def test_a_functions_external_constant_is_read_from_the_models_folder(tmp_path, monkeypatch, capsys, where,
+                                                                      mode):
+    """onnx's checker resolved it against the working directory: from the model's folder the written
+    model failed the full check (an internal error, exit 1), elsewhere the load said 'not regular file'
+    (exit 2)."""
+    models, out = tmp_path / "models", tmp_path / "out"
+    models.mkdir()
+    out.mkdir()
+    model = _function_model(models)
+    monkeypatch.chdir(models if where == "the model's folder" else out)
+    assert main(["convert", model, "-o", str(out / "o.onnx"), "--mode", mode, "-q"]) == 0, capsys.readouterr()
+    written = onnx.load(str(out / "o.onnx"))
+    onnx.checker.check_model(written, full_check=True)
+    _runs_with_half_added(written)
+    assert main(["analyze", model, "-q"]) == 0
+    assert main(["check", model, str(out / "o.onnx"), "-q"]) == 0
+
+
+def test_the_api_reads_a_functions_external_constant_from_the_models_folder(tmp_path, monkeypatch):
+    models = tmp_path / "models"
+    models.mkdir()
+    model = _function_model(models)
+    monkeypatch.chdir(tmp_path)
+    options = ConvertOptions(mode="all-fp16")
+    _runs_with_half_added(convert_model(model, options=options).model)
+    proto = onnx.load(model, load_external_data=False)
+    _runs_with_half_added(convert_model(proto, options=options, base_dir=models).model)
+    with pytest.raises(ModelLoadError, match="tensor 'c' keeps its data in 'c.bin'.*give base_dir"):
+        convert_model(proto)
+
+
+@pytest.mark.parametrize("location, said", [
+    ("../secret.bin", "leads outside the model's directory"),
+    ("gone.bin", "external data file 'gone.bin' of tensor 'c' is missing")])
+def test_a_functions_external_constant_is_checked_as_a_graphs(tmp_path, capsys, location, said):
+    models, out = tmp_path / "models", tmp_path / "out"
+    models.mkdir()
+    out.mkdir()
+    (tmp_path / "secret.bin").write_bytes(HALF.tobytes())
+    model = _function_model(models, location)
+    for command in ("convert all-fp16", "analyze"):
+        line = ends(argv(command, model, out), capsys, out, (model, str(tmp_path / "secret.bin")))
+        assert line.startswith(f"{model}: ") and said in line

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from io import BufferedReader
 
@@ -70,14 +70,32 @@ class ExternalRef:
 
 
 def model_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
-    """Every tensor that can hold weights, in a stable order: each graph's initializers, then its
-    nodes' tensor attributes and subgraphs, depth first."""
+    """Every tensor of the graph that can hold weights, in a stable order: each graph's initializers,
+    then its nodes' tensor attributes and subgraphs, depth first (the functions' are
+    :func:`function_tensors`)."""
     yield from _graph_tensors(model.graph)
+
+
+def function_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor attribute of the model's functions' nodes, their subgraphs included. The load
+    reads those kept in files into the model (:func:`inline_function_tensors`)."""
+    for function in model.functions:
+        yield from _node_tensors(function.node)
+
+
+def all_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """:func:`model_tensors`, then :func:`function_tensors`."""
+    yield from model_tensors(model)
+    yield from function_tensors(model)
 
 
 def _graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
     yield from graph.initializer
-    for node in graph.node:
+    yield from _node_tensors(graph.node)
+
+
+def _node_tensors(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.TensorProto]:
+    for node in nodes:
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.TENSOR:
                 yield attr.t
@@ -210,7 +228,7 @@ def _check_inside(location: str, directory: str, what: str) -> None:
 def refuse_private_keys(model: onnx.ModelProto, model_path: str) -> None:
     """A model read from disk may not carry the keys this package uses for its own lazy tensors
     (a hostile one could point them anywhere)."""
-    for tensor in model_tensors(model):
+    for tensor in all_tensors(model):
         if has_private_keys(tensor):
             raise ModelLoadError(f"{model_path}: tensor '{tensor.name}' uses the reserved external data keys "
                                  f"{', '.join(_PRIVATE_KEYS)}")
@@ -233,11 +251,22 @@ def check_ref(ref: ExternalRef, model_path: str | None = None) -> None:
 
 
 def check_model_external_data(model: onnx.ModelProto, base_dir: str, model_path: str | None = None) -> None:
-    """Check every external tensor's file exists and is long enough (no data is read)."""
-    for tensor in model_tensors(model):
+    """Check every external tensor's file (the functions' too) lies in ``base_dir``, exists and is long
+    enough (no data is read)."""
+    for tensor in all_tensors(model):
         ref = external_ref(tensor, base_dir, model_path)
         if ref is not None:
             check_ref(ref, model_path)
+
+
+def inline_function_tensors(model: onnx.ModelProto, base_dir: str) -> None:
+    """Read the model's functions' external tensors (checked by :func:`check_model_external_data`)
+    into it, in place. onnx's checker resolves a function's external data against the working
+    directory, not ``base_dir``, and a writer lays out only the graph's tensors (:func:`model_tensors`):
+    read in, a function's constants (small by nature) travel with every copy of the model."""
+    for tensor in function_tensors(model):
+        if is_external(tensor):
+            tensor.CopyFrom(numpy_helper.from_array(np.asarray(read_array(tensor, base_dir)), tensor.name))
 
 
 def cast_values(values: np.ndarray, to: int) -> np.ndarray:
