@@ -127,17 +127,18 @@ def test_a_genai_config_names_tensors_no_convention_does(tmp_path):
 STATES = parse("""
 <ir_version: 8, opset_import: ["" : 17]>
 states (float[1, 4] x, float[2, 1, 8] state, float[1, 8] h0, float[1, 8] c, float[1, 8] state_in,
-        float[1, 8] memory, int64[1, 8] counter, float[1, 3] wrong) =>
-       (float[1, 4] y, float[2, 1, 8] stateN, float[1, 8] hn, float[1, 8] cN, float[1, 8] state_out,
-        float[1, 8] new_memory, int64[1, 8] counterN, float[1, 8] wrongN) {
+        float[1, 8] memory, int64[1, 8] step_count, float[1, 3] hidden, float[1, 8] z_in) =>
+       (float[1, 4] xn, float[2, 1, 8] stateN, float[1, 8] hn, float[1, 8] cN, float[1, 8] state_out,
+        float[1, 8] new_memory, int64[1, 8] step_countN, float[1, 8] hiddenN, float[1, 8] z_out) {
     stateN = Identity (state)
     hn = Identity (h0)
     cN = Identity (c)
     state_out = Identity (state_in)
     new_memory = Identity (memory)
-    counterN = Identity (counter)
-    wrongN = Identity (h0)
-    y = Identity (x)
+    step_countN = Identity (step_count)
+    hiddenN = Identity (h0)
+    z_out = Identity (z_in)
+    xn = Identity (x)
 }
 """)
 
@@ -145,14 +146,14 @@ states (float[1, 4] x, float[2, 1, 8] state, float[1, 8] h0, float[1, 8] c, floa
 def test_recurrent_state_names_feed_their_inputs_when_the_types_agree():
     generation = infer_generation(STATES)
     assert generation is not None
+    # not hiddenN ([1, 8] is no [1, 3]), nor step_countN, z_out, xn: no recurrent names
     assert [(f.output, f.input, f.kind) for f in generation.feedback] == [
         ("stateN", "state", "state"), ("hn", "h0", "state"), ("cN", "c", "state"),
-        ("state_out", "state_in", "state"), ("new_memory", "memory", "state"),
-        ("counterN", "counter", "state")]  # not wrongN: [1, 8] is no [1, 3]
+        ("state_out", "state_in", "state"), ("new_memory", "memory", "state")]
     assert generation.tokens is None and generation.source == "state names"
-    # streaming: its other float inputs are its signal, chunked by their declared last dimension
-    assert generation.chunking is not None and generation.chunking.inputs == ("x", "wrong")
-    assert generation.summary() == "streaming: 6 states fed back, chunks of 4, 64 steps"
+    # streaming: its signal is chunked by its declared last dimension; inputs of other sizes are fed whole
+    assert generation.chunking is not None and generation.chunking.inputs == ("x",)
+    assert generation.summary() == "streaming: 5 states fed back, chunks of 4, 64 steps"
 
 
 def test_a_model_feeding_nothing_back_is_no_generation():

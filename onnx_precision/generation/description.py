@@ -14,14 +14,14 @@ is one without, whose :attr:`Generation.chunking` feeds the sample's signal a ch
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal
 
 from ..errors import UsageError
 
 DEFAULT_STEPS = 64  # decode steps after the prefill (or chunks after the first) unless told otherwise
 
 FeedbackKind = Literal["kv", "state"]
-Dim = Union[int, str, None]  # a declared dimension: a size, a symbol, or unknown
+Dim = int | str | None  # a declared dimension: a size, a symbol, or unknown
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,14 @@ same size wherever both declare one):
   older ``present_key_values.0.value``, genai's ``present_key_self_0`` -> ``past_key_self_0``);
 * a recurrent state: an output named as an input with ``N``/``n``/``_out``/``_next``/``_new`` after it
   or ``new_``/``next_`` before it feeds that input, itself or with ``0``/``_in`` after it (Silero VAD's
-  ``stateN`` -> ``state``, ``hn`` -> ``h0``, ``cN`` -> ``c``, ``state_out`` -> ``state_in``);
+  ``stateN`` -> ``state``, ``hn`` -> ``h0``, ``cN`` -> ``c``, ``state_out`` -> ``state_in``), where the
+  name is a recurrent one (``h``, ``c``, ``hx``, ``cx``, or holding ``state``, ``hidden``, ``cell``,
+  ``memory``, ``carry``): a denoiser's ``x_in`` -> ``x_out`` or a normaliser's ``x`` -> ``xn`` has the
+  same form and type, and feeding it back would judge a model no one runs that way;
 * greedy tokens: an integer ``input_ids`` (or ``decoder_input_ids``) and a float ``logits``;
 * what grows: ``attention_mask``, ``position_ids``, ``cache_position``;
-* a streaming model (states, no tokens): its other float inputs are its signal, chunked by their
-  declared last dimension.
+* a streaming model (states, no tokens): its first other float input is its signal, chunked by its
+  declared last dimension (or ``--chunk``), with every float input of that size or an undeclared one.
 
 A model with no output fed back is not a generation: :func:`infer_generation` returns None.
 """
@@ -22,7 +25,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Optional
 
 import onnx
 
@@ -49,6 +51,8 @@ _TOKEN_INPUTS = ("input_ids", "decoder_input_ids")
 _STATE_SUFFIXES = ("_out", ".out", "_next", "_new", "_n", "N", "n")
 _STATE_PREFIXES = ("new_", "next_")
 _STATE_INPUT_SUFFIXES = ("", "0", "_0", "_in", ".in")
+_STATE_NAMES = ("h", "c", "hx", "cx")
+_STATE_WORDS = ("state", "hidden", "cell", "memory", "carry")
 
 
 def infer_generation(model: onnx.ModelProto, options: GenerationOptions | None = None,
@@ -186,7 +190,13 @@ def _state_inputs(output: str) -> list[str]:
     """The names a recurrent state output's input may have."""
     stems = [output[:-len(s)] for s in _STATE_SUFFIXES if output.endswith(s) and len(output) > len(s)]
     stems += [output[len(p):] for p in _STATE_PREFIXES if output.startswith(p) and len(output) > len(p)]
-    return [stem + s for stem in stems for s in _STATE_INPUT_SUFFIXES]
+    return [stem + s for stem in stems if _recurrent(stem) for s in _STATE_INPUT_SUFFIXES]
+
+
+def _recurrent(stem: str) -> bool:
+    """Whether ``stem`` names a recurrent state (``h``, ``conv_state``, ``hidden_1``)."""
+    lower = stem.lower()
+    return lower in _STATE_NAMES or any(word in lower for word in _STATE_WORDS)
 
 
 def _tokens(io: _Io) -> Tokens | None:
@@ -202,23 +212,24 @@ def _grown(io: _Io) -> dict[str, str]:
 
 
 def _chunking(io: _Io, taken: set[str], chunk: int | None) -> Chunking | None:
-    """A streaming model's signal: its float inputs not fed back, chunked by ``chunk`` or by the first
-    one's declared last dimension."""
-    signal = tuple(n for n in io.inputs if n not in taken and _is_float(io.elem(n)) and io.shape(n) != ())
-    if not signal:
+    """A streaming model's signal: its float inputs not fed back whose last dimension is the chunk's
+    (``chunk``, or the first one's declared size) or undeclared; its other inputs are fed whole."""
+    floats = [n for n in io.inputs if n not in taken and _is_float(io.elem(n)) and io.shape(n) != ()]
+    if not floats:
         if chunk is not None:
             raise UsageError(f"--chunk {chunk}: the model has no input to chunk (a float input not fed back)")
         return None
+    lasts = {n: (io.shape(n) or (None,))[-1] for n in floats}
     if chunk is None:
-        last = (io.shape(signal[0]) or (None,))[-1]
-        chunk = last if isinstance(last, int) and last > 0 else None
-    return Chunking(signal, chunk)
+        first = lasts[floats[0]]
+        chunk = first if isinstance(first, int) and first > 0 else None
+    return Chunking(tuple(n for n in floats if lasts[n] == chunk or not isinstance(lasts[n], int)), chunk)
 
 
 # --- by a genai_config.json -------------------------------------------------------------------------
 
 _GENAI_CACHES = (("past_key_names", "present_key_names"), ("past_value_names", "present_value_names"))
-_Described = tuple[list[Feedback], Optional[Tokens], dict[str, str], Optional[int], str]
+_Described = tuple[list[Feedback], Tokens | None, dict[str, str], int | None, str]
 
 
 def _from_genai(io: _Io, config: object, path: str, model_path: str) -> _Described | None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Optional
 
 import numpy as np
 
@@ -84,8 +83,7 @@ class GenerationRun:
 # the reference tokens of each sample taught to a runner, by the sample's content
 _Taught = dict[str, np.ndarray]
 # one step as it runs: (step, its feed, its outputs, a decoder's greedy choice and its margin)
-_Choice = Optional[np.ndarray]
-_Step = tuple[int, dict[str, np.ndarray], Mapping[str, np.ndarray], _Choice, _Choice]
+_Step = tuple[int, dict[str, np.ndarray], Mapping[str, np.ndarray], np.ndarray | None, np.ndarray | None]
 
 
 class GenerationRunner:
