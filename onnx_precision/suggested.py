@@ -68,7 +68,7 @@ class RunArgs:
 
     def check_args(self, target_args: Sequence[str], oracle: str = "emulate") -> list[str]:
         """``onnx-precision check`` of the written model against the model read, judged as the run judged
-        it (``target_args``: the target's options, :meth:`.Target.cli_args`), on ``oracle``."""
+        it (``target_args``: the target's options, :meth:`.Commands.cli_args`), on ``oracle``."""
         libraries = [arg for path in self.custom_op_libraries for arg in ("--ort-custom-op-library", path)]
         quant = (["--reference-model", self.reference_model] if self.reference_model else []) + (
             ["--quant-margin", repr(self.quant_margin)] if self.quant_margin is not None else [])
