@@ -5,7 +5,8 @@ and quotes included, and so is any sentence that quotes one (a note, a reason, a
 renders what it writes through the function for its sink:
 
 * a terminal (stdout, stderr, a log line): :func:`for_terminal`, applied where each line is printed
-  (``cli/*.py``, :func:`.cli.common.one_line`), so that no sentence can bring its own control sequence;
+  (:func:`.cli.common.show`, :class:`.cli.common.TerminalFormatter`), so that no sentence can bring its
+  own control sequence;
 * a shell: :func:`for_shell` for each word of a command line (the ``next:`` line, the ``--trt-flags``
   file's commands, through :func:`.suggested.quoted`), and :func:`shell_script` for the lines of a
   file meant to be run, comments included (a newline in a comment would end it and run the rest);
@@ -113,14 +114,17 @@ def for_markdown(name: str, *, cell: bool = False) -> str:
     return span.replace("|", "\\|") if cell else span
 
 
-_MARKDOWN_SPECIAL = re.compile(r"[\\`\[<]")
+# What would start markup in a sentence: a backslash that escapes the punctuation after it, a backtick (a
+# code span), '<' before a letter, '/', '!' or '?' (an HTML tag, comment or autolink), ']' before '(' or
+# '[' (a link or an image). A '<=' or 'y[0, 3]' of our own sentences starts none, and stays as it is.
+_MARKDOWN_MARKUP = re.compile(r"""\\(?=[!-/:-@\[-`{-~])|`|<(?=[A-Za-z/!?])|\](?=[(\[])""")
 
 
 def markdown_text(text: str, *, cell: bool = False) -> str:
-    """A sentence (which may quote names) as Markdown text shown as written: its controls escaped,
-    and the characters that would start markup from it backslash-escaped (``\\``, a backtick, ``[``
-    of a link or image, ``<`` of HTML), and in a table ``cell`` its ``|`` too."""
-    text = _MARKDOWN_SPECIAL.sub(lambda m: "\\" + m.group(), for_terminal(text))
+    """A sentence (which may quote names) as Markdown text shown as written: its controls escaped, each
+    character that would start markup backslash-escaped (:data:`_MARKDOWN_MARKUP`), and in a table
+    ``cell`` its ``|`` too."""
+    text = _MARKDOWN_MARKUP.sub(lambda m: "\\" + m.group(), for_terminal(text))
     return text.replace("|", "\\|") if cell else text
 
 

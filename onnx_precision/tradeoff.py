@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from .format import json_safe, number
 from .judge import Comparison, Tolerance, statistic
+from .render import for_markdown
 
 
 def error_statistic(tol: Tolerance) -> str:
@@ -101,7 +102,7 @@ def front_table(points: Sequence[PlanPoint], flops: Mapping[str, float] | None =
         pins = costliest_first(p.pinned, flops or {})
         more = f" (+{len(pins) - listed})" if len(pins) > listed else ""
         label = f"**{p.index} (chosen)**" if p.index == chosen else str(p.index)
-        listed_pins = ", ".join(f"`{n}`" for n in pins[:listed]) + more
+        listed_pins = ", ".join(for_markdown(n, cell=True) for n in pins[:listed]) + more
         lines.append(f"| {label} | {share_text(p.fp16_flop_share)} | {number(p.worst_error)} | "
                      f"{'yes' if p.passed else 'no'} | {listed_pins or '-'} |")
     return lines

@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from xml.sax.saxutils import escape
 
 from .format import number
+from .render import for_svg
 from .tradeoff import ALL_LISTED, PlanPoint, ToleranceLine, pareto_front, share_text
 
 WIDTH, HEIGHT = 800, 470
@@ -211,7 +211,7 @@ def _point(frame: _Frame, p: PlanPoint, low: str) -> str:
     tip = (f"point {p.index}: {share_text(p.fp16_flop_share)} {low}, error {number(p.worst_error)}, "
            f"{'passes' if p.passed else 'fails'}, {len(p.pinned)} FP32 pin(s)")
     colour = PASSED_COLOUR if p.passed else FAILED_COLOUR
-    return (f'<g><title>{escape(tip)}</title><circle cx="{frame.x(p.fp16_flop_share):.1f}" '
+    return (f'<g><title>{for_svg(tip)}</title><circle cx="{frame.x(p.fp16_flop_share):.1f}" '
             f'cy="{frame.y(p.worst_error):.1f}" r="4" fill="{colour}"/></g>')
 
 
@@ -310,7 +310,7 @@ def _text(x: float, y: float, text: str, anchor: str = "start", size: int = 11, 
     style = "".join(f' {name}="{value}"' for name, value, default in (
         ("text-anchor", anchor, "start"), ("font-size", size, 11), ("font-weight", weight, "normal"),
         ("fill", fill, "black")) if value != default)
-    return f'<text x="{x:.1f}" y="{y:.1f}"{style}>{escape(text)}</text>'
+    return f'<text x="{x:.1f}" y="{y:.1f}"{style}>{for_svg(text)}</text>'
 
 
 def _line(x1: float, y1: float, x2: float, y2: float, colour: str) -> str:

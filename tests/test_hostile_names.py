@@ -1,6 +1,6 @@
 """A name is data (issue 30): every writer that puts a name from the model somewhere (the summary, the
-``-q`` verdict, analyze's table, check's lines, stderr, the ``next:`` line, the ``--trt-flags`` file)
-renders it for that sink (:mod:`onnx_precision.render`).
+``-q`` verdict, analyze's table, check's lines, stderr, the ``next:`` line, the ``--trt-flags`` file, the
+Markdown report, the trade-off picture, the JSON) renders it for that sink (:mod:`onnx_precision.render`).
 The model's names hold newlines, CR, ESC/OSC sequences, a C1 CSI (U+009B), a bidi override (U+202E),
 quotes, backticks and ``|``; a newline followed by ``touch PWNED`` is what a shell would run."""
 
@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
+import xml.etree.ElementTree as ET
 
 import numpy as np
 import onnx
@@ -17,7 +19,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx_precision.cli import main
-from onnx_precision.render import UNSAFE, for_shell, for_terminal, from_ansi_c
+from onnx_precision.render import UNSAFE, for_markdown, for_shell, for_terminal, from_ansi_c, markdown_text
+from onnx_precision.tradeoff import PlanPoint
+from onnx_precision.tradeoff_picture import Picture, front_svg
 
 # An OSC 8 hyperlink, a switch to the line-drawing set, a C1 CSI that clears the screen, a bidi override,
 # a line separator, CR (and, but in the input's name, which --input-shape could not take with a '[', a CSI
@@ -133,6 +137,26 @@ def test_a_shell_word_reaches_the_command_whole(tmp_path, word):
     assert "\n" not in quoted and (not quoted.startswith("$'") or from_ansi_c(quoted[2:-1]) == word)
 
 
+def test_a_name_is_one_markdown_code_span():
+    assert for_markdown("a`b") == "``a`b``" and for_markdown("`x") == "`` `x ``"
+    assert for_markdown("a|b\n", cell=True) == "`a\\|b\\n`"
+
+
+def test_a_sentence_in_markdown_starts_no_markup_and_ours_stay_as_they_are():
+    assert markdown_text("node '[x](http://evil/)<img src=x>`a`\\](y)' | z", cell=True) == (
+        "node '[x\\](http://evil/)\\<img src=x>\\`a\\`\\\\\\](y)' \\| z")
+    ours = "slice at y[0, 3, 0] (32 elements) rel RMS err <= 0.2; layers <name>_<k>"
+    assert markdown_text(ours) == ours.replace("<n", "\\<n").replace("<k", "\\<k")
+
+
+def test_the_picture_is_xml_whatever_its_text():
+    svg = front_svg(Picture(points=(PlanPoint(0, ("n",), 0.5, True, {"y": 0.01}),), statistic="rel RMS err",
+                            note=f"no search: {HOSTILE['ln'][0]} & <b>"))
+    texts = [t.text or "" for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")]
+    assert any("touch PWNED_LN #\\x1b]8;;http://evil/" in t and "& <b>" in t for t in texts)
+    assert not UNSAFE.search(svg.replace("\n", ""))
+
+
 # --- the writers of a conversion --------------------------------------------------------------------
 
 
@@ -215,6 +239,46 @@ def test_the_flags_file_reads_back_to_the_same_pins(tmp_path, capsys):
                  "--save-plan", plan, "-q"]) == 0, capsys.readouterr().err
     nodes = json.load(open(plan))["nodes"]
     assert {n for n, d in nodes.items() if d["precision"] == "fp32"} == {names["ln"], names["act"], "q"}
+
+
+def test_the_markdown_report_keeps_every_table_whole(runs):
+    hostile, ordinary = runs
+    text = open(hostile.out.replace(".onnx", ".report.md"), encoding="utf-8").read()
+    assert not UNSAFE.search(text.replace("\n", ""))
+    lines = text.splitlines()
+    assert len(lines) == len(open(ordinary.out.replace(".onnx", ".report.md"), encoding="utf-8")
+                             .read().splitlines())
+    width = 0
+    for line in lines:  # each row has its header's cells, a '|' inside a name escaped
+        if not line.startswith("|"):
+            width = 0
+            continue
+        cells = len(re.split(r"(?<!\\)\|", line))
+        width = width or cells
+        assert cells == width, line
+    act = for_terminal(HOSTILE["act"][0])
+    assert f"| `{act}` | Relu |" in text  # a code span in its cell
+    out = for_terminal(HOSTILE["output"][0]).replace("|", "\\|")
+    assert f"| ``{out}`` |" in text  # its backtick inside a longer fence
+
+
+def test_the_json_report_and_svg_hold_the_names_as_data(runs):
+    hostile, _ = runs
+    raw = open(hostile.out.replace(".onnx", ".report.json"), encoding="utf-8").read()
+    assert raw.isascii() and not UNSAFE.search(raw.replace("\n", ""))
+    report = json.loads(raw)
+    assert {HOSTILE[r][0] for r in ("ln", "act", "quote", "output")} <= _strings(report)
+    svg = hostile.out.replace(".onnx", ".report.tradeoff.svg")
+    if os.path.exists(svg):
+        ET.parse(svg)
+
+
+def _strings(value) -> set[str]:
+    if isinstance(value, dict):
+        return set(value) | {s for v in value.values() for s in _strings(v)}
+    if isinstance(value, list):
+        return {s for v in value for s in _strings(v)}
+    return {value} if isinstance(value, str) else set()
 
 
 # --- the other commands -------------------------------------------------------------------------------

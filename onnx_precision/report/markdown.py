@@ -1,4 +1,10 @@
-"""The report as Markdown, for people, and the short summary for the terminal."""
+"""The report as Markdown, for people, and the short summary for the terminal.
+
+Every name in the Markdown is a code span (:func:`..render.for_markdown`) and every other text that is not
+ours (a reason, a note, a warning, a path, an op type) goes through :func:`..render.markdown_text`, so that
+what a model names can neither break a table nor become markup. The terminal summary is plain text: the
+command line renders each of its lines for the terminal where it prints them.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from ..judge import Comparison, Tolerance
 from ..oracle.inspection import NodeStats
 from ..plan import Precision
 from ..quantized import shares_text
+from ..render import for_markdown, markdown_text
 from ..storage import write_text
 from ..tradeoff import ALL_LISTED, front_table, worst_output_text
 
@@ -53,26 +60,24 @@ def _fallback_nodes(report: RunReport) -> list[str]:
         lines += ["", f"## {precision.name} nodes ({len(nodes)})", "", "| node | op | why | FP32 max abs |",
                   "|---|---|---|---|"]
         for name in nodes:
-            why = "<br>".join(dict.fromkeys(_reason_text(r) for r in report.plan.decisions[name].reasons))
             stats = report.node_stats.get(name, NodeStats())
-            lines.append(f"| `{name}` | {report.node_ops.get(name, '')} | {_md_cell(why)} | "
-                         f"{number(stats.max_abs)} |")
+            lines.append(f"| {_name_cells(report, name)} | {number(stats.max_abs)} |")
     return lines
 
 
 def to_markdown(report: RunReport) -> str:
     lines = [
-        f"# onnx-precision report: {report.model}",
+        f"# onnx-precision report: {markdown_text(report.model)}",
         "",
-        f"- output: `{report.output}`" if report.output else "- output: (none written)",
+        f"- output: {for_markdown(report.output)}" if report.output else "- output: (none written)",
         f"- mode: {report.mode}; oracle: {report.oracle}; target: {report.target}",
-        f"- status: **{report.status}**" + (f": {report.message}" if report.message else ""),
-        f"- samples: {report.sample_count} ({report.samples_source})",
+        f"- status: **{report.status}**" + (f": {markdown_text(report.message)}" if report.message else ""),
+        f"- samples: {report.sample_count} ({markdown_text(report.samples_source)})",
     ]
     if report.samples_synthetic:
-        lines.append(f"- note: {samples_note(report)}")
+        lines.append(f"- note: {markdown_text(samples_note(report))}")
     if report.tolerance is not None:
-        lines.append(f"- tolerance: {report.tolerance.describe()}")
+        lines.append(f"- tolerance: {markdown_text(report.tolerance.describe())}")
     if report.headroom:
         lines.append(
             f"- headroom: {report.headroom:g} (nodes whose FP32 activations exceed "
@@ -81,9 +86,9 @@ def to_markdown(report: RunReport) -> str:
         )
     elif report.headroom is not None:
         lines.append("- headroom: off (only the search pins)")
-    lines += [f"- warning: {w}" for w in report.warnings]
+    lines += [f"- warning: {markdown_text(w)}" for w in report.warnings]
     lines += [
-        f"- {report.low_label} share: {_share_text(report)}",
+        f"- {report.low_label} share: {markdown_text(_share_text(report))}",
         f"- cost: {report.sessions_built} onnxruntime session(s) of the model{_helpers(report)}, "
         f"{report.probes_run} probe(s), {report.seconds:.2f} s",
         "",
@@ -97,11 +102,9 @@ def to_markdown(report: RunReport) -> str:
         ]
         for name in report.fp32_nodes:
             stats = report.node_stats.get(name, NodeStats())
-            why = "<br>".join(dict.fromkeys(_reason_text(r) for r in report.plan.decisions[name].reasons))
             lines.append(
-                f"| `{name}` | {report.node_ops.get(name, '')} | {_md_cell(why)} | "
-                f"{number(stats.max_abs)} | {number(stats.min_nonzero_abs)} | "
-                f"{number(stats.layerwise_error)} |"
+                f"| {_name_cells(report, name)} | {number(stats.max_abs)} | "
+                f"{number(stats.min_nonzero_abs)} | {number(stats.layerwise_error)} |"
             )
     elif _apart(report):
         lines.append(f"None pinned: every non-quantized node runs in {report.low_label}; the notes say why "
@@ -113,7 +116,7 @@ def to_markdown(report: RunReport) -> str:
     for key, comparison in comparisons(report):
         lines += [
             "",
-            f"## {_COMPARISON_TITLES.get(key) or f'Before: {report.before_plan} (emulated)'}: "
+            f"## {_COMPARISON_TITLES.get(key) or f'Before: {markdown_text(report.before_plan)} (emulated)'}: "
             f"{'pass' if comparison.passed else 'FAIL'} ({comparison.oracle})",
             "",
             "| output | rel RMS err | worst slice | max abs err | max rel err | p99 | p99.9 | cosine | "
@@ -121,28 +124,29 @@ def to_markdown(report: RunReport) -> str:
             "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for m in comparison.outputs:
-            verdict = _md_cell(m.verdict()) if m.passed else "FAIL: " + _md_cell("; ".join(m.failures))
+            verdict = _cell(m.verdict()) if m.passed else "FAIL: " + _cell("; ".join(m.failures))
             lines.append(
-                f"| `{m.name}` | {number(m.rel_rms_err)} | {number(m.worst_slice_rel_rms)} | "
-                f"{number(m.max_abs_err)} | {number(m.max_rel_err)} | {number(m.p99_abs_err)} | "
+                f"| {for_markdown(m.name, cell=True)} | {number(m.rel_rms_err)} | "
+                f"{number(m.worst_slice_rel_rms)} | {number(m.max_abs_err)} | {number(m.max_rel_err)} | "
+                f"{number(m.p99_abs_err)} | "
                 f"{number(m.p999_abs_err)} | {cosine_text(m.cosine)} | {m.outside_bound}/{m.elements} | "
                 f"{m.new_nonfinite} | {verdict} |"
             )
-        lines += [""] + [f"- by shape: {_md_cell(line)}" for line in _by_shape_lines(comparison)] \
+        lines += [""] + [f"- by shape: {_cell(line)}" for line in _by_shape_lines(comparison)] \
             if comparison.by_shape else []
     if report.notes:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in report.notes]
+        lines += ["", "## Notes", ""] + [f"- {markdown_text(n)}" for n in report.notes]
     lines += _tradeoff_lines(report)
     if report.phases:
         lines += ["", "## Cost", "", "| phase | seconds | sessions | probes |", "|---|---|---|---|"]
-        lines += [f"| {p.name} | {p.seconds:.3f} | {p.sessions} | {p.probes} |" for p in report.phases]
+        lines += [f"| {_cell(p.name)} | {p.seconds:.3f} | {p.sessions} | {p.probes} |" for p in report.phases]
     return "\n".join(lines) + "\n"
 
 
 def _tradeoff_lines(report: RunReport) -> list[str]:
     """The trade-off section: how its plans came to be measured, the front with the chosen point
     marked, and the picture."""
-    note = report.tradeoff_note[:1].upper() + report.tradeoff_note[1:]
+    note = markdown_text(report.tradeoff_note[:1].upper() + report.tradeoff_note[1:])
     if not report.points:
         return ["", "## Trade-off", "", f"{note}."] if note else []
     rows = "all listed" if len(report.points) <= ALL_LISTED else "the Pareto front listed"
@@ -177,8 +181,14 @@ def _reason_text(reason) -> str:
     return f"{reason.source}: {reason.detail}" + (f" ({evidence})" if evidence else "")
 
 
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|")
+def _cell(text: str) -> str:
+    return markdown_text(text, cell=True)
+
+
+def _name_cells(report: RunReport, name: str) -> str:
+    """A node's first cells in a table of nodes: its name, its op, why it has its precision."""
+    why = "<br>".join(dict.fromkeys(_cell(_reason_text(r)) for r in report.plan.decisions[name].reasons))
+    return f"{for_markdown(name, cell=True)} | {_cell(report.node_ops.get(name, ''))} | {why}"
 
 
 # --- terminal summary -------------------------------------------------------------------------------
