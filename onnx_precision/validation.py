@@ -22,7 +22,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from .errors import ModelLoadError
-from .graph import is_onnx_domain, onnx_opset, subgraphs, walk_nodes
+from .graph import fresh_name, is_onnx_domain, model_names, onnx_opset, subgraphs, walk_nodes
 from .storage import is_external, model_tensors, read_array
 from .storage.external_data import is_packed, stored_bytes
 
@@ -169,33 +169,43 @@ def _check_ops(model: onnx.ModelProto, path: str) -> None:
 
 def checkable_copy(model: onnx.ModelProto, base_dir: str) -> onnx.ModelProto:
     """``model`` as the checker can see it from any directory: each external initializer (and each
-    Constant holding an external tensor) becomes a main-graph input of its type and shape; other
-    external tensor attributes (small by nature) are read into the copy."""
+    Constant holding an external tensor) of the main graph becomes a main-graph input of its type and
+    shape, and one of a subgraph an Identity of such an input (a subgraph's output must be a node's);
+    other external tensor attributes (small by nature) are read into the copy."""
     if not any(is_external(t) for t in model_tensors(model)):
         return model
     copy = onnx.ModelProto()
     copy.CopyFrom(model)  # cheap: external weights are not in the proto
     inputs = {vi.name for vi in copy.graph.input}
+    taken = model_names(copy)
     added: list[onnx.ValueInfoProto] = []
     pending = [copy.graph]
     while pending:
         graph = pending.pop()
-        external = [t for t in graph.initializer if is_external(t)]
-        added += [_value_info(t.name, t) for t in external if t.name not in inputs]
+        main = graph is copy.graph
+        external = {t.name: t for t in graph.initializer if is_external(t)}
         kept_inits = [t for t in graph.initializer if not is_external(t)]
         del graph.initializer[:]
         graph.initializer.extend(kept_inits)
-        kept_nodes = []
+        kept_nodes: list[onnx.NodeProto] = []
         for node in graph.node:
             value = _constant_value(node)
             if value is not None and is_external(value):
-                added.append(_value_info(node.output[0], value))
+                external[node.output[0]] = value
                 continue
             _read_external_attributes(node, base_dir)
             kept_nodes.append(node)
-            pending.extend(body for _, body in subgraphs(node))
+        if main:
+            added += [_value_info(name, t) for name, t in external.items() if name not in inputs]
+        else:
+            outer = {name: fresh_name(name, taken) for name in external}
+            added += [_value_info(outer[name], t) for name, t in external.items()]
+            kept_nodes[:0] = [onnx.helper.make_node("Identity", [outer[name]], [name]) for name in external]
         del graph.node[:]
         graph.node.extend(kept_nodes)
+        # the bodies of the nodes now in the graph: extend copied the kept nodes, so an edit of a body
+        # taken before would be lost (the checker would look for its data in the working directory)
+        pending.extend(body for node in graph.node for _, body in subgraphs(node))
     copy.graph.input.extend(added)
     return copy
 

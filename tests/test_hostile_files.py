@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -137,8 +138,6 @@ def _function_model(directory, location: str = "c.bin") -> str:
 
 def _runs_with_half_added(model: onnx.ModelProto) -> None:
     """The function's Constant is in the model, and onnxruntime computes x + 0.5 with it."""
-    import onnxruntime as ort
-
     (constant,) = [n for f in model.functions for n in f.node if n.op_type == "Constant"]
     assert constant.attribute[0].t.data_location != TensorProto.EXTERNAL
     assert onnx.numpy_helper.to_array(constant.attribute[0].t).tolist() == HALF.tolist()
@@ -191,3 +190,32 @@ def test_a_functions_external_constant_is_checked_as_a_graphs(tmp_path, capsys, 
     for command in ("convert all-fp16", "analyze"):
         line = ends(argv(command, model, out), capsys, out, (model, str(tmp_path / "secret.bin")))
         assert line.startswith(f"{model}: ") and said in line
+
+
+def test_a_subgraphs_external_data_is_read_from_the_models_folder(tmp_path, monkeypatch, capsys):
+    """A Constant kept in a file inside an If branch, and an initializer of that branch: validation's
+    checkable_copy lost its edits of every subgraph (protobuf's extend copies the nodes it kept), so
+    the checker looked for their data in the working directory ('not regular file', exit 2, elsewhere)
+    and, from the model's folder, met the name twice (an SSA error, exit 2)."""
+    models, out = tmp_path / "models", tmp_path / "out"
+    models.mkdir()
+    out.mkdir()
+    (models / "sub.bin").write_bytes(np.concatenate([HALF, HALF]).tobytes())
+    constant = N("Constant", [], ["t"], name="tc", value=external("tc", [4], "sub.bin", 16))
+    initializer = external("ti", [4], "sub.bin", 16)
+    initializer.external_data[1].value = "16"  # the offset
+    then = helper.make_graph([constant, N("Add", ["t", "ti"], ["s"], name="sum")], "then", [],
+                             [_vi("s", [4])], [initializer])
+    other = helper.make_graph([N("Identity", ["x"], ["e"], name="same")], "else", [], [_vi("e", [4])])
+    nodes = [N("Constant", [], ["c"], name="cond", value=onnx.numpy_helper.from_array(np.array(True), "c")),
+             N("If", ["c"], ["i"], name="if", then_branch=then, else_branch=other),
+             N("Add", ["x", "i"], ["y"], name="add")]
+    model = str(models / "m.onnx")
+    onnx.save(model_of(nodes, [_vi("x", [4])], [_vi("y", [4])]), model)
+    for where in (models, out):
+        monkeypatch.chdir(where)
+        written = str(out / f"o_{where.name}.onnx")
+        assert main(["convert", model, "-o", written, "-q"]) == 0, capsys.readouterr()
+        assert main(["analyze", model, "-q"]) == 0
+        session = ort.InferenceSession(written, providers=["CPUExecutionProvider"])
+        assert session.run(None, {"x": np.zeros(4, np.float32)})[0].tolist() == [1.0] * 4
