@@ -315,3 +315,20 @@ def test_an_error_naming_the_models_inputs_is_one_escaped_line(runs, capsys, tmp
     err = capsys.readouterr().err
     assert len(_terminal_safe(err)) == 1
     assert f"(inputs: {for_terminal(HOSTILE['input'][0])})" in err
+
+
+def test_a_log_line_is_escaped_and_a_traceback_keeps_its_lines():
+    import logging
+    import sys
+
+    from onnx_precision.cli.common import TerminalFormatter
+
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        record = logging.LogRecord("x", logging.DEBUG, __file__, 1, "node %s failed", (HOSTILE["act"][0],),
+                                   sys.exc_info())
+    text = TerminalFormatter("%(message)s").format(record)
+    first, *rest = text.splitlines()
+    assert first == f"node {for_terminal(HOSTILE['act'][0])} failed"
+    assert rest[0] == "Traceback (most recent call last):" and rest[-1] == "ValueError: boom"
