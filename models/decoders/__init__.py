@@ -8,7 +8,8 @@ Each is run over many steps, its outputs fed back as inputs, and each is a direc
 * :func:`tiny_llama`: a Llama-architecture decoder with a KV cache under Hugging Face optimum's names
   (``past_key_values.N.key`` in, ``present.N.key`` out), 2 layers of width 16: RMSNorm, rotary
   positions, a causal mask with float32's minimum as its sentinel, SwiGLU. FP16 holds it over a
-  whole generation.
+  whole generation. Its graph is :func:`llama_decoder`'s, which also builds real Llamas from their
+  weights (grouped-query attention, tied embeddings: scripts/decoder_models.py's SmolLM2-135M).
 * :func:`growing_state`: a token decoder with a recurrent state ``h`` -> ``hN`` that only grows (a
   running sum of positive increments, as a linear-attention normaliser is): its prefill passes in
   FP16, and FP16's state passes 65 504 around the 30th decode step while FP32's is fine.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -33,26 +35,66 @@ INT64 = TensorProto.INT64
 FLOAT32_MIN = float(np.finfo(np.float32).min)
 
 
-def tiny_llama(layers: int = 2, hidden: int = 16, heads: int = 2, ffn: int = 32, vocab: int = 64,
-               prefill: int = 8, seed: int = 40) -> Example:
+@dataclass(frozen=True)
+class LlamaShape:
+    """The sizes and constants of a Llama decoder: ``kv_heads`` below ``heads`` is grouped-query
+    attention (each key/value head serves ``heads // kv_heads`` query heads, as transformers'
+    ``repeat_kv`` lays them out); ``tied``: the output projection is the token embedding's transpose."""
+
+    layers: int
+    hidden: int
+    heads: int
+    ffn: int
+    vocab: int
+    kv_heads: int = 0  # 0: as many as ``heads``
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-6
+    tied: bool = False
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv(self) -> int:
+        return self.kv_heads or self.heads
+
+
+# name, shape -> the FP32 weight the builder asks for: ``embed_tokens`` [vocab, hidden], ``lm_head``
+# [hidden, vocab] (not asked when tied), ``norm_w``, ``layers.N.input_norm_w``, ``layers.N.post_norm_w``
+# [hidden], ``layers.N.{q,k,v,o,gate,up,down}_proj`` [in, out]; asked in the order the graph uses them
+Weights = Callable[[str, tuple[int, ...]], np.ndarray]
+
+
+def llama_decoder(name: str, shape: LlamaShape, weights: Weights) -> onnx.ModelProto:
     """A Llama decoder as optimum exports one with its KV cache (inputs ``input_ids``,
-    ``attention_mask``, ``position_ids``, ``past_key_values.N.key/value``; outputs ``logits``,
-    ``present.N.key/value``); its prefill feed has ``prefill`` tokens and empty pasts."""
-    gen = rng(seed)
-    dim = hidden // heads
+    ``attention_mask``, ``position_ids``, ``past_key_values.N.key/value`` of ``shape.kv`` heads;
+    outputs ``logits``, ``present.N.key/value``), its weights from ``weights``."""
+    hidden, heads, dim, kv, vocab = shape.hidden, shape.heads, shape.head_dim, shape.kv, shape.vocab
+    grouped = kv != heads
     inits: list[onnx.TensorProto] = [
-        const("one", 1.0), const("eps", 1e-6), const("two", 2.0), const("float_min", FLOAT32_MIN),
+        const("one", 1.0), const("eps", shape.rms_eps), const("two", 2.0), const("float_min", FLOAT32_MIN),
         const("scale", 1.0 / np.sqrt(dim)), const("zero_i", 0, np.int64), const("one_i", 1, np.int64),
         const("axis_last", [-1], np.int64), const("axis_1", [1], np.int64),
-        const("axes_12", [1, 2], np.int64),
+        # the mask [batch, total] as [batch, 1, 1, total] against the scores [batch, heads, seq, total]
+        # (grouped: [batch, 1, 1, 1, total] against [batch, kv, group, seq, total])
+        const("axes_123", [1, 2, 3], np.int64) if grouped else const("axes_12", [1, 2], np.int64),
         const("heads_shape", [0, 0, heads, dim], np.int64), const("merged_shape", [0, 0, hidden], np.int64),
         const("half_lo", [0], np.int64), const("half_mid", [dim // 2], np.int64),
         const("half_hi", [dim], np.int64),
-        const("inv_freq", 1.0 / (10000.0 ** (np.arange(0, dim, 2) / dim))),
-        const("embed_tokens", gen.normal(0.0, 1.0, (vocab, hidden))),
-        const("lm_head", gen.normal(0.0, 2.0 / np.sqrt(hidden), (hidden, vocab))),
-        const("norm_w", gen.uniform(0.8, 1.2, hidden)),
+        const("inv_freq", 1.0 / (shape.rope_theta ** (np.arange(0, dim, 2) / dim))),
+        const("embed_tokens", weights("embed_tokens", (vocab, hidden))),
     ]
+    if not shape.tied:
+        inits.append(const("lm_head", weights("lm_head", (hidden, vocab))))
+    inits.append(const("norm_w", weights("norm_w", (hidden,))))
+    if grouped:
+        # query heads as [batch, kv, group, seq, dim] against keys and values as [batch, kv, 1, seq, dim]:
+        # MatMul broadcasts each key/value head over its group, with no copy of the cache
+        inits += [const("kv_heads_shape", [0, 0, kv, dim], np.int64),
+                  const("groups_shape", [0, kv, heads // kv, -1, dim], np.int64),
+                  const("ungrouped_shape", [0, heads, -1, dim], np.int64),
+                  const("axis_2", [2], np.int64)]
     nodes = [
         node("Gather", ["embed_tokens", "input_ids"], ["x0"], "embed"),
         # rotary angles from the positions: cos/sin of position * inv_freq, [batch, 1, seq, dim]
@@ -76,7 +118,7 @@ def tiny_llama(layers: int = 2, hidden: int = 16, heads: int = 2, ffn: int = 32,
         node("Unsqueeze", ["query_pos", "axis_last"], ["query_col"], "mask_query_col"),
         node("LessOrEqual", ["key_pos", "query_col"], ["causal"], "mask_causal"),
         node("Cast", ["attention_mask"], ["mask_bool"], "mask_cast_bool", to=TensorProto.BOOL),
-        node("Unsqueeze", ["mask_bool", "axes_12"], ["mask_4d"], "mask_unsqueeze"),
+        node("Unsqueeze", ["mask_bool", "axes_123" if grouped else "axes_12"], ["mask_4d"], "mask_unsqueeze"),
         node("And", ["causal", "mask_4d"], ["allowed"], "mask_and"),
         node("Cast", ["allowed"], ["allowed_f"], "mask_cast_float", to=TensorProto.FLOAT),
         node("Sub", ["one", "allowed_f"], ["inverted"], "mask_invert"),
@@ -88,7 +130,7 @@ def tiny_llama(layers: int = 2, hidden: int = 16, heads: int = 2, ffn: int = 32,
     outputs = [tensor("logits", ["batch", "sequence_length", vocab])]
 
     def weight(name: str, n_in: int, n_out: int) -> str:
-        inits.append(const(name, gen.normal(0.0, 1.0 / np.sqrt(n_in), (n_in, n_out))))
+        inits.append(const(name, weights(name, (n_in, n_out))))
         return name
 
     def rms_norm(p: str, x: str, w: str, out: str) -> None:
@@ -115,35 +157,52 @@ def tiny_llama(layers: int = 2, hidden: int = 16, heads: int = 2, ffn: int = 32,
         ])
 
     x = "x0"
-    for i in range(layers):
+    for i in range(shape.layers):
         p = f"layers.{i}"
-        inits += [const(f"{p}.input_norm_w", gen.uniform(0.8, 1.2, hidden)),
-                  const(f"{p}.post_norm_w", gen.uniform(0.8, 1.2, hidden))]
+        inits += [const(f"{p}.input_norm_w", weights(f"{p}.input_norm_w", (hidden,))),
+                  const(f"{p}.post_norm_w", weights(f"{p}.post_norm_w", (hidden,)))]
         rms_norm(f"{p}/input_norm", x, f"{p}.input_norm_w", f"{p}_h")
-        for proj in ("q", "k", "v"):
-            nodes.append(node("MatMul", [f"{p}_h", weight(f"{p}.{proj}_proj", hidden, hidden)],
+        for proj, proj_heads in (("q", heads), ("k", kv), ("v", kv)):
+            nodes.append(node("MatMul", [f"{p}_h", weight(f"{p}.{proj}_proj", hidden, proj_heads * dim)],
                               [f"{p}_{proj}_flat"], f"{p}/attn/{proj}_proj"))
-            nodes.append(node("Reshape", [f"{p}_{proj}_flat", "heads_shape"], [f"{p}_{proj}_bshd"],
-                              f"{p}/attn/{proj}_reshape"))
+            nodes.append(node("Reshape", [f"{p}_{proj}_flat",
+                                          "heads_shape" if proj_heads == heads else "kv_heads_shape"],
+                              [f"{p}_{proj}_bshd"], f"{p}/attn/{proj}_reshape"))
             nodes.append(node("Transpose", [f"{p}_{proj}_bshd"], [f"{p}_{proj}_bhsd"],
                               f"{p}/attn/{proj}_transpose", perm=[0, 2, 1, 3]))
         rotate(f"{p}/attn/q_rotary", f"{p}_q_bhsd", f"{p}_q")
         rotate(f"{p}/attn/k_rotary", f"{p}_k_bhsd", f"{p}_k")
         past_k, past_v = f"past_key_values.{i}.key", f"past_key_values.{i}.value"
         present_k, present_v = f"present.{i}.key", f"present.{i}.value"
-        inputs += [tensor(past_k, ["batch", heads, "past_sequence_length", dim]),
-                   tensor(past_v, ["batch", heads, "past_sequence_length", dim])]
-        outputs += [tensor(present_k, ["batch", heads, "total_sequence_length", dim]),
-                    tensor(present_v, ["batch", heads, "total_sequence_length", dim])]
+        inputs += [tensor(past_k, ["batch", kv, "past_sequence_length", dim]),
+                   tensor(past_v, ["batch", kv, "past_sequence_length", dim])]
+        outputs += [tensor(present_k, ["batch", kv, "total_sequence_length", dim]),
+                    tensor(present_v, ["batch", kv, "total_sequence_length", dim])]
         nodes += [
             node("Concat", [past_k, f"{p}_k"], [present_k], f"{p}/attn/k_cache", axis=2),
             node("Concat", [past_v, f"{p}_v_bhsd"], [present_v], f"{p}/attn/v_cache", axis=2),
-            node("Transpose", [present_k], [f"{p}_kt"], f"{p}/attn/k_transpose_t", perm=[0, 1, 3, 2]),
-            node("MatMul", [f"{p}_q", f"{p}_kt"], [f"{p}_qk"], f"{p}/attn/qk"),
+        ]
+        query, keys, values, perm = f"{p}_q", present_k, present_v, [0, 1, 3, 2]
+        if grouped:
+            query, keys, values, perm = f"{p}_q_groups", f"{p}_k_groups", f"{p}_v_groups", [0, 1, 2, 4, 3]
+            nodes += [
+                node("Reshape", [f"{p}_q", "groups_shape"], [query], f"{p}/attn/q_groups"),
+                node("Unsqueeze", [present_k, "axis_2"], [keys], f"{p}/attn/k_groups"),
+                node("Unsqueeze", [present_v, "axis_2"], [values], f"{p}/attn/v_groups"),
+            ]
+        nodes += [
+            node("Transpose", [keys], [f"{p}_kt"], f"{p}/attn/k_transpose_t", perm=perm),
+            node("MatMul", [query, f"{p}_kt"], [f"{p}_qk"], f"{p}/attn/qk"),
             node("Mul", [f"{p}_qk", "scale"], [f"{p}_qk_scaled"], f"{p}/attn/scale"),
             node("Add", [f"{p}_qk_scaled", "mask_add"], [f"{p}_scores"], f"{p}/attn/add_mask"),
             node("Softmax", [f"{p}_scores"], [f"{p}_probs"], f"{p}/attn/softmax", axis=-1),
-            node("MatMul", [f"{p}_probs", present_v], [f"{p}_ctx"], f"{p}/attn/context"),
+            node("MatMul", [f"{p}_probs", values], [f"{p}_ctx_groups" if grouped else f"{p}_ctx"],
+                 f"{p}/attn/context"),
+        ]
+        if grouped:
+            nodes.append(node("Reshape", [f"{p}_ctx_groups", "ungrouped_shape"], [f"{p}_ctx"],
+                              f"{p}/attn/ctx_ungroup"))
+        nodes += [
             node("Transpose", [f"{p}_ctx"], [f"{p}_ctx_bshd"], f"{p}/attn/ctx_transpose", perm=[0, 2, 1, 3]),
             node("Reshape", [f"{p}_ctx_bshd", "merged_shape"], [f"{p}_ctx_flat"], f"{p}/attn/ctx_reshape"),
             node("MatMul", [f"{p}_ctx_flat", weight(f"{p}.o_proj", hidden, hidden)], [f"{p}_attn_out"],
@@ -152,28 +211,59 @@ def tiny_llama(layers: int = 2, hidden: int = 16, heads: int = 2, ffn: int = 32,
         ]
         rms_norm(f"{p}/post_norm", f"{p}_res1", f"{p}.post_norm_w", f"{p}_h2")
         nodes += [
-            node("MatMul", [f"{p}_h2", weight(f"{p}.gate_proj", hidden, ffn)], [f"{p}_gate"],
+            node("MatMul", [f"{p}_h2", weight(f"{p}.gate_proj", hidden, shape.ffn)], [f"{p}_gate"],
                  f"{p}/mlp/gate_proj"),
-            node("MatMul", [f"{p}_h2", weight(f"{p}.up_proj", hidden, ffn)], [f"{p}_up"], f"{p}/mlp/up_proj"),
+            node("MatMul", [f"{p}_h2", weight(f"{p}.up_proj", hidden, shape.ffn)], [f"{p}_up"],
+                 f"{p}/mlp/up_proj"),
             node("Sigmoid", [f"{p}_gate"], [f"{p}_gate_sig"], f"{p}/mlp/sigmoid"),
             node("Mul", [f"{p}_gate", f"{p}_gate_sig"], [f"{p}_silu"], f"{p}/mlp/silu"),
             node("Mul", [f"{p}_silu", f"{p}_up"], [f"{p}_act"], f"{p}/mlp/gate_up"),
-            node("MatMul", [f"{p}_act", weight(f"{p}.down_proj", ffn, hidden)], [f"{p}_mlp"],
+            node("MatMul", [f"{p}_act", weight(f"{p}.down_proj", shape.ffn, hidden)], [f"{p}_mlp"],
                  f"{p}/mlp/down_proj"),
             node("Add", [f"{p}_res1", f"{p}_mlp"], [f"{p}_out"], f"{p}/Add_1"),
         ]
         x = f"{p}_out"
     rms_norm("norm", x, "norm_w", "final")
+    if shape.tied:
+        nodes.append(node("Transpose", ["embed_tokens"], ["lm_head"], "lm_head_tied", perm=[1, 0]))
     nodes.append(node("MatMul", ["final", "lm_head"], ["logits"], "lm_head"))
-    model = make_model("tiny_llama", nodes, inputs, outputs, inits)
+    return make_model(name, nodes, inputs, outputs, inits)
+
+
+def llama_prefill(shape: LlamaShape, input_ids: np.ndarray) -> dict[str, np.ndarray]:
+    """The first step's feed of :func:`llama_decoder`: the prompt ``input_ids`` [batch, tokens], all
+    attended, and empty pasts."""
+    batch, tokens = input_ids.shape
     feed: dict[str, np.ndarray] = {
-        "input_ids": gen.integers(0, vocab, (1, prefill)).astype(np.int64),
-        "attention_mask": np.ones((1, prefill), np.int64),
-        "position_ids": np.arange(prefill, dtype=np.int64)[None, :],
+        "input_ids": input_ids.astype(np.int64),
+        "attention_mask": np.ones((batch, tokens), np.int64),
+        "position_ids": np.tile(np.arange(tokens, dtype=np.int64), (batch, 1)),
     }
-    for i in range(layers):
+    for i in range(shape.layers):
         for kind in ("key", "value"):
-            feed[f"past_key_values.{i}.{kind}"] = np.zeros((1, heads, 0, dim), np.float32)
+            feed[f"past_key_values.{i}.{kind}"] = np.zeros((batch, shape.kv, 0, shape.head_dim), np.float32)
+    return feed
+
+
+def tiny_llama(layers: int = 2, hidden: int = 16, heads: int = 2, ffn: int = 32, vocab: int = 64,
+               prefill: int = 8, seed: int = 40) -> Example:
+    """A Llama decoder as optimum exports one with its KV cache (inputs ``input_ids``,
+    ``attention_mask``, ``position_ids``, ``past_key_values.N.key/value``; outputs ``logits``,
+    ``present.N.key/value``); its prefill feed has ``prefill`` tokens and empty pasts."""
+    gen = rng(seed)
+    shape = LlamaShape(layers, hidden, heads, ffn, vocab)
+
+    def random(name: str, dims: tuple[int, ...]) -> np.ndarray:
+        if name.endswith("norm_w"):
+            return gen.uniform(0.8, 1.2, dims)
+        if name == "embed_tokens":
+            return gen.normal(0.0, 1.0, dims)
+        if name == "lm_head":
+            return gen.normal(0.0, 2.0 / np.sqrt(hidden), dims)
+        return gen.normal(0.0, 1.0 / np.sqrt(dims[0]), dims)
+
+    model = llama_decoder("tiny_llama", shape, random)
+    feed = llama_prefill(shape, gen.integers(0, vocab, (1, prefill)))
     return Example("tiny_llama", model, (feed,), tiny_llama.__doc__ or "")
 
 
