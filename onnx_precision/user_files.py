@@ -45,8 +45,8 @@ class FileKind:
 MODEL = FileKind("", "model", None, ModelLoadError)  # read by onnx, its weights left on disk
 PLAN = FileKind("--plan", "plan JSON", 256 * _MiB, PlanError)
 LAYER_PRECISIONS = FileKind("--layer-precisions-file", "layer-precisions file", 64 * _MiB, UsageError)
-# An .npz is read member by member (each array's header checked before it is allocated); the bound is
-# on the arrays it holds, all together.
+# An .npz is read member by member (each array's header checked before it is allocated); what its
+# arrays expand to is bounded apart (data.MAX_SAMPLE_BYTES), this only what it weighs.
 NPZ = FileKind("--inputs", ".npz of sample data", 16 * _GiB, DataError)
 POLYGRAPHY_JSON = FileKind("--inputs", "Polygraphy JSON of sample data", 1 * _GiB, DataError)
 

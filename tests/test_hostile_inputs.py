@@ -211,3 +211,169 @@ def test_a_report_point_and_long_integers_from_python(tmp_path):
     with pytest.raises(DataError, match=r"in\.json: not readable JSON: an integer of more than 4300 digits"):
         load_samples(onnx.load(_mlp(tmp_path)), SampleSpec(inputs=str(path)))
     assert PrecisionPlan.load(_report(tmp_path) + "@1").decisions == {}
+
+
+# --- item 5: sample files bounded by what they expand to ------------------------------------------------
+
+def _npz_bytes(arrays: dict[str, np.ndarray], method: int = 8) -> bytes:
+    """An .npz of ``arrays`` with its members compressed by zip ``method`` (8: deflate, as
+    np.savez_compressed; 12: bzip2; 14: lzma)."""
+    import io
+    import zipfile
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=method) as archive:
+        for name, array in arrays.items():
+            member = io.BytesIO()
+            np.save(member, array)
+            archive.writestr(f"{name}.npy", member.getvalue())
+    return buffer.getvalue()
+
+
+def _polygraphy_json(path, feeds: list[dict[str, bytes | str]]) -> None:
+    """A Polygraphy JSON of ``feeds``, each array's payload given as bytes (written base64) or text."""
+    import base64
+    import json
+    path.write_text(json.dumps([{name: {"array": base64.b64encode(p).decode() if isinstance(p, bytes) else p,
+                                        "polygraphy_class": "ndarray"} for name, p in feed.items()}
+                                for feed in feeds]))
+
+
+@pytest.fixture
+def small_bound(monkeypatch):
+    """MAX_SAMPLE_BYTES at 64 KiB, and no array read past the checks: a refusal must come first."""
+    from onnx_precision import data
+    monkeypatch.setattr(data, "MAX_SAMPLE_BYTES", 64 << 10)
+    return data
+
+
+def _unread(data, monkeypatch) -> None:
+    def read(*args):
+        pytest.fail("an array was read before the bound was checked")
+    monkeypatch.setattr(data, "_load_npz", read)
+    monkeypatch.setattr(data, "_payload_array", read)
+
+
+PAST_BOUND = ("its arrays expand to {size} ({feeds}), more than sample data can sensibly be (64 KiB at most, "
+              "counted expanded, whatever the file weighs); give fewer or smaller samples")
+
+
+@pytest.mark.parametrize("form", ["npz", "json", "directory"])
+def test_sample_files_are_bounded_by_what_they_expand_to(tmp_path, capsys, out, small_bound, monkeypatch,
+                                                         form):
+    # 128 KiB of zeros deflate to a few hundred bytes: the file weighs nothing, the arrays twice the bound
+    model = _mlp(tmp_path, batch="N")
+    x = np.zeros((8192, 4), np.float32)
+    if form == "npz":
+        data = tmp_path / "d.npz"
+        data.write_bytes(_npz_bytes({"x": x}))
+        feeds = "1 feed"
+    elif form == "json":  # Polygraphy's decoder takes an .npz payload's first array
+        data = tmp_path / "d.json"
+        _polygraphy_json(data, [{"x": _npz_bytes({"x": x})}])
+        feeds = "1 feed"
+    else:  # each file within the bound, the three together past it
+        data = tmp_path / "d"
+        data.mkdir()
+        for i in range(3):
+            (data / f"{i}.npz").write_bytes(_npz_bytes({"x": x[:3000]}))
+        feeds = "3 feeds"
+    assert os.path.getsize(data) < 1000 or form == "directory"
+    _unread(small_bound, monkeypatch)
+    line = _refused(["convert", model, "-o", str(out / "o.onnx"), "--inputs", str(data)], capsys, out)
+    size = "141 KiB" if form == "directory" else "128 KiB"
+    assert line == f"--inputs {data}: " + PAST_BOUND.format(size=size, feeds=feeds)
+
+
+@pytest.mark.parametrize("method, name", [(12, "bzip2"), (14, "lzma")])
+@pytest.mark.parametrize("form", ["npz", "json"])
+def test_a_bzip2_or_lzma_member_is_refused_unread(tmp_path, capsys, out, monkeypatch, method, name, form):
+    # zipfile expands a bzip2 member's chunk whole even to read its header: a 1 017-byte .npz of one
+    # honest 1 GiB array reached 7.8 GB, a 1 409-byte Polygraphy JSON carrying it 3.5 GB
+    from onnx_precision import data as data_module
+
+    model = _mlp(tmp_path, batch="N")
+    payload = _npz_bytes({"x": np.zeros((2, 4), np.float32)}, method)
+    data = tmp_path / f"d.{form}"
+    if form == "npz":
+        data.write_bytes(payload)
+        what = "member 'x.npy'"
+    else:
+        _polygraphy_json(data, [{"x": payload}])
+        what = "array 'x' (.npz member 'x.npy')"
+    monkeypatch.setattr(data_module.zipfile.ZipFile, "open", lambda *a: pytest.fail("a member was opened"))
+    line = _refused(["convert", model, "-o", str(out / "o.onnx"), "--inputs", str(data)], capsys, out)
+    assert line == (f"--inputs {data}: {what} is compressed with {name}; save feeds with np.savez or "
+                    f"np.savez_compressed (stored or deflate members)")
+
+
+def test_a_polygraphy_json_array_goes_through_the_npz_checks(tmp_path, capsys, out):
+    # an .npz payload skipped the header check: its header against the model, and against its bytes
+    import io
+    import zipfile
+
+    model = _mlp(tmp_path, batch="N")
+    data = tmp_path / "d.json"
+    _polygraphy_json(data, [{"x": _npz_bytes({"x": np.zeros((2, 4), np.float32)})},
+                            {"x": _npz_bytes({"x": np.zeros((2, 4, 1), np.float32)})}])
+    line = _refused(["convert", model, "-o", str(out / "o.onnx"), "--inputs", str(data)], capsys, out)
+    assert line == f"{data} (feed 1): input 'x' has rank 3 (shape 2x4x1); the model expects rank 2 (Nx4)"
+    _polygraphy_json(data, [{"x": _npz_bytes({"x": np.zeros((2, 4), np.float64)}, method=0)}])
+    line = _refused(["convert", model, "-o", str(out / "o.onnx"), "--inputs", str(data)], capsys, out)
+    assert line == f"{data}: input 'x' has dtype float64; the model expects float32"
+    # a header claiming 3.64 TiB over 16 bytes: np.load would allocate it before reading
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False,
+                                                  "shape": (250_000_000_000, 4)})
+    lying = io.BytesIO()
+    with zipfile.ZipFile(lying, "w") as archive:
+        archive.writestr("x.npy", header.getvalue() + bytes(16))
+    _polygraphy_json(data, [{"x": lying.getvalue()}])
+    line = _refused(["convert", model, "-o", str(out / "o.onnx"), "--inputs", str(data)], capsys, out)
+    assert line == (f"--inputs {data}: array 'x' (.npz member 'x.npy') claims a 250000000000x4 float32 array "
+                    f"(3.64 TiB) but holds 16 bytes")
+
+
+def test_polygraphy_s_legacy_payloads_still_read(tmp_path):
+    # latin-1 text of the .npy, and an .npz whose first array is the one (as Polygraphy decodes them)
+    import io
+
+    from onnx_precision.data import SampleSpec, load_samples
+
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    npy = io.BytesIO()
+    np.save(npy, x)
+    data = tmp_path / "d.json"
+    _polygraphy_json(data, [{"x": npy.getvalue().decode("latin-1")},
+                            {"x": _npz_bytes({"first": x + 1, "second": x + 2}, method=0)}])
+    samples = load_samples(onnx.load(_mlp(tmp_path, batch="N")), SampleSpec(inputs=str(data)))
+    assert [f["x"].tolist() for f in samples.feeds] == [x.tolist(), (x + 1).tolist()]
+
+
+def test_one_feed_at_the_model_s_own_sizes_is_allowed_past_the_bound(tmp_path, small_bound):
+    # a model whose one fixed-size feed is 128 KiB cannot be verified on less; two such feeds are refused
+    from onnx_precision.data import SampleSpec, load_samples
+    from onnx_precision.errors import DataError
+
+    model = onnx.load(_mlp(tmp_path, batch=8192))
+    data = tmp_path / "d"
+    data.mkdir()
+    (data / "0.npz").write_bytes(_npz_bytes({"x": np.ones((8192, 4), np.float32)}))
+    assert load_samples(model, SampleSpec(inputs=str(data))).feeds[0]["x"].sum() == 8192 * 4
+    (data / "1.npz").write_bytes(_npz_bytes({"x": np.ones((8192, 4), np.float32)}))
+    with pytest.raises(DataError) as raised:
+        load_samples(model, SampleSpec(inputs=str(data)))
+    assert str(raised.value) == (f"--inputs {data}: its arrays expand to 256 KiB (2 feeds), more than "
+                                 f"sample data can sensibly be (128 KiB at most, counted expanded, whatever "
+                                 f"the file weighs); give fewer or smaller samples")
+
+
+def test_an_expanding_sample_file_from_python(tmp_path, small_bound, monkeypatch):
+    from onnx_precision.convert.in_memory import convert_model
+    from onnx_precision.errors import DataError
+
+    data = tmp_path / "d.npz"
+    data.write_bytes(_npz_bytes({"x": np.zeros((8192, 4), np.float32)}))
+    _unread(small_bound, monkeypatch)
+    with pytest.raises(DataError) as raised:
+        convert_model(_mlp(tmp_path, batch="N"), str(data))
+    assert str(raised.value) == f"--inputs {data}: " + PAST_BOUND.format(size="128 KiB", feeds="1 feed")
