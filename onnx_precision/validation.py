@@ -22,7 +22,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from .errors import ModelLoadError
-from .graph import fresh_name, is_onnx_domain, model_names, onnx_opset, subgraphs, walk_nodes
+from .graph import fresh_name, graphs, is_onnx_domain, model_names, onnx_opset, subgraphs, walk_nodes
 from .storage import is_external, model_tensors, read_array
 from .storage.external_data import is_packed, stored_bytes
 
@@ -34,6 +34,7 @@ def validate_model(model: onnx.ModelProto, path: str, base_dir: str) -> None:
     _check_text(model, path)
     _check_tensor_sizes(model, path)
     _check_versions(model, path)
+    _check_dense(model, path)
     _check_values(model.graph, path, frozenset())
     _check_ops(model, path)
     try:
@@ -118,6 +119,26 @@ def _check_versions(model: onnx.ModelProto, path: str) -> None:
     if opset > newest:
         raise ModelLoadError(f"{path}: the model imports ai.onnx opset {opset}, newer than this onnx "
                              f"supports ({newest}); export with opset {newest} or lower, or upgrade onnx")
+
+
+_SPARSE = (onnx.AttributeProto.SPARSE_TENSOR, onnx.AttributeProto.SPARSE_TENSORS)
+
+
+def _check_dense(model: onnx.ModelProto, path: str) -> None:
+    """No sparse tensor anywhere: every stage reads, casts and writes dense tensors, so a sparse
+    initializer is refused by name (the check of what each node reads met it as a value nothing
+    defines), and a Constant's ``sparse_value`` likewise (it ended in an internal error)."""
+    for graph in graphs(model.graph):
+        for sparse in graph.sparse_initializer:
+            raise ModelLoadError(f"{path}: tensor '{sparse.values.name}' is a sparse initializer, which "
+                                 f"onnx-precision does not support; store it as a dense initializer")
+    nodes = [ref.node for ref in walk_nodes(model.graph)] + [n for f in model.functions for n in f.node]
+    for node in nodes:
+        for attribute in node.attribute:
+            if attribute.type in _SPARSE:
+                raise ModelLoadError(f"{path}: node '{node.name}' ({node.op_type}) holds a sparse tensor "
+                                     f"('{attribute.name}'), which onnx-precision does not support; store it "
+                                     f"dense")
 
 
 def _check_values(graph: onnx.GraphProto, path: str, outer: frozenset[str]) -> None:

@@ -219,3 +219,40 @@ def test_a_subgraphs_external_data_is_read_from_the_models_folder(tmp_path, monk
         assert main(["analyze", model, "-q"]) == 0
         session = ort.InferenceSession(written, providers=["CPUExecutionProvider"])
         assert session.run(None, {"x": np.zeros(4, np.float32)})[0].tolist() == [1.0] * 4
+
+
+# --- item 15: sparse tensors ---------------------------------------------------------------------------
+
+def _sparse(tmp_path, where: str) -> str:
+    """y = x + s, s a sparse [4] tensor (2 values): a sparse initializer, or a Constant's sparse_value."""
+    values = onnx.numpy_helper.from_array(np.array([1.0, 2.0], np.float32), "s")
+    sparse = helper.make_sparse_tensor(values, onnx.numpy_helper.from_array(np.array([0, 3], np.int64), "i"),
+                                       [4])
+    nodes = [N("Add", ["x", "s"], ["y"], name="add")]
+    if where == "a Constant":
+        nodes.insert(0, N("Constant", [], ["s"], name="sc", sparse_value=sparse))
+    model = model_of(nodes, [_vi("x", [4])], [_vi("y", [4])])
+    if where == "an initializer":
+        model.graph.sparse_initializer.append(sparse)
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    return path
+
+
+SPARSE = {"an initializer": "tensor 's' is a sparse initializer, which onnx-precision does not support; "
+                            "store it as a dense initializer",
+          "a Constant": "node 'sc' (Constant) holds a sparse tensor ('sparse_value'), which onnx-precision "
+                        "does not support; store it dense"}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("where", SPARSE)
+def test_a_sparse_tensor_is_refused_as_what_it_is(tmp_path, capsys, command, where):
+    """A sparse initializer read as "'s', which is no graph input, initializer or node output"; a
+    Constant's sparse_value ended in an internal error (AttributeError: sparse_value)."""
+    model = _sparse(tmp_path, where)
+    out = tmp_path / "out"
+    out.mkdir()
+    assert ends(argv(command, model, out), capsys, out, (model,)) == f"{model}: {SPARSE[where]}"
+    with pytest.raises(ModelLoadError, match=re.escape(SPARSE[where])):
+        convert_model(model)
