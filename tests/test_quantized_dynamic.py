@@ -5,6 +5,7 @@ FP32, counts as quantized compute and is no pin; the written model keeps every f
 from __future__ import annotations
 
 import collections
+import json
 
 import numpy as np
 import onnx
@@ -12,6 +13,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx_precision.cli import main
+from onnx_precision.format import number
 
 FUSED_OPS = ("MatMulIntegerToFloat", "DynamicQuantizeMatMul", "MatMulInteger")
 
@@ -78,8 +80,14 @@ def test_dynamic_quantizations_dequantization_is_quantized_compute_and_keeps_its
             "compute") in printed
     assert fused_kernels(out, tmp_path) == {"MatMulIntegerToFloat": 2, "DynamicQuantizeMatMul": 1,
                                             "MatMulInteger": 0}
-    with open(str(tmp_path / "o.report.md")) as f:  # the trade-off table's and the picture's pins too
-        assert "| 100.0% | 0.007883 | yes | - |" in f.read()
+    # the trade-off table's and the picture's pins too. Its error depends on the CPU: onnxruntime 1.32's
+    # MatMulInteger(uint8, int8) saturates on an AMD EPYC without VNNI (192 of 256 entries of a random
+    # 4x64x64 product differ from the exact one), where this error is 0.009361 (0.007883 where CI last
+    # ran), so the table is held to the report's own figure
+    with open(str(tmp_path / "o.report.json")) as f:
+        error = json.load(f)["tradeoff"]["points"][0]["errors"]["y"]
+    with open(str(tmp_path / "o.report.md")) as f:
+        assert f"| 100.0% | {number(error)} | yes | - |" in f.read()
     with open(str(tmp_path / "o.report.tradeoff.svg")) as f:
         assert ", 0 FP32 pin(s)" in f.read()
     written = onnx.shape_inference.infer_shapes(onnx.load(out))
