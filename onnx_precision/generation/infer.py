@@ -30,6 +30,7 @@ import onnx
 
 from .. import user_files
 from ..errors import UsageError
+from ..float_types import LOW_TYPES
 from .description import (
     DEFAULT_STEPS,
     Chunking,
@@ -159,8 +160,7 @@ def _is_int(elem: int) -> bool:
 
 
 def _is_float(elem: int) -> bool:
-    return elem in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
-                    onnx.TensorProto.DOUBLE)
+    return elem in LOW_TYPES or elem in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)
 
 
 # --- by names ---------------------------------------------------------------------------------------
