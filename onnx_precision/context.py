@@ -215,6 +215,12 @@ def read_model_file(path: str, light_from: int | None = None) -> tuple[onnx.Mode
         light = storage.load_light(path, light_from)
         return light if light is not None else (onnx.load(path, load_external_data=False), [])
     except DecodeError as e:
+        graphs = storage.light_load.graphs_past_depth_limit(path)
+        if graphs is not None:  # a valid file, but onnx cannot parse it
+            raise ModelLoadError(
+                f"{path}: its subgraphs nest {graphs - 1} deep (If, Loop or Scan bodies within bodies), past "
+                f"protobuf's recursion limit of {storage.light_load.PROTOBUF_DEPTH_LIMIT} nested messages: "
+                f"onnx cannot parse it") from e
         raise ModelLoadError(
             f"{path}: not an ONNX model (protobuf does not parse; truncated or another format)"
         ) from e

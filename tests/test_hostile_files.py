@@ -256,3 +256,48 @@ def test_a_sparse_tensor_is_refused_as_what_it_is(tmp_path, capsys, command, whe
     assert ends(argv(command, model, out), capsys, out, (model,)) == f"{model}: {SPARSE[where]}"
     with pytest.raises(ModelLoadError, match=re.escape(SPARSE[where])):
         convert_model(model)
+
+
+# --- item 15: subgraphs nested past protobuf's recursion limit -----------------------------------------
+
+def _nested_ifs(tmp_path, depth: int) -> str:
+    """y = If(c) whose then branch is an If whose then branch ..., ``depth`` Ifs in all, a Relu of x
+    innermost; each else branch a Relu."""
+    def relu(name: str) -> onnx.GraphProto:
+        return helper.make_graph([N("Relu", ["x"], [name], name=f"r_{name}")], "leaf", [], [_vi(name, [4])])
+
+    body = relu("o0")
+    for level in range(1, depth):
+        node = N("If", ["c"], [f"o{level}"], name=f"if{level}", then_branch=body,
+                 else_branch=relu(f"e{level}"))
+        body = helper.make_graph([node], f"g{level}", [], [_vi(f"o{level}", [4])])
+    top = N("If", ["c"], ["y"], name="top", then_branch=body, else_branch=relu("e"))
+    model = model_of([top], [_vi("c", [], TensorProto.BOOL), _vi("x", [4])], [_vi("y", [4])])
+    path = str(tmp_path / f"if{depth}.onnx")
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+    return path
+
+
+DEEP = ("its subgraphs nest 32 deep (If, Loop or Scan bodies within bodies), past protobuf's recursion limit "
+        "of 100 nested messages: onnx cannot parse it")
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_subgraphs_nested_past_protobufs_limit_say_so(tmp_path, capsys, command):
+    """It read as "not an ONNX model (protobuf does not parse; truncated or another format)"."""
+    model = _nested_ifs(tmp_path, 32)
+    out = tmp_path / "out"
+    out.mkdir()
+    assert ends(argv(command, model, out), capsys, out, (model,)) == f"{model}: {DEEP}"
+    with pytest.raises(ModelLoadError, match=re.escape(DEEP)):
+        convert_model(model)
+
+
+def test_subgraphs_nested_just_within_the_limit_convert(tmp_path, capsys):
+    model = _nested_ifs(tmp_path, 31)
+    assert main(["convert", model, "-o", str(tmp_path / "o.onnx"), "--mode", "all-fp16", "-q"]) == 0
+    with open(tmp_path / "junk.onnx", "wb") as f:
+        f.write(b"\xff" * 64)
+    assert ends(["analyze", str(tmp_path / "junk.onnx")], capsys, tmp_path, ()).endswith(
+        "junk.onnx: not an ONNX model (protobuf does not parse; truncated or another format)")

@@ -164,6 +164,42 @@ def load_light(path: str, at_least: int | None = None) -> tuple[onnx.ModelProto,
     return onnx.ModelProto.FromString(light), moved
 
 
+# Messages nested deeper than this do not parse: the default recursion limit of protobuf's upb, C++
+# and Python decoders alike (a model file's ModelProto is depth 1).
+PROTOBUF_DEPTH_LIMIT = 100
+
+
+class _TooDeep(Exception):
+    def __init__(self, graphs: int) -> None:
+        super().__init__(graphs)
+        self.graphs = graphs
+
+
+def graphs_past_depth_limit(path: str) -> int | None:
+    """How many graphs nest (the main graph and the subgraphs within it) where the messages of the
+    model file ``path`` first nest past :data:`PROTOBUF_DEPTH_LIMIT`, read from its wire format; None
+    where they never do, or the file is not laid out as protobuf messages."""
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        try:
+            _walk(mapped, 0, len(mapped), onnx.ModelProto.DESCRIPTOR, 1, 0)
+        except _TooDeep as e:
+            return e.graphs
+        except _Unexpected:
+            return None
+    return None
+
+
+def _walk(buf, start: int, end: int, descriptor, depth: int, graphs: int) -> None:
+    """Each message field of buf[start:end], a ``descriptor`` message at ``depth``, walked in turn."""
+    if depth > PROTOBUF_DEPTH_LIMIT:
+        raise _TooDeep(graphs)
+    graphs += descriptor is onnx.GraphProto.DESCRIPTOR
+    for number, wire, _, value, stop in _fields(buf, start, end):
+        field = descriptor.fields_by_number.get(number)
+        if field is not None and wire == _LEN and field.message_type is not None:
+            _walk(buf, value, stop, field.message_type, depth + 1, graphs)
+
+
 def point_into_model_file(model: onnx.ModelProto, moved: Moved, location: str) -> None:
     """Make each moved initializer an external tensor stored at its place in the model file."""
     for index, offset, length in moved:
