@@ -377,3 +377,42 @@ def test_an_expanding_sample_file_from_python(tmp_path, small_bound, monkeypatch
     with pytest.raises(DataError) as raised:
         convert_model(_mlp(tmp_path, batch="N"), str(data))
     assert str(raised.value) == f"--inputs {data}: " + PAST_BOUND.format(size="128 KiB", feeds="1 feed")
+
+
+# --- item 13: many layer patterns against many layers ---------------------------------------------------
+
+def test_the_pattern_index_matches_as_each_pattern_does():
+    # the index (one lookup per distinct prefix and suffix length) finds for every name exactly the
+    # patterns that LayerSpec.matches accepts (trtexec's matchStringWithOneWildcard), in the order given
+    from onnx_precision.trt.layer_precisions import _Patterns, parse_spec
+
+    specs = parse_spec("*:fp16,block1/*:fp32,*/act:fp16,block1*act:fp32,ab*ba:fp32,aba*:fp16,*aba:fp32,"
+                       "block12/*:fp32,*2/act:fp16,b*:fp32,block1/relu*:fp32,*block1/relu:fp16,x*y:fp32")
+    specs += parse_spec("block1/*:fp32,*act:fp32", "--layer-output-types", output_types=True)
+    names = ["", "a", "aba", "abba", "ababa", "block1/relu", "block1/act", "block12/act", "block2/act",
+             "block1", "xy", "x", "y", "xzy", "block1/relu_3", "ONNXTRT_x", "block1act"]
+    index = _Patterns(specs)
+    for name in names:
+        assert index.matching(name) == [s for s in specs if s.matches(name)], name
+    # 'ab*ba' needs 4 characters: its ends may not overlap
+    assert [s.text for s in index.matching("aba")] == ["*:fp16", "aba*:fp16", "*aba:fp32"]
+    assert [s.text for s in index.matching("block1/act")] == ["*:fp16", "block1/*:fp32", "*/act:fp16",
+                                                               "block1*act:fp32", "b*:fp32", "block1/*:fp32",
+                                                               "*act:fp32"]
+
+
+def test_a_pattern_that_matches_nothing_is_still_said_before_a_later_unknown_name():
+    # patterns are matched against the layers once, after the entries are read; an entry at fault later
+    # in the entries (an unknown name, a type that cannot be written) does not hide an earlier pattern's
+    from test_trt_migration import mixed_model
+
+    from onnx_precision.context import ModelContext
+    from onnx_precision.errors import UsageError
+    from onnx_precision.trt.layer_precisions import layer_pins, parse_spec
+
+    ctx = ModelContext.of(mixed_model())
+    for later in ("nope:fp32", "rl2:bf16"):  # bf16 in an FP16 run
+        with pytest.raises(UsageError) as raised:
+            layer_pins(ctx.model, parse_spec(f"rl2:fp32,node_of_q*:fp32,{later}"), renamed=ctx.renamed)
+        assert str(raised.value) == ("--layer-precisions 'node_of_q*:fp32': the pattern 'node_of_q*' matches "
+                                     "no layer in the model (nearest: node_of_r)")
