@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
 
-from . import quant_reference
+from . import opset_upgrade
+from .basis import Basis, measure
 from .context import ModelContext, load_model
 from .data import Samples, SampleSpec, load_samples
 from .errors import ModelLoadError, PrecisionError, UsageError
@@ -24,6 +25,7 @@ from .float_types import LOW_TYPES, low_of
 from .flops import flop_shares
 from .format import json_safe
 from .judge import Comparison, Tolerance, compare_samples, thin_pass_note
+from .options import Judging
 from .plan import NodeDecision, Precision, PrecisionPlan
 from .quant_reference import DEFAULT_MARGIN
 from .target import GENERIC, Target
@@ -131,23 +133,31 @@ class CheckResult:
     model: str
     candidate: str
     comparison: Comparison
-    samples: Samples
+    basis: Basis  # what the candidate was judged by: the samples, the reference, the tolerances
     target: str = "generic"  # what the emulation followed ("generic" or "tensorrt X.Y")
     low_label: str = ""  # what the candidate's 16-bit nodes are: FP16, BF16, 16-bit (both), "" (none)
     low_share: float = 0.0  # the candidate's 16-bit share of estimated FLOPs (:func:`low_share`)
-    tolerance: Tolerance = field(default_factory=Tolerance)
     warnings: tuple[str, ...] = ()  # the check's own (the samples' are in ``samples.warnings``)
-    # a quantized model's: what the candidate was judged against, each output's quantization error and
-    # bound (:meth:`.quant_reference.QuantGate.notes`)
-    quant_notes: tuple[str, ...] = ()
-    # QuantGate.relative: the outputs whose bound is (1 + margin) x their quantization error
-    relative: Mapping[str, float] = field(default_factory=dict)
-    quant_gate: Mapping[str, object] = field(default_factory=dict)  # QuantGate.to_json, for the JSON
     low_share_of: str = "of estimated FLOPs"  # what low_share is of (the non-quantized FLOPs, when quantized)
 
     @property
     def passed(self) -> bool:
         return self.comparison.passed
+
+    @property
+    def samples(self) -> Samples:
+        return self.basis.samples
+
+    @property
+    def tolerance(self) -> Tolerance:
+        """The tolerance the check states (every sample's is within it)."""
+        return self.basis.tolerance
+
+    @property
+    def quant_notes(self) -> tuple[str, ...]:
+        """A quantized model's: what the candidate was judged against, each output's quantization error and
+        bound (:meth:`.quant_reference.QuantGate.notes`)."""
+        return self.basis.notes(self.comparison)
 
     @property
     def all_warnings(self) -> tuple[str, ...]:
@@ -175,7 +185,7 @@ class CheckResult:
             "low_share": {"label": self.low_label or None, "flops": self.low_share,
                           "flops_of": self.low_share_of[len("of "):]},  # as convert's fp16_share.flops_of
             "warnings": list(self.warnings),
-            **({"quantization_gate": self.quant_gate} if self.quant_gate else {})})
+            **({"quantization_gate": gate} if (gate := self.basis.to_json(self.comparison)) else {})})
 
     @property
     def oracle(self) -> str:
@@ -208,7 +218,7 @@ class CheckResult:
     def note(self) -> str:
         """What a pass rests on, when it is little: a bound nearly reached, or one sample."""
         return thin_pass_note((self.comparison,), "more samples: --inputs DIR with several .npz",
-                              self.relative) if self.passed else ""
+                              self.basis.relative) if self.passed else ""
 
 
 def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
@@ -216,16 +226,20 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
           custom_op_libraries: tuple[str, ...] = (), target: Target = GENERIC,
           reference_model: str | None = None, quant_margin: float = DEFAULT_MARGIN) -> CheckResult:
     """Compare ``candidate_path`` with the FP32 ``model_path`` on the samples of ``spec``;
-    ``custom_op_libraries`` are registered on every onnxruntime session of either model. A quantized
-    ``model_path`` is judged as ``convert`` judges it: against ``reference_model`` (its unquantized
-    original) or the model with its activation quantizers bypassed, each sample's bound ``quant_margin``
-    over its quantization error (:mod:`.quant_reference`)."""
+    ``custom_op_libraries`` are registered on every onnxruntime session of either model. The candidate is
+    judged as ``convert`` judges the model it writes, by the basis ``convert`` measures on the same model,
+    samples and options (:func:`.basis.measure`): ``model_path`` loaded for ``target`` (a BF16 run's
+    opset raised), the sums the samples prove in range emulated unchecked, and a quantized model judged
+    against ``reference_model`` (its unquantized original) or the model with its activation quantizers
+    bypassed, each sample's bound ``quant_margin`` over its quantization error (:mod:`.quant_reference`)."""
     from . import oracle as oracle_lib  # heavy: onnxruntime
 
     spec = spec or SampleSpec()
     tol = tol or Tolerance()
+    judging = Judging(tol, reference_model, quant_margin)
     oracle_lib.require_oracle(oracle)
-    reference = load_model(model_path, custom_op_libraries)
+    reference = load_model(model_path, custom_op_libraries, target,
+                           opset_upgrade.for_run(target, spec, custom_op_libraries))
     require_fp32_reference(reference, "the reference", "give the FP32 model first: onnx-precision check "
                                                        "FP32_MODEL CANDIDATE")
     candidate = load_model(candidate_path, custom_op_libraries, target)
@@ -234,29 +248,27 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
     samples = load_samples(reference.model, spec)
 
     with oracle_lib.blame(reference, samples):
-        gate = quant_reference.gate(reference, samples.feeds, tol, reference_model, quant_margin)
-        refs = oracle_lib.run_fp32(reference, samples.feeds).outputs if gate is None else gate.outputs
+        basis = measure(reference, samples, judging)
     if not tol.allow_fp32_nonfinite:
-        _refuse_fp32_nonfinite(reference, samples, refs)
+        _refuse_fp32_nonfinite(reference, samples, basis.references)
     # after the reference ran: what is wrong with the model (or the samples) is the first thing to say
     _require_distinct(reference, candidate)
     try:
-        cands = oracle_lib.run_candidate(candidate, samples.feeds, oracle)
+        cands = oracle_lib.run_candidate(candidate, samples.feeds, oracle, basis.measured)
     except Exception as e:
         if not oracle_lib.is_ort_error(e):
             raise
         # onnxruntime rejects the candidate (shapes, types, ops): the user's input, made by any tool
         raise ModelLoadError(f"{candidate_path}: onnxruntime cannot run the candidate on the samples: "
                              f"{oracle_lib.ort_message(e)}") from e
-    comparison = compare_samples(refs, oracle_lib.verify.only_reference_outputs(cands, refs),
-                                 tol if gate is None else gate.tolerances, cands.oracle)
+    comparison = compare_samples(basis.references,
+                                 oracle_lib.verify.only_reference_outputs(cands, basis.references),
+                                 basis.tolerances, cands.oracle)
     label, share, share_of = low_share(candidate, reference, samples.feeds[0] if samples.feeds else {})
     warnings = () if label else (f"{candidate_path}: the candidate computes nothing in 16 bits (every float "
                                  f"node is FP32): this check compared FP32 with FP32",)
-    return CheckResult(model_path, candidate_path, comparison, samples, candidate.target.name, label, share,
-                       tol if gate is None else gate.tolerance, warnings,
-                       () if gate is None else gate.notes(comparison), {} if gate is None else gate.relative,
-                       {} if gate is None else gate.to_json(comparison), share_of)
+    return CheckResult(model_path, candidate_path, comparison, basis, candidate.target.name, label, share,
+                       warnings, share_of)
 
 
 def _refuse_fp32_nonfinite(reference: ModelContext, samples: Samples,

@@ -14,15 +14,13 @@ import numpy as np
 from .costs import PhaseCost, PhaseTotals
 from .errors import SearchError
 from .flops import FlopShares
-from .judge import Comparison, Tolerance
+from .judge import Comparison
 from .plan import PrecisionPlan
-from .target import Measured
 from .vocab import MeasuringMode, OracleName, Status
 
 if TYPE_CHECKING:  # only read here (importing them would load the sample readers and the search)
-    from .data import Samples
+    from .basis import Basis
     from .oracle.inspection import NodeStats
-    from .quant_reference import QuantGate
     from .search.state import SearchOutcome
     from .tradeoff import PlanPoint
 
@@ -44,9 +42,11 @@ class AutoResult(PhaseTotals):
     node_stats: Mapping[str, NodeStats]
     phases: tuple[PhaseCost, ...]
     search: SearchOutcome | None
-    reference_outputs: tuple[dict[str, np.ndarray], ...]  # FP32 graph outputs per sample
+    reference_outputs: tuple[dict[str, np.ndarray], ...]  # the model's FP32 graph outputs per sample
     headroom: float
-    samples: Samples  # what every probe ran on (the verification runs the written model on them)
+    # what every plan was judged by: the samples every probe ran on, the reference and tolerances, the sums
+    # proven in range (the written model is verified, validated and reported by it)
+    basis: Basis
     node_flops: Mapping[str, float] = field(default_factory=dict)  # estimated, at the first sample's shapes
     points: tuple[PlanPoint, ...] = ()  # every plan measured, searched or not (the trade-off)
     notes: tuple[str, ...] = ()
@@ -54,10 +54,6 @@ class AutoResult(PhaseTotals):
     unsearched: str = ""  # why no search ran ("" when one did)
     # node -> "INT8", "FP8", ...: quantized compute, which the shares count apart
     quantized: Mapping[str, str] = field(default_factory=dict)
-    gate: QuantGate | None = None  # a quantized model's reference and relative gate (the probes' references)
-    # what the samples showed of the target's sums (the sums proven in range, the LayerNorms pre-scaled): the
-    # written model is verified with it, so that it computes what was measured
-    measured: Measured = field(default_factory=Measured)
     counted_as: Mapping[str, str] = field(default_factory=dict)  # FlopShares.counted_as
 
     @property
@@ -102,7 +98,6 @@ class ConversionOutcome:
     message: str
     mode: MeasuringMode
     oracle: OracleName
-    tolerance: Tolerance
     output_path: str | None = None  # None: nothing was written
     verification: Verification | None = None
     warnings: tuple[str, ...] = ()

@@ -90,6 +90,11 @@ class QuantGate:
     def given_outputs(self) -> tuple[str, ...]:
         return tuple(self.quantization[0]) if self.quantization else ()
 
+    def on(self, ctx: ModelContext, feeds: Sequence[Mapping[str, np.ndarray]]) -> QuantGate:
+        """This gate (its reference, tolerance and margin) on other samples of ``ctx``'s model (held-out
+        samples: :meth:`onnx_precision.basis.Basis.held_out`)."""
+        return measured(ctx, self, feeds)
+
     def deciding(self, judged: Comparison | None) -> dict[str, Deciding]:
         """Per output the quantizers reach, the sample of ``judged`` (a candidate against the reference, on
         this gate's samples) that decides its verdict: the one whose remainder adds the most to its own
@@ -293,9 +298,11 @@ def _names(signature: list[tuple[str, int]]) -> str:
 
 
 def gate(ctx: ModelContext, feeds: Sequence[Mapping[str, np.ndarray]], tolerance: Tolerance,
-         reference_model: str | None, margin: float = DEFAULT_MARGIN) -> QuantGate | None:
-    """The gate of ``ctx``'s quantized model (see the module docstring) on ``feeds``; None for a model
-    with nothing to bypass and no ``reference_model``."""
+         reference_model: str | None, margin: float = DEFAULT_MARGIN,
+         model_outputs: Sequence[Mapping[str, np.ndarray]] | None = None) -> QuantGate | None:
+    """The gate of ``ctx``'s quantized model (see the module docstring) on ``feeds`` (``model_outputs``:
+    the model's FP32 outputs on them, where the caller ran it already); None for a model with nothing to
+    bypass and no ``reference_model``."""
     if margin_problem(margin):
         raise UsageError(f"--quant-margin {margin}: expected {margin_problem(margin)}")
     if reference_model is not None:
@@ -307,16 +314,19 @@ def gate(ctx: ModelContext, feeds: Sequence[Mapping[str, np.ndarray]], tolerance
         reference = ModelContext.of(proxy, ctx.base_dir, ctx.path,
                                     custom_op_libraries=ctx.custom_op_libraries)
         source = BYPASSED
-    return measured(ctx, QuantGate(source, reference, tolerance, margin, (), (), ()), feeds)
+    return measured(ctx, QuantGate(source, reference, tolerance, margin, (), (), ()), feeds, model_outputs)
 
 
-def measured(ctx: ModelContext, gate: QuantGate, feeds: Sequence[Mapping[str, np.ndarray]]) -> QuantGate:
+def measured(ctx: ModelContext, gate: QuantGate, feeds: Sequence[Mapping[str, np.ndarray]],
+             model_outputs: Sequence[Mapping[str, np.ndarray]] | None = None) -> QuantGate:
     """``gate`` (its reference, tolerance and margin) on ``feeds``: the reference's outputs, each
-    sample's quantization error (``ctx``'s model in FP32 against the reference) and its bound."""
+    sample's quantization error (``ctx``'s model in FP32 against the reference, run here unless given as
+    ``model_outputs``) and its bound."""
     from . import oracle  # the oracle stack is only needed by the measuring modes
 
     outputs = tuple(dict(o) for o in oracle.run_fp32(gate.reference, feeds).outputs)
-    model_outputs = oracle.run_fp32(ctx, feeds).outputs
+    if model_outputs is None:
+        model_outputs = oracle.run_fp32(ctx, feeds).outputs
     quantization: list[dict[str, float]] = []
     tolerances: list[Tolerance] = []
     for ref, out in zip(outputs, model_outputs):

@@ -13,8 +13,9 @@ sessions built, probes run (``cost``) and the wall seconds around the child.
 Below the table, the emulation's cost on the largest example: its all-FP16 model (written by the generic
 run) emulated as each target computes it (``oracle.written.emulate_model``), the onnxruntime session built
 and run on the example's data, the median of ``--reps`` repetitions, against generic's: with every sum
-checked (``check --target``, another tool's model) and with the sums the data proves in range unchecked
-(a convert run's search and verification: its basis' ``Measured``, ``--headroom`` 2).
+checked (a model measured by no run: held-out samples) and with the sums the data proves in range
+unchecked (a convert run's search and verification, and ``check --target``: the run's basis' ``Measured``,
+``--headroom`` 2).
 """
 
 from __future__ import annotations

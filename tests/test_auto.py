@@ -16,6 +16,7 @@ from onnx_precision.data import Samples
 from onnx_precision.errors import PrecisionError, SearchError
 from onnx_precision.graph import walk_nodes
 from onnx_precision.judge import Tolerance, compare_samples
+from onnx_precision.options import Judging
 from onnx_precision.oracle import EmulationSession, run_emulated
 from onnx_precision.plan import Precision, Reason, uniform_plan
 from onnx_precision.rewriter import rewrite
@@ -54,7 +55,7 @@ def all_fp16(loaded: ModelContext, fp16_io: bool = False):
 def choose(name: str, tmp_path, below_17: bool = False, **kwargs,
            ) -> tuple[auto.AutoResult, ModelContext, Samples]:
     loaded, samples = load(name, tmp_path, below_17)
-    result = auto.choose_plan(loaded, all_fp16(loaded), samples, Tolerance(), **kwargs)
+    result = auto.choose_plan(loaded, all_fp16(loaded), samples, Judging(), **kwargs)
     return result, loaded, samples
 
 
@@ -198,7 +199,7 @@ def test_search_fails_when_even_all_fp32_is_out_of_tolerance(tmp_path):
     loaded, samples = load("benign_mlp", tmp_path)
     # FP16 graph inputs round the feed itself: no FP32 node can undo that under a zero tolerance.
     result = auto.choose_plan(loaded, all_fp16(loaded, fp16_io=True), samples,
-                              Tolerance(error_stat="max", atol=0.0, rtol=0.0, min_cosine=1.0))
+                              Judging(Tolerance(error_stat="max", atol=0.0, rtol=0.0, min_cosine=1.0)))
     assert result.status == auto.FAILED
     assert "even with every float node in FP32" in result.message
     assert result.search is not None and not result.search.passed
@@ -208,14 +209,14 @@ def test_search_fails_when_even_all_fp32_is_out_of_tolerance(tmp_path):
 def test_bad_headroom_is_a_one_line_error(headroom, tmp_path):
     loaded, samples = load("benign_mlp", tmp_path)
     with pytest.raises(PrecisionError, match="--headroom") as err:
-        auto.choose_plan(loaded, all_fp16(loaded), samples, Tolerance(), headroom=headroom)
+        auto.choose_plan(loaded, all_fp16(loaded), samples, Judging(), headroom=headroom)
     assert err.value.exit_code == 2  # a bad argument, not a failed search
 
 
 def test_user_pins_are_kept(tmp_path):
     loaded, samples = load("benign_mlp", tmp_path)
     base = all_fp16(loaded).with_fp32(["relu"], Reason("user", "--keep-fp32 relu"))
-    result = auto.choose_plan(loaded, base, samples, Tolerance())
+    result = auto.choose_plan(loaded, base, samples, Judging())
     assert result.plan.fp32_nodes == ("relu",)
     assert result.plan.decisions["relu"].reasons[0].source == "user"
 
@@ -223,7 +224,7 @@ def test_user_pins_are_kept(tmp_path):
 def test_progress_is_reported_during_the_search(tmp_path):
     loaded, samples = load("layernorm_eps", tmp_path, below_17=True)
     calls = []
-    auto.choose_plan(loaded, all_fp16(loaded), samples, Tolerance(),
+    auto.choose_plan(loaded, all_fp16(loaded), samples, Judging(),
                      progress=lambda phase, done, left, best: calls.append((phase, done, left)))
     phases = [c[0] for c in calls if c[1] == c[2] == 0]  # each phase is announced as it starts
     assert phases[:2] == ["reference", "before"] and "search" in phases and phases[-1] == "after"
@@ -529,7 +530,7 @@ def test_absorbed_fp32_infinity_is_not_an_error(tmp_path):
     mask = np.ones((2, 8), np.float32)
     mask[:, 5:] = 0
     feeds = ({"scores": np.linspace(-2, 2, 16, dtype=np.float32).reshape(2, 8), "mask": mask},)
-    result = auto.choose_plan(loaded, all_fp16(loaded), Samples(feeds, False, "test"), Tolerance())
+    result = auto.choose_plan(loaded, all_fp16(loaded), Samples(feeds, False, "test"), Judging())
     assert result.status == auto.PASSED and result.after.passed
 
 

@@ -297,17 +297,17 @@ def test_sums_the_samples_prove_in_range_drop_their_check_in_the_search_and_the_
     from onnx_precision.convert import choose
     from onnx_precision.data import Samples
     from onnx_precision.float_types import FP16
-    from onnx_precision.judge import Tolerance
+    from onnx_precision.options import Judging
     from onnx_precision.target.accumulation import proven_sums
     # within 65504/headroom: 32751·2 < 65504 <= 32752·2; headroom 0 (pins off) proves nothing
     bounds = {"small": 100.0, "edge": 32751.0, "large": 32752.0}
     assert proven_sums(bounds, FP16, 2.0) == {"small", "edge"} and proven_sums(bounds, FP16, 0) == frozenset()
     model, ctx, feeds = _proven_case()
-    result = choose.choose_plan(ctx, ctx.all_low_plan(), Samples(feeds, False, "test"), Tolerance())
-    assert result.measured == Measured(frozenset({"small"}))
+    result = choose.choose_plan(ctx, ctx.all_low_plan(), Samples(feeds, False, "test"), Judging())
+    assert result.basis.measured == Measured(frozenset({"small"}))
     # the written model's check is spelled on the same target: the MatMul has no check, the sum keeps its own
     fp16 = _fp16_model(model)
-    emulated = emulate_model(fp16, "", WebGpuTarget(), measured=result.measured)
+    emulated = emulate_model(fp16, "", WebGpuTarget(), measured=result.basis.measured)
     checked = {n.name.split("__")[0] for n in emulated.graph.node
                if n.op_type == "Where"}
     assert checked == {"large"}

@@ -165,16 +165,19 @@ def _outcome(model, verified: Comparison, native: Comparison | None = None, defa
     """A measured conversion of ``model`` whose search passed, checked as given."""
     import numpy as np
 
+    from onnx_precision.basis import AsGiven, Basis
     from onnx_precision.convert.run import ConvertOptions, _outcome
     from onnx_precision.data import Samples
+    from onnx_precision.judge import Tolerance
     from onnx_precision.outcome import AutoResult, Verification
     from onnx_precision.target import GENERIC
 
     plan = uniform_plan([n.name for n in model.graph.node], Precision.FP16, Reason("default", "auto"))
     samples = Samples(({"x": np.ones((3, 64), np.float32)},), True, "synthetic, seed 0")
     passing = Comparison((metrics("y", 0.0, 1.0),), True, "emulate")
+    basis = Basis(samples, AsGiven(Tolerance(), ({"y": np.ones((3, 64), np.float32)},)))
     auto = AutoResult(plan, "passed", "", "auto", passing, passing, {}, (PhaseCost("reference", 0.1, 1, 1),),
-                      None, (), 2.0, samples)
+                      None, (), 2.0, basis)
     verification = Verification(verified, native, default_load, (PhaseCost("verify", 0.1, 1, 1),))
     return _outcome(auto, plan, ConvertOptions(), verification, ("w",), 0, "l2.fp16.onnx", target or GENERIC)
 

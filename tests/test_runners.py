@@ -15,7 +15,7 @@ from onnx_precision.cli import main
 from onnx_precision.context import ModelContext
 from onnx_precision.convert import choose as auto
 from onnx_precision.data import Samples
-from onnx_precision.judge import Tolerance
+from onnx_precision.options import Judging
 from onnx_precision.oracle import Emulator, reference_runner
 from onnx_precision.plan import PrecisionPlan
 
@@ -63,7 +63,7 @@ def test_the_search_probes_the_runner_it_is_given_and_finds_its_culprit():
     h2 = next(n for n, op in ctx.node_ops.items() if op == "Mul" and n.endswith("h2"))
     feeds = [{"x": np.linspace(-1, 1, 8, dtype=np.float32)}]
     fake = FakeTarget(ctx, h2)
-    result = auto.choose_plan(ctx, ctx.all_low_plan(), Samples(feeds, False, "test"), Tolerance(),
+    result = auto.choose_plan(ctx, ctx.all_low_plan(), Samples(feeds, False, "test"), Judging(),
                               runner=fake)
     assert result.passed and result.plan.fp32_nodes == (h2,)
     assert result.plan.decisions[h2].reasons[-1].source == "search"
@@ -72,7 +72,7 @@ def test_the_search_probes_the_runner_it_is_given_and_finds_its_culprit():
     # before, the search's probes (its first, the start, is the "before" run), after
     assert len(fake.plans) == fake.probes_run == 1 + (result.search.probes_run - 1) + 1
     # the emulation alone passes all FP16: the pin is the fake target's doing
-    plain = auto.choose_plan(ctx, ctx.all_low_plan(), Samples(feeds, False, "test"), Tolerance())
+    plain = auto.choose_plan(ctx, ctx.all_low_plan(), Samples(feeds, False, "test"), Judging())
     assert plain.passed and plain.plan.fp32_nodes == ()
 
 
@@ -80,7 +80,7 @@ def test_a_runner_without_inspection_gets_the_ranges_from_the_emulation():
     example = models.build("l2_normalize")
     ctx = ModelContext.of(example.model)
     fake = FakeTarget(ctx, "sumsq")
-    result = auto.choose_plan(ctx, ctx.all_low_plan(), Samples(example.feeds, False, "l2"), Tolerance(),
+    result = auto.choose_plan(ctx, ctx.all_low_plan(), Samples(example.feeds, False, "l2"), Judging(),
                               runner=fake)
     # the overflowing sum of squares (1.2e5) is found by the emulation's ranges and pinned before any probe
     assert result.node_stats["sumsq"].max_abs > 65504

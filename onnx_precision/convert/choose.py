@@ -15,8 +15,8 @@ model, still come from the emulation.
   2. Base plan: the caller's plan (all FP16 + ``--keep-fp32``/``--plan``), resolved for types, plus
      *headroom* pins: a float tensor whose FP32 magnitude exceeds 65504/H on the samples stays
      FP32 at its producer and at every consumer, even when the outputs pass, because unseen
-     inputs will be larger. Default H = 2 (:data:`DEFAULT_HEADROOM`): one binade of margin, so an
-     input that doubles the overflowing intermediate still fits, while tensors that merely use a
+     inputs will be larger. Default H = 2 (:data:`~onnx_precision.basis.DEFAULT_HEADROOM`): one binade of
+     margin, so an input that doubles the overflowing intermediate still fits, while tensors that merely use a
      good part of FP16's range (up to 32752) keep running in FP16.
   3. If the base plan passes every sample, done. Otherwise: candidates = nodes flagged by the
      static rules (confirmed by the recorded ranges), tensors the ranges flag (overflow, values
@@ -37,19 +37,19 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .. import policy
+from ..basis import AS_GIVEN, DEFAULT_HEADROOM, Basis, judged, sums
 from ..context import ModelContext
 from ..costs import Clock, Counted
 from ..data import Samples
-from ..errors import InternalError, PrecisionError
+from ..errors import InternalError
 from ..float_types import LowPrecision
 from ..flops import flop_shares
 from ..judge import Comparison, Tolerance
+from ..options import Judging
 from ..oracle import Emulator, Inspection, LayerwiseResult, PlanRunner, ReferenceResult
-from ..oracle.accumulated import AccumulationBounds
 from ..oracle.inspection import NodeStats, first_nonfinite_output
 from ..outcome import FAILED, FP32_NONFINITE, PASSED, AutoResult
 from ..plan import Precision, PrecisionPlan, Reason
-from ..quant_reference import QuantGate
 from ..search.driver import (
     FlopShare,
     Progress,
@@ -62,64 +62,54 @@ from ..search.driver import (
 )
 from ..search.fallback import fallback_candidates, try_fallback
 from ..search.prober import Prober
-from ..target import Measured
-from ..target.accumulation import proven_sums
 from ..tradeoff import PlanPoint, output_errors
 from ..vocab import MeasuringMode, ReasonSource, Status
 
 log = logging.getLogger(__name__)
 
-DEFAULT_HEADROOM = 2.0
-
-
 NO_BUDGET = SearchBudget()
 
 
-def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
-                tolerance: Tolerance | QuantGate, headroom: float = DEFAULT_HEADROOM,
-                mode: MeasuringMode = "auto", progress: Progress | None = None,
-                budget: SearchBudget = NO_BUDGET, runner: PlanRunner | None = None,
-                profile_max: Mapping[str, tuple[int, ...]] | None = None) -> AutoResult:
-    """Pick the plan for ``ctx``'s model starting from ``base_plan`` (see the module docstring).
+def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples, judging: Judging = AS_GIVEN,
+                headroom: float = DEFAULT_HEADROOM, mode: MeasuringMode = "auto",
+                progress: Progress | None = None, budget: SearchBudget = NO_BUDGET,
+                runner: PlanRunner | None = None, profile_max: Mapping[str, tuple[int, ...]] | None = None,
+                ) -> AutoResult:
+    """Pick the plan for ``ctx``'s model starting from ``base_plan`` (see the module docstring), on
+    ``samples``. Its first phase measures the run's basis (:mod:`onnx_precision.basis`: the reference
+    ``judging`` derives and each sample's tolerance, the sums the samples prove in range with ``headroom``
+    kept), which judges every plan after it and which the result keeps. ``headroom`` 0 turns headroom pins
+    off; otherwise it must be at least 1 (1: pin only what overflows on the samples).
 
-    ``headroom`` 0 turns headroom pins off; otherwise it must be at least 1 (1: pin only what
-    overflows on the samples). ``budget`` bounds the search (see :class:`SearchBudget`).
-    ``runner`` runs the probes (default: the emulation); where it cannot see inside a plan (a
-    native provider, onnx.reference), the ranges and the layerwise ranking come from the emulation.
-    ``profile_max``: the deployment profile's largest input shapes, where they pass the samples'
-    (:mod:`onnx_precision.policy.shape_headroom`). Where the target has a fallback type (auto mode),
-    the FP32 pins are tried in it first (:mod:`onnx_precision.search.fallback`). ``tolerance``: what
-    judges every plan against the model's FP32 outputs, or a quantized model's gate: its unquantized
-    reference's outputs and a tolerance per sample (:mod:`onnx_precision.quant_reference`).
+    ``budget`` bounds the search (see :class:`SearchBudget`). ``runner`` runs the probes (default: the
+    emulation); where it cannot see inside a plan (a native provider, onnx.reference), the ranges and the
+    layerwise ranking come from the emulation. ``profile_max``: the deployment profile's largest input
+    shapes, where they pass the samples' (:mod:`onnx_precision.policy.shape_headroom`). Where the target
+    has a fallback type (auto mode), the FP32 pins are tried in it first
+    (:mod:`onnx_precision.search.fallback`).
     """
-    if headroom != 0 and not headroom >= 1.0:
-        raise PrecisionError(f"--headroom {headroom:g}: must be 0 (off) or at least 1 "
-                             f"(1 = pin only what overflows on the samples)")
     clock = Clock(progress)
-    accumulated = AccumulationBounds(ctx)  # where the target sums in FP16: what each such sum reaches
     with clock.phase("reference") as phase:
-        bounds = accumulated.measure(samples.feeds)
-        # the sums the samples prove in range are emulated without their check, and the LayerNorms whose
-        # FP16 statistics they show past 65504 as written on x·2^-j, in every plan measured and in the
-        # written model's verification alike
-        measured = Measured(proven_sums(bounds, ctx.target.low, headroom),
-                            policy.layer_norm_prescales(ctx, bounds, headroom))
-        emulator = Emulator(ctx, measured=measured)
+        found = sums(ctx, samples, headroom)
+        emulator = Emulator(ctx, measured=found.measured)
         runner = emulator if runner is None else runner
         inspection = runner.inspection or emulator.inspection
         user = policy.resolve(ctx, base_plan)
         reference = inspection.reference(samples)
-        counted = _Counted((emulator, runner, accumulated))
+        # its FP32 outputs are the model's (sessions without graph optimisations compute the same): the
+        # basis is judged on them, with no run of its own
+        basis = judged(ctx, samples, judging, found, reference.outputs)
+        counted = _Counted((emulator, runner), found.sessions)
         phase.count(counted, probes=1)
+    bounds = found.bounds
     shapes = {k: np.shape(v) for k, v in samples.feeds[0].items()} if samples.feeds else {}
     shares = flop_shares(ctx, shapes)
     share = FlopShare(ctx, shares)
-    run = _Run(mode, headroom, clock, counted, reference, _node_stats(ctx, reference.stats), samples, share,
+    run = _Run(mode, headroom, clock, counted, reference, _node_stats(ctx, reference.stats), basis, share,
                ctx.target.fallback, progress)
 
     nonfinite = _fp32_nonfinite_message(reference)
-    gate, given = (None, tolerance) if isinstance(tolerance, Tolerance) else (tolerance, tolerance.given)
-    if nonfinite and not given.allow_fp32_nonfinite:
+    if nonfinite and not basis.given.allow_fp32_nonfinite:
         return run.finish(_Ending(user, FP32_NONFINITE, nonfinite, unsearched="no plan was measured: " +
                                   "the FP32 model itself produces NaN/Inf"))
 
@@ -132,16 +122,14 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples,
         pins.update({node: reason for node, reason in grown.items() if node not in pins})
     base = user.with_fp32_reasons({node: (reason,) for node, reason in pins.items()})
     flagged = policy.flagged(ctx, user, reference.stats, static=mode == "static")
-    prober = (Prober(runner, samples.feeds, reference.outputs, given) if gate is None
-              else Prober(runner, samples.feeds, gate.outputs, gate.tolerances))
+    prober = Prober(runner, samples.feeds, basis.references, basis.tolerances)
     with clock.phase("before") as phase:
         before = prober.comparison(user)
         phase.count(counted, probes=1)
     start = _Start(user, base, flagged, before)
     chosen = _static(run, prober, start) if mode == "static" else _search(run, prober, ctx, start, inspection,
                                                                          runner, progress, budget)
-    return replace(chosen, notes=chosen.notes + _size_bound(ctx, chosen.plan, bounds, largest), gate=gate,
-                   measured=measured)
+    return replace(chosen, notes=chosen.notes + _size_bound(ctx, chosen.plan, bounds, largest))
 
 
 def _size_bound(ctx: ModelContext, plan: PrecisionPlan, bounds: Mapping[str, float],
@@ -157,14 +145,15 @@ def _size_bound(ctx: ModelContext, plan: PrecisionPlan, bounds: Mapping[str, flo
 
 
 class _Counted:
-    """The sessions built by the runners of one run, each counted once."""
+    """The sessions built by the runners of one run, each counted once, and ``before`` them (the basis')."""
 
-    def __init__(self, runners: tuple[Counted, ...]) -> None:
+    def __init__(self, runners: tuple[Counted, ...], before: int = 0) -> None:
         self.runners = tuple({id(r): r for r in runners}.values())
+        self.before = before
 
     @property
     def sessions_built(self) -> int:
-        return sum(r.sessions_built for r in self.runners)
+        return self.before + sum(r.sessions_built for r in self.runners)
 
 
 @dataclass(frozen=True)
@@ -206,7 +195,7 @@ class _Run:
     counted: _Counted
     reference: ReferenceResult
     stats: Mapping[str, NodeStats]
-    samples: Samples
+    basis: Basis
     share: FlopShare
     fallback: LowPrecision | None = None
     progress: Progress | None = None
@@ -219,7 +208,7 @@ class _Run:
         notes = (() if found is None else found.notes) + end.notes
         return AutoResult(end.plan, end.status, end.message, self.mode, end.before, end.after, node_stats,
                           self.clock.phases(), None if found is None else found.outcome,
-                          tuple(self.reference.outputs), self.headroom, self.samples,
+                          tuple(self.reference.outputs), self.headroom, self.basis,
                           self.share.shares.node_flops,
                           points, notes, chosen, end.unsearched, self.share.shares.quantized,
                           counted_as=self.share.shares.counted_as)
@@ -315,7 +304,7 @@ def _search(run: _Run, prober: Prober, ctx: ModelContext, start: _Start, inspect
         return run.finish(_Ending(plan, PASSED, "", before, after, measured=measured,
                                   unsearched=_nothing_to_search(user, plan), notes=notes))
     with clock.phase("layerwise") as phase:
-        layer = inspection.layerwise(base, run.samples)
+        layer = inspection.layerwise(base, run.basis.samples)
         phase.count(run.counted, probes=1)
     with clock.phase("switch graph") as phase:
         # many plans follow: the emulation's switch graph, or baked sessions; a plan given with BF16

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
-from .. import helper_sessions, opset_upgrade, policy, quant_reference, quantized, storage
+from .. import helper_sessions, opset_upgrade, policy, quantized, storage
 from ..context import ModelContext, Upgrade, load_model
 from ..costs import PhaseCost
 from ..data import SampleSpec, sample_files, shape_problem
@@ -25,9 +25,10 @@ from ..errors import CustomOpError, InternalError, SearchError, UsageError
 from ..float_types import low_of
 from ..flops import FlopShares, estimate_flops, flop_shares
 from ..judge import Comparison, Tolerance
+from ..options import Judging
 from ..outcome import ConversionOutcome, Verification
 from ..plan import Precision, PrecisionPlan, Reason, apply_user_choices
-from ..quant_reference import DEFAULT_MARGIN, QuantGate, margin_problem
+from ..quant_reference import DEFAULT_MARGIN, margin_problem
 from ..rewriter import RewriteResult, rewrite
 from ..suggested import RunArgs, quoted
 from ..target import GENERIC, Target
@@ -37,6 +38,7 @@ from ..vocab import MODES, Mode, OracleName, Status
 from .written_check import check_written, load_remedies
 
 if TYPE_CHECKING:
+    from ..basis import Basis
     from ..report import RunReport
     from .choose import AutoResult, Progress
 
@@ -112,6 +114,11 @@ class ConvertOptions:
                 problem = shape_problem(shape)
                 if problem:
                     raise UsageError(f"--trt-{which}-shapes {name}: {problem}")
+
+    @property
+    def judging(self) -> Judging:
+        """What the run judges by (:class:`..options.Judging`)."""
+        return Judging(self.tolerance, self.reference_model, self.quant_margin)
 
 
 @dataclass(frozen=True)
@@ -228,8 +235,9 @@ def base_plan(ctx: ModelContext, options: ConvertOptions) -> tuple[PrecisionPlan
 def plan_to_write(
     ctx: ModelContext, plan: PrecisionPlan, options: ConvertOptions, progress: Progress | None = None
 ) -> tuple[PrecisionPlan, AutoResult | None]:
-    """The plan to write, resolved: ``plan`` itself in all-fp16 mode; static/auto modes ask
-    :func:`.choose.choose_plan` (which returns an AutoResult, also returned)."""
+    """The plan to write, resolved: ``plan`` itself in all-fp16 mode; static/auto modes load the samples and
+    ask :func:`.choose.choose_plan`, which measures the run's basis on them first (:mod:`..basis`) and
+    returns an AutoResult holding it (also returned)."""
     if options.mode == "all-fp16":
         return policy.resolve(ctx, plan), None
     from .. import data, oracle  # the oracle stack is only needed by the measuring modes
@@ -238,11 +246,8 @@ def plan_to_write(
     samples = data.load_samples(ctx.model, options.samples)
     budget = auto.SearchBudget(options.max_probes, options.time_budget, options.exhaustive_minimise)
     with oracle.blame(ctx, samples):
-        gate = quant_reference.gate(ctx, samples.feeds, options.tolerance, options.reference_model,
-                                    options.quant_margin)
-        result = auto.choose_plan(ctx, plan, samples, options.tolerance if gate is None else gate,
-                                  options.headroom, options.mode, progress, budget,
-                                  oracle.plan_runner(options.oracle, ctx),
+        result = auto.choose_plan(ctx, plan, samples, options.judging, options.headroom, options.mode,
+                                  progress, budget, oracle.plan_runner(options.oracle, ctx),
                                   {name: p["max"] for name, p in options.trt_profile.items() if "max" in p})
     return policy.resolve(ctx, policy.target_reasons(ctx, result.plan)), result
 
@@ -395,12 +400,9 @@ def conversion(load: Load, options: ConvertOptions, destination: Destination,
         progress("load", 0, 0, None)
     ctx = replace(load(options.target, upgrade_for(options)), keep_float64=options.keep_float64)
     plan, auto_result, warnings = planned(ctx, options, progress)
-    gate = auto_result.gate if auto_result is not None else None
-    judged = options if gate is None else replace(options, tolerance=gate.tolerance)  # as the search judged
     if auto_result is not None and not auto_result.writable:
-        if gate is not None:
-            auto_result = replace(auto_result, notes=auto_result.notes + gate.notes(None))
-        outcome = _outcome(auto_result, auto_result.plan, judged, None, tuple(warnings),
+        auto_result = replace(auto_result, notes=auto_result.notes + auto_result.basis.notes(None))
+        outcome = _outcome(auto_result, auto_result.plan, options, None, tuple(warnings),
                            helper_sessions.built() - helpers_before)
         return Conversion(ctx, None, outcome.warnings, auto_result, report=_report(ctx, outcome),
                           unwritten=auto_result.message)
@@ -409,7 +411,7 @@ def conversion(load: Load, options: ConvertOptions, destination: Destination,
     started = time.perf_counter()
     if progress is not None:
         progress("write", 0, 0, None)
-    prescaled = {} if auto_result is None else dict(auto_result.measured.prescaled)  # LayerNorms on x·2^-j
+    prescaled = {} if auto_result is None else dict(auto_result.basis.measured.prescaled)  # on x·2^-j
     result = with_notes(ctx, rewrite(ctx, plan, prescaled=prescaled), auto_result)
     written = destination.write(ctx, result)
     if auto_result is None:
@@ -417,18 +419,18 @@ def conversion(load: Load, options: ConvertOptions, destination: Destination,
     write = PhaseCost("write", time.perf_counter() - started)
     if progress is not None:
         progress("verify", 0, 0, None)
-    verification = verify(ctx, written, auto_result, judged, write)
-    result, verification, auto_result = _load_remedy(ctx, result, verification, auto_result, judged,
+    verification = verify(ctx, written, auto_result, options, write)
+    result, verification, auto_result = _load_remedy(ctx, result, verification, auto_result, options,
                                                      destination)
-    if gate is not None:
-        auto_result = replace(auto_result, notes=auto_result.notes + gate.notes(verification.verified))
+    judged = auto_result.basis.notes(verification.verified)  # a quantized model's: its gate's
+    auto_result = replace(auto_result, notes=auto_result.notes + judged)
     if auto_result.passed and not verification.verified.passed:
         # Written all the same: the model and its report are the bug report (status: failed, exit 1).
         logger.error("the plan passed the emulated search but the written model %s fails the emulated check "
                      "(a bug: please report it%s)", destination.output_path,
                      f" with {options.report_json}" if options.report_json else "")
     warnings += destination.unchecked_load(result, verification)
-    outcome = _outcome(auto_result, result.plan, judged, verification, tuple(warnings),
+    outcome = _outcome(auto_result, result.plan, options, verification, tuple(warnings),
                        helper_sessions.built() - helpers_before, destination.output_path, ctx.target)
     return Conversion(ctx, result, outcome.warnings, auto_result, verification, _report(ctx, outcome))
 
@@ -503,7 +505,7 @@ def _run_args(model_path: str, output_path: str, options: ConvertOptions,
     """What the commands the run suggests repeat of it (the shapes: the feeds it ran, if any)."""
     from ..trt.flags import sample_shapes
 
-    shapes = sample_shapes(auto_result.samples.feeds) if auto_result is not None else None
+    shapes = sample_shapes(auto_result.basis.samples.feeds) if auto_result is not None else None
     return RunArgs(model_path, output_path, options.samples, options.tolerance, options.custom_op_libraries,
                    options.oracle, options.trt_profile, shapes, options.reference_model,
                    None if options.quant_margin == DEFAULT_MARGIN else options.quant_margin)
@@ -566,7 +568,7 @@ def _stage_samples(auto_result: AutoResult, options: ConvertOptions, outputs: st
     from ..data import polygraphy_feeds_json, polygraphy_outputs_json
 
     if options.save_inputs:
-        outputs.stage_text(options.save_inputs, polygraphy_feeds_json(auto_result.samples.feeds))
+        outputs.stage_text(options.save_inputs, polygraphy_feeds_json(auto_result.basis.samples.feeds))
     if options.save_outputs:
         outputs.stage_text(options.save_outputs,
                            polygraphy_outputs_json(auto_result.reference_outputs, "onnx-precision-fp32"))
@@ -588,14 +590,12 @@ def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: Aut
                 for d in auto_result.plan.decisions.values() if d.precision.is_low)
     early = loads and auto_result.passed and _stored_bytes(staged_model) < OVERLAPPED_LOAD_BYTES
     loading = oracle.DefaultLoad(staged_model, ctx.custom_op_libraries) if early else None
+    basis = auto_result.basis
     try:
-        gate = auto_result.gate
-        with oracle.blame(ctx, auto_result.samples):
+        with oracle.blame(ctx, basis.samples):
             verified, native, phases = oracle.verify_output(
-                staged_model, auto_result.samples.feeds,
-                auto_result.reference_outputs if gate is None else gate.outputs,
-                options.tolerance if gate is None else gate.tolerances,
-                options.oracle, ctx.custom_op_libraries, ctx.target, auto_result.measured)
+                staged_model, basis.samples.feeds, basis.references, basis.tolerances, options.oracle,
+                ctx.custom_op_libraries, ctx.target, basis.measured)
         default_load = ""
         if loads and auto_result.passed and verified.passed and (native is None or native.passed):
             started = time.perf_counter()
@@ -608,25 +608,23 @@ def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: Aut
     validation, failure = None, ""
     if options.validation_inputs:
         started = time.perf_counter()
-        validation, failure = _validate(ctx, staged_model, options.validation_inputs, options.tolerance,
-                                        auto_result.gate)
+        validation, failure = _validate(ctx, staged_model, options.validation_inputs, basis)
         phases += (PhaseCost("validation", time.perf_counter() - started, sessions=2, probes=2),)
     return Verification(verified, native, default_load, (write,) + phases, validation, failure)
 
 
-def _validate(ctx: ModelContext, staged_model: str | ModelContext, inputs: str, tolerance: Tolerance,
-              gate: QuantGate | None = None) -> tuple[Comparison, str]:
-    """The written model on the held-out samples ``inputs``, against the FP32 model ``ctx`` on them, or
-    by a quantized model's ``gate``: against its reference, each held-out sample within its own bound."""
+def _validate(ctx: ModelContext, staged_model: str | ModelContext, inputs: str, basis: Basis,
+              ) -> tuple[Comparison, str]:
+    """The written model on the held-out samples ``inputs``, judged as ``basis`` judges the run's own
+    (:meth:`..basis.Basis.held_out`: against the FP32 model ``ctx`` on them, or a quantized model's
+    reference, each held-out sample within its own bound)."""
     from .. import data, oracle
 
     held_out = data.load_samples(ctx.model, SampleSpec(inputs=inputs, option="--validation-inputs"))
     with oracle.blame(ctx, held_out):
-        judged = None if gate is None else quant_reference.measured(ctx, gate, held_out.feeds)
-        refs = oracle.run_fp32(ctx, held_out.feeds).outputs if judged is None else judged.outputs
-        comparison, failure = oracle.validate_written(staged_model, held_out.feeds, refs,
-                                                      tolerance if judged is None else judged.tolerances,
-                                                      ctx.custom_op_libraries, ctx.target)
+        judged = basis.held_out(ctx, held_out)
+        comparison, failure = oracle.validate_written(staged_model, held_out.feeds, judged.references,
+                                                      judged.tolerances, ctx.custom_op_libraries, ctx.target)
     return comparison, failure and f"held-out {failure} ({inputs})"
 
 
@@ -644,7 +642,7 @@ def _outcome(auto_result: AutoResult, plan: PrecisionPlan, options: ConvertOptio
     status, message, more = conversion_status(auto_result, verification, target)
     status, message = share_gate(status, message, plan, auto_result.shares, options.min_16bit_share)
     return ConversionOutcome(auto_result, plan, status, message, auto_result.mode, options.oracle,
-                             options.tolerance, output_path, verification, warnings + more, helpers,
+                             output_path, verification, warnings + more, helpers,
                              _tradeoff_path(options), _before_plan(options))
 
 

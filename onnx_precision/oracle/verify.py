@@ -22,16 +22,24 @@ from ..vocab import OracleName
 from .runs import NATIVE_PROVIDERS, OracleRun, run_emulated, run_emulated_file, run_native, run_reference
 from .sessions import Feed
 
+# A candidate's outputs on the feeds, under one oracle; the emulation spells the sums the run measured in
+# range unchecked (its basis' Measured), a runtime computes its sums itself
+Oracle = Callable[[ModelContext, Sequence[Feed], Measured], OracleRun]
 
-def _native(provider: str) -> Callable[[ModelContext, Sequence[Feed]], OracleRun]:
-    def run(ctx: ModelContext, feeds: Sequence[Feed]) -> OracleRun:
+
+def _native(provider: str) -> Oracle:
+    def run(ctx: ModelContext, feeds: Sequence[Feed], measured: Measured) -> OracleRun:
         return run_native(ctx, feeds, provider)
     return run
 
 
-ORACLES: Mapping[OracleName, Callable[[ModelContext, Sequence[Feed]], OracleRun]] = {
+def _reference(ctx: ModelContext, feeds: Sequence[Feed], measured: Measured) -> OracleRun:
+    return run_reference(ctx, feeds)
+
+
+ORACLES: Mapping[OracleName, Oracle] = {
     "emulate": run_emulated,
-    "reference": run_reference,
+    "reference": _reference,
     **{name: _native(provider) for name, provider in NATIVE_PROVIDERS.items()},
 }
 
@@ -48,12 +56,12 @@ def require_oracle(oracle: str) -> None:
                                     f"(install onnxruntime-gpu on a machine with the GPU stack)")
 
 
-def run_candidate(
-    candidate: ModelContext, feeds: Sequence[Feed], oracle: OracleName = "emulate"
-) -> OracleRun:
-    """The candidate's outputs on ``feeds`` under ``oracle``; one session."""
+def run_candidate(candidate: ModelContext, feeds: Sequence[Feed], oracle: OracleName = "emulate",
+                  measured: Measured = UNMEASURED) -> OracleRun:
+    """The candidate's outputs on ``feeds`` under ``oracle`` (``measured``: what the run measured of the
+    target's sums, :data:`ORACLES`); one session."""
     require_oracle(oracle)
-    return ORACLES[oracle](candidate, feeds)
+    return ORACLES[oracle](candidate, feeds, measured)
 
 
 def verify_written(

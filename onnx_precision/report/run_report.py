@@ -78,7 +78,8 @@ class RunReport(PhaseTotals):
     # node -> FLOPs of the integer kernels (MatMulInteger, ...), which node_flops counts 0: what the
     # share of INT8 compute counts (flops.integer_kernel_flops)
     integer_flops: Mapping[str, float] = field(default_factory=dict)
-    # a quantized model's gate on the written model (quant_reference.QuantGate.to_json); {} without one
+    # how the basis' tolerances were derived, on the written model (a quantized model's gate:
+    # quant_reference.QuantGate.to_json); {} for the tolerance as given
     quantization_gate: Mapping[str, object] = field(default_factory=dict)
 
     @property
@@ -150,7 +151,8 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
     """The report of one measured ``convert``: the search's comparisons, statistics and costs
     (``outcome.auto``), then the writing and the verification."""
     auto, verification = outcome.auto, outcome.verification
-    feeds = auto.samples.feeds
+    basis = auto.basis
+    feeds = basis.samples.feeds
     shapes = {k: np.shape(v) for k, v in feeds[0].items()} if feeds else {}
     return RunReport(
         model=ctx.path,
@@ -161,11 +163,11 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         message=outcome.message,
         plan=outcome.plan,
         node_ops=dict(ctx.node_ops),
-        samples_source=auto.samples.source,
-        samples_synthetic=bool(auto.samples.synthetic),
+        samples_source=basis.samples.source,
+        samples_synthetic=bool(basis.samples.synthetic),
         sample_count=len(feeds),
-        warnings=outcome.warnings + tuple(auto.samples.warnings),
-        tolerance=outcome.tolerance,
+        warnings=outcome.warnings + tuple(basis.samples.warnings),
+        tolerance=basis.tolerance,
         node_flops=auto.node_flops or estimate_flops(ctx.model, shapes),
         node_stats=auto.node_stats,
         before=auto.before,
@@ -179,7 +181,7 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         points=auto.points,
         notes=(auto.notes + _float64_notes(ctx, outcome.plan, auto.node_flops, auto.counted_as)
                + _underflow_notes(ctx, outcome.plan, auto.node_stats, auto.headroom)
-               + _thin_pass_notes(verification, None if auto.gate is None else auto.gate.relative)
+               + _thin_pass_notes(verification, basis.relative)
                + _quantized_notes(ctx)),
         tradeoff_svg=outcome.tradeoff_svg,
         chosen_point=auto.chosen_point,
@@ -195,8 +197,7 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         fp32_integer_ops=quantized.fp32_integer_ops(ctx),
         ort_fused=tuple(quantized.of(ctx).ort_fused_nodes),
         integer_flops=integer_kernel_flops(ctx.model, shapes, quantized.of(ctx).integer_ops or ()),
-        quantization_gate={} if auto.gate is None else auto.gate.to_json(
-            None if verification is None else verification.verified),
+        quantization_gate=basis.to_json(None if verification is None else verification.verified),
     )
 
 

@@ -39,7 +39,9 @@ the smallest value the 16-bit type rounds to inf (65520), not a Cast pair and a 
 A node whose bound the samples prove in range (below 65504/headroom on the FP32 run: :func:`proven_sums`,
 held by the run's basis, :attr:`.Measured.proven`) gets no check: the search's graphs and the written model's
 verification spell it alike, so what is verified is what was measured. The proof holds on the samples;
-the headroom covers other inputs. ``check`` of another tool's model checks every sum.
+the headroom covers other inputs. ``check`` measures the same basis on its samples, so a candidate is
+judged as ``convert`` judges the model it writes (a proof names a node of the FP32 model: a candidate's
+node of that name whose sum is twice as large would go unchecked).
 
 The check adds a few nodes to each accumulating node's FP16 spelling, so it runs inside the switch,
 baked and twin graphs as the node does: a search costs no more sessions.

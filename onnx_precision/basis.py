@@ -1,0 +1,228 @@
+"""What a run measured before it searched, as one value: its :class:`Basis`.
+
+A measuring run (``convert``'s static and auto modes, ``check``) builds its basis once, right where its
+samples are loaded, and every later step takes it whole: the search judges each plan by it, the rewriter
+writes the LayerNormalizations it pre-scaled, the written model is verified by it and validated on
+held-out samples by the same judging (:meth:`Basis.held_out`), ``check`` judges a candidate by it and the
+report states it. Two steps that rebuilt the same measured state would drift; these read one value. A
+basis holds:
+
+* the samples;
+* the reference it judges against (:class:`Reference`): per sample the reference's outputs and the
+  tolerance that judges them, derived from the tolerance as given. For most models that is the model's
+  own FP32 outputs, each judged by the tolerance as given (:class:`AsGiven`); for a quantized model, an
+  unquantized reference's outputs, each sample's bound relative to its quantization error
+  (:class:`~onnx_precision.quant_reference.QuantGate`): another way the tolerances were derived, read
+  through the same interface, with its notes;
+* what the samples showed of the target's 16-bit sums (:class:`Sums`): each accumulator's largest bound,
+  the headroom kept over them, and what they prove: the sums in range and the LayerNormalizations to
+  pre-scale (:class:`~onnx_precision.target.Measured`), which every emulation of the run spells alike.
+
+It is measured in two steps, one function each, which ``convert`` and ``check`` share: :func:`sums`
+(requires the model loaded for the run's target, its opset raised for BF16), then :func:`judged`
+(requires the model's FP32 outputs on the samples: ``convert``'s search takes them from the reference
+run it makes anyway, for the ranges, so that no session is built twice; ``check`` from a plain FP32 run,
+:func:`measure`). :func:`judged` ensures one reference output set and one tolerance per sample, each
+holding every output of the model (checked: it is cheap).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from . import policy, quant_reference
+from .context import ModelContext
+from .data import Samples
+from .errors import InternalError, PrecisionError
+from .judge import Comparison, Tolerance
+from .options import Judging
+from .target import UNMEASURED, Measured
+from .target.accumulation import proven_sums
+
+DEFAULT_HEADROOM = 2.0  # one binade of margin over the samples (see convert.choose)
+AS_GIVEN = Judging()  # the default tolerance, no reference model
+
+
+class Reference(Protocol):
+    """What a run judges against, on its samples: per sample the reference's outputs and the tolerance that
+    judges a candidate's, derived from the tolerance as ``given``."""
+
+    @property
+    def outputs(self) -> tuple[dict[str, np.ndarray], ...]: ...
+    @property
+    def tolerances(self) -> tuple[Tolerance, ...]: ...
+    @property
+    def given(self) -> Tolerance: ...
+
+    @property
+    def tolerance(self) -> Tolerance:
+        """One tolerance every sample's pass is within (what a report states)."""
+
+    @property
+    def relative(self) -> Mapping[str, float]:
+        """The outputs whose bound is relative to another error, with its margin (for the thin-pass note)."""
+
+    def notes(self, verified: Comparison | None) -> tuple[str, ...]:
+        """What a report says of how ``verified`` (the written model, or a candidate) was judged."""
+
+    def to_json(self, judged: Comparison | None) -> Mapping[str, object]:
+        """The derivation as the JSON reports write it ({}: nothing to say)."""
+
+    def on(self, ctx: ModelContext, feeds: Sequence[Mapping[str, np.ndarray]]) -> Reference:
+        """The same reference and derivation on other samples of ``ctx``'s model (held-out samples)."""
+
+
+@dataclass(frozen=True)
+class AsGiven:
+    """The model's own FP32 outputs, each sample judged by the tolerance as given."""
+
+    given: Tolerance
+    outputs: tuple[dict[str, np.ndarray], ...]
+
+    @property
+    def tolerances(self) -> tuple[Tolerance, ...]:
+        return (self.given,) * len(self.outputs)
+
+    @property
+    def tolerance(self) -> Tolerance:
+        return self.given
+
+    @property
+    def relative(self) -> Mapping[str, float]:
+        return {}
+
+    def notes(self, verified: Comparison | None) -> tuple[str, ...]:
+        return ()
+
+    def to_json(self, judged: Comparison | None) -> Mapping[str, object]:
+        return {}
+
+    def on(self, ctx: ModelContext, feeds: Sequence[Mapping[str, np.ndarray]]) -> AsGiven:
+        from . import oracle  # onnxruntime: only a measuring run needs it
+
+        return AsGiven(self.given, tuple(dict(o) for o in oracle.run_fp32(ctx, feeds).outputs))
+
+
+@dataclass(frozen=True)
+class Sums:
+    """What the samples showed of the target's 16-bit sums: each FP16 accumulator's largest bound on them,
+    and what those bounds prove with ``headroom`` kept over the samples (:class:`~.target.Measured`)."""
+
+    headroom: float = DEFAULT_HEADROOM  # 0: off (nothing proven), else at least 1
+    bounds: Mapping[str, float] = field(default_factory=dict)  # node -> its accumulator's largest bound
+    measured: Measured = UNMEASURED
+    sessions: int = 0  # built to measure the bounds (one where the target sums in FP16, else none)
+
+
+def sums(ctx: ModelContext, samples: Samples, headroom: float = DEFAULT_HEADROOM) -> Sums:
+    """What ``samples`` show of the sums ``ctx``'s target keeps in FP16 (requires ``ctx`` loaded for the
+    run's target: its accumulation table decides which sums); ``headroom``: 0 (off) or at least 1."""
+    from .oracle.accumulated import AccumulationBounds
+
+    if headroom != 0 and not headroom >= 1.0:
+        raise PrecisionError(f"--headroom {headroom:g}: must be 0 (off) or at least 1 "
+                             f"(1 = pin only what overflows on the samples)")
+    accumulated = AccumulationBounds(ctx)  # where the target sums in FP16: what each such sum reaches
+    bounds = accumulated.measure(samples.feeds)
+    # the sums the samples prove in range are emulated without their check, and the LayerNorms whose FP16
+    # statistics they show past 65504 as written on x·2^-j, in every plan measured and in the written
+    # model's verification alike
+    measured = Measured(proven_sums(bounds, ctx.target.low, headroom),
+                        policy.layer_norm_prescales(ctx, bounds, headroom))
+    return Sums(headroom, bounds, measured, accumulated.sessions_built)
+
+
+@dataclass(frozen=True)
+class Basis:
+    """What a run measured before it searched (see the module docstring)."""
+
+    samples: Samples
+    reference: Reference
+    sums: Sums = Sums()
+    # (later, for decoders: the generation the samples were run through)
+
+    def __post_init__(self) -> None:
+        count = len(self.samples.feeds)
+        if (len(self.reference.outputs), len(self.reference.tolerances)) != (count, count):
+            raise InternalError(f"a basis of {count} sample(s) with {len(self.reference.outputs)} reference "
+                                f"output set(s) and {len(self.reference.tolerances)} tolerance(s)")
+
+    @property
+    def references(self) -> tuple[dict[str, np.ndarray], ...]:
+        """Per sample, the outputs a plan's are judged against."""
+        return self.reference.outputs
+
+    @property
+    def tolerances(self) -> tuple[Tolerance, ...]:
+        """Per sample, the tolerance that judges it."""
+        return self.reference.tolerances
+
+    @property
+    def tolerance(self) -> Tolerance:
+        """The one tolerance a report states (every sample's is within it)."""
+        return self.reference.tolerance
+
+    @property
+    def given(self) -> Tolerance:
+        """The tolerance as the user gave it."""
+        return self.reference.given
+
+    @property
+    def relative(self) -> Mapping[str, float]:
+        return self.reference.relative
+
+    @property
+    def measured(self) -> Measured:
+        """What every emulation of the run spells alike: the sums in range, the LayerNorms pre-scaled."""
+        return self.sums.measured
+
+    @property
+    def headroom(self) -> float:
+        return self.sums.headroom
+
+    def notes(self, verified: Comparison | None) -> tuple[str, ...]:
+        """What the report says of the judging of ``verified`` (a quantized model's: its gate)."""
+        return self.reference.notes(verified)
+
+    def to_json(self, judged: Comparison | None) -> Mapping[str, object]:
+        return self.reference.to_json(judged)
+
+    def held_out(self, ctx: ModelContext, samples: Samples) -> Basis:
+        """The same judging on the held-out ``samples``: the reference run on them, each judged as the run's
+        own; nothing proven (a proof holds on the samples that made it: every sum stays checked)."""
+        return Basis(samples, self.reference.on(ctx, samples.feeds), Sums(self.headroom))
+
+
+def judged(ctx: ModelContext, samples: Samples, judging: Judging, found: Sums,
+           fp32: Sequence[Mapping[str, np.ndarray]]) -> Basis:
+    """The basis of a run on ``ctx``'s model and ``samples``: ``fp32`` (requires: the model's FP32 outputs
+    on them, from whichever run the caller makes of it) judged by ``judging`` (a quantized model's gate, or
+    the tolerance as given), with what the samples showed of the target's sums (``found``: :func:`sums`).
+    Ensures every reference holds each of the model's outputs."""
+    reference: Reference | None = quant_reference.gate(ctx, samples.feeds, judging.tolerance,
+                                                       judging.reference_model, judging.quant_margin, fp32)
+    if reference is None:  # not quantized, and no reference model: the model itself in FP32
+        reference = AsGiven(judging.tolerance, tuple(dict(o) for o in fp32))
+    basis = Basis(samples, reference, found)
+    outputs = {o.name for o in ctx.model.graph.output}
+    missing = next((outputs - set(r) for r in basis.references if outputs - set(r)), None)
+    if missing:
+        raise InternalError(f"the basis' reference has no output {sorted(missing)[0]!r} of {ctx.path}")
+    return basis
+
+
+def measure(ctx: ModelContext, samples: Samples, judging: Judging = AS_GIVEN,
+            headroom: float = DEFAULT_HEADROOM) -> Basis:
+    """The basis of a run on ``ctx``'s model (as the run measures it: loaded for its target, a BF16 run's
+    opset raised) and ``samples``, judged by ``judging``, ``headroom`` kept over the samples: what
+    :func:`sums` and :func:`judged` measure, the model's FP32 outputs by a plain FP32 run (``convert``'s
+    search takes them from its reference run, which also gives the ranges). The caller names ``ctx`` and
+    ``samples`` for onnxruntime's errors (:func:`onnx_precision.oracle.blame.blame`)."""
+    from . import oracle  # onnxruntime: only a measuring run needs it
+
+    found = sums(ctx, samples, headroom)
+    return judged(ctx, samples, judging, found, oracle.run_fp32(ctx, samples.feeds).outputs)
