@@ -7,6 +7,10 @@ Selection: deterministic cases with float32 tensors that onnxruntime (CPU) runs 
 suite's expected outputs in FP32. A selected case passes when the all-fp16 conversion passes the
 full checker, loads and runs in onnxruntime, and its outputs match the FP32 run: float outputs
 within an FP16 tolerance, other outputs exactly.
+
+The cases, the selection and the FP32 outputs (:func:`suite`) are made once per machine and versions
+and kept under .pytest_cache/: making them takes 15 s of CPU, and every pytest-xdist worker
+collects tests/test_conformance.py.
 """
 
 from __future__ import annotations
@@ -14,7 +18,11 @@ from __future__ import annotations
 import collections
 import functools
 import glob
+import hashlib
 import os
+import pickle
+import platform
+import sys
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -24,6 +32,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+try:
+    import fcntl
+except ImportError:  # Windows: each process makes the suite itself
+    fcntl = None  # type: ignore[assignment]
+
 from onnx_precision import graph, rewriter, typing_rules
 from onnx_precision.context import ModelContext
 from onnx_precision.plan import Precision, PrecisionPlan, Reason, uniform_plan
@@ -31,6 +44,8 @@ from onnx_precision.plan import Precision, PrecisionPlan, Reason, uniform_plan
 RANDOM_OPS = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli",
               "Multinomial"}
 MAX_IR = 10  # onnxruntime rejects IR versions newer than it knows
+CACHE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".pytest_cache",
+                         "conformance")  # ignored by git, as pytest's own cache beside it
 RTOL = 1e-2  # per element, relative to the FP32 value
 ATOL_SCALE = 5e-3  # absolute, relative to the output's largest |FP32 value| (cancellation)
 ATOL_FLOOR = 1e-4  # FP16 subnormals are spaced 6e-8 apart but keep ~1e-4 of absolute precision
@@ -46,8 +61,67 @@ class Case:
     atol: float
 
 
+@dataclass(frozen=True)
+class Suite:
+    """The node cases, why each is left out of the selection (None: selected), and onnxruntime's FP32
+    outputs of the selected ones (one session each)."""
+    cases: dict[str, Case]
+    reasons: dict[str, str | None]
+    fp32_outputs: dict[str, list]
+
+
+def _cache_key() -> str:
+    """What the suite depends on: this file, the versions that make and run the cases, the machine
+    (onnxruntime's FP32 outputs may differ by CPU)."""
+    cpu = ""
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            cpu = next((line for line in f if line.startswith("model name")), "")
+    with open(__file__, "rb") as f:
+        source = f.read()
+    facts = [onnx.__version__, ort.__version__, np.__version__, sys.version, platform.machine(), cpu]
+    return hashlib.sha256(source + repr(facts).encode()).hexdigest()[:16]
+
+
 @functools.lru_cache(maxsize=1)
+def suite() -> Suite:
+    """The suite, read from CACHE_DIR when this machine made it with this file and these versions, else
+    made (onnx's generators 9 s of CPU, onnxruntime's FP32 runs 6 s) and written there. A process
+    that finds another making it waits for it under a lock, then reads it (0.1 s). Where CACHE_DIR
+    cannot be written, it is made in memory."""
+    path = os.path.join(CACHE_DIR, f"suite-{_cache_key()}.pickle")
+    try:
+        os.makedirs(CACHE_DIR, exist_ok=True)
+        lock = open(os.path.join(CACHE_DIR, "lock"), "w")
+    except OSError:
+        return _make_suite()
+    with lock:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                return pickle.load(f)
+        made = _make_suite()
+        for old in glob.glob(os.path.join(CACHE_DIR, "suite-*.pickle")):
+            os.remove(old)
+        with open(path + ".tmp", "wb") as f:
+            pickle.dump(made, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(path + ".tmp", path)
+        return made
+
+
+def _make_suite() -> Suite:
+    cases = _generated_cases()
+    fp32_outputs: dict[str, list] = {}
+    reasons = {name: _selection(case, fp32_outputs) for name, case in cases.items()}
+    return Suite(cases, reasons, fp32_outputs)
+
+
 def node_cases() -> dict[str, Case]:
+    return suite().cases
+
+
+def _generated_cases() -> dict[str, Case]:
     from onnx.backend.test.case.node import collect_testcases
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -81,6 +155,9 @@ def _ops(model: onnx.ModelProto) -> set:
 def run_model(model: onnx.ModelProto, feeds: dict) -> list:
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    # One thread: pytest-xdist already runs a test per core, and a second thread spinning for work
+    # costs CPU (VGG-19 in FP16: 1.9 s of CPU with one, 2.4 s with two).
+    options.intra_op_num_threads = 1
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     return session.run(None, feeds)
 
@@ -113,10 +190,13 @@ def _matches_expected(got: Sequence, expected: Sequence, rtol: float, atol: floa
     return True
 
 
-@functools.cache
 def selection(name: str) -> str | None:
     """None when ``name`` is in the selection, else why not."""
-    case = node_cases()[name]
+    return suite().reasons[name]
+
+
+def _selection(case: Case, fp32_outputs: dict[str, list]) -> str | None:
+    """None when ``case`` is in the selection (its outputs then in ``fp32_outputs``), else why not."""
     if _ops(case.model) & RANDOM_OPS:
         return "not deterministic"
     if not _has_float(case.model):
@@ -127,11 +207,8 @@ def selection(name: str) -> str | None:
         return f"onnxruntime cannot run it in FP32: {str(e).splitlines()[0][:120]}"
     if not _matches_expected(got, case.expected, case.rtol, case.atol):
         return "onnxruntime FP32 output differs from the expected output"
-    _FP32_OUTPUTS[name] = got
+    fp32_outputs[case.name] = got
     return None
-
-
-_FP32_OUTPUTS: dict[str, list] = {}  # onnxruntime's FP32 outputs of selected cases (one session each)
 
 
 def left_out(names: Iterable[str]) -> collections.Counter[str]:
@@ -224,7 +301,7 @@ def onnxconverter_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def check_conversion(case: Case, convert: Callable[[onnx.ModelProto], onnx.ModelProto]) -> str | None:
     """None when the converted case is valid, runs and matches FP32; else the first failure."""
-    reference = _FP32_OUTPUTS.get(case.name) or run_model(case.model, case.feeds)
+    reference = suite().fp32_outputs.get(case.name) or run_model(case.model, case.feeds)
     try:
         source = onnx.ModelProto()
         source.CopyFrom(case.model)  # onnxconverter-common edits its input in place
