@@ -14,6 +14,8 @@ from onnx import TensorProto, helper
 
 from onnx_precision.cli import main
 
+SAFETY_S = 300  # no measure of speed: what ends a test whose child hangs
+
 
 def _mlp(directory: str, batch: int | str = 1) -> str:
     """y = relu(x @ w), x of shape [batch, 4]; returns the model path."""
@@ -229,33 +231,35 @@ def test_the_python_api_raises_one_line_errors_for_bad_files(tmp_path):
 # --- failure 7 and the process boundary --------------------------------------------------------------
 
 def test_sigterm_discards_the_staging_folders_as_ctrl_c_does(tmp_path):
-    """A run killed by SIGTERM while its outputs are staged (held there: the rewrite waits) leaves
-    nothing behind and says so."""
+    """A run killed by SIGTERM while its outputs are staged (held there: the rewrite waits for the
+    signal) leaves nothing behind and says so. The test waits on events, the child's line and its
+    exit, never on a deadline a busy machine can pass (it did, at 30 s, on a fresh clone's first run
+    of the whole suite): SAFETY_S only ends a hang."""
+    import select
     import signal
     import subprocess
     import sys
-    import time
     model = _mlp(str(tmp_path))
     out = tmp_path / "out"
     out.mkdir()
-    staged = tmp_path / "staged"
-    code = (f"import pathlib, sys, time\n"
+    code = (f"import sys, threading\n"
             f"import onnx_precision.convert.run as run\n"
             f"def held(*args, **kwargs):\n"
-            f"    pathlib.Path({str(staged)!r}).touch()\n"
-            f"    time.sleep(60)\n"
+            f"    print('staged', flush=True)\n"
+            f"    threading.Event().wait()\n"
             f"run.rewrite = held\n"
             f"from onnx_precision.cli import main\n"
             f"sys.exit(main(['convert', {model!r}, '-o', {str(out / 'o.onnx')!r}]))\n")
-    child = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
     try:
-        deadline = time.monotonic() + 60
-        while not staged.exists() and child.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert staged.exists(), child.stderr.read() if child.poll() is not None else "not staged in 60 s"
+        ready, _, _ = select.select([child.stdout], [], [], SAFETY_S)
+        assert ready, f"not staged in {SAFETY_S} s"
+        line = child.stdout.readline()
+        assert line == "staged\n", line or child.communicate()[1]
         assert [f for f in os.listdir(out) if f.startswith(".onnx-precision-")]  # the run is mid-write
         child.send_signal(signal.SIGTERM)
-        _, err = child.communicate(timeout=30)
+        _, err = child.communicate(timeout=SAFETY_S)
     finally:
         child.kill()
     assert child.returncode == 128 + signal.SIGTERM
