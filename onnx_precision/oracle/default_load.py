@@ -8,7 +8,10 @@ file in a child process, where a crash cannot take the run with it, with default
 in its own child, and names the first that loads. :class:`DefaultLoad` starts the first child at
 once, so the load runs while the caller verifies the model (on the 26 401-node LayerNorm stack the
 child takes 5 s, as long as half the verification). A model converted in memory is handed to the
-child serialized, on its standard input, as ``InferenceSession(bytes)`` loads it.
+child serialized, on its standard input, as ``InferenceSession(bytes)`` loads it. A child never
+outlives this process: it is killed when the caller stops waiting for it (an error, Ctrl-C, a
+signal), and it ends itself when this process dies however it dies (SIGKILL, the OOM killer): it
+watches a pipe only this process holds open (:data:`_LIFELINE`).
 
 :class:`LoadFailure` reads what failed back from the sentence a run keeps (which optimiser: the one
 onnxruntime's message names, or the one whose disabling loads the model), and :func:`pin_candidates`
@@ -21,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
 import signal
 import subprocess
@@ -54,9 +58,20 @@ WORKAROUNDS = (
     Attempt("SessionOptions.graph_optimization_level = ORT_DISABLE_ALL", level="ORT_DISABLE_ALL"),
 )
 
-# Run as ``python -c``: exit 0 when the session is built, 3 with onnxruntime's message on stdout.
+# Run as ``python -c`` first: a thread that ends the child once its parent is gone. Nothing is ever
+# written to the lifeline (argv[3]); its read returns when its one writer, the parent, closes it, by
+# dying or when done with the child.
+# onnxruntime releases the GIL while it builds a session, so the thread runs during the load.
+_LIFELINE = """
+import os, sys, threading
+def _orphaned(fd=int(sys.argv[3])):
+    os.read(fd, 1)
+    os._exit(1)
+threading.Thread(target=_orphaned, daemon=True).start()
+"""
+# Then: exit 0 when the session is built, 3 with onnxruntime's message on stdout.
 # The model is a path, or "-": its bytes on stdin, read first (the parent waits on the pipe).
-_CHILD = """
+_LOAD = """
 import json, sys
 path, config = sys.argv[1], json.loads(sys.argv[2])
 model = sys.stdin.buffer.read() if path == "-" else path
@@ -81,43 +96,71 @@ Model = Union[str, bytes]  # a model file, or a serialized model holding its wei
 def _child_command(path: str, attempt: Attempt, libraries: Sequence[str]) -> list[str]:
     config = {"libraries": list(libraries), "level": attempt.level,
               "disabled": list(attempt.disabled_optimizers)}
-    return [sys.executable, "-c", _CHILD, path, json.dumps(config)]
+    return [sys.executable, "-c", _LIFELINE + _LOAD, path, json.dumps(config)]
 
 
-def _start(model: Model, attempt: Attempt, libraries: Sequence[str]) -> subprocess.Popen:
-    """The child, started; a model in memory is written to its stdin, which it reads first."""
-    path = model if isinstance(model, str) else "-"
-    child = subprocess.Popen(_child_command(path, attempt, libraries), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True,
-                             stdin=subprocess.DEVNULL if isinstance(model, str) else subprocess.PIPE)
-    if isinstance(model, bytes) and child.stdin is not None:
-        with contextlib.suppress(BrokenPipeError):  # a child that died says how in _outcome
-            cast(io.TextIOWrapper, child.stdin).buffer.write(model)  # text=True is for its output
-        with contextlib.suppress(BrokenPipeError):
-            child.stdin.close()
-        child.stdin = None  # written: communicate() has nothing more to send
-    return child
+class _Child:
+    """A child loading ``model`` with ``attempt``, started, its lifeline's read end its last argument;
+    a model in memory is written to its stdin, which it reads first. This process holds the write end
+    of the lifeline until it is done with the child."""
+
+    def __init__(self, model: Model, attempt: Attempt, libraries: Sequence[str]) -> None:
+        path = model if isinstance(model, str) else "-"
+        lifeline, self._lifeline = os.pipe()  # neither end is inherited by other children
+        try:
+            self.process = subprocess.Popen(
+                _child_command(path, attempt, libraries) + [str(lifeline)], pass_fds=(lifeline,),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                stdin=subprocess.DEVNULL if isinstance(model, str) else subprocess.PIPE)
+        except BaseException:
+            self.release()
+            raise
+        finally:
+            os.close(lifeline)
+        stdin = self.process.stdin
+        if isinstance(model, bytes) and stdin is not None:
+            with contextlib.suppress(BrokenPipeError):  # a child that died says how in _outcome
+                cast(io.TextIOWrapper, stdin).buffer.write(model)  # text=True is for its output
+            with contextlib.suppress(BrokenPipeError):
+                stdin.close()
+            self.process.stdin = None  # written: communicate() has nothing more to send
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.communicate()
+        self.release()
+
+    def release(self) -> None:
+        """Close the lifeline's write end: the child, if still running, ends."""
+        if self._lifeline >= 0:
+            os.close(self._lifeline)
+            self._lifeline = -1
 
 
-def _outcome(child: subprocess.Popen) -> str:
-    """"" when the child loaded the model, else what happened."""
+def _outcome(child: _Child) -> str:
+    """"" when the child loaded the model, else what happened. A wait cut short (a timeout, an
+    interrupt, a signal) kills the child."""
     try:
-        stdout, stderr = child.communicate(timeout=TIMEOUT_S)
+        stdout, stderr = child.process.communicate(timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
         child.kill()
-        child.communicate()
         return f"onnxruntime did not load it within {TIMEOUT_S} s"
-    if child.returncode == 0:
+    except BaseException:
+        child.kill()
+        raise
+    child.release()
+    code = child.process.returncode
+    if code == 0:
         return ""
-    if child.returncode < 0:
-        return f"onnxruntime crashes ({_signal_name(-child.returncode)}) loading it"
-    said = stdout.strip() or stderr.strip() or f"exit status {child.returncode}"
+    if code < 0:
+        return f"onnxruntime crashes ({_signal_name(-code)}) loading it"
+    said = stdout.strip() or stderr.strip() or f"exit status {code}"
     return f"onnxruntime cannot load it: {ort_text(said.splitlines()[-1])}"
 
 
 def _try(model: Model, attempt: Attempt, libraries: Sequence[str]) -> str:
     """"" when ``attempt`` loads the model in a child process, else what happened."""
-    return _outcome(_start(model, attempt, libraries))
+    return _outcome(_Child(model, attempt, libraries))
 
 
 def loadable_in_memory(model: onnx.ModelProto) -> bool:
@@ -143,9 +186,9 @@ class DefaultLoad:
         self.model: Model | None = path if isinstance(path, str) else (
             path.model.SerializeToString() if loadable_in_memory(path.model) else None)
         self.libraries = tuple(libraries)
-        self._child: subprocess.Popen | None = None
+        self._child: _Child | None = None
         if self.model is not None:
-            self._child = _start(self.model, DEFAULT, libraries)
+            self._child = _Child(self.model, DEFAULT, libraries)
 
     def problem(self) -> str:
         """As :func:`default_load_problem`."""
@@ -159,7 +202,6 @@ class DefaultLoad:
     def cancel(self) -> None:
         if self._child is not None:
             self._child.kill()
-            self._child.communicate()
             self._child = None
 
 

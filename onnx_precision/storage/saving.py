@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from typing import BinaryIO, Callable
 
@@ -27,6 +25,7 @@ from onnx import numpy_helper
 
 from ..errors import InternalError, OutputError
 from . import external_data as ext
+from .staging import StagingFolder
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +75,13 @@ class Outputs:
     (so a model and its data file stay valid together, and a staged model can be loaded and
     verified before anything is in place), created with the permissions ``open()`` gives under the
     umask. :meth:`commit` moves them all into place; leaving the ``with`` block without a commit
-    (an error, an interrupt) removes them, so a failed run leaves nothing behind.
+    (an error, an interrupt) removes them, so a failed run leaves nothing behind; a run killed before
+    it could leaves a folder the next run into that directory removes (:mod:`.staging`).
     """
 
     def __init__(self, input_paths: tuple[str, ...] = ()) -> None:
         self.input_paths = tuple(input_paths)
-        self._staging: dict[str, str] = {}  # target directory -> its staging directory
+        self._staging: dict[str, StagingFolder] = {}  # target directory -> its staging folder
         self._staged: dict[str, str] = {}  # target -> staged file, in write order
         self._reserved: dict[str, str] = {}  # target -> the path as the user gave it
 
@@ -105,10 +105,10 @@ class Outputs:
         directory = os.path.dirname(target)
         if directory not in self._staging:
             try:
-                self._staging[directory] = tempfile.mkdtemp(prefix=".onnx-precision-", dir=directory)
+                self._staging[directory] = StagingFolder(directory)
             except OSError as e:
                 raise OutputError(f"{path}: cannot write in '{directory}': {e.strerror}") from e
-        return self._staging[directory]
+        return self._staging[directory].path
 
     def stage(self, path: str, write: Callable[[str], None]) -> str:
         """Write one output with ``write(staged_path)``; returns the staged path."""
@@ -148,7 +148,7 @@ class Outputs:
     def discard(self) -> None:
         """Remove every staged file and staging directory (committed files stay)."""
         for staging in self._staging.values():
-            shutil.rmtree(staging, ignore_errors=True)
+            staging.remove()
         self._staging.clear()
         self._staged.clear()
 
