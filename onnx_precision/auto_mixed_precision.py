@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from . import cancel
 from .float16 import auto_convert_mixed_precision
 
 __all__ = ["auto_convert_mixed_precision", "get_tensor_values_using_ort", "add_missing_dtypes_using_ort"]
@@ -37,7 +38,7 @@ def get_tensor_values_using_ort(model: onnx.ModelProto, input_feed: Mapping[str,
     its outputs, or the values named ``output_names`` (any the graph computes), in that order.
     ``model`` is left as it was."""
     if output_names is None:
-        return list(_cpu_session(model.SerializeToString(), sess_options).run(None, dict(input_feed)))
+        return cancel.run(_cpu_session(model.SerializeToString(), sess_options), None, dict(input_feed))
     declared = list(model.graph.output)
     del model.graph.output[:]
     model.graph.output.extend(onnx.ValueInfoProto(name=name) for name in output_names)
@@ -46,7 +47,7 @@ def get_tensor_values_using_ort(model: onnx.ModelProto, input_feed: Mapping[str,
     finally:  # the caller's outputs back, whatever happened
         del model.graph.output[:]
         model.graph.output.extend(declared)
-    return list(_cpu_session(serialized, sess_options).run(list(output_names), dict(input_feed)))
+    return cancel.run(_cpu_session(serialized, sess_options), list(output_names), dict(input_feed))
 
 
 def _cpu_session(model: bytes, sess_options: ort.SessionOptions | None) -> ort.InferenceSession:

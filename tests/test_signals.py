@@ -1,5 +1,6 @@
-"""Issue 30, item 7: a run killed outright leaves a staging folder the next run into that folder
-removes (never a live run's); a default-load child dies with its parent, however the parent dies.
+"""Issue 30, items 3 and 7: a signal stops a run promptly, inside onnxruntime too, and leaves nothing;
+a run killed outright leaves a staging folder the next run into that folder removes (never a live
+run's); a default-load child dies with its parent, however the parent dies.
 
 Each test starts its own child (so that ``pytest -n 2`` starts none it does not use) and waits on
 events: a line the child prints, its exit. SAFETY_S is no measure of speed, only what ends a test
@@ -17,13 +18,67 @@ import sys
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from onnx_precision.cli import main
+from onnx_precision.cli import STOP_SIGNALS, main
 from onnx_precision.storage import Outputs
 
 SAFETY_S = 300
+
+# A CLI run that, running the Loop model in onnxruntime (a session fed its input 'loop_seed'), says
+# "in onnxruntime" once its main thread is inside onnxruntime's C++ run: its innermost Python frame
+# onnxruntime's run(), and 50 ms of CPU spent there (those Python lines take microseconds). A line
+# printed just before the call would not do: a busy machine may hold the child between the two, and
+# then Python's handler sees the signal (SIGTERM passed so before the change). Its last line says that
+# main() returned: a forced end (os._exit) runs no atexit function.
+_CLI = """
+import atexit, sys, threading, time
+import onnxruntime as ort
+atexit.register(print, "main() returned", flush=True)
+run = ort.InferenceSession.run
+entering = threading.Event()
+def inside(main=threading.main_thread()):
+    entering.wait()
+    clock, since = time.pthread_getcpuclockid(main.ident), None
+    while True:
+        frame = sys._current_frames()[main.ident]
+        if frame.f_code is run.__code__:
+            since = time.clock_gettime(clock) if since is None else since
+            if time.clock_gettime(clock) - since >= 0.05:
+                print("in onnxruntime", flush=True)
+                return
+        time.sleep(0.01)
+threading.Thread(target=inside, daemon=True).start()
+def said(self, *args, **kwargs):
+    if any(i.name == "loop_seed" for i in self.get_inputs()):
+        entering.set()
+    return run(self, *args, **kwargs)
+ort.InferenceSession.run = said
+from onnx_precision.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+# A run, its outputs staged, that swallows the interrupt its signal raises: only the watcher thread
+# can end it (after a grace period cut short here: the test is of what happens, not of how long).
+_STUBBORN = """
+import sys, threading
+from onnx_precision import cancel, cli
+cancel.GRACE_S = 0.1
+from onnx_precision.storage import Outputs
+def held(argv):
+    with Outputs() as outputs:
+        outputs.reserve(argv[0])
+        print("staged", flush=True)
+        while True:
+            try:
+                threading.Event().wait()
+            except KeyboardInterrupt:
+                pass
+cli._main = held
+sys.exit(cli.main(sys.argv[1:]))
+"""
 
 # A run, its output staged, whose default load never ends (the load replaced by a sleep): it prints
 # the pid of the default-load child.
@@ -39,6 +94,31 @@ with Outputs() as outputs:
     print(load._child.process.pid, flush=True)
     time.sleep(600)
 """
+
+SIGNALLED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+
+
+def _loop_model(directory: str) -> str:
+    """spun = loop_seed + 1, 2**62 times: a run that ends only when something stops it."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc", "one"], ["acc_next"], name="add"),
+         helper.make_node("Identity", ["cond"], ["cond_next"], name="again")], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("cond_next", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_next", TensorProto.FLOAT, [1])],
+        [helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "", "loop_seed"], ["spun"], name="spin", body=body)], "g",
+        [helper.make_tensor_value_info("loop_seed", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("spun", TensorProto.FLOAT, [1])],
+        [helper.make_tensor("trips", TensorProto.INT64, [], [2**62])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = os.path.join(directory, "loop.onnx")
+    onnx.save(model, path)
+    return path
 
 
 def _mlp(directory: str) -> str:
@@ -91,6 +171,35 @@ def _staging(directory) -> list[str]:
     return sorted(f for f in os.listdir(directory) if f.startswith(".onnx-precision-"))
 
 
+@pytest.mark.parametrize("name", SIGNALLED)
+def test_a_signal_stops_a_run_inside_onnxruntime_as_ctrl_c_does(start, tmp_path, out, name):
+    """Inside a Loop of 2**62 trips, each signal ends the run with its shell exit code, its line, and
+    no staging folder (before: SIGINT and SIGTERM went on at full CPU, SIGHUP and SIGQUIT left the
+    staged folder)."""
+    child = start(_CLI, "convert", _loop_model(str(tmp_path)), "-o", str(out / "o.onnx"))
+    assert _line(child) == "in onnxruntime\n"
+    assert _staging(out)  # the run is under way
+    signum = getattr(signal, name)
+    child.send_signal(signum)
+    printed, err = child.communicate(timeout=SAFETY_S)
+    said = {"SIGINT": "interrupted", "SIGTERM": "terminated"}.get(name, f"terminated ({name})")
+    assert (child.returncode, err.strip().splitlines()[-1]) == (128 + signum, f"onnx-precision: {said}")
+    assert printed.splitlines() == ["main() returned"]  # onnxruntime ended the run: no forced end
+    assert os.listdir(out) == []
+
+
+def test_a_run_that_does_not_unwind_is_ended_and_its_staging_folder_removed(start, out):
+    """The run swallows the interrupt (as code stuck in something nothing can stop never returns):
+    the watcher thread ends it, with the same code, line and clean-up."""
+    child = start(_STUBBORN, str(out / "o.onnx"))
+    assert _line(child) == "staged\n"
+    assert _staging(out)
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=SAFETY_S)
+    assert (child.returncode, err.strip().splitlines()[-1]) == (143, "onnx-precision: terminated")
+    assert os.listdir(out) == []
+
+
 def test_a_run_killed_outright_takes_its_default_load_and_the_next_run_its_staging_folder(
         start, tmp_path, out, capsys):
     """SIGKILL (the OOM killer, SIGUSR1 alike): nothing of the run can act, yet its default-load
@@ -120,3 +229,20 @@ def test_a_run_killed_outright_takes_its_default_load_and_the_next_run_its_stagi
     assert main(["convert", mlp, "-o", str(out / "o.onnx"), "--mode", "all-fp16"]) == 0
     assert _staging(out) == []
     assert f"{out}: removed {live[0]}, left by a run that was killed" in capsys.readouterr().err
+
+
+def test_every_onnxruntime_run_of_a_conversion_can_be_stopped(tmp_path, monkeypatch):
+    """Each run is handed RunOptions a signal can terminate (a bare session.run could not be), and the
+    CLI puts back the signal handlers and wakeup fd it found."""
+    runs = []
+    plain = ort.InferenceSession.run
+
+    def run(self, names, feed, options=None):
+        runs.append(options)
+        return plain(self, names, feed, options)
+    monkeypatch.setattr(ort.InferenceSession, "run", run)
+    handlers = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    assert main(["convert", _mlp(str(tmp_path)), "-o", str(tmp_path / "o.onnx")]) == 0
+    assert runs and all(isinstance(o, ort.RunOptions) for o in runs)
+    assert {s: signal.getsignal(s) for s in STOP_SIGNALS} == handlers
+    assert signal.set_wakeup_fd(-1) == -1

@@ -5,27 +5,32 @@ This is the process boundary: a :class:`~onnx_precision.errors.PrecisionError` (
 what the user handed in: the readers raise it themselves) becomes one line on stderr and its exit
 code; running out of memory or an operating-system failure is one line, exit 1; anything else is a
 bug, one line asking for a report, exit 1 (its traceback with -v). SIGTERM (``timeout``, a CI
-cancellation, ``docker stop``) unwinds as Ctrl-C does, so staged outputs are discarded.
+cancellation, ``docker stop``), SIGHUP (a dropped ssh session) and SIGQUIT unwind as Ctrl-C does, so
+staged outputs are discarded, and exit as a shell reports the signal (128 + its number). They stop
+the run within a moment even inside onnxruntime (:class:`~onnx_precision.cancel.SignalStop`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import signal
 import sys
-import threading
 from collections.abc import Sequence
 from typing import NoReturn
 
 from .. import __version__
+from ..cancel import SignalStop
 from ..errors import PrecisionError
 from ..render import for_terminal
 from . import analyze, check, convert
 from .common import TerminalFormatter, show
 
 logger = logging.getLogger(__name__)
-SIGTERM_EXIT = 128 + signal.SIGTERM  # as a shell reports a process that SIGTERM ended
+# what stops a run as Ctrl-C does (SIGINT itself included); a signal the platform lacks is left out
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+                     if hasattr(signal, name))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -48,30 +53,35 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt so that it takes the same way out:
-    every ``with Outputs`` block removes its staging folder on the way."""
+    """SIGTERM, SIGHUP or SIGQUIT, raised where Ctrl-C raises KeyboardInterrupt so that it takes the
+    same way out: every ``with Outputs`` block removes its staging folder on the way."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
-def _terminate(signum: int, frame: object) -> NoReturn:
-    raise Terminated
+def _raised(signum: int) -> KeyboardInterrupt:
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
+def _ending(signum: int) -> int:
+    """The last line of a run ``signum`` stopped, said; its exit code."""
+    said = ("interrupted" if signum == signal.SIGINT else "terminated" if signum == signal.SIGTERM
+            else f"terminated ({signal.Signals(signum).name})")
+    with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+        print(f"onnx-precision: {said}", file=sys.stderr)
+    return 128 + signum  # as a shell reports a process the signal ended
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # Only the main thread may set a handler (a caller may run main() in a thread: then SIGTERM is
-    # the caller's to handle).
-    handles = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _terminate) if handles else None
-    try:
-        return _main(argv)
-    except Terminated:
-        print("onnx-precision: terminated", file=sys.stderr)
-        return SIGTERM_EXIT
-    except KeyboardInterrupt:  # at any moment, parsing included: no traceback, no partial outputs
-        print("onnx-precision: interrupted", file=sys.stderr)
-        return 130
-    finally:
-        if handles:  # None: a handler set outside Python, which cannot be put back; the default then
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+    # Only the main thread may set handlers (a caller may run main() in a thread: then signals are
+    # the caller's to handle, and SignalStop does nothing).
+    with SignalStop(STOP_SIGNALS, _raised, _ending) as stopping:
+        try:
+            return _main(argv)
+        except KeyboardInterrupt as e:  # at any moment, parsing included: no traceback, no partial outputs
+            return stopping.end(e.signum if isinstance(e, Terminated) else signal.SIGINT)
 
 
 def _main(argv: Sequence[str] | None) -> int:

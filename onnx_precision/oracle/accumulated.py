@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from .. import cancel
 from ..context import ModelContext
 from ..graph import is_onnx_domain, onnx_opset
 from ..target.accumulation import FIRST_OPSET, OVERFLOWS, SMALL_CONSTANT, computes_in
@@ -48,7 +49,7 @@ class AccumulationBounds:
         names = list(self.outputs.values())
         largest = dict.fromkeys(self.outputs, 0.0)
         for feed in feeds:
-            values = session.run(names, {k: v for k, v in feed.items() if k in inputs})
+            values = cancel.run(session, names, {k: v for k, v in feed.items() if k in inputs})
             for node, value in zip(self.outputs, values):
                 largest[node] = max(largest[node], float(value))
         return largest

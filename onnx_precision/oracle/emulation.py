@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import onnx
 
+from .. import cancel
 from ..context import ModelContext
 from ..errors import InternalError
 from ..float_types import LOW_TYPES, LowPrecision
@@ -154,7 +155,7 @@ emulator names such a node only in a type that holds its constants);
         full = self.switch_feed(plan)
         for name, value in cast_feed(feed, self._dtypes).items():
             full[name] = self.fed_value(plan, name, value)
-        values = self.session.run(list(names), full)
+        values = cancel.run(self.session, list(names), full)
         self.probes_run += 1
         result = dict(zip(names, values))
         if fp16_io:

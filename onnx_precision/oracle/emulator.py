@@ -24,6 +24,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from .. import cancel
 from ..context import ModelContext
 from ..float_types import LOW_TYPES, LowPrecision, low_of
 from ..graph import graphs
@@ -303,7 +304,8 @@ class TwinSession:
 
     def run(self, feed: Feed) -> dict[str, np.ndarray]:
         self.emulator.probes_run += 1
-        return dict(zip(self._fetches, self.session.run(self._fetches, cast_feed(feed, self._dtypes))))
+        values = cancel.run(self.session, self._fetches, cast_feed(feed, self._dtypes))
+        return dict(zip(self._fetches, values))
 
 
 def twin_session_options(threads: int | None) -> ort.SessionOptions:

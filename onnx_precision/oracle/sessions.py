@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from .. import cancel
 from ..errors import ModelLoadError
 from ..storage import external_location, inline_small_external, model_tensors
 from .weights import by_reference, weighted_session
@@ -142,5 +143,5 @@ def run_session(session: ort.InferenceSession, model: onnx.ModelProto | Io, feed
     """The graph outputs per feed, owned by the caller (they outlive the session)."""
     io = model if isinstance(model, Io) else Io.of(model)
     dtypes, names = io.dtypes, list(io.outputs)
-    return tuple({n: owned(v) for n, v in zip(names, session.run(names, cast_feed(f, dtypes)))}
+    return tuple({n: owned(v) for n, v in zip(names, cancel.run(session, names, cast_feed(f, dtypes)))}
                  for f in feeds)

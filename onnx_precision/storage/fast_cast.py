@@ -18,6 +18,8 @@ import logging
 
 import numpy as np
 
+from .. import cancel
+
 log = logging.getLogger(__name__)
 
 # Below this many elements the session call costs more than it saves.
@@ -59,7 +61,7 @@ def _session():  # -> onnxruntime.InferenceSession | None
         options.inter_op_num_threads = 1
         session = helper_sessions.build(model.SerializeToString(), options)
         probe = _probe_values()
-        got = session.run(None, {"x": probe})[0]
+        got = cancel.run(session, None, {"x": probe})[0]
     except Exception as e:  # any failure just means the slow path
         log.debug("fast FP16 conversion unavailable: %s", e)
         return None
@@ -77,7 +79,7 @@ def to_float16(values: np.ndarray) -> np.ndarray:
     if session is None:
         return _numpy_half(values)
     flat = np.ascontiguousarray(values).reshape(-1)
-    half = session.run(None, {"x": flat})[0]
+    half = cancel.run(session, None, {"x": flat})[0]
     # NaN test on the bits: numpy's float16 isnan is itself a slow software loop.
     magnitude = np.bitwise_and(half.view(np.uint16), np.uint16(0x7FFF))
     if magnitude.max() > _HALF_INF_BITS:

@@ -20,6 +20,8 @@ import re
 import shutil
 import tempfile
 
+from .. import cancel
+
 log = logging.getLogger(__name__)
 
 PREFIX = ".onnx-precision-"
@@ -29,15 +31,18 @@ _OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW  # a link by that name is n
 
 
 class StagingFolder:
-    """A new staging folder in ``directory``, locked (see the module docstring) until :meth:`remove`."""
+    """A new staging folder in ``directory``, locked (see the module docstring) until :meth:`remove`;
+    a forced end of the run removes it too (:func:`onnx_precision.cancel.add_staging`)."""
 
     def __init__(self, directory: str) -> None:
         remove_stale(directory)
         self.path, self._lock = _made_locked(directory)
+        cancel.add_staging(self.path)
 
     def remove(self) -> None:
         """Remove the folder and all in it; then release its lock (a sweep finds nothing to take)."""
         shutil.rmtree(self.path, ignore_errors=True)
+        cancel.drop_staging(self.path)
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None
