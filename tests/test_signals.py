@@ -242,7 +242,9 @@ def test_every_onnxruntime_run_of_a_conversion_can_be_stopped(tmp_path, monkeypa
         return plain(self, names, feed, options)
     monkeypatch.setattr(ort.InferenceSession, "run", run)
     handlers = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    wakeup = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(wakeup)  # as found
     assert main(["convert", _mlp(str(tmp_path)), "-o", str(tmp_path / "o.onnx")]) == 0
     assert runs and all(isinstance(o, ort.RunOptions) for o in runs)
     assert {s: signal.getsignal(s) for s in STOP_SIGNALS} == handlers
-    assert signal.set_wakeup_fd(-1) == -1
+    assert signal.set_wakeup_fd(wakeup) == wakeup
