@@ -2,7 +2,8 @@
 
 Every mistake a user can make (a missing file, a plan naming an unknown node, sample data of the
 wrong shape) raises a subclass of :class:`PrecisionError` whose message is one line naming the
-file, node or tensor at fault. The CLI prints that line and exits non-zero. A "cannot happen" raises
+file, node or tensor at fault. The CLI prints that line and exits non-zero (the machine failing to write
+an output, a full disk, is one too: :class:`WriteError`, exit 1). A "cannot happen" raises
 :class:`InternalError`, which is not in that family: it is a bug and keeps its traceback.
 """
 
@@ -40,6 +41,14 @@ class DataError(PrecisionError):
 
 class OutputError(PrecisionError):
     """An output path cannot be written (e.g. it is the input file)."""
+
+
+class WriteError(OutputError):
+    """An output cannot be written for the machine's reason, not the user's: a full disk or quota, an
+    I/O error. One line naming the file, as the other output errors, but exit 1, as the CLI's other
+    operating-system failures: the path was fine (its directory took the run's staging folder)."""
+
+    exit_code = 1
 
 
 class SearchError(PrecisionError):

@@ -182,25 +182,6 @@ def test_a_missing_output_directory_fails_before_any_work(tmp_path, capsys, monk
     assert "does not exist" in line and "nowhere" in line
 
 
-def test_a_full_disk_on_the_last_output_leaves_nothing(tmp_path, capsys, monkeypatch):
-    from onnx_precision.storage import saving
-    model = _plain_model(tmp_path)
-    original = saving.Outputs.stage
-
-    def stage(self, path, write):
-        if path.endswith(".md"):
-            def write(staged):
-                raise OSError(28, "No space left on device")
-        return original(self, path, write)
-
-    monkeypatch.setattr(saving.Outputs, "stage", stage)
-    out = tmp_path / "out"
-    out.mkdir()
-    line = _run_refused(["convert", model, "-o", str(out / "o.onnx"), "--trt-flags", str(out / "t.txt"),
-                         "--external-data"], capsys, out)
-    assert line.endswith("o.report.md: cannot write: No space left on device")
-
-
 def test_an_interrupt_exits_130_with_one_line_and_nothing_written(tmp_path, capsys, monkeypatch):
     import onnx_precision.convert.run as convert_module
     model = _plain_model(tmp_path)

@@ -5,6 +5,7 @@ the CLI and through the Python API."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 
@@ -16,7 +17,8 @@ from onnx import TensorProto, helper
 
 from onnx_precision.cli import main
 from onnx_precision.convert import ConvertOptions, convert_model
-from onnx_precision.errors import ModelLoadError
+from onnx_precision.errors import ModelLoadError, OutputError, WriteError
+from onnx_precision.storage import saving
 
 N = helper.make_node
 COMMANDS = {
@@ -301,3 +303,54 @@ def test_subgraphs_nested_just_within_the_limit_convert(tmp_path, capsys):
         f.write(b"\xff" * 64)
     assert ends(["analyze", str(tmp_path / "junk.onnx")], capsys, tmp_path, ()).endswith(
         "junk.onnx: not an ONNX model (protobuf does not parse; truncated or another format)")
+
+
+# --- item 15: a full disk ---------------------------------------------------------------------------------
+
+def _disk_full_on(monkeypatch, suffix: str, error: int = errno.ENOSPC) -> None:
+    """Writing the staged output whose path ends in ``suffix`` fails with ``error``."""
+    original = saving.Outputs.stage
+
+    def stage(self, path, write):
+        if path.endswith(suffix):
+            def write(staged):
+                with open(staged, "wb") as f:  # half-written when the disk fills up
+                    f.write(b"partial")
+                raise OSError(error, os.strerror(error))
+        return original(self, path, write)
+
+    monkeypatch.setattr(saving.Outputs, "stage", stage)
+
+
+@pytest.mark.parametrize("suffix, where", [(".md", "the last output, the Markdown report"),
+                                           (".data", "the model's data file")])
+def test_a_full_disk_is_the_machines_failure_exit_1_naming_the_file(tmp_path, capsys, monkeypatch, suffix,
+                                                                     where):
+    """It exited 2, as a user's mistake, where the CLI's docstring says an operating-system failure
+    exits 1; nothing is left behind, the inputs are untouched."""
+    models, out = tmp_path / "models", tmp_path / "out"
+    models.mkdir()
+    out.mkdir()
+    model = str(models / "m.onnx")
+    onnx.save(model_of([N("Relu", ["x"], ["y"], name="r")], [_vi("x", [1, 4])], [_vi("y", [1, 4])]), model)
+    _disk_full_on(monkeypatch, suffix)
+    line = ends(["convert", model, "-o", str(out / "o.onnx"), "--trt-flags", str(out / "t.txt"),
+                 "--external-data"], capsys, out, (model,), code=1)
+    written = out / ("o.onnx.data" if suffix == ".data" else "o.report.md")
+    assert line == f"{written}: cannot write: {os.strerror(errno.ENOSPC)}"
+
+
+def test_the_api_raises_a_full_disk_as_a_write_error_and_a_users_mistake_stays_exit_2(tmp_path, monkeypatch):
+    model = str(tmp_path / "m.onnx")
+    onnx.save(model_of([N("Relu", ["x"], ["y"], name="r")], [_vi("x", [1, 4])], [_vi("y", [1, 4])]), model)
+    converted = convert_model(model, options=ConvertOptions(mode="all-fp16"))
+    _disk_full_on(monkeypatch, "o.onnx")
+    full = f"o.onnx: cannot write: {os.strerror(errno.ENOSPC)}"
+    with pytest.raises(WriteError, match=re.escape(full)) as e:
+        converted.save(tmp_path / "o.onnx")
+    assert e.value.exit_code == 1 and isinstance(e.value, OutputError)
+    _disk_full_on(monkeypatch, "p.onnx", errno.EACCES)
+    with pytest.raises(OutputError) as refused:
+        converted.save(tmp_path / "p.onnx")
+    assert not isinstance(refused.value, WriteError) and refused.value.exit_code == 2
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx"]

@@ -14,6 +14,7 @@ memory-mapped), within onnx's limit on padding. The same model gives the same by
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..errors import InternalError, OutputError
+from ..errors import InternalError, OutputError, WriteError
 from . import external_data as ext
 from .staging import StagingFolder
 
@@ -33,6 +34,9 @@ PROTO_LIMIT = 2**31 - 1  # protobuf cannot serialise a message this large
 SIZE_THRESHOLD = 1024  # onnx's default: smaller tensors stay inline
 ALIGN_THRESHOLD = 1024 * 1024
 ALIGNMENT = 64 * 1024
+# What fails writing an output for the machine's reason, not the user's (:class:`WriteError`)
+MACHINE_ERRNOS = frozenset(getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EIO", "EFBIG")
+                           if hasattr(errno, name))
 
 
 def data_location(path: str) -> str:
@@ -117,7 +121,8 @@ class Outputs:
         try:
             write(staged)
         except OSError as e:
-            raise OutputError(f"{path}: cannot write: {e.strerror or e}") from e
+            error = WriteError if e.errno in MACHINE_ERRNOS else OutputError
+            raise error(f"{path}: cannot write: {e.strerror or e}") from e
         self._staged[target] = staged
         return staged
 
