@@ -13,6 +13,7 @@ from .external_data import (
     cast_initializer,
     check_model_external_data,
     element_count,
+    external_files,
     external_location,
     inline_small_external,
     is_external,
@@ -33,7 +34,8 @@ from .saving import (
     write_text,
 )
 
-__all__ = ["element_count", "cast_initializer", "check_model_external_data", "external_location",
+__all__ = ["element_count", "cast_initializer", "check_model_external_data", "external_files",
+           "external_location",
            "inline_small_external",
            "is_external", "model_tensors", "read_array", "value_range", "atomic_write", "check_output_path",
            "data_location", "fits_one_proto", "inline_copy", "save_model", "write_files", "write_text",

@@ -128,6 +128,15 @@ def external_location(tensor: onnx.TensorProto) -> str | None:
     return None
 
 
+def external_files(model: onnx.ModelProto, base_dir: str) -> tuple[str, ...]:
+    """The data files ``model``'s tensors name (its subgraphs' and functions' too), each once, as
+    absolute paths under ``base_dir``, for a list of files no output may overwrite: no location is
+    checked here (the load refuses one out of ``base_dir``), and one holding a NUL names no file."""
+    locations = dict.fromkeys(external_location(t) for t in all_tensors(model) if is_external(t))
+    return tuple(os.path.abspath(os.path.join(base_dir, location)) for location in locations
+                 if location and "\x00" not in location)
+
+
 # Element types packed several to a byte in storage (numpy holds them one per byte).
 _PACKED_BITS = {getattr(onnx.TensorProto, name): bits for name, bits in (
     ("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2), ("UINT2", 2))
