@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from . import constants, ops, quant
+from . import constants, decoder, ops, quant
 from .facts import (
     HIGH,
     LOW,
@@ -57,6 +57,7 @@ RULES: tuple[Rule, ...] = (
     constants.float_integer,
     constants.flush_to_zero,
     quant.qdq_scale,
+    *decoder.RULES,
 )
 
 

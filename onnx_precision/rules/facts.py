@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Protocol
+from typing import TYPE_CHECKING, Callable, Literal, Protocol
 
 import numpy as np
 import onnx
@@ -18,6 +18,9 @@ from ..graph import attr
 from ..plan import Reason
 from ..storage import read_array
 from ..typing_rules import elem_type
+
+if TYPE_CHECKING:
+    from ..generation.description import Generation
 
 SIGNIFICANT_FLUSH = 0.01  # a tensor with >= 1% of its nonzero values flushing has lost real signal
 SMALL_CONSTANT = 64  # constants up to this many elements are read whole (eps, exponents, masks)
@@ -91,10 +94,14 @@ def _text(value: object) -> str:
 
 
 class ModelFacts:
-    """Read-only facts about one model that rules share: constants, shapes, consumers, ranges."""
+    """Read-only facts about one model that rules share: constants, shapes, consumers, ranges, and the
+    generation it runs where the caller knows it (``generation``; None: the decoder rules tell it from the
+    model's names, :func:`.decoder.generation_of`)."""
 
-    def __init__(self, ctx: ModelContext, stats: Mapping[str, Stats] | None = None) -> None:
+    def __init__(self, ctx: ModelContext, stats: Mapping[str, Stats] | None = None,
+                 generation: Generation | None = None) -> None:
         self.ctx = ctx
+        self.generation = generation
         self.low = ctx.target.low  # the 16-bit type whose limits the rules judge against
         self.stats = stats
         self.types = ctx.types
