@@ -1,6 +1,7 @@
-"""Decoder hazards as rules with evidence (issue 32, item 4): each rule of onnx_precision.rules.decoder says
-what it saw (the node, the constant's value, the position bound), on models/decoders' decoders and small
-graphs built here."""
+"""Decoder hazards as rules with evidence, and the fixes made before the search pins (issue 32, item 4): each
+rule of onnx_precision.rules.decoder says what it saw (the node, the constant's value, the position bound);
+a mask sentinel is written finite (-16376 in FP16), rotary positions, RMSNorm statistics and softcaps are
+kept FP32, each fix measured on models/decoders' decoders and small graphs built here."""
 
 from __future__ import annotations
 
@@ -8,15 +9,21 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from models import decoders
 from models.decoders import generate
 from models.generate import model_path as example_path
-from onnx_precision import rules
+from onnx_precision import policy, rules
 from onnx_precision.context import ModelContext, load_model
 from onnx_precision.generation import GenerationOptions, infer_generation
+from onnx_precision.judge import Tolerance, compare_outputs
+from onnx_precision.oracle import Emulator
+from onnx_precision.plan import PrecisionPlan
+from onnx_precision.policy.decoder_rewrites import PROVENANCE
+from onnx_precision.rewriter import rewrite
 from onnx_precision.rules import decoder
 
 FLOAT32_MIN = float(np.finfo(np.float32).min)
@@ -185,3 +192,173 @@ def test_the_residual_stream_is_one_chain_across_layers_with_its_headroom_where_
     # the masked scores' Add and the rotary Adds are no residual
     assert skipped(llama(), decoder.residual_chain, "layers.0/attn/add_mask") == {
         "not an Add of a residual stream of two Adds or more"}
+
+
+# --- the fixes ----------------------------------------------------------------------------------------
+
+
+def prefill() -> dict[str, np.ndarray]:
+    return dict(decoders.tiny_llama().feeds[0])
+
+
+def left_padded() -> dict[str, np.ndarray]:
+    """Two prompts of 8 tokens, the first left-padded by 2: its positions 0 and 1 see no key at all."""
+    shape = decoders.LlamaShape(2, 16, 2, 32, 64)
+    feed = decoders.llama_prefill(shape, np.array([[0, 0, 5, 9, 11, 3, 7, 2], [4, 8, 15, 16, 23, 42, 1, 6]]))
+    feed["attention_mask"] = np.array([[0, 0, 1, 1, 1, 1, 1, 1], [1] * 8], np.int64)
+    feed["position_ids"] = np.maximum(np.cumsum(feed["attention_mask"], axis=1) - 1, 0)
+    return feed
+
+
+def unmasked(outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The outputs without the fully masked rows of :func:`left_padded` (batch 0, positions 0 and 1)."""
+    kept = {}
+    for name, value in outputs.items():
+        axis = 1 if name == "logits" else 2  # present.N.key: [batch, heads, positions, dim]
+        kept[f"{name} (padded prompt)"] = np.take(value[:1], range(2, 8), axis=axis)
+        kept[f"{name} (full prompt)"] = value[1:]
+    return kept
+
+
+def run_written(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+
+
+def largest(ctx: ModelContext, name: str) -> float:
+    """The most negative value of the constant ``name``."""
+    return float(numpy_helper.to_array(ctx.constants[name]).min())
+
+
+def all_fp16(ctx: ModelContext) -> PrecisionPlan:
+    return policy.resolve(ctx, ctx.all_low_plan())
+
+
+def pinned(plan: PrecisionPlan, pins: dict) -> PrecisionPlan:
+    return plan.with_fp32_reasons({node: [reason] for node, reason in pins.items()})
+
+
+def test_the_llamas_sentinel_is_written_finite_which_frees_its_mul_and_changes_no_fp32_output():
+    ctx = llama()
+    (found,) = findings(ctx, decoder.mask_sentinel)
+    fixed = policy.rewrite_decoder_hazards(ctx)
+    (done,) = fixed.sentinels
+    assert (done.node, done.constant, done.copy) == ("mask_sentinel", "float_min", None)
+    assert done.why == found.message
+    assert largest(fixed.ctx, "float_min") == done.written_as == -16376.0
+    assert largest(ctx, "float_min") == FLOAT32_MIN  # the given model is left as it was
+    assert fixed.ctx.notes == (f"'mask_sentinel': {found.message}",)
+    assert findings(fixed.ctx, decoder.mask_sentinel) == []
+    assert policy.rewrite_decoder_hazards(fixed.ctx).ctx is fixed.ctx  # nothing left to rewrite
+    # the Mul was FP32 in every plan (FP16 cannot hold its constant); all-FP16 now computes it in FP16
+    assert "mask_sentinel" in policy.always_fp32(ctx) and not all_fp16(ctx).is_low("mask_sentinel")
+    assert "mask_sentinel" not in policy.always_fp32(fixed.ctx)
+    assert all_fp16(fixed.ctx).is_low("mask_sentinel")
+    feed = prefill()
+    reference = Emulator(ctx).run(None, feed)
+    emulator = Emulator(fixed.ctx)
+    for name, value in emulator.run(None, feed).items():
+        np.testing.assert_allclose(value, reference[name], rtol=1e-6, atol=1e-6)
+    assert compare_outputs(reference, emulator.run(all_fp16(fixed.ctx), feed), Tolerance(), "emulate").passed
+    written = rewrite(fixed.ctx, fixed.ctx.all_low_plan()).model
+    mul = next(n for n in written.graph.node if n.name == "mask_sentinel")
+    assert mul.doc_string == f"{PROVENANCE}: {found.message}"
+    (sentinel,) = [i for i in written.graph.initializer if i.name in mul.input]
+    assert sentinel.data_type == TensorProto.FLOAT16 and float(numpy_helper.to_array(sentinel)) == -16376.0
+    assert compare_outputs(reference, run_written(written, feed), Tolerance(), "written").passed
+
+
+@pytest.mark.parametrize("sentinel", [FLOAT32_MIN, -1e9], ids=["float32-min", "minus-1e9"])
+def test_a_left_padded_batch_is_nan_in_fp16_with_the_sentinel_and_finite_once_rewritten(sentinel):
+    ctx, feed = llama(sentinel), left_padded()
+    emulator = Emulator(ctx)
+    reference = emulator.run(None, feed)
+    assert all(np.isfinite(v).all() for v in reference.values())
+    before = emulator.run(all_fp16(ctx), feed)["logits"]
+    # the padding rows are NaN, and through the next layer's keys so is every row of the padded prompt
+    # (onnxruntime 1.32's CPU Softmax in FP16 makes these -inf rows uniform, where IEEE arithmetic, the
+    # emulation and its own float Softmax give NaN: what a padded row gives depends on the kernel)
+    assert np.isnan(before[0]).all(axis=-1).tolist() == [True] * 8 and np.isfinite(before[1]).all()
+    fixed = policy.rewrite_decoder_hazards(ctx).ctx
+    emulator = Emulator(fixed)
+    fixed_fp32 = emulator.run(None, feed)
+    for name, value in unmasked(reference).items():  # FP32 changes only the rows no key is left to
+        np.testing.assert_allclose(unmasked(fixed_fp32)[name], value, rtol=1e-6, atol=1e-6)
+    after = emulator.run(all_fp16(fixed), feed)
+    assert all(np.isfinite(v).all() for v in after.values())
+    assert compare_outputs(unmasked(reference), unmasked(after), Tolerance(), "emulate").passed
+    written = run_written(rewrite(fixed, fixed.all_low_plan()).model, feed)
+    assert all(np.isfinite(v).all() for v in written.values())
+    assert compare_outputs(unmasked(reference), unmasked(written), Tolerance(), "written").passed
+
+
+def test_a_sentinel_shared_with_a_clamp_is_rewritten_in_a_copy_the_mask_alone_reads():
+    graph = helper.make_graph(
+        [helper.make_node("Sub", ["one", "allowed"], ["inverted"], "invert"),
+         helper.make_node("Mul", ["inverted", "neg_big"], ["mask"], "sentinel"),
+         helper.make_node("Add", ["scores", "mask"], ["masked"], "add_mask"),
+         helper.make_node("Softmax", ["masked"], ["probs"], "softmax", axis=-1),
+         helper.make_node("Max", ["scores", "neg_big"], ["floor"], "clamp")],
+        "g", [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [2, 4]),
+              helper.make_tensor_value_info("allowed", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [2, 4]),
+         helper.make_tensor_value_info("floor", TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+         numpy_helper.from_array(np.array(-1e9, np.float32), "neg_big")])
+    fixed = policy.rewrite_decoder_hazards(context(graph))
+    (done,) = fixed.sentinels
+    assert (done.node, done.constant, done.copy) == ("sentinel", "neg_big", "neg_big_finite")
+    nodes = {n.name: list(n.input) for n in fixed.ctx.model.graph.node}
+    assert nodes["sentinel"] == ["inverted", "neg_big_finite"] and nodes["clamp"] == ["scores", "neg_big"]
+    assert largest(fixed.ctx, "neg_big") == -1e9 and largest(fixed.ctx, "neg_big_finite") == -16376.0
+    onnx.checker.check_model(fixed.ctx.model, full_check=True)
+
+
+def test_rotary_positions_up_to_4096_are_kept_fp32_which_holds_their_logits():
+    ctx = llama()
+    to_4096 = infer_generation(ctx.model, GenerationOptions(max_length=4096))
+    plan = all_fp16(ctx)
+    pins = policy.decoder_pins(ctx, plan, generation=to_4096)
+    assert {n: r.detail.split(":")[0] for n, r in pins.items() if n in ROTARY} == dict.fromkeys(
+        ROTARY, "rotary-positions")
+    # at positions 4088-4095 all-FP16 logits are 2.7 off FP32; the path FP32 keeps them at 0.015
+    feed = {**prefill(), "position_ids": np.arange(4088, 4096, dtype=np.int64)[None]}
+    emulator = Emulator(ctx)
+    reference = emulator.run(None, feed)
+    assert not compare_outputs(reference, emulator.run(plan, feed), Tolerance(), "emulate").passed
+    rotary = {n: r for n, r in pins.items() if n in ROTARY}
+    assert compare_outputs(reference, emulator.run(pinned(plan, rotary), feed), Tolerance(), "emulate").passed
+    short = infer_generation(ctx.model, GenerationOptions(max_length=1024))
+    assert not set(policy.decoder_pins(ctx, plan, generation=short)) & set(ROTARY)
+
+
+def test_an_rms_norms_statistic_is_kept_fp32_whatever_the_samples_show_which_holds_large_rows():
+    ctx = ModelContext.of(onnx.parser.parse_model(RMS_NORM))
+    plan = all_fp16(ctx)
+    pins = policy.decoder_pins(ctx, plan, stats={"x": S(100.0)})  # the samples' |x| dismiss the finding
+    assert sorted(pins) == sorted(STATISTIC)
+    # rows of |x| up to 1000: all-FP16 squares are inf and y is 0; the statistic FP32 keeps y
+    feed = {"x": (np.random.default_rng(0).normal(0, 1, (4, 64)) * [[1000.0], [1.0], [300.0], [10.0]])
+            .astype(np.float32)}
+    emulator = Emulator(ctx)
+    reference = emulator.run(None, feed)
+    assert not compare_outputs(reference, emulator.run(plan, feed), Tolerance(), "emulate").passed
+    assert compare_outputs(reference, emulator.run(pinned(plan, pins), feed), Tolerance(), "emulate").passed
+
+
+def test_a_softcaps_tanh_and_scale_are_kept_fp32_where_the_ranges_show_it_saturating():
+    ctx = softcapped()
+    plan = all_fp16(ctx)
+    saturating = policy.decoder_pins(ctx, plan, stats={"raw": S(400.0)})
+    assert sorted(saturating) == ["softcap/scale", "softcap/tanh"]
+    assert policy.decoder_pins(ctx, plan, stats={"raw": S(100.0)}) == {}  # the ranges dismiss it
+    feed = {"h": np.random.default_rng(2).normal(0.0, 1.0, (8, 16)).astype(np.float32)}
+    emulator = Emulator(ctx)
+    reference = emulator.run(None, feed)["logits"]
+    raw = float(np.abs(feed["h"] @ numpy_helper.to_array(ctx.constants["lm_head"])).max())
+    pins = policy.decoder_pins(ctx, plan, stats={"raw": S(raw)})
+    fp16 = emulator.run(plan, feed)["logits"]
+    kept = emulator.run(pinned(plan, pins), feed)["logits"]
+    top = reference.argmax(-1)
+    # all-FP16 rounds every capped logit past 135 to 30: ties, and the first of them wins
+    assert (fp16.argmax(-1) == top).mean() < 0.75 and (kept.argmax(-1) == top).all()

@@ -1,16 +1,18 @@
 """Decoder hazards as rules: what FP16 breaks in a generation that one forward pass on the prefill hides.
 
 Each finding says what it saw (the node, the constant's value, the position bound); the patterns are found
-once per model context, for the fixes (rewrites and pins made before the search) to share.
+once per model context and shared with :mod:`onnx_precision.policy.decoder_rewrites` and
+:mod:`onnx_precision.policy.decoder_pins`, which fix what a rule flags before the search pins anything.
 
 * ``mask-sentinel``: an additive mask's sentinel (float32's minimum, -1e9) that the 16-bit type makes
   -inf, on its way to a Softmax: a fully masked row (a left-padded batch's padding) is all -inf there and
   its softmax NaN, which the next layer's keys carry to every row. Fixed by writing the sentinel finite,
-  two binades inside the type's range (:func:`written_sentinel`).
+  two binades inside the type's range (:func:`written_sentinel`,
+  :mod:`~onnx_precision.policy.decoder_rewrites`).
 * ``rotary-positions``: integer positions cast to float, times inverse frequencies, into Sin/Cos. The
   16-bit type holds integers exactly only up to 2048 (BF16: 256), and the angles are rounded at their
   magnitude: where positions can pass that (the generation's max length, or none known) the path from the
-  Cast to the Sin/Cos is kept FP32.
+  Cast to the Sin/Cos is kept FP32 (:mod:`~onnx_precision.policy.decoder_pins`).
 * ``rms-statistics``: an RMSNorm's mean of squares, x² past 65504 once |x| passes 256, as a decoder's
   residual stream does late in a generation. Its statistic is kept FP32, as LayerNormalization's
   ``stash_type`` 1 keeps a decomposed LayerNorm's (:mod:`onnx_precision.policy.layer_norm` writes those

@@ -1,0 +1,43 @@
+"""Decoder fixes that are pins: what the decoder rules (:mod:`onnx_precision.rules.decoder`) keep FP32
+before the search runs, because one forward pass on the prefill cannot show it failing.
+
+* ``rotary-positions``: the path from the positions' Cast to the Sin/Cos, where positions can pass the
+  integers the 16-bit type holds exactly (no max length known, or one past 2048): the prefill's positions are
+  a handful, the generation's are not. On models/decoders' Llama fed positions 4088-4095, all-FP16 logits
+  are 2.68 off FP32 (62% of top-1 tokens agree) and 0.015 off with the path FP32.
+* ``rms-statistics``: every RMSNorm statistic, whatever the samples show, as LayerNormalization's
+  stash_type 1 computes a LayerNorm's (:mod:`.layer_norm`) and as onnxruntime's fused RMSNorm and
+  transformers' LlamaRMSNorm compute theirs: the residual stream it reads grows with the steps, and the
+  statistic is a few elementwise ops of the model's FLOPs.
+* ``softcap``: a softcap's Tanh and scale, where the recorded ranges show the capped values collapsing
+  (or none were recorded).
+
+The residual chain and the state path are measured, not pinned: their findings are the search's candidates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from .. import rules
+from ..context import ModelContext
+from ..plan import PrecisionPlan, Reason
+from ..rules import decoder
+
+if TYPE_CHECKING:
+    from ..generation.description import Generation
+
+PINNING = (decoder.rotary_positions, decoder.rms_statistics, decoder.softcap)
+ALWAYS = frozenset({"rotary-positions", "rms-statistics"})  # pinned whatever the ranges say
+
+
+def decoder_pins(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping | None = None,
+                 generation: Generation | None = None) -> dict[str, Reason]:
+    """Node -> why, for each 16-bit node of ``plan`` that a pinning decoder rule keeps FP32 (``stats``: the
+    FP32 ranges where recorded; ``generation``: the run's, where it knows one, for its max length)."""
+    pins: dict[str, Reason] = {}
+    for found in rules.run_rules(rules.ModelFacts(ctx, stats, generation), PINNING).findings:
+        if plan.is_low(found.node) and found.node not in pins and (found.rule in ALWAYS or found.active):
+            pins[found.node] = found.reason()
+    return pins
