@@ -292,24 +292,28 @@ def test_a_left_padded_batch_is_nan_in_fp16_with_the_sentinel_and_finite_once_re
     assert compare_outputs(unmasked(reference), unmasked(written), Tolerance(), "written").passed
 
 
-def test_a_sentinel_shared_with_a_clamp_is_rewritten_in_a_copy_the_mask_alone_reads():
+def test_a_sentinel_shared_with_a_clamp_is_rewritten_in_one_copy_the_masks_alone_read():
     graph = helper.make_graph(
         [helper.make_node("Sub", ["one", "allowed"], ["inverted"], "invert"),
          helper.make_node("Mul", ["inverted", "neg_big"], ["mask"], "sentinel"),
          helper.make_node("Add", ["scores", "mask"], ["masked"], "add_mask"),
          helper.make_node("Softmax", ["masked"], ["probs"], "softmax", axis=-1),
+         helper.make_node("Where", ["keep", "scores", "neg_big"], ["selected"], "select"),
+         helper.make_node("Softmax", ["selected"], ["probs2"], "softmax2", axis=-1),
          helper.make_node("Max", ["scores", "neg_big"], ["floor"], "clamp")],
         "g", [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [2, 4]),
-              helper.make_tensor_value_info("allowed", TensorProto.FLOAT, [2, 4])],
-        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [2, 4]),
-         helper.make_tensor_value_info("floor", TensorProto.FLOAT, [2, 4])],
+              helper.make_tensor_value_info("allowed", TensorProto.FLOAT, [2, 4]),
+              helper.make_tensor_value_info("keep", TensorProto.BOOL, [2, 4])],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, [2, 4])
+         for out in ("probs", "probs2", "floor")],
         [numpy_helper.from_array(np.array(1.0, np.float32), "one"),
          numpy_helper.from_array(np.array(-1e9, np.float32), "neg_big")])
     fixed = policy.rewrite_decoder_hazards(context(graph))
-    (done,) = fixed.sentinels
-    assert (done.node, done.constant, done.copy) == ("sentinel", "neg_big", "neg_big_finite")
+    assert [(d.node, d.constant, d.copy) for d in fixed.sentinels] == [
+        ("sentinel", "neg_big", "neg_big_finite"), ("select", "neg_big", "neg_big_finite")]
     nodes = {n.name: list(n.input) for n in fixed.ctx.model.graph.node}
     assert nodes["sentinel"] == ["inverted", "neg_big_finite"] and nodes["clamp"] == ["scores", "neg_big"]
+    assert nodes["select"] == ["keep", "scores", "neg_big_finite"]
     assert largest(fixed.ctx, "neg_big") == -1e9 and largest(fixed.ctx, "neg_big_finite") == -16376.0
     onnx.checker.check_model(fixed.ctx.model, full_check=True)
 

@@ -65,11 +65,6 @@ class DecoderRewrite:
     sentinels: tuple[SentinelRewrite, ...]
 
 
-def fixed(ctx: ModelContext) -> ModelContext:
-    """``ctx`` with its decoder hazards rewritten (:func:`rewrite_decoder_hazards`), for a run to build on."""
-    return rewrite_decoder_hazards(ctx).ctx
-
-
 def rewrite_decoder_hazards(ctx: ModelContext) -> DecoderRewrite:
     """Each mask sentinel of the main graph that the ``mask-sentinel`` rule flags, written finite in the
     target's type (:func:`~onnx_precision.rules.decoder.written_sentinel`), in a copy of the model (``ctx``'s
@@ -85,6 +80,7 @@ def rewrite_decoder_hazards(ctx: ModelContext) -> DecoderRewrite:
     nodes = {node.name: node for node in graph.node}
     finite = written_sentinel(ctx.target.low)
     site_nodes = {node.name for node, _ in sites}
+    copies: dict[str, str] = {}  # constant -> the rewritten copy its sentinel sites read
     done: list[SentinelRewrite] = []
     for node, found in sites:
         why = sentinel_finding(facts, node, found).message
@@ -99,8 +95,10 @@ def rewrite_decoder_hazards(ctx: ModelContext) -> DecoderRewrite:
             rewritten = _written(ctx.constants[found.constant], ctx, finite, why)
             _replace_constant(graph, found.constant, rewritten)
         else:  # read elsewhere as it is (a clamp's bound): the sentinel sites read a rewritten copy
-            copy = _fresh(ctx, f"{found.constant}_finite")
-            graph.initializer.append(_written(ctx.constants[found.constant], ctx, finite, why, copy))
+            copy = copies.get(found.constant)
+            if copy is None:
+                copy = copies[found.constant] = _fresh(ctx, f"{found.constant}_finite")
+                graph.initializer.append(_written(ctx.constants[found.constant], ctx, finite, why, copy))
             written.input[:] = [copy if name == found.constant else name for name in written.input]
         before = f"\n{written.doc_string}" if written.doc_string else ""
         written.doc_string = f"{PROVENANCE}: {why}{before}"
