@@ -26,21 +26,26 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any
 
 import onnx
 
-from . import opset_upgrade, oracle, policy, rules
+from . import oracle, policy, rules
+from .basis import judged, measured_model, sums
 from .context import ModelContext, load_model
 from .data import SampleSpec, SymbolicDimensions, load_samples
+from .errors import UsageError
 from .float_types import FP16, LowPrecision
 from .format import json_float, number
 from .judge import Comparison, OutputMetrics, Tolerance, compare_samples
+from .options import Composed, Judging
+from .options import model_path as model_path_of
 from .oracle import NodeError, TensorStats
-from .oracle.accumulated import AccumulationBounds
 from .plan import Precision, PrecisionPlan, Reason
 from .policy.shape_headroom import accumulation_reach
 from .storage import write_text
-from .target import GENERIC, Target
+from .target import Targeting
 
 log = logging.getLogger(__name__)
 
@@ -351,21 +356,40 @@ def _sort_key(index: int, row: NodeRow) -> tuple[int, int]:
     return (0 if row.verdict == FP32_NONFINITE else 1 if row.verdict != SAFE else 2, index)
 
 
+@dataclass(frozen=True, init=False)
+class AnalyzeOptions(Composed):
+    """``analyze``'s options: the groups it shares with ``convert`` and ``check`` (:mod:`.options`), so it
+    analyses the model they measure, judged as they judge it. A group's field may be given by its own name:
+    ``AnalyzeOptions(tolerance=..., target=...)``."""
+
+    samples: SampleSpec = field(default_factory=SampleSpec)
+    judging: Judging = field(default_factory=Judging)
+    targeting: Targeting = field(default_factory=Targeting)
+    keep_float64: bool = False  # float64 compute analysed as it is, not in 16 bits (--keep-float64)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.samples, SampleSpec):
+            raise UsageError(f"samples {self.samples!r}: expected an onnx_precision.data.SampleSpec")
+
+
 def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | None = None,
-            custom_op_libraries: tuple[str, ...] = (), target: Target = GENERIC,
-            keep_opset: bool = False, keep_float64: bool = False) -> AnalysisResult:
-    """Analyse ``model_path`` on the samples ``spec`` describes (synthetic when it names none);
-    ``custom_op_libraries`` are registered on every onnxruntime session of the model. A BF16 target's
-    model is analysed at the opset that gives its ops a bfloat16 type, as convert writes it
-    (:mod:`.opset_upgrade`; ``keep_opset``: refused instead). ``keep_float64``: float64 compute is
-    analysed as it is, not in 16 bits."""
-    spec = spec or SampleSpec()
-    tol = tol or Tolerance()
+            **options: Any) -> AnalysisResult:
+    """Analyse ``model_path`` on the samples ``spec`` describes (synthetic when it names none), by ``tol``;
+    ``options``: the rest of :class:`AnalyzeOptions`, a group whole (``judging=``, ``targeting=``) or its
+    fields by name (``target=``, ``custom_op_libraries=``, ``reference_model=``, ``keep_opset=``, ...), as
+    ``convert`` takes them. The model is the one ``convert`` measures (:func:`.basis.measured_model`: a
+    BF16 target's at the opset that gives its ops a bfloat16 type, as convert writes it), its outputs judged
+    by the basis ``convert`` judges by (:mod:`.basis`: a quantized model's against its unquantized
+    reference, relative to the quantization error)."""
+    model_path = model_path_of(model_path)
+    given = AnalyzeOptions(samples=SampleSpec() if spec is None else spec,
+                           **({} if tol is None else {"tolerance": tol}), **options)
+    spec, judging, targeting = given.samples, given.judging, given.targeting
+    tol = judging.tolerance
     seconds: dict[str, float] = {}
     start = time.perf_counter()
-    ctx = replace(load_model(model_path, custom_op_libraries, target,
-                             opset_upgrade.for_run(target, spec, custom_op_libraries, keep_opset)),
-                  keep_float64=keep_float64)
+    ctx = measured_model(partial(load_model, model_path, targeting.custom_op_libraries), targeting, judging,
+                         spec, given.keep_float64)
     tol.require_outputs([o.name for o in ctx.model.graph.output], model_path)
     try:
         samples = load_samples(ctx.model, spec)
@@ -385,9 +409,6 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
         # Two plans only (FP32 and all FP16), compared in one twin-graph run per sample.
         session = oracle.Emulator(ctx)
         reference, layerwise = oracle.inspect_plan(session, plan, samples, tol)
-    # The FP32 model's own NaN/Inf is reported apart (fp32-nonfinite): FP16 is judged where FP32 is finite.
-    judged = replace(tol, allow_fp32_nonfinite=True)
-    outputs = compare_samples(reference.outputs, layerwise.outputs, judged, oracle.EMULATE)
     seconds["session"] = session.build_seconds
     seconds["runs"] = time.perf_counter() - start - session.build_seconds
 
@@ -398,8 +419,14 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
     seconds["rules"] = time.perf_counter() - start
 
     start = time.perf_counter()  # where the target sums in FP16: each accumulator's bound (one session)
-    accumulated = AccumulationBounds(ctx)
-    bounds = accumulated.measure(samples.feeds)
+    with oracle.blame(ctx, samples):
+        found = sums(ctx, samples)
+        # judged as convert judges (the inspection's FP32 outputs are the model's)
+        basis = judged(ctx, samples, judging, found, reference.outputs)
+    # The FP32 model's own NaN/Inf is reported apart (fp32-nonfinite): FP16 is judged where FP32 is finite.
+    finite = [replace(t, allow_fp32_nonfinite=True) for t in basis.tolerances]
+    outputs = compare_samples(basis.references, layerwise.outputs, finite, oracle.EMULATE)
+    bounds = found.bounds
     if bounds:
         shapes = policy.largest({k: [f[k].shape for f in samples.feeds] for k in samples.feeds[0]})
         reach = accumulation_reach(ctx, plan, bounds, shapes)
@@ -407,9 +434,9 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
                      if r.node in bounds else r for r in rows)
         seconds["accumulation"] = time.perf_counter() - start
     log.debug("analyze %s: %s", model_path, ", ".join(f"{k} {v:.2f}s" for k, v in seconds.items()))
-    return AnalysisResult(model_path, samples.source, samples.synthetic, len(samples.feeds), tol, rows,
-                          outputs, reference.first_nonfinite, tuple(warnings), oracle.EMULATE,
-                          session.sessions_built + accumulated.sessions_built, session.probes_run, seconds,
+    return AnalysisResult(model_path, samples.source, samples.synthetic, len(samples.feeds), basis.tolerance,
+                          rows, outputs, reference.first_nonfinite, tuple(warnings), oracle.EMULATE,
+                          session.sessions_built + found.sessions, session.probes_run, seconds,
                           rule_run.skipped,
                           ctx.target.name, low=ctx.target.low)
 

@@ -28,19 +28,19 @@ holding every output of the model (checked: it is cheap).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
 
 from . import policy, quant_reference
-from .context import ModelContext
-from .data import Samples
+from .context import ModelContext, Upgrade
+from .data import Samples, SampleSpec
 from .errors import InternalError, PrecisionError
 from .judge import Comparison, Tolerance
 from .options import Judging
-from .target import UNMEASURED, Measured
+from .target import UNMEASURED, Measured, Target, Targeting
 from .target.accumulation import proven_sums
 
 DEFAULT_HEADROOM = 2.0  # one binade of margin over the samples (see convert.choose)
@@ -213,6 +213,24 @@ def judged(ctx: ModelContext, samples: Samples, judging: Judging, found: Sums,
     if missing:
         raise InternalError(f"the basis' reference has no output {sorted(missing)[0]!r} of {ctx.path}")
     return basis
+
+
+# The model to measure, loaded for a target, its opset raised by an Upgrade (None: as given).
+Load = Callable[[Target, "Upgrade | None"], ModelContext]
+
+
+def measured_model(load: Load, targeting: Targeting, judging: Judging, samples: SampleSpec,
+                   keep_float64: bool = False) -> ModelContext:
+    """The model as a run measures it (requires: ``load`` gives the run's model for a target): loaded for
+    the run's target, a BF16 run's opset raised to give its ops a bfloat16 type, or refused under
+    ``judging.keep_opset`` (:func:`onnx_precision.opset_upgrade.for_run`, verified on ``samples``), float64
+    compute converted or kept. ``convert``, ``check`` and ``analyze`` measure the same model from the same
+    options."""
+    from . import opset_upgrade
+
+    target = targeting.target
+    upgrade = opset_upgrade.for_run(target, samples, targeting.custom_op_libraries, judging.keep_opset)
+    return replace(load(target, upgrade), keep_float64=keep_float64)
 
 
 def measure(ctx: ModelContext, samples: Samples, judging: Judging = AS_GIVEN,

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
 
 import numpy as np
 import onnx
 
-from . import opset_upgrade
-from .basis import Basis, measure
+from .basis import Basis, measure, measured_model
 from .context import ModelContext, load_model
 from .data import Samples, SampleSpec, load_samples
 from .errors import ModelLoadError, PrecisionError, UsageError
@@ -25,10 +26,10 @@ from .float_types import LOW_TYPES, low_of
 from .flops import flop_shares
 from .format import json_safe
 from .judge import Comparison, Tolerance, compare_samples, thin_pass_note
-from .options import Judging
+from .options import Composed, Judging
+from .options import model_path as model_path_of
 from .plan import NodeDecision, Precision, PrecisionPlan
-from .quant_reference import DEFAULT_MARGIN
-from .target import GENERIC, Target
+from .target import Targeting
 from .tradeoff import share_text, worst_output_text
 from .typing_rules import elem_type
 from .vocab import OracleName
@@ -221,28 +222,51 @@ class CheckResult:
                               self.basis.relative) if self.passed else ""
 
 
+@dataclass(frozen=True, init=False)
+class CheckOptions(Composed):
+    """``check``'s options: the groups it shares with ``convert`` and ``analyze`` (:mod:`.options`), so it
+    judges by what they judge by, and the oracle that runs the candidate. A group's field may be given by
+    its own name: ``CheckOptions(tolerance=..., target=...)``."""
+
+    samples: SampleSpec = field(default_factory=SampleSpec)
+    judging: Judging = field(default_factory=Judging)
+    targeting: Targeting = field(default_factory=Targeting)
+    oracle: OracleName = "emulate"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.samples, SampleSpec):
+            raise UsageError(f"samples {self.samples!r}: expected an onnx_precision.data.SampleSpec")
+
+
 def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
-          tol: Tolerance | None = None, oracle: OracleName = "emulate",
-          custom_op_libraries: tuple[str, ...] = (), target: Target = GENERIC,
-          reference_model: str | None = None, quant_margin: float = DEFAULT_MARGIN) -> CheckResult:
-    """Compare ``candidate_path`` with the FP32 ``model_path`` on the samples of ``spec``;
-    ``custom_op_libraries`` are registered on every onnxruntime session of either model. The candidate is
-    judged as ``convert`` judges the model it writes, by the basis ``convert`` measures on the same model,
-    samples and options (:func:`.basis.measure`): ``model_path`` loaded for ``target`` (a BF16 run's
-    opset raised), the sums the samples prove in range emulated unchecked, and a quantized model judged
-    against ``reference_model`` (its unquantized original) or the model with its activation quantizers
-    bypassed, each sample's bound ``quant_margin`` over its quantization error (:mod:`.quant_reference`)."""
+          tol: Tolerance | None = None, oracle: OracleName = "emulate", **options: Any) -> CheckResult:
+    """Compare ``candidate_path`` with the FP32 ``model_path`` on the samples of ``spec``, by ``tol``, the
+    candidate run on ``oracle``; ``options``: the rest of :class:`CheckOptions`, a group whole
+    (``judging=``, ``targeting=``) or its fields by name (``target=``, ``custom_op_libraries=``,
+    ``reference_model=``, ``quant_margin=``, ``keep_opset=``, ...), as ``convert`` takes them.
+
+    The candidate is judged as ``convert`` judges the model it writes, by the basis ``convert`` measures
+    on the same model, samples and options (:func:`.basis.measure`): ``model_path`` as the run measures it
+    (:func:`.basis.measured_model`: loaded for the target, a BF16 run's opset raised), the sums the
+    samples prove in range emulated unchecked, and a quantized model judged against its unquantized
+    original or the model with its activation quantizers bypassed, each sample's bound relative to its
+    quantization error (:mod:`.quant_reference`). The custom-op libraries are registered on every
+    onnxruntime session of either model."""
     from . import oracle as oracle_lib  # heavy: onnxruntime
 
-    spec = spec or SampleSpec()
-    tol = tol or Tolerance()
-    judging = Judging(tol, reference_model, quant_margin)
-    oracle_lib.require_oracle(oracle)
-    reference = load_model(model_path, custom_op_libraries, target,
-                           opset_upgrade.for_run(target, spec, custom_op_libraries))
+    model_path = model_path_of(model_path, "model", " (check reads files: onnx.save it first)"
+                               if isinstance(model_path, onnx.ModelProto) else "")
+    candidate_path = model_path_of(candidate_path, "candidate", " (check reads files: onnx.save it first)"
+                                   if isinstance(candidate_path, onnx.ModelProto) else "")
+    given = CheckOptions(samples=SampleSpec() if spec is None else spec, oracle=oracle,
+                         **({} if tol is None else {"tolerance": tol}), **options)
+    spec, judging, targeting = given.samples, given.judging, given.targeting
+    tol, libraries, target = judging.tolerance, targeting.custom_op_libraries, targeting.target
+    oracle_lib.require_oracle(given.oracle)
+    reference = measured_model(partial(load_model, model_path, libraries), targeting, judging, spec)
     require_fp32_reference(reference, "the reference", "give the FP32 model first: onnx-precision check "
                                                        "FP32_MODEL CANDIDATE")
-    candidate = load_model(candidate_path, custom_op_libraries, target)
+    candidate = load_model(candidate_path, libraries, target)
     _check_outputs_match(reference.model, candidate.model, model_path, candidate_path)
     tol.require_outputs([o.name for o in reference.model.graph.output], model_path)
     samples = load_samples(reference.model, spec)
@@ -254,7 +278,7 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
     # after the reference ran: what is wrong with the model (or the samples) is the first thing to say
     _require_distinct(reference, candidate)
     try:
-        cands = oracle_lib.run_candidate(candidate, samples.feeds, oracle, basis.measured)
+        cands = oracle_lib.run_candidate(candidate, samples.feeds, given.oracle, basis.measured)
     except Exception as e:
         if not oracle_lib.is_ort_error(e):
             raise
@@ -304,6 +328,13 @@ def _check_outputs_match(
     ]
     if absent:
         raise ModelLoadError(f"{candidate_path}: has no input '{absent[0]}' of {model_path}")
+    # the samples are the FP32 model's feeds: an input they do not hold would reach onnxruntime unfed
+    given = {i.name for i in model.graph.input}
+    extra = [i.name for i in candidate.graph.input
+             if i.name not in given and not _is_initializer(candidate, i.name)]
+    if extra:
+        raise ModelLoadError(f"{candidate_path}: needs input '{extra[0]}', which {model_path} does not have: "
+                             f"the candidate must take the FP32 model's inputs")
 
 
 def _is_initializer(model: onnx.ModelProto, name: str) -> bool:

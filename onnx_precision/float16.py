@@ -271,7 +271,8 @@ def mixed_precision(model: Model, feeds: SampleInput, tolerance: Tolerance | Non
     if validate_fn is not None:
         judged = replace(judged, accept=_Steer(proto, validate_fn, keep_io_types, fp32_failure))
     try:
-        converted = convert_model(model, feeds, replace(options, tolerance=judged))
+        options = replace(options, judging=replace(options.judging, tolerance=judged))
+        converted = convert_model(model, feeds, options)
     except ValidationFailed:
         raise
     except SearchError as e:

@@ -40,16 +40,10 @@ from .context import ModelContext, load_model
 from .errors import UsageError
 from .format import json_float, number
 from .judge import Comparison, Tolerance, compare_outputs
+from .options import DEFAULT_MARGIN as DEFAULT_MARGIN  # --quant-margin's, defined with the option (Judging)
+from .options import margin_problem
 
-# measured: an all-FP16 remainder adds 0.3% (a QDQ MLP) to 27% (a 4-layer ViT-like block)
-DEFAULT_MARGIN = 0.3
 BYPASSED = "the model with its activation quantizers bypassed"
-
-
-def margin_problem(margin: object) -> str:
-    """What ``margin`` should be, where it is no --quant-margin ("" when it is one)."""
-    ok = isinstance(margin, (int, float)) and not isinstance(margin, bool) and 0 <= margin <= 10
-    return "" if ok else "a fraction between 0 and 10"
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from .data import SampleSpec
 from .judge import Tolerance
+from .options import Judging
 from .render import for_shell
 
 
@@ -30,22 +31,24 @@ def dims_text(shape: Sequence[int], separator: str = "x") -> str:
 @dataclass(frozen=True)
 class RunArgs:
     """What the commands a run suggests repeat of it: the model read and the model written, the sample
-    data's options, the tolerance, the custom op libraries, the oracle, the shape profile given
-    (``--trt-*-shapes``: input -> {"min"|"opt"|"max": shape}) and the shapes of the feeds the run ran
-    (input -> one shape per feed; None when it ran none), and a quantized model's reference and margin."""
+    data's options, what the run judged by (:class:`.options.Judging`: the tolerance, a quantized model's
+    reference and margin, each spelled by its group), the custom op libraries, the oracle, the shape
+    profile given (``--trt-*-shapes``: input -> {"min"|"opt"|"max": shape}) and the shapes of the feeds
+    the run ran (input -> one shape per feed; None when it ran none)."""
 
     model_path: str
     output_path: str
     samples: SampleSpec = field(default_factory=SampleSpec)
-    tolerance: Tolerance = field(default_factory=Tolerance)
+    judging: Judging = field(default_factory=Judging)
     custom_op_libraries: tuple[str, ...] = ()
     oracle: str = "emulate"
     trt_profile: Mapping[str, Mapping[str, tuple[int, ...]]] = field(default_factory=dict)
     sample_shapes: Mapping[str, Sequence[tuple[int, ...]]] | None = None
-    # a quantized model's reference and margin (--reference-model, --quant-margin; None: the default),
-    # so that the check judges by the same gate
-    reference_model: str | None = None
-    quant_margin: float | None = None
+
+    @property
+    def tolerance(self) -> Tolerance:
+        """The tolerance the run judged by, as given."""
+        return self.judging.tolerance
 
     def sample_args(self) -> list[str]:
         """The options that give the same feeds: the data file, else the synthetic feeds' seed, shapes
@@ -70,10 +73,8 @@ class RunArgs:
         """``onnx-precision check`` of the written model against the model read, judged as the run judged
         it (``target_args``: the target's options, :meth:`.Commands.cli_args`), on ``oracle``."""
         libraries = [arg for path in self.custom_op_libraries for arg in ("--ort-custom-op-library", path)]
-        quant = (["--reference-model", self.reference_model] if self.reference_model else []) + (
-            ["--quant-margin", repr(self.quant_margin)] if self.quant_margin is not None else [])
         return ["onnx-precision", "check", self.model_path, self.output_path, *self.sample_args(),
-                *self.tolerance.cli_args(), *quant, *target_args, *libraries,
+                *self.judging.cli_args(), *target_args, *libraries,
                 *(["--oracle", oracle] if oracle != "emulate" else [])]
 
     @property

@@ -403,7 +403,7 @@ def test_auto_convert_mixed_precision_takes_the_tolerance_as_onnxconverter_commo
     monkeypatch.setattr(drop_in, "convert_model", spy)
     drop_in.auto_convert_mixed_precision(chain(), feeds()[0], rtol=0.01)
     drop_in.auto_convert_mixed_precision(chain(), feeds()[0], atol=0.5)
-    assert [o.tolerance for o in seen] == [Tolerance(error_stat="elemwise", rtol=0.01, atol=1e-8),
+    assert [o.judging.tolerance for o in seen] == [Tolerance(error_stat="elemwise", rtol=0.01, atol=1e-8),
                                            Tolerance(error_stat="elemwise", rtol=1e-5, atol=0.5)]
     assert all(o.mode == "auto" and o.fp16_io and o.keep_fp32_ops == ("Max",) for o in seen)
 

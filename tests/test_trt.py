@@ -172,10 +172,11 @@ def test_the_polygraphy_snr_check_agrees_with_the_whole_output_bound():
 def test_a_verdict_polygraphy_cannot_express_says_so_and_gives_the_tools_own_check():
     from onnx_precision.data import SampleSpec
     from onnx_precision.judge import Tolerance
+    from onnx_precision.options import Judging
 
     model, plan = model_and_plan(["node_of_norm"])
     text = trt_flags_text(model, plan, RunArgs("m.onnx", "o.onnx", SampleSpec("d.npz"),
-                                               Tolerance(error_stat="max", atol=0.01),
+                                               Judging(Tolerance(error_stat="max", atol=0.01)),
                                                sample_shapes={"x": [(2, 4)]}))
     lines = text.splitlines()
     assert shlex.split(lines[-2]) == ["onnx-precision", "check", "m.onnx", "o.onnx", "--inputs", "d.npz",

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..options import Judging
+from ..target import Targeting
 from . import common
 
 
@@ -16,9 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", metavar="FILE", help="write the analysis as JSON")
     p.add_argument("--all", action="store_true", help="list every node, not only those at risk")
     common.add_sample_args(p)
-    common.add_tolerance_args(p)
-    common.add_runtime_args(p)
-    common.add_keep_opset_arg(p)
+    for group in (Judging, Targeting):  # as convert and check take them
+        common.add_group(p, group)
     common.add_keep_float64_arg(p)
     common.add_verbosity_args(p, quiet_help="print only the headline (verdict counts) and errors")
     p.set_defaults(run=run)
@@ -29,9 +30,8 @@ def run(args: argparse.Namespace) -> int:
     from ..data import sample_files
 
     spec = common.sample_spec(args)
-    result = analysis.analyze(args.model, spec, common.tolerance(args), common.custom_op_libraries(args),
-                              common.target(args), keep_opset=args.keep_opset,
-                              keep_float64=args.keep_float64)
+    result = analysis.analyze(args.model, spec, judging=common.group_of(args, Judging),
+                              targeting=common.group_of(args, Targeting), keep_float64=args.keep_float64)
     if args.json:
         # Before printing: a bad path fails with nothing half-done.
         result.write_json(args.json, sample_files(spec))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..target import ORACLE_NAMES
+from ..options import Judging
+from ..target import ORACLE_NAMES, Targeting
 from . import common
 
 
@@ -24,9 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", metavar="FILE",
                    help="also write the result as JSON (format onnx-precision-check/1)")
     common.add_sample_args(p)
-    common.add_tolerance_args(p)
-    common.add_runtime_args(p)
-    common.add_reference_model_args(p)
+    for group in (Judging, Targeting):  # as convert and analyze take them
+        common.add_group(p, group)
     common.add_verbosity_args(
         p, quiet_help="print only the verdict line: passed/failed, the worst output and its statistic, the "
                       "candidate's 16-bit share (and errors)"
@@ -37,10 +37,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from .. import check as check_lib
 
-    result = check_lib.check(
-        args.model, args.candidate, common.sample_spec(args), common.tolerance(args), oracle=args.oracle,
-        custom_op_libraries=common.custom_op_libraries(args), target=common.target(args),
-        reference_model=args.reference_model, quant_margin=args.quant_margin)
+    result = check_lib.check(args.model, args.candidate, common.sample_spec(args), oracle=args.oracle,
+                             judging=common.group_of(args, Judging),
+                             targeting=common.group_of(args, Targeting))
     if args.json:  # before printing: a bad path fails with nothing half-done
         import json
 

@@ -7,7 +7,8 @@ import logging
 import math
 import sys
 from collections.abc import Iterable, Sequence
-from typing import Any, Callable, TextIO
+from dataclasses import fields
+from typing import Any, Callable, TextIO, TypeVar
 
 import numpy as np
 
@@ -15,7 +16,7 @@ from ..data import SampleSpec, shape_problem
 from ..errors import UsageError
 from ..float_types import LOW_PRECISIONS, low_of
 from ..judge import ERROR_STATS, SLICE_MIN_ELEMENTS, Tolerance, bound_problem, statistics_help
-from ..quant_reference import DEFAULT_MARGIN, margin_problem
+from ..options import Flag, Group, default_of, flag_of
 from ..render import for_terminal
 from ..target import KINDS, Target, target_help, target_named
 from ..trt.versions import NEWEST, TrtVersion
@@ -144,6 +145,46 @@ def sample_spec(args: argparse.Namespace) -> SampleSpec:
                       input_ranges=dict(pair for given in args.input_range for pair in given))
 
 
+def add_group(parser: argparse.ArgumentParser, group: type[Group]) -> None:
+    """The flags of an option group (:mod:`...options`), from its definition: a field with a
+    :class:`~onnx_precision.options.Flag` is that flag, its argparse type the field's own check; the
+    tolerance and the target are read from several flags (:func:`add_tolerance_args`,
+    :func:`add_runtime_args`)."""
+    section = parser.add_argument_group(group.title)
+    for f in fields(group):  # type: ignore[arg-type]
+        spec = flag_of(f)
+        if spec is None:
+            _READ[f.name][0](parser)
+        elif spec.parse is None:
+            section.add_argument(*spec.flags, dest=f.name, action="store_true", help=spec.help)
+        else:
+            section.add_argument(*spec.flags, dest=f.name, type=_checked(spec), default=default_of(f),
+                                 metavar=spec.metavar, help=spec.help)
+
+
+G = TypeVar("G", bound=Group)
+
+
+def group_of(args: argparse.Namespace, group: type[G]) -> G:
+    """The option group ``group`` of the parsed flags (:func:`add_group` added them)."""
+    return group(**{f.name: getattr(args, f.name) if flag_of(f) is not None else _READ[f.name][1](args)
+                    for f in fields(group)})  # type: ignore[arg-type]
+
+
+def _checked(spec: Flag) -> Callable[[str], Any]:
+    """An argparse type for ``spec``: its text read, then checked as the group checks the value."""
+    def parse(text: str) -> Any:
+        try:
+            value = spec.parse(text) if spec.parse is not None else text
+        except ValueError:
+            value = text  # not even of its kind: its check names what is expected
+        problem = spec.problem(value) if spec.problem is not None else ""
+        if problem:
+            raise argparse.ArgumentTypeError(f"'{text}': expected {problem}")
+        return value
+    return parse
+
+
 def add_runtime_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ort-custom-op-library", action="append", default=[], metavar="PATH",
                         help="a shared library of onnxruntime kernels for the model's custom ops, registered "
@@ -156,34 +197,6 @@ def add_runtime_args(parser: argparse.ArgumentParser) -> None:
                         help="the 16-bit type: fp16 (default; 10 fraction bits, overflows past 65504) or "
                              "bf16 (FP32's range with 7 fraction bits: it never overflows where FP32 does "
                              "not, it loses precision instead; needs opset 13, runs on GPUs since Ampere)")
-
-
-def add_keep_opset_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--keep-opset", action="store_true",
-                        help="with bf16 (--low-precision or --fallback): refuse a model whose opset gives "
-                             "some of its ops no bfloat16 type (Conv: opset 22), instead of raising its "
-                             "opset and verifying the raised model against it")
-
-
-def add_reference_model_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--reference-model", metavar="ORIGINAL.onnx",
-                        help="a quantized model's unquantized FP32 original (same inputs and outputs): the "
-                             "16-bit remainder is judged against it, relative to the quantization error "
-                             "(without it, against the model with its activation quantizers bypassed)")
-    parser.add_argument("--quant-margin", type=_margin, default=DEFAULT_MARGIN, metavar="FRACTION",
-                        help="a quantized model: what the 16-bit remainder may add to the quantization error "
-                             "of each output (default 0.3: its rel RMS err at most 1.3x the QDQ model's)")
-
-
-def _margin(text: str) -> float:
-    """--quant-margin's value, checked as the library checks it."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if margin_problem(value):
-        raise argparse.ArgumentTypeError(f"'{text}': expected {margin_problem(value)}")
-    return value
 
 
 def add_keep_float64_arg(parser: argparse.ArgumentParser) -> None:
@@ -359,6 +372,15 @@ def tolerance(args: argparse.Namespace) -> Tolerance:
     for name, changes in named.items():
         tol = tol.with_output(name, **changes)
     return tol
+
+
+# The fields of a group that several flags give: field -> (what adds those flags, what reads the value).
+# The target's flags add the custom-op libraries' too (the Targeting group's two fields).
+_READ: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], Any]]] = {
+    "tolerance": (add_tolerance_args, tolerance),
+    "target": (add_runtime_args, target),
+    "custom_op_libraries": (lambda parser: None, custom_op_libraries),
+}
 
 
 def show(lines: Iterable[str], file: TextIO | None = None) -> None:

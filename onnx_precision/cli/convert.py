@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from .. import convert as convert_lib
-from ..target import ORACLE_NAMES
+from ..options import Judging, Output
+from ..target import ORACLE_NAMES, Targeting
 from ..trt.layer_precisions import LayerFlags
 from ..vocab import MODES
 from . import common
@@ -26,7 +27,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plan", metavar="PLAN.json",
                    help="a precision plan to apply (from --save-plan or by hand), or REPORT.json@POINT: a "
                         "point of a report's trade-off")
-    p.add_argument("--save-plan", metavar="PLAN.json", help="write the final precision plan")
     p.add_argument("--layer-precisions", "--layerPrecisions", dest="layer_precisions", action="extend",
                    nargs="+", default=[], metavar="LAYER:PRECISION",
                    help="TensorRT 10's per-layer precisions, as trtexec (--layerPrecisions=a:fp32,h*:fp32, "
@@ -46,12 +46,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="make FP32 graph inputs and outputs FP16 (default: they stay FP32)",
     )
-    p.add_argument(
-        "--external-data",
-        action="store_true",
-        help="write weights to OUTPUT.data beside the model (always on for models over 2 GB)",
-    )
-    p.add_argument("--trt-flags", metavar="FILE", help="write TensorRT flags for the plan to FILE")
     for which, default in (("min", "smallest"), ("opt", "most common"), ("max", "largest")):
         # --max-shapes: the same profile maximum for any target (the plan is made to hold up to it)
         neutral = ["--max-shapes"] if which == "max" else []
@@ -68,16 +62,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=convert_lib.ConvertOptions.headroom,
         help="static/auto: also pin nodes whose FP32 activations exceed 65504/H on the samples, "
         "since unseen inputs will be larger (default %(default)g: one binade of margin; 0: off)",
-    )
-    p.add_argument(
-        "--report",
-        metavar="FILE.json",
-        help="static/auto: the JSON report (default: OUTPUT with .report.json)",
-    )
-    p.add_argument(
-        "--report-md",
-        metavar="FILE.md",
-        help="static/auto: the Markdown report (default: OUTPUT with .report.md)",
     )
     p.add_argument(
         "--oracle",
@@ -105,19 +89,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "estimated FLOPs, then pin by pin while that wins, and a note says what was not "
                         "tried alone)")
     common.add_sample_args(p)
-    p.add_argument("--save-inputs", metavar="FILE",
-                   help="static/auto: write the feeds used (read or synthesised) as Polygraphy JSON, for "
-                        "'polygraphy run --load-inputs'")
-    p.add_argument("--save-outputs", metavar="FILE",
-                   help="static/auto: write the FP32 model's outputs on them as Polygraphy JSON, for "
-                        "'polygraphy run --load-outputs'")
     p.add_argument("--validation-inputs", metavar="DATA",
                    help="held-out samples (as --inputs) that the search never sees: the written model is "
                         "verified on them too, reported apart, and a failing one fails the run")
-    common.add_tolerance_args(p)
-    common.add_runtime_args(p)
-    common.add_keep_opset_arg(p)
-    common.add_reference_model_args(p)
+    for group in (Judging, Targeting, Output):  # as check and analyze take them (but the files written)
+        common.add_group(p, group)
     common.add_keep_float64_arg(p)
     common.add_verbosity_args(p, quiet_help="print only the verdict line (and errors)")
     p.set_defaults(run=run)
@@ -132,29 +108,19 @@ def run(args: argparse.Namespace) -> int:
         layer_flags=LayerFlags(tuple(args.layer_precisions), tuple(args.layer_output_types),
                                args.layer_precisions_file),
         fp16_io=args.fp16_io,
-        external_data=args.external_data,
-        trt_flags_path=args.trt_flags,
-        plan_out=args.save_plan,
         samples=common.sample_spec(args),
         validation_inputs=args.validation_inputs,
-        save_inputs=args.save_inputs,
-        save_outputs=args.save_outputs,
-        tolerance=common.tolerance(args),
+        judging=common.group_of(args, Judging),
+        targeting=common.group_of(args, Targeting),
+        output=common.group_of(args, Output),
         headroom=args.headroom,
-        report_json=args.report,
-        report_md=args.report_md,
         oracle=args.oracle,
-        custom_op_libraries=common.custom_op_libraries(args),
-        target=common.target(args),
         trt_profile=_profile(args),
         max_probes=args.max_probes,
         time_budget=args.time_budget,
         exhaustive_minimise=args.exhaustive_minimise,
-        keep_opset=args.keep_opset,
         keep_float64=args.keep_float64,
         min_16bit_share=args.min_16bit_share,
-        reference_model=args.reference_model,
-        quant_margin=args.quant_margin,
     )
     from .progress import ProgressLine
 

@@ -129,6 +129,8 @@ def convert_model(model: onnx.ModelProto | str | os.PathLike[str], samples: Samp
     returned with ``passed`` False, as the CLI writes it and exits 1 (or 3).
     """
     checked = _checked_options(options)
+    if base_dir is not None and not isinstance(base_dir, (str, os.PathLike)):
+        raise UsageError(f"base_dir {base_dir!r}: expected the directory of the model's data files (a path)")
     options = replace(checked, samples=_sample_spec(samples, checked))
     if options.mode != "all-fp16":
         from .. import oracle
@@ -139,7 +141,7 @@ def convert_model(model: onnx.ModelProto | str | os.PathLike[str], samples: Samp
     if done.rewrite is None:
         raise SearchError(f"{done.unwritten} (nothing converted)")
     return ConvertedModel(done.rewrite.plan, done.rewrite, done.ctx.path, done.ctx.base_dir, done.report,
-                          done.auto, done.warnings, True if options.external_data else None)
+                          done.auto, done.warnings, True if options.output.external_data else None)
 
 
 def _checked_options(options: object) -> run.ConvertOptions:
@@ -147,12 +149,10 @@ def _checked_options(options: object) -> run.ConvertOptions:
     ConvertOptions, asks for a mode that does not exist, or names a file to write."""
     if options is None:
         return run.ConvertOptions()
-    if not isinstance(options, run.ConvertOptions):
-        raise UsageError(f"options: expected onnx_precision.convert.ConvertOptions; got "
-                         f"{type(options).__name__}")
+    options = run.require_options(options)
     if options.mode not in MODES:
         raise UsageError(f"options: mode {options.mode!r} is not one of {', '.join(MODES)}")
-    named = [name for name in _FILE_OPTIONS if getattr(options, name)]
+    named = [name for name in _FILE_OPTIONS if getattr(options.output, name)]
     if named:
         raise UsageError(f"options.{named[0]}: convert_model writes no file ({_FILE_OPTIONS[named[0]]}; "
                          f"result.save(path) writes the model)")
@@ -177,9 +177,9 @@ def _context(model: object, base_dir: Path | None, options: run.ConvertOptions, 
         if base_dir is not None:
             raise UsageError("base_dir: only for a ModelProto (a model file's external data is relative to "
                              "the file's own directory)")
-        return load_model(os.fspath(model), options.custom_op_libraries, target, upgrade)
+        return load_model(os.fspath(model), options.targeting.custom_op_libraries, target, upgrade)
     if not isinstance(model, onnx.ModelProto):
         raise UsageError(f"model: expected an onnx.ModelProto or the path of an .onnx file; got "
                          f"{type(model).__name__}")
     directory = None if base_dir is None else os.fspath(base_dir)
-    return in_memory_context(model, directory, options.custom_op_libraries, target, upgrade)
+    return in_memory_context(model, directory, options.targeting.custom_op_libraries, target, upgrade)

@@ -12,26 +12,27 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
 from .. import helper_sessions, opset_upgrade, policy, quantized, storage
-from ..context import ModelContext, Upgrade, load_model
+from .. import options as options_lib
+from ..basis import Load, measured_model
+from ..context import ModelContext, load_model
 from ..costs import PhaseCost
 from ..data import SampleSpec, sample_files, shape_problem
 from ..errors import CustomOpError, InternalError, SearchError, UsageError
 from ..float_types import low_of
 from ..flops import FlopShares, estimate_flops, flop_shares
-from ..judge import Comparison, Tolerance
-from ..options import Judging
+from ..judge import Comparison
+from ..options import Composed, Judging, Output
 from ..outcome import ConversionOutcome, Verification
 from ..plan import Precision, PrecisionPlan, Reason, apply_user_choices
-from ..quant_reference import DEFAULT_MARGIN, margin_problem
 from ..rewriter import RewriteResult, rewrite
 from ..suggested import RunArgs, quoted
-from ..target import GENERIC, Target
+from ..target import GENERIC, Target, Targeting
 from ..trt.flags import trt_flags_text
 from ..trt.layer_precisions import LayerFlags, layer_pins
 from ..vocab import MODES, Mode, OracleName, Status
@@ -48,8 +49,13 @@ _MAX_LISTED_PINS = 20
 OVERLAPPED_LOAD_BYTES = 1 << 30  # written models below this are loaded by onnxruntime during verification
 
 
-@dataclass(frozen=True)
-class ConvertOptions:
+@dataclass(frozen=True, init=False)
+class ConvertOptions(Composed):
+    """``convert``'s options (the CLI's help says what each does): its own, and the groups it shares with
+    ``check`` and ``analyze`` (:mod:`..options`): the samples, what the run judges by, where the written
+    model runs, the files it writes. A group's field may also be given by its own name, as before the
+    groups: ``ConvertOptions(tolerance=..., target=...)``."""
+
     mode: Mode = "auto"
     keep_fp32: tuple[str, ...] = ()  # regexes over node names
     keep_fp32_ops: tuple[str, ...] = ()
@@ -57,50 +63,35 @@ class ConvertOptions:
     # TensorRT 10's --layerPrecisions/--layerOutputTypes, Polygraphy's --layer-precisions: FP32 layers pinned
     layer_flags: LayerFlags = field(default_factory=LayerFlags)
     fp16_io: bool = False
-    external_data: bool = False  # write weights to <output>.data (forced for models over 2 GB)
-    trt_flags_path: str | None = None
-    plan_out: str | None = None  # write the final plan as JSON
     samples: SampleSpec = field(default_factory=SampleSpec)
     validation_inputs: str | None = None  # held-out samples: verified, never searched on
-    save_inputs: str | None = None  # the feeds the run used, as Polygraphy JSON (--save-inputs)
-    save_outputs: str | None = None  # the FP32 reference outputs, as Polygraphy JSON (--save-outputs)
-    tolerance: Tolerance = field(default_factory=Tolerance)
+    judging: Judging = field(default_factory=Judging)
+    targeting: Targeting = field(default_factory=Targeting)
+    output: Output = field(default_factory=Output)
     headroom: float = 2.0  # auto.DEFAULT_HEADROOM: one binade of margin over the samples (0: off)
-    report_json: str | None = None
-    report_md: str | None = None
     oracle: OracleName = "emulate"
-    custom_op_libraries: tuple[str, ...] = ()  # registered on every onnxruntime session of the model
-    target: Target = GENERIC  # where the written model runs (--target)
     # the TensorRT shape profile per input, {"min"|"opt"|"max": shape} (--trt-*-shapes); else the samples'
     trt_profile: Mapping[str, Mapping[str, tuple[int, ...]]] = field(default_factory=dict)
     max_probes: int | None = None  # search budgets (auto mode): on exhaustion the cheapest passing
     time_budget: float | None = None  # plan probed so far is kept, marked as such
     # shrink a large passing set to a 1-minimal one, not only as far as it can win (--exhaustive-minimise)
     exhaustive_minimise: bool = False
-    # a BF16 run refuses a model whose opset gives some of its ops no bfloat16 type, instead of
-    # raising the opset (:mod:`..opset_upgrade`)
-    keep_opset: bool = False
     keep_float64: bool = False  # float64 compute stays float64 (--keep-float64); by default it converts
     # static/auto: a written plan whose 16-bit share of estimated FLOPs (percent, as the summary gives
     # it) is below this fails the run (--min-16bit-share)
     min_16bit_share: float | None = None
-    # a quantized model's unquantized FP32 original (--reference-model), and what its 16-bit remainder may
-    # add to the quantization error (--quant-margin; :mod:`..quant_reference`)
-    reference_model: str | None = None
-    quant_margin: float = DEFAULT_MARGIN
 
     def __post_init__(self) -> None:
-        margin = margin_problem(self.quant_margin)
-        if margin:
-            raise UsageError(f"--quant-margin {self.quant_margin}: expected {margin}")
         share = self.min_16bit_share
         if share is not None and not (isinstance(share, (int, float)) and 0 <= share <= 100):
             raise UsageError(f"--min-16bit-share {share}: expected a percentage between 0 and 100")
-        for name in ("keep_fp32", "keep_fp32_ops", "custom_op_libraries"):
+        for name in ("keep_fp32", "keep_fp32_ops"):
             value = getattr(self, name)
             if not isinstance(value, (tuple, list)) or not all(isinstance(v, str) for v in value):
                 hint = f" (one is written ({value!r},))" if isinstance(value, str) else ""
                 raise UsageError(f"{name} {value!r}: expected a tuple of strings{hint}")
+        if not isinstance(self.samples, SampleSpec):
+            raise UsageError(f"samples {self.samples!r}: expected an onnx_precision.data.SampleSpec")
         probes = self.max_probes
         if probes is not None and (isinstance(probes, bool) or not isinstance(probes, int) or probes < 1):
             raise UsageError(f"max_probes {probes!r}: expected an integer >= 1 (None: no limit)")
@@ -115,10 +106,13 @@ class ConvertOptions:
                 if problem:
                     raise UsageError(f"--trt-{which}-shapes {name}: {problem}")
 
-    @property
-    def judging(self) -> Judging:
-        """What the run judges by (:class:`..options.Judging`)."""
-        return Judging(self.tolerance, self.reference_model, self.quant_margin)
+
+def require_options(options: object) -> ConvertOptions:
+    """``options``, once it is a ConvertOptions (else a one-line UsageError)."""
+    if not isinstance(options, ConvertOptions):
+        raise UsageError(f"options: expected onnx_precision.convert.ConvertOptions; got "
+                         f"{type(options).__name__}")
+    return options
 
 
 @dataclass(frozen=True)
@@ -265,17 +259,17 @@ def planned(ctx: ModelContext, options: ConvertOptions, progress: Progress | Non
     if ctx.renamed:
         logger.debug("named %d unnamed node(s) (node_of_<first output>)", len(ctx.renamed))
     plan, warnings = base_plan(ctx, options)
-    options.tolerance.require_outputs([o.name for o in ctx.model.graph.output], ctx.path)
+    options.judging.tolerance.require_outputs([o.name for o in ctx.model.graph.output], ctx.path)
     if options.trt_profile:
         from ..trt.flags import check_given_profile
 
         check_given_profile(ctx.model, options.trt_profile)
     if ctx.nothing_to_convert:
         warnings.append(f"{ctx.nothing_to_convert}: nothing to convert")
-    if not measuring and (options.report_json or options.report_md):
+    if not measuring and (options.output.report_json or options.output.report_md):
         warnings.append("--report/--report-md apply to --mode static and auto (which verify); "
                         "no report written")
-    if not measuring and (options.save_inputs or options.save_outputs):
+    if not measuring and (options.output.save_inputs or options.output.save_outputs):
         warnings.append("--save-inputs/--save-outputs apply to --mode static and auto (which run the model); "
                         "nothing saved")
     if not measuring and options.oracle != "emulate":
@@ -295,15 +289,16 @@ def planned(ctx: ModelContext, options: ConvertOptions, progress: Progress | Non
 
 def _input_paths(model_path: str, options: ConvertOptions) -> tuple[str, ...]:
     """Every file the run reads (the model, --plan, the sample data): no output may overwrite one."""
-    plan = tuple(p for p in (options.plan_path, options.layer_flags.file, options.reference_model) if p)
+    given = (options.plan_path, options.layer_flags.file, options.judging.reference_model)
+    plan = tuple(p for p in given if p)
     held_out = sample_files(SampleSpec(inputs=options.validation_inputs)) if options.validation_inputs else ()
     return (model_path,) + plan + sample_files(options.samples) + held_out
 
 
 def _output_paths(output_path: str, options: ConvertOptions) -> list[str]:
-    svg = _tradeoff_path(options)
-    return [p for p in (output_path, options.plan_out, options.trt_flags_path, options.report_json,
-                        options.report_md, svg, options.save_inputs, options.save_outputs) if p]
+    files = options.output
+    return [p for p in (output_path, files.plan_out, files.trt_flags_path, files.report_json, files.report_md,
+                        _tradeoff_path(options), files.save_inputs, files.save_outputs) if p]
 
 
 def _tradeoff_path(options: ConvertOptions) -> str | None:
@@ -311,7 +306,8 @@ def _tradeoff_path(options: ConvertOptions) -> str | None:
     so a rerun always replaces the picture of the run before."""
     from ..report import tradeoff_path
 
-    return tradeoff_path(options.report_md) if options.report_md and options.mode != "all-fp16" else None
+    report_md = options.output.report_md
+    return tradeoff_path(report_md) if report_md and options.mode != "all-fp16" else None
 
 
 def convert(model_path: str, output_path: str, options: ConvertOptions = ConvertOptions(),
@@ -323,6 +319,11 @@ def convert(model_path: str, output_path: str, options: ConvertOptions = Convert
     during the search. Every output path is checked before any work, every file is staged, and
     all of them are moved into place together at the end: a failed or interrupted run leaves none.
     """
+    model_path = options_lib.model_path(model_path)
+    if not isinstance(output_path, (str, os.PathLike)):
+        raise UsageError(f"output: expected the path to write the model to; got {type(output_path).__name__}")
+    output_path = os.fspath(output_path)
+    require_options(options)
     if options.mode not in MODES:
         raise ValueError(f"convert: mode {options.mode!r} is not one of {MODES}")
     measuring = options.mode != "all-fp16"
@@ -331,8 +332,9 @@ def convert(model_path: str, output_path: str, options: ConvertOptions = Convert
         from .. import report as report_lib
 
         oracle.require_oracle(options.oracle)
-        report_json, report_md = report_lib.default_paths(output_path, options.report_json, options.report_md)
-        options = replace(options, report_json=report_json, report_md=report_md)
+        files = options.output
+        report_json, report_md = report_lib.default_paths(output_path, files.report_json, files.report_md)
+        options = replace(options, output=replace(files, report_json=report_json, report_md=report_md))
     inputs = _input_paths(model_path, options)
     with storage.Outputs(inputs) as outputs:
         for path in _output_paths(output_path, options):
@@ -372,8 +374,6 @@ class Destination:
                 "in files until it is saved (save it, then 'onnx-precision check' it)"]
 
 
-# The model to convert, for a target, with its opset raised by an Upgrade (None: as given).
-Load = Callable[[Target, "Upgrade | None"], ModelContext]
 
 
 @dataclass(frozen=True)
@@ -398,7 +398,7 @@ def conversion(load: Load, options: ConvertOptions, destination: Destination,
     helpers_before = helper_sessions.built()
     if progress is not None:
         progress("load", 0, 0, None)
-    ctx = replace(load(options.target, upgrade_for(options)), keep_float64=options.keep_float64)
+    ctx = measured_model(load, options.targeting, options.judging, options.samples, options.keep_float64)
     plan, auto_result, warnings = planned(ctx, options, progress)
     if auto_result is not None and not auto_result.writable:
         auto_result = replace(auto_result, notes=auto_result.notes + auto_result.basis.notes(None))
@@ -428,7 +428,7 @@ def conversion(load: Load, options: ConvertOptions, destination: Destination,
         # Written all the same: the model and its report are the bug report (status: failed, exit 1).
         logger.error("the plan passed the emulated search but the written model %s fails the emulated check "
                      "(a bug: please report it%s)", destination.output_path,
-                     f" with {options.report_json}" if options.report_json else "")
+                     f" with {options.output.report_json}" if options.output.report_json else "")
     warnings += destination.unchecked_load(result, verification)
     outcome = _outcome(auto_result, result.plan, options, verification, tuple(warnings),
                        helper_sessions.built() - helpers_before, destination.output_path, ctx.target)
@@ -437,24 +437,25 @@ def conversion(load: Load, options: ConvertOptions, destination: Destination,
 
 def _convert(model_path: str, output_path: str, options: ConvertOptions, progress: Progress | None,
              outputs: storage.Outputs) -> ConvertResult:
-    done = conversion(partial(load_model, model_path, options.custom_op_libraries), options,
-                      Destination(output_path, outputs, options.external_data), progress)
+    done = conversion(partial(load_model, model_path, options.targeting.custom_op_libraries), options,
+                      Destination(output_path, outputs, options.output.external_data), progress)
     ctx, auto_result = done.ctx, done.auto
     if auto_result is not None:
         _stage_samples(auto_result, options, outputs)
     if done.rewrite is None:  # no plan worth writing: the report says why
         _stage_reports(done.report, options, outputs)
         outputs.commit()
-        raise SearchError(f"{done.unwritten} (no model written; report: {options.report_json})")
+        raise SearchError(f"{done.unwritten} (no model written; report: {options.output.report_json})")
     result = done.rewrite
-    if options.plan_out:
-        outputs.stage_text(options.plan_out, result.plan.dumps())
+    if options.output.plan_out:
+        outputs.stage_text(options.output.plan_out, result.plan.dumps())
     run = _run_args(model_path, output_path, options, auto_result)
-    if options.trt_flags_path:
+    if options.output.trt_flags_path:
         text = trt_flags_text(ctx.model, _as_built_from_original(ctx, result.plan), run,
                               ctx.target.commands.cli_args(), renamed=ctx.renamed, types=ctx.types)
-        outputs.stage_text(options.trt_flags_path, _with_caveats(text, _flags_caveats(ctx, result.plan)))
-    texts = tuple(p for p in (options.plan_out, options.trt_flags_path) if p)
+        caveats = _flags_caveats(ctx, result.plan)
+        outputs.stage_text(options.output.trt_flags_path, _with_caveats(text, caveats))
+    texts = tuple(p for p in (options.output.plan_out, options.output.trt_flags_path) if p)
     if done.report is None:
         outputs.commit()
         return ConvertResult(model_path, output_path, result.plan, result, done.warnings,
@@ -506,16 +507,8 @@ def _run_args(model_path: str, output_path: str, options: ConvertOptions,
     from ..trt.flags import sample_shapes
 
     shapes = sample_shapes(auto_result.basis.samples.feeds) if auto_result is not None else None
-    return RunArgs(model_path, output_path, options.samples, options.tolerance, options.custom_op_libraries,
-                   options.oracle, options.trt_profile, shapes, options.reference_model,
-                   None if options.quant_margin == DEFAULT_MARGIN else options.quant_margin)
-
-
-def upgrade_for(options: ConvertOptions) -> Upgrade | None:
-    """What the run does to the model before its context is built: a BF16 run raises its opset
-    (:func:`..opset_upgrade.for_run`)."""
-    return opset_upgrade.for_run(options.target, options.samples, options.custom_op_libraries,
-                                 options.keep_opset)
+    return RunArgs(model_path, output_path, options.samples, options.judging,
+                   options.targeting.custom_op_libraries, options.oracle, options.trt_profile, shapes)
 
 
 def with_notes(ctx: ModelContext, result: RewriteResult, auto_result: AutoResult | None) -> RewriteResult:
@@ -567,10 +560,10 @@ def _stage_samples(auto_result: AutoResult, options: ConvertOptions, outputs: st
     Polygraphy (``polygraphy run ... --load-inputs FEEDS --load-outputs REFERENCE``)."""
     from ..data import polygraphy_feeds_json, polygraphy_outputs_json
 
-    if options.save_inputs:
-        outputs.stage_text(options.save_inputs, polygraphy_feeds_json(auto_result.basis.samples.feeds))
-    if options.save_outputs:
-        outputs.stage_text(options.save_outputs,
+    if options.output.save_inputs:
+        outputs.stage_text(options.output.save_inputs, polygraphy_feeds_json(auto_result.basis.samples.feeds))
+    if options.output.save_outputs:
+        outputs.stage_text(options.output.save_outputs,
                            polygraphy_outputs_json(auto_result.reference_outputs, "onnx-precision-fp32"))
 
 
@@ -700,18 +693,18 @@ def _before_plan(options: ConvertOptions) -> str:
     flags = [flag for flag, given in (("--plan", options.plan_path), ("--keep-fp32", options.keep_fp32),
                                       ("--keep-fp32-op", options.keep_fp32_ops),
                                       ("--layer-precisions", options.layer_flags)) if given]
-    return f"your plan, from {', '.join(flags)}" if flags else f"all {options.target.low.name}"
+    return f"your plan, from {', '.join(flags)}" if flags else f"all {options.targeting.target.low.name}"
 
 
 def _stage_reports(report: RunReport | None, options: ConvertOptions, outputs: storage.Outputs,
                    ) -> tuple[str, ...]:
     from .. import report as report_lib
 
-    if report is None or options.report_json is None or options.report_md is None:
+    if report is None or options.output.report_json is None or options.output.report_md is None:
         raise InternalError("static/auto modes always have a report and its paths (report.default_paths)")
-    outputs.stage_text(options.report_json, report_lib.dumps(report))
-    outputs.stage_text(options.report_md, report_lib.to_markdown(report))
+    outputs.stage_text(options.output.report_json, report_lib.dumps(report))
+    outputs.stage_text(options.output.report_md, report_lib.to_markdown(report))
     if report.tradeoff_svg:
         outputs.stage_text(report.tradeoff_svg, report_lib.tradeoff_svg(report))
-        return options.report_json, options.report_md, report.tradeoff_svg
-    return options.report_json, options.report_md
+        return options.output.report_json, options.output.report_md, report.tradeoff_svg
+    return options.output.report_json, options.output.report_md

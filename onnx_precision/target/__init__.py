@@ -12,7 +12,8 @@
 * :mod:`.openvino_gpu`: :class:`OpenVinoGpuTarget`, OpenVINO's GPU plugin, whose contractions sum in FP16;
 * :mod:`.fp16_accumulate`: :class:`Fp16AccumulateTarget`, every sum in FP16 (closed runtimes' bound);
 * :mod:`.accumulation`: sums kept in FP16, emulated in the graph;
-* :mod:`.named`: the registry of runtimes, by their command-line names, with their native oracles.
+* :mod:`.named`: the registry of runtimes, by their command-line names, with their native oracles;
+* :mod:`.targeting`: the target option group (:class:`Targeting`), shared by the commands.
 """
 
 from ..float_types import FP16, LowPrecision
@@ -22,9 +23,11 @@ from .fp16_accumulate import Fp16AccumulateTarget
 from .generic import GENERIC, GenericTarget
 from .named import KINDS, NATIVE_PROVIDERS, ORACLE_NAMES, RUNTIMES, Runtime, target_help, target_named
 from .openvino_gpu import OpenVinoGpuTarget
+from .targeting import Targeting
 from .tensorrt import TensorRTTarget
 from .webgpu import WebGpuTarget
 
 __all__ = ["Spelling", "Target", "Measured", "UNMEASURED", "GENERIC", "GenericTarget", "FP16", "LowPrecision",
            "KINDS", "target_named", "TensorRTTarget", "WebGpuTarget", "OpenVinoGpuTarget",
-           "Fp16AccumulateTarget", "RUNTIMES", "Runtime", "NATIVE_PROVIDERS", "ORACLE_NAMES", "target_help"]
+           "Fp16AccumulateTarget", "RUNTIMES", "Runtime", "NATIVE_PROVIDERS", "ORACLE_NAMES", "target_help",
+           "Targeting"]
