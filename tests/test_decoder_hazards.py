@@ -18,6 +18,7 @@ from models.decoders import generate
 from models.generate import model_path as example_path
 from onnx_precision import policy, rules
 from onnx_precision.context import ModelContext, load_model
+from onnx_precision.convert import convert_model
 from onnx_precision.generation import GenerationOptions, infer_generation
 from onnx_precision.judge import Tolerance, compare_outputs
 from onnx_precision.oracle import Emulator
@@ -366,3 +367,15 @@ def test_a_softcaps_tanh_and_scale_are_kept_fp32_where_the_ranges_show_it_satura
     top = reference.argmax(-1)
     # all-FP16 rounds every capped logit past 135 to 30: ties, and the first of them wins
     assert (fp16.argmax(-1) == top).mean() < 0.75 and (kept.argmax(-1) == top).all()
+
+
+def test_auto_conversion_pins_what_the_decoder_rules_keep_fp32_before_its_search():
+    # in memory, no genai_config.json says how long the positions go: the rotary path is pinned with the
+    # RMSNorms' statistics, and the prefill passes either way
+    done = convert_model(decoders.tiny_llama().model, prefill())
+    assert done.passed
+    reasons = {n: d.reasons[0].detail.split(":")[0] for n, d in done.plan.decisions.items()
+               if not d.precision.is_low and d.reasons and d.reasons[0].source == "rule"}
+    assert {n for n, r in reasons.items() if r == "rotary-positions"} == set(ROTARY)
+    assert len([r for r in reasons.values() if r == "rms-statistics"]) == 25
+    assert done.plan.is_low("layers.0/Add") and done.plan.is_low("lm_head")

@@ -114,6 +114,7 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples, j
                                   "the FP32 model itself produces NaN/Inf"))
 
     pins = policy.headroom_pins(ctx, user, reference.stats, headroom)
+    pins.update({n: r for n, r in policy.decoder_pins(ctx, user, reference.stats).items() if n not in pins})
     largest = policy.largest({k: [np.shape(f[k]) for f in samples.feeds] for k in samples.feeds[0]}
                              if samples.feeds else {})
     if profile_max:
