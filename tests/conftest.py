@@ -1,7 +1,9 @@
-"""Shared test set-up: the repo root on sys.path (for ``models``) and a tiny-model helper."""
+"""Shared test set-up: the repo root on sys.path (for ``models``), a tiny-model helper, and the CLI's
+progress log kept off the wall clock."""
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -50,3 +52,22 @@ def save(tmp_path):
         onnx.save(model, path)
         return path
     return _save
+
+
+@pytest.fixture(autouse=True)
+def _progress_log_off_the_clock(monkeypatch):
+    """The CLI's progress on its stderr never starts logging. Off a terminal it logs phases once a run
+    has lasted GRACE_S (5 s) of wall time, and on a busy machine a run of 1 s of CPU can: a test reading
+    stderr whole (one error line, nothing at all) would then fail on the machine's load, not on what
+    the package did (70 such tests over 14 files, with the grace period at 0). ProgressLine's own
+    tests give it a stream and a clock of their own (tests/test_first_hour.py), which keep it."""
+    from onnx_precision.cli import progress
+
+    init = progress.ProgressLine.__init__
+
+    def __init__(self, stream=None, *args, **kwargs):
+        if stream is None:
+            kwargs.setdefault("grace", math.inf)
+        init(self, stream, *args, **kwargs)
+
+    monkeypatch.setattr(progress.ProgressLine, "__init__", __init__)
