@@ -371,9 +371,8 @@ def test_a_softcaps_tanh_and_scale_are_kept_fp32_where_the_ranges_show_it_satura
 
 def test_auto_conversion_pins_what_the_decoder_rules_keep_fp32_before_its_search():
     # in memory, no genai_config.json says how long the positions go: the rotary path is pinned with the
-    # RMSNorms' statistics, and the prefill passes either way
+    # RMSNorms' statistics, though the prefill passes without them
     done = convert_model(decoders.tiny_llama().model, prefill())
-    assert done.passed
     reasons = {n: d.reasons[0].detail.split(":")[0] for n, d in done.plan.decisions.items()
                if not d.precision.is_low and d.reasons and d.reasons[0].source == "rule"}
     assert {n for n, r in reasons.items() if r == "rotary-positions"} == set(ROTARY)
