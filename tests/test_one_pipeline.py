@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 
 import onnx
+import pytest
 from test_load_remedy import _crash_while_fp16, gru_denoiser
 
 from onnx_precision.cli import main
 from onnx_precision.convert import convert_model
 
 
+@pytest.mark.slow  # 2.1 s of CPU: two conversions, each loading its candidates in 4 child processes
 def test_in_memory_the_load_remedy_pins_what_the_cli_pins_and_saves_its_bytes(tmp_path, monkeypatch):
     _crash_while_fp16(monkeypatch, "Transpose_5")
     denoiser, out = str(tmp_path / "denoiser.onnx"), str(tmp_path / "cli.onnx")

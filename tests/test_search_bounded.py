@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx_precision.cli import main
@@ -85,6 +86,7 @@ def phase_chain(links: int, samples: int) -> onnx.ModelProto:
     return model
 
 
+@pytest.mark.slow  # 3 s of CPU: a conversion of 158 probes (the search's cost here, as measured)
 def test_a_phase_chain_most_of_whose_nodes_must_stay_fp32_converts_in_few_probes(save, tmp_path, capsys):
     path = save(phase_chain(300, 8000))
     for k, notes in enumerate(([220, 330, 262, 392], [247, 294, 440, 349])):  # held notes
