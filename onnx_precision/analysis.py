@@ -365,7 +365,6 @@ class AnalyzeOptions(Composed):
     samples: SampleSpec = field(default_factory=SampleSpec)
     judging: Judging = field(default_factory=Judging)
     targeting: Targeting = field(default_factory=Targeting)
-    keep_float64: bool = False  # float64 compute analysed as it is, not in 16 bits (--keep-float64)
 
     def __post_init__(self) -> None:
         if not isinstance(self.samples, SampleSpec):
@@ -389,7 +388,7 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     ctx = measured_model(partial(load_model, model_path, targeting.custom_op_libraries), targeting, judging,
-                         spec, given.keep_float64)
+                         spec)
     tol.require_outputs([o.name for o in ctx.model.graph.output], model_path)
     try:
         samples = load_samples(ctx.model, spec)

@@ -219,18 +219,17 @@ def judged(ctx: ModelContext, samples: Samples, judging: Judging, found: Sums,
 Load = Callable[[Target, "Upgrade | None"], ModelContext]
 
 
-def measured_model(load: Load, targeting: Targeting, judging: Judging, samples: SampleSpec,
-                   keep_float64: bool = False) -> ModelContext:
+def measured_model(load: Load, targeting: Targeting, judging: Judging, samples: SampleSpec) -> ModelContext:
     """The model as a run measures it (requires: ``load`` gives the run's model for a target): loaded for
     the run's target, a BF16 run's opset raised to give its ops a bfloat16 type, or refused under
     ``judging.keep_opset`` (:func:`onnx_precision.opset_upgrade.for_run`, verified on ``samples``), float64
-    compute converted or kept. ``convert``, ``check`` and ``analyze`` measure the same model from the same
-    options."""
+    compute converted or kept (``judging.keep_float64``). ``convert``, ``check`` and ``analyze`` measure the
+    same model from the same options."""
     from . import opset_upgrade
 
     target = targeting.target
     upgrade = opset_upgrade.for_run(target, samples, targeting.custom_op_libraries, judging.keep_opset)
-    return replace(load(target, upgrade), keep_float64=keep_float64)
+    return replace(load(target, upgrade), keep_float64=judging.keep_float64)
 
 
 def measure(ctx: ModelContext, samples: Samples, judging: Judging = AS_GIVEN,

@@ -113,7 +113,8 @@ class Judging(Group):
     """What a run judges by, and the model it measures: the tolerance; for a quantized model, the reference
     its 16-bit remainder is judged against (its unquantized original, else the model with its activation
     quantizers bypassed) and what the remainder may add to the quantization error (:mod:`.quant_reference`);
-    and a BF16 run's model: its opset raised or kept (:mod:`.opset_upgrade`)."""
+    and the model as measured: a BF16 run's opset raised or kept (:mod:`.opset_upgrade`), its float64
+    compute converted or kept."""
 
     title: ClassVar[str] = "judging"
 
@@ -132,6 +133,10 @@ class Judging(Group):
         help="with bf16 (--low-precision or --fallback): refuse a model whose opset gives some of its ops no "
              "bfloat16 type (Conv: opset 22), instead of raising its opset and verifying the raised model "
              "against it"))
+    keep_float64: bool = field(default=False, metadata=flag(
+        "--keep-float64", problem=switch_problem,
+        help="leave every node that computes in float64 as it is (by default float64 compute is converted "
+             "and verified like float32 compute)"))
 
     def __post_init__(self) -> None:
         if not isinstance(self.tolerance, Tolerance):

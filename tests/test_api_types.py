@@ -98,8 +98,8 @@ def test_check_and_analyze_take_the_judging_options_convert_takes(tmp_path, caps
     written = convert_model(model, feed, ConvertOptions(mode="all-fp16"))
     candidate = str(tmp_path / "c.onnx")
     written.save(candidate)
-    assert check(model, candidate, keep_opset=True).passed
+    assert check(model, candidate, keep_opset=True, keep_float64=True).passed
     assert analyze(model, reference_model=model, quant_margin=0.5).rows
     for command in (["check", model, candidate], ["analyze", model]):
-        assert main([*command, "--keep-opset", "--reference-model", model, "-q"]) == 0
+        assert main([*command, "--keep-opset", "--keep-float64", "--reference-model", model, "-q"]) == 0
     capsys.readouterr()

@@ -20,7 +20,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     common.add_sample_args(p)
     for group in (Judging, Targeting):  # as convert and check take them
         common.add_group(p, group)
-    common.add_keep_float64_arg(p)
     common.add_verbosity_args(p, quiet_help="print only the headline (verdict counts) and errors")
     p.set_defaults(run=run)
 
@@ -31,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
 
     spec = common.sample_spec(args)
     result = analysis.analyze(args.model, spec, judging=common.group_of(args, Judging),
-                              targeting=common.group_of(args, Targeting), keep_float64=args.keep_float64)
+                              targeting=common.group_of(args, Targeting))
     if args.json:
         # Before printing: a bad path fails with nothing half-done.
         result.write_json(args.json, sample_files(spec))

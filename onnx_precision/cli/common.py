@@ -199,12 +199,6 @@ def add_runtime_args(parser: argparse.ArgumentParser) -> None:
                              "not, it loses precision instead; needs opset 13, runs on GPUs since Ampere)")
 
 
-def add_keep_float64_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--keep-float64", action="store_true",
-                        help="leave every node that computes in float64 as it is (by default float64 "
-                             "compute is converted and verified like float32 compute)")
-
-
 def custom_op_libraries(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(args.ort_custom_op_library)
 

@@ -94,7 +94,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "verified on them too, reported apart, and a failing one fails the run")
     for group in (Judging, Targeting, Output):  # as check and analyze take them (but the files written)
         common.add_group(p, group)
-    common.add_keep_float64_arg(p)
     common.add_verbosity_args(p, quiet_help="print only the verdict line (and errors)")
     p.set_defaults(run=run)
 
@@ -119,7 +118,6 @@ def run(args: argparse.Namespace) -> int:
         max_probes=args.max_probes,
         time_budget=args.time_budget,
         exhaustive_minimise=args.exhaustive_minimise,
-        keep_float64=args.keep_float64,
         min_16bit_share=args.min_16bit_share,
     )
     from .progress import ProgressLine

@@ -76,7 +76,6 @@ class ConvertOptions(Composed):
     time_budget: float | None = None  # plan probed so far is kept, marked as such
     # shrink a large passing set to a 1-minimal one, not only as far as it can win (--exhaustive-minimise)
     exhaustive_minimise: bool = False
-    keep_float64: bool = False  # float64 compute stays float64 (--keep-float64); by default it converts
     # static/auto: a written plan whose 16-bit share of estimated FLOPs (percent, as the summary gives
     # it) is below this fails the run (--min-16bit-share)
     min_16bit_share: float | None = None
@@ -398,7 +397,7 @@ def conversion(load: Load, options: ConvertOptions, destination: Destination,
     helpers_before = helper_sessions.built()
     if progress is not None:
         progress("load", 0, 0, None)
-    ctx = measured_model(load, options.targeting, options.judging, options.samples, options.keep_float64)
+    ctx = measured_model(load, options.targeting, options.judging, options.samples)
     plan, auto_result, warnings = planned(ctx, options, progress)
     if auto_result is not None and not auto_result.writable:
         auto_result = replace(auto_result, notes=auto_result.notes + auto_result.basis.notes(None))
