@@ -38,7 +38,8 @@ def _share_text(report: RunReport) -> str:
     lows = [f"{p.name} {_pct(shares[p.value])}" for p in Precision if p.is_low and p.value in shares]
     both = f" ({', '.join(lows)})" if len(lows) > 1 else ""
     quantized = shares_text(report.quantized, report.node_flops, report.plan.decisions, report.integer_flops)
-    flops = f"{report.shares.of}{both}" + (f"; {quantized}" if quantized else "")
+    unknown = report.shares.unknown_note(report.plan)  # how much of the compute the share could not weigh
+    flops = f"{report.shares.of}{both}" + "".join(f"; {part}" for part in (quantized, unknown) if part)
     return (f"{len(report.low_nodes())}/{len(report.counted_nodes())} {report.nodes_of} "
             f"({_pct(report.fp16_node_share())}), {_pct(report.fp16_flop_share())} {flops}")
 
