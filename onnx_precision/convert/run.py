@@ -32,7 +32,7 @@ from ..outcome import ConversionOutcome, Verification
 from ..plan import Precision, PrecisionPlan, Reason, apply_user_choices
 from ..rewriter import RewriteResult, rewrite
 from ..suggested import RunArgs, quoted
-from ..target import GENERIC, Target, Targeting
+from ..target import GENERIC, UNMEASURED, Target, Targeting
 from ..trt.flags import trt_flags_text
 from ..trt.layer_precisions import LayerFlags, layer_pins
 from ..vocab import MODES, Mode, OracleName, Status
@@ -410,8 +410,8 @@ def conversion(load: Load, options: ConvertOptions, destination: Destination,
     started = time.perf_counter()
     if progress is not None:
         progress("write", 0, 0, None)
-    prescaled = {} if auto_result is None else dict(auto_result.basis.measured.prescaled)  # on x·2^-j
-    result = with_notes(ctx, rewrite(ctx, plan, prescaled=prescaled), auto_result)
+    measured = UNMEASURED if auto_result is None else auto_result.basis.measured  # its LayerNorms pre-scaled
+    result = with_notes(ctx, rewrite(ctx, plan, measured=measured), auto_result)
     written = destination.write(ctx, result)
     if auto_result is None:
         return Conversion(ctx, result, tuple(warnings))

@@ -45,6 +45,7 @@ from .. import policy
 from ..context import ModelContext
 from ..float_types import low_of
 from ..plan import PrecisionPlan, Reason
+from ..target import UNMEASURED, Measured
 from .graph_writer import GraphWriter
 from .sides import SUFFIX
 
@@ -93,7 +94,7 @@ def _flush_notes(ctx: ModelContext, plan: PrecisionPlan, shown: int = 3) -> list
 
 
 def rewrite(ctx: ModelContext, plan: PrecisionPlan, fuse_layer_norms: bool = True,
-            prescaled: Mapping[str, int] | None = None) -> RewriteResult:
+            measured: Measured = UNMEASURED) -> RewriteResult:
     """Write ``plan`` into a copy of ``ctx``'s model.
 
     The rewriter writes resolved plans only: an unresolved one is resolved first
@@ -103,12 +104,12 @@ def rewrite(ctx: ModelContext, plan: PrecisionPlan, fuse_layer_norms: bool = Tru
     17, the plan pinned to fit (:mod:`onnx_precision.policy.layer_norm`), as the emulation of a plan
     assumes, and where the target sums in FP16 each 16-bit mean over many elements is written as a sum of
     pre-scaled terms (:mod:`onnx_precision.policy.accumulation_fix`); off, every node is written as it is.
-    ``prescaled``: the LayerNormalizations written on x·2^-j where FP16 (name -> j: the target the plan
-    was measured on, :attr:`.Target.prescaled`).
+    ``measured``: what the run measured of the target's sums (its basis', :class:`~.target.Measured`), whose
+    LayerNormalizations pre-scaled are written on x·2^-j where FP16, as every plan was emulated.
     """
     first = policy.resolve(ctx, plan)
     pinned = policy.layer_norm_pins(ctx, first) if fuse_layer_norms else first
-    prescaled = (prescaled or {}) if fuse_layer_norms else {}
+    prescaled = dict(measured.prescaled) if fuse_layer_norms else {}
     reasoned = policy.rewrite_reasons(ctx, pinned, prescaled) if fuse_layer_norms else pinned
     resolved = policy.resolve(ctx, reasoned)
     out = onnx.ModelProto()
