@@ -9,7 +9,10 @@
   the *first-divergence* nodes: where a value turns non-finite from finite inputs (an overflow
   happens there, even downstream of another one), or where a finite error above the tolerance's
   rtol appears while the node's inputs were still within it. Those are the search's first
-  candidates.
+  candidates. A tensor whose shape differs from FP32's (a duration rounded the other way sets the
+  length of a Range) is a divergence too: the first node whose output is reshaped is named with the
+  decision upstream that flipped (:data:`.twin.DECISIONS`), which joins the first candidates, and the
+  nodes feeding that decision come first in the widening order.
 
 Both run on an :class:`Inspectable`: a runner that can expose its intermediates (the emulation,
 :class:`.emulator.Emulator` or :class:`.emulation.EmulationSession`); a runner offers them as its
@@ -22,6 +25,8 @@ number of samples.
 
 from __future__ import annotations
 
+import logging
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -35,7 +40,9 @@ from ..format import json_float
 from ..judge import Tolerance
 from ..plan import PrecisionPlan
 from .sessions import Feed, owned
-from .twin import FLOATS, INTS, TwinModel
+from .twin import FLOATS, INTS, TwinModel, is_decision
+
+log = logging.getLogger(__name__)
 
 FIRST_CHUNK = 16  # at most this many tensors in a first chunk holding one of unknown size
 
@@ -183,11 +190,34 @@ class NodeError:
     new_nonfinite: int      # NaN/Inf where FP32 is finite
     input_rel_err: float    # the worst max_rel_err among its inputs (0 for graph inputs, constants)
     diverges: bool          # the error appears here (see module docstring)
+    reshaped: bool = False  # an output's shape differs from FP32's (its errors are then inf)
 
     def to_json(self) -> dict:
         return {"node": self.node, "op_type": self.op_type, "max_abs_err": json_float(self.max_abs_err),
                 "max_rel_err": json_float(self.max_rel_err), "new_nonfinite": self.new_nonfinite,
-                "input_rel_err": json_float(self.input_rel_err), "diverges": self.diverges}
+                "input_rel_err": json_float(self.input_rel_err), "diverges": self.diverges,
+                "reshaped": self.reshaped}
+
+
+@dataclass(frozen=True)
+class ShapeChange:
+    """The first node whose output shape differs between FP32 and the plan (its float inputs' shapes
+    agree), and the decisions upstream that flipped: each one's float inputs within tolerance, its
+    output (where it is a float tensor) not."""
+
+    node: str
+    op_type: str
+    sample: int
+    decisions: tuple[tuple[str, str], ...]  # (node, op type), nearest first; () where none was found
+    feeding: tuple[str, ...]                # the nodes upstream of those decisions, nearest first
+
+    def describe(self) -> str:
+        where = (f"the output shape of node '{self.node}' ({self.op_type}) differs from FP32's on sample "
+                 f"{self.sample}")
+        if not self.decisions:
+            return f"{where}; no rounding, comparison or index choice upstream was found to have flipped"
+        flipped = ", ".join(f"'{name}' ({op})" for name, op in self.decisions)
+        return f"{where}: the decision of {flipped} flipped, its inputs within tolerance"
 
 
 @dataclass(frozen=True)
@@ -196,12 +226,15 @@ class LayerwiseResult:
     first_divergence: tuple[str, ...]       # nodes where error appears, topological order
     oracle: str = "emulate"
     outputs: tuple[dict[str, np.ndarray], ...] = ()  # the plan's graph outputs, per sample
+    shape_changes: tuple[ShapeChange, ...] = ()     # where the plan's shapes part from FP32's
 
     def ranked(self) -> tuple[str, ...]:
-        """Node names by decreasing error (non-finite first): the search's widening order."""
+        """Node names by decreasing error (non-finite first), after the nodes feeding a decision that
+        changed a shape (nearest first: any error on that chain can flip it): the search's widening order."""
         def badness(name: str) -> tuple[int, float]:
             return -self.nodes[name].new_nonfinite, -self.nodes[name].max_rel_err
-        return tuple(sorted(self.nodes, key=badness))
+        feeding = [n for change in self.shape_changes for n in change.feeding if n in self.nodes]
+        return tuple(dict.fromkeys(feeding + sorted(self.nodes, key=badness)))
 
 
 @dataclass(frozen=True)
@@ -210,12 +243,20 @@ class _TensorError:
     rel_err: float
     new_nonfinite: int
     cand_nonfinite: bool
+    reshaped: bool = False
+
+    def within(self, threshold: float) -> bool:
+        return not (self.reshaped or self.new_nonfinite) and self.rel_err <= threshold
 
 
 _CLOSE = _TensorError(0.0, 0.0, 0, False)
+# the plan's tensor has another shape than FP32's: no elementwise error exists, and none is bounded
+_RESHAPED = _TensorError(float("inf"), float("inf"), 0, False, reshaped=True)
 
 
 def _tensor_error(ref: np.ndarray, cand: np.ndarray) -> _TensorError:
+    if np.shape(ref) != np.shape(cand):
+        return _RESHAPED
     finite = np.isfinite(ref)
     all_finite = bool(finite.all())
     r = ref if all_finite else ref[finite]
@@ -317,11 +358,23 @@ def _inspect(session: Inspectable, plan: PrecisionPlan | None, feeds: Sequence[F
     if plan is None:
         return reference, None
     merged: dict[str, NodeError] = {}
-    for tensor_errors in seen.errors:
+    changes: dict[str, ShapeChange] = {}
+    made = {n.name: n for n in nodes}
+    producers = {t: made[n] for t, n in session.producers.items() if n in made}
+    for sample, tensor_errors in enumerate(seen.errors):
         _merge_errors(merged, nodes, tensor_errors, tol.rtol)
+        for change in _shape_changes(nodes, producers, tensor_errors, tol.rtol, sample):
+            changes.setdefault(change.node, change)
     ordered = {n.name: merged[n.name] for n in nodes if n.name in merged}
-    return reference, LayerwiseResult(ordered, tuple(n for n, e in ordered.items() if e.diverges),
-                                      outputs=seen.plan_outputs)
+    shape_changes = tuple(sorted(changes.values(), key=lambda c: order[c.node]))
+    # a reshaped node is where a flipped decision shows, not where to pin: its decisions are (itself
+    # where none was found)
+    flipped = {d for c in shape_changes for d in ([d for d, _ in c.decisions] or [c.node])}
+    first = tuple(n.name for n in nodes
+                  if n.name in flipped or (n.name in ordered and ordered[n.name].diverges))
+    for change in shape_changes:
+        log.info("note: %s", change.describe())
+    return reference, LayerwiseResult(ordered, first, outputs=seen.plan_outputs, shape_changes=shape_changes)
 
 
 @dataclass(frozen=True)
@@ -398,12 +451,13 @@ def _twin_runs(session: Inspectable, run: TwinRun, plan: PrecisionPlan | None, f
 
 def _summarised(floats: np.ndarray, ints: np.ndarray) -> tuple[TensorStats, _TensorError | None]:
     """The statistics and the error of a tensor the twin graph summarised (see twin.summary_nodes)."""
-    if len(floats) not in (2, 4) or len(ints) != len(floats) + 3:
+    if (len(floats), len(ints)) not in ((2, 5), (4, 8)):
         raise InternalError(f"a twin summary has {len(floats)} floats and {len(ints)} counts")
     f = dict(zip(FLOATS, floats.tolist()))
     n = dict(zip(INTS, ints.tolist()))
     size = n["size"]
-    if not size:
+    resized = "plan_size" in n and n["plan_size"] != size
+    if not size and not resized:
         return TensorStats(0.0, float("inf"), 0.0, 0, 0, 0), (_CLOSE if "both_finite" in n else None)
     nan = size - n["finite"] - n["inf"]
     tiny = n["nonzero"] - n["above_flush"]
@@ -413,6 +467,8 @@ def _summarised(floats: np.ndarray, ints: np.ndarray) -> tuple[TensorStats, _Ten
                       tiny / n["nonzero"] if n["nonzero"] else 0.0, nan, n["inf"], size)
     if "both_finite" not in n:
         return ref, None
+    if resized:
+        return ref, _RESHAPED
     new_nonfinite = n["finite"] - n["both_finite"]
     plan_nonfinite = bool(new_nonfinite) or n["plan_finite"] < size
     if not n["both_finite"]:
@@ -434,16 +490,72 @@ def _merge_errors(acc: dict[str, NodeError], nodes: Sequence[onnx.NodeProto],
         in_bad = any(e.cand_nonfinite for e in ins)
         new_nf = sum(e.new_nonfinite for e in outs)
         rel = max(e.rel_err for e in outs)
+        reshaped = any(e.reshaped for e in outs)
         # Inf/NaN made from finite inputs is where an overflow happens, however far upstream
-        # error had already moved those inputs; a finite error only counts where it appears.
-        diverges = not in_bad and (new_nf > 0 or (rel > threshold and in_rel <= threshold))
-        err = NodeError(node.name, node.op_type, max(e.abs_err for e in outs), rel, new_nf, in_rel, diverges)
+        # error had already moved those inputs; a finite error only counts where it appears. A shape
+        # that differs is a flipped decision's doing (see _shape_changes).
+        diverges = not (in_bad or reshaped) and (new_nf > 0 or (rel > threshold and in_rel <= threshold))
+        err = NodeError(node.name, node.op_type, max(e.abs_err for e in outs), rel, new_nf, in_rel, diverges,
+                        reshaped)
         old = acc.get(node.name)
         if old is not None:
             err = NodeError(node.name, node.op_type, max(old.max_abs_err, err.max_abs_err),
                             max(old.max_rel_err, err.max_rel_err), max(old.new_nonfinite, err.new_nonfinite),
-                            max(old.input_rel_err, err.input_rel_err), old.diverges or err.diverges)
+                            max(old.input_rel_err, err.input_rel_err), old.diverges or err.diverges,
+                            old.reshaped or err.reshaped)
         acc[node.name] = err
+
+
+def _shape_changes(nodes: Sequence[onnx.NodeProto], producers: Mapping[str, onnx.NodeProto],
+                   tensor_err: Mapping[str, _TensorError], threshold: float, sample: int,
+                   ) -> list[ShapeChange]:
+    """The nodes of one sample whose output shape differs from FP32's while their float inputs' shapes
+    agree, each with the decisions that flipped upstream (:func:`_flipped`)."""
+    changes = []
+    for node in nodes:
+        if any(tensor_err[o].reshaped for o in node.output if o in tensor_err) and not any(
+                tensor_err[i].reshaped for i in node.input if i in tensor_err):
+            decisions, feeding = _flipped(node, producers, tensor_err, threshold)
+            changes.append(ShapeChange(node.name, node.op_type, sample, decisions, feeding))
+    return changes
+
+
+def _flipped(start: onnx.NodeProto, producers: Mapping[str, onnx.NodeProto],
+             tensor_err: Mapping[str, _TensorError], threshold: float,
+             ) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """The decisions upstream of ``start`` (breadth-first, nearest first) whose float inputs are within
+    ``threshold`` and whose float output, where there is one, is not: where the plan's values part from
+    FP32's by a whole unit. Past a decision whose inputs already differ the walk goes on up; a decision
+    whose output agrees ends its path. With none found, the nearest decision. Also the nodes upstream of
+    the decisions, nearest first."""
+    found: list[onnx.NodeProto] = []
+    nearest: onnx.NodeProto | None = None
+    seen = {start.name}
+    queue = deque(producers[i] for i in start.input if i in producers)
+    while queue:
+        node = queue.popleft()
+        if node.name in seen:
+            continue
+        seen.add(node.name)
+        if is_decision(node):
+            nearest = nearest or node
+            ins = [tensor_err[i] for i in node.input if i in tensor_err]
+            outs = [tensor_err[o] for o in node.output if o in tensor_err]
+            if ins and all(e.within(threshold) for e in ins):
+                if not outs or not all(e.within(threshold) for e in outs):
+                    found.append(node)
+                continue
+        queue.extend(producers[i] for i in node.input if i in producers)
+    decisions = found or ([nearest] if nearest is not None else [])
+    feeding: dict[str, None] = {}
+    queue = deque(decisions)
+    while queue:
+        node = queue.popleft()
+        for i in node.input:
+            if i in producers and producers[i].name not in feeding:
+                feeding[producers[i].name] = None
+                queue.append(producers[i])
+    return tuple((d.name, d.op_type) for d in decisions), tuple(feeding)
 
 
 def first_nonfinite_output(outputs: Sequence[Mapping[str, np.ndarray]]) -> tuple[int, str] | None:

@@ -37,7 +37,19 @@ INT = TensorProto.INT32
 FLOAT32_MAX = np.finfo(np.float32).max
 # The numbers summary_nodes computes, in the order of its two outputs.
 FLOATS = ("max_finite_abs", "min_nonzero_abs", "max_abs_err", "err_scale")
-INTS = ("finite", "inf", "nonzero", "above_flush", "size", "plan_finite", "both_finite")
+INTS = ("finite", "inf", "nonzero", "above_flush", "size", "plan_finite", "both_finite", "plan_size")
+# Ops whose output is a decision taken on float values: a rounding to a whole number, a comparison, a
+# choice of indices (and a Cast of a float to an integer type). An error far within tolerance flips one
+# (3.4995 rounds to 3, its FP16 value 3.5 to 4), and the flip changes values, or the shape of what
+# follows (the length of a Range over rounded durations), by whole units.
+DECISIONS = frozenset({"Round", "Ceil", "Floor", "ArgMax", "ArgMin", "TopK", "NonZero", "NonMaxSuppression",
+                       "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal"})
+# Ops whose output shape float values may set (a Range over floats, Resize's scales), besides decisions and
+# ops with bodies (a branch or a trip count a flipped decision chose).
+_SIZED_BY_VALUES = frozenset({"Range", "Resize", "Upsample"})
+_INTEGERS = frozenset({TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
+                       TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64,
+                       TensorProto.BOOL})
 
 
 class TwinUnavailable(Exception):
@@ -98,6 +110,7 @@ def build_twin_model(source: EmulationSource, lows: Mapping[str, LowPrecision] |
     # float32's range Inf, and the reference non-finite
     fetched = whole(tensors, lows is not None) | {t for t in tensors if elems[t] == TensorProto.DOUBLE}
     intermediate = set(tensors)
+    may_resize = resizable(model.graph, elems) if lows is not None else frozenset()
     consts = _Constants(out, names)
     nodes: list[onnx.NodeProto] = []
     rename: dict[str, str] = {}
@@ -122,7 +135,8 @@ def build_twin_model(source: EmulationSource, lows: Mapping[str, LowPrecision] |
             if o in fetched:
                 whole_pairs[o] = plan_value
             else:
-                made, summaries[o] = summary_nodes(o, plan_value, names, consts, target.low.flush)
+                made, summaries[o] = summary_nodes(o, plan_value, names, consts, target.low.flush,
+                                                   o in may_resize)
                 nodes.extend(made)
     plan_outputs: dict[str, str] = {}
     if lows is not None:
@@ -151,6 +165,27 @@ def build_twin_model(source: EmulationSource, lows: Mapping[str, LowPrecision] |
             exposed.add(name)
             out.graph.output.append(helper.make_tensor_value_info(name, elem, None))
     return TwinModel(out, outputs, compared, plan_outputs, whole_pairs, summaries)
+
+
+def is_decision(node: onnx.NodeProto) -> bool:
+    """Whether ``node`` decides on values (:data:`DECISIONS`, or a Cast to an integer type)."""
+    if node.op_type == "Cast":
+        return any(a.name == "to" and a.i in _INTEGERS for a in node.attribute)
+    return node.op_type in DECISIONS
+
+
+def resizable(graph: onnx.GraphProto, elems: Mapping[str, int]) -> frozenset[str]:
+    """The main-graph tensors whose shape may differ between FP32 and a plan: those downstream of a
+    decision on float inputs, of an op whose output shape float values set, or of an op with bodies.
+    Every other tensor's shape follows from the graph inputs' alone, the same in both runs."""
+    found: set[str] = set()
+    for node in graph.node:
+        floats_in = any(elems.get(i) in WIDE for i in node.input if i)
+        if (any(i in found for i in node.input) or (floats_in and (is_decision(node) or node.op_type
+                                                                   in _SIZED_BY_VALUES))
+                or any(True for _ in subgraphs(node))):
+            found.update(o for o in node.output if o)
+    return frozenset(found)
 
 
 def _renamed(vi: onnx.ValueInfoProto, name: str) -> onnx.ValueInfoProto:
@@ -243,15 +278,21 @@ class _Emitter:
 
 
 def summary_nodes(ref: str, plan: str | None, names: Names, consts: _Constants, flush: float,
-                  ) -> tuple[list[onnx.NodeProto], tuple[str, str]]:
+                  may_resize: bool = False) -> tuple[list[onnx.NodeProto], tuple[str, str]]:
     """Nodes reducing the FP32 tensor ``ref`` (and the plan's ``plan``) to two small vectors: floats
-    in the order of FLOATS, int32 counts in the order of INTS (the last two, and the last two
+    in the order of FLOATS, int32 counts in the order of INTS (the last three, and the last two
     floats, only with a plan). Every value is exact but the error, the float32 difference (what
     numpy's float64 difference rounds to).
 
     Where every value is finite (then the sum of x*0 is exactly 0) an If takes a short path: no
     masks of non-finite values, and counts (a Cast and an integer ReduceSum each) only where a
-    value may flush. scripts/bench_twin.py twin --profile shows where a twin run's time goes."""
+    value may flush. scripts/bench_twin.py twin --profile shows where a twin run's time goes.
+
+    ``may_resize``: the plan's tensor may hold another number of elements than FP32's (:func:`resizable`).
+    Then the short path runs only where the sizes agree, the long path pairs elements only then (its
+    error and the count of elements finite in both left 0 otherwise), and ``plan_size`` tells it (the
+    caller compares it with ``size``). The check costs four nodes a tensor, a third more time in a
+    twin run where every tensor had them (scripts/bench_twin.py), so only such tensors have it."""
     main = _Emitter(ref, names)
     flat = consts("flat", np.array([-1], np.int64))
     zero, inf = consts("zero", np.array(0, np.float32)), consts("inf", np.array(np.inf, np.float32))
@@ -263,10 +304,16 @@ def summary_nodes(ref: str, plan: str | None, names: Names, consts: _Constants, 
     total = main("ReduceSum", [main("Mul", [r, zero])], keepdims=1)
     if c is not None:
         total = main("Add", [total, main("ReduceSum", [main("Mul", [c, zero])], keepdims=1)])
-    all_finite = main("Equal", [total, zero])
+    short = all_finite = main("Equal", [total, zero])
+    same_size = None
+    if c is not None and may_resize:
+        # elementwise comparisons of tensors of different sizes cannot broadcast: they run only where
+        # the sizes are equal
+        same_size = main("Equal", [main("Size", [r]), main("Size", [c])])
+        short = main("And", [all_finite, same_size])
     k = 2 if c is None else 4
     floats, ints = names.fresh(f"{ref}__floats"), names.fresh(f"{ref}__ints")
-    outputs = ((floats, FLOAT, k), (ints, INT, k + 3))
+    outputs = ((floats, FLOAT, k), (ints, INT, k + 3 + (c is not None)))
 
     fast = _Emitter(ref, names)
     a = fast("Abs", [r])
@@ -291,7 +338,7 @@ def summary_nodes(ref: str, plan: str | None, names: Names, consts: _Constants, 
     fast_ints = [size, consts("no_inf", np.zeros(1, np.int32)), counts, size]
     if c is not None:
         fast_floats += [fast("ReduceMax", [fast("Abs", [fast("Sub", [c, r])])], keepdims=1), top]
-        fast_ints += [size, size]
+        fast_ints += [size, size, size]
     fast_out = (fast("Concat", fast_floats, axis=0), fast("Concat", fast_ints, axis=0))
 
     slow = _Emitter(ref, names)
@@ -304,15 +351,34 @@ def summary_nodes(ref: str, plan: str | None, names: Names, consts: _Constants, 
                  slow.count(slow("Greater", [a, flush_at])), slow("Cast", [slow("Shape", [r])], to=INT)]
     if c is not None:
         plan_finite = slow("Less", [slow("Abs", [c]), inf])
-        both = slow("And", [finite, plan_finite])
-        error = slow("Abs", [slow("Sub", [c, r])])
-        slow_floats += [slow("ReduceMax", [slow("Where", [both, error, zero])], keepdims=1),
-                        slow("ReduceMax", [slow("Where", [both, a, zero])], keepdims=1)]
-        slow_ints += [slow.count(plan_finite), slow.count(both)]
+
+        def paired(into: _Emitter) -> tuple[str, str]:
+            """The largest error and |x| where both are finite, and their count."""
+            both = into("And", [finite, plan_finite])
+            error = into("Abs", [into("Sub", [c, r])])
+            return (into("Concat", [into("ReduceMax", [into("Where", [both, e, zero])], keepdims=1)
+                                    for e in (error, a)], axis=0), into.count(both))
+
+        if same_size is None:
+            pair_floats, pair_both = paired(slow)
+            plan_size = slow_ints[-1]
+        else:
+            same, other = _Emitter(ref, names), _Emitter(ref, names)
+            pair_floats, pair_both = names.fresh(f"{ref}__errors"), names.fresh(f"{ref}__both")
+            slow.nodes.append(helper.make_node(
+                "If", [same_size], [pair_floats, pair_both], name=names.fresh(f"{ref}__paired"),
+                then_branch=same.branch(list(zip(paired(same), (FLOAT, INT), (2, 1)))),
+                else_branch=other.branch([(other("Identity", [consts("no_errors", np.zeros(2, np.float32))]),
+                                           FLOAT, 2),
+                                          (other("Identity", [consts("none_both", np.zeros(1, np.int32))]),
+                                           INT, 1)])))
+            plan_size = slow("Cast", [slow("Shape", [c])], to=INT)
+        slow_floats.append(pair_floats)
+        slow_ints += [slow.count(plan_finite), pair_both, plan_size]
     slow_out = (slow("Concat", slow_floats, axis=0), slow("Concat", slow_ints, axis=0))
 
     main.nodes.append(helper.make_node(
-        "If", [all_finite], [floats, ints], name=names.fresh(f"{ref}__summary"),
+        "If", [short], [floats, ints], name=names.fresh(f"{ref}__summary"),
         then_branch=fast.branch([(n, t, k) for n, (_, t, k) in zip(fast_out, outputs)]),
         else_branch=slow.branch([(n, t, k) for n, (_, t, k) in zip(slow_out, outputs)])))
     return main.nodes, (floats, ints)

@@ -1,0 +1,98 @@
+"""Data-dependent shapes (issue 33 item 4): a duration predictor rounds durations, and the length of
+what follows is their sum. FP16 moves one duration across a .5 and the 16-bit run's tensors are one
+frame longer than FP32's (Kokoro-82M int8 on a 57-phoneme input: 195 by 196). That is a divergence
+to name and to search away, never a broadcast error of the comparison."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnx_precision import policy
+from onnx_precision.cli import main
+from onnx_precision.context import ModelContext
+from onnx_precision.oracle import EmulationSession, Emulator, inspect_plan
+from onnx_precision.oracle.rounding import elem_types
+from onnx_precision.oracle.twin import resizable
+
+# 3.4995 rounds to 3 in FP32; its FP16 value is 3.5, which rounds (half to even) to 4: 11 frames, not 10
+PHONEMES = np.array([[3.4995, 2.2, 1.1, 4.0]], np.float32)
+NOTE = ("note: the output shape of node 'to_float' (Cast) differs from FP32's on sample 0: the decision "
+        "of 'round' (Round) flipped, its inputs within tolerance")
+
+
+def duration_model() -> onnx.ModelProto:
+    """x (one feature per phoneme) -> MatMul (the predictor) -> Round -> Cast(int64) -> ReduceSum ->
+    Range (a frame index per frame) -> Cast(float) -> Mul: y, one value per frame."""
+    inits = [numpy_helper.from_array(np.eye(4, dtype=np.float32), "w"),
+             numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array(0.25, np.float32), "hop")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["durations"], name="predictor"),
+             helper.make_node("Round", ["durations"], ["rounded"], name="round"),
+             helper.make_node("Cast", ["rounded"], ["frames_each"], name="to_int", to=TensorProto.INT64),
+             helper.make_node("ReduceSum", ["frames_each"], ["frames"], name="total", keepdims=0),
+             helper.make_node("Range", ["zero", "frames", "one"], ["index"], name="range"),
+             helper.make_node("Cast", ["index"], ["index_f"], name="to_float", to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["index_f", "hop"], ["y"], name="times")]
+    graph = helper.make_graph(nodes, "durations",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["frames"])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _inspected(how: str):
+    ctx = ModelContext.of(duration_model())
+    plan = policy.resolve(ctx, ctx.all_low_plan())
+    if how == "captured":  # no twin graph: each tensor captured and compared in numpy
+        return inspect_plan(EmulationSession(ctx), plan, [{"x": PHONEMES}])
+    emulator = Emulator(ctx)
+    emulator.__dict__["_budget"] = 0 if how == "summarised" else 1 << 30
+    if how == "whole":  # a tensor of a data-dependent size is summarised unless its size is taken as known
+        emulator.__dict__["_bytes"] = lambda tensor, dims: 4.0
+    twin = emulator.twin(plan, {"x": PHONEMES})
+    assert twin is not None and ("index_f" in twin.twin.summaries) == (how == "summarised")
+    return inspect_plan(emulator, plan, [{"x": PHONEMES}])
+
+
+@pytest.mark.parametrize("how", ["summarised", "whole", "captured"])
+def test_a_shape_that_differs_is_a_divergence_named_with_the_decision_that_flipped(how):
+    # before: onnxruntime's "Attempting to broadcast an axis by a dimension other than 1. 10 by 11" in the
+    # twin graph's summary (an internal error), and numpy's broadcast error where a tensor is fetched whole
+    reference, layer = _inspected(how)
+    assert reference.outputs[0]["y"].shape == (10,) and layer.outputs[0]["y"].shape == (11,)
+    (change,) = layer.shape_changes
+    assert (change.node, change.sample, change.decisions, change.feeding) == (
+        "to_float", 0, (("round", "Round"),), ("predictor",))
+    assert change.describe() == NOTE.removeprefix("note: ")
+    assert layer.nodes["to_float"].reshaped and layer.nodes["times"].reshaped
+    assert not layer.nodes["predictor"].reshaped and layer.nodes["round"].max_abs_err == 1.0
+    # the decision is a first candidate; what feeds it is widened to first
+    assert layer.first_divergence == ("round",) and layer.ranked()[0] == "predictor"
+    assert reference.stats["index_f"].max_abs == 9.0  # FP32's range, measured beside the plan's
+
+
+def test_only_tensors_downstream_of_a_decision_are_checked_for_their_size_in_the_twin_graph():
+    # the check costs four nodes a tensor: on every tensor, a third more time a twin run (lnstack600)
+    model = duration_model()
+    after_round = {"rounded", "frames_each", "frames", "index", "index_f", "y"}
+    assert resizable(model.graph, elem_types(model)) == after_round
+
+
+def test_the_default_convert_pins_what_flips_the_rounding_and_passes(tmp_path, capsys):
+    path, out = str(tmp_path / "d.onnx"), str(tmp_path / "o.onnx")
+    onnx.save(duration_model(), path)
+    np.savez(tmp_path / "x.npz", x=PHONEMES)
+    assert main(["convert", path, "-o", out, "--inputs", str(tmp_path / "x.npz")]) == 0
+    captured = capsys.readouterr()
+    printed = captured.out.splitlines()
+    assert f"{path} -> {out}: passed" in printed
+    assert NOTE in captured.err.splitlines()
+    assert "FP32 pins (3): predictor (search), round (search), to_int (type)" in printed
+    assert any(line.startswith("before: FAIL") and line.endswith("shape [11] is not FP32's [10])")
+               for line in printed)
