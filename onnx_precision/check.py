@@ -114,7 +114,7 @@ def low_share(ctx: ModelContext, original: ModelContext, feed: Mapping[str, np.n
     share is of, counted as ``convert`` counts it (:func:`..flops.flop_shares` of :func:`written_plan`:
     the Casts ``original`` has not left out, quantized compute apart)."""
     plan = written_plan(ctx, original)
-    shares = flop_shares(ctx, {k: np.shape(v) for k, v in feed.items()})
+    shares = flop_shares(ctx, {k: np.shape(v) for k, v in feed.items()}, feed)
     precisions = {p for p in shares.precisions(plan).values() if p.is_low}
     label = "16-bit" if len(precisions) > 1 else precisions.pop().name if precisions else ""
     return label, shares.low(plan), shares.of

@@ -51,8 +51,9 @@ def estimate_flops(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[i
     least 1 (:meth:`FlopShares.counted` reads that): a Constant, Shape, Size, and a node that reads and
     writes no float tensor (integer arithmetic on shapes and indices: an int64 Mul computes, but in no
     precision a plan chooses, so it is no part of a 16-bit share). A value whose type inference leaves
-    unknown counts as float. A node computing from constants only has 0 too: a runtime folds it at load
-    (:func:`_folded`; Silero VAD slices and joins its LSTM weights so, 0.8 of its 2.9 MFLOP counted).
+    unknown counts as float. A node computing from constants only counts 1: the model holds it, but a
+    runtime folds it at load and a run computes nothing of it (:func:`_folded`; Silero VAD slices and joins
+    its LSTM weights so, 0.8 of its 2.9 MFLOP counted).
 
     Per node (:data:`_RULES`): 2*M*N*K for MatMul and Gemm; 2 x output x (C/group x kernel) for Conv
     (ConvTranspose: per input element); for LSTM, GRU and RNN (and a quantized op computing as one,
@@ -64,9 +65,9 @@ def estimate_flops(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[i
     it reads).
 
     A body's nodes count once per run of the body: the branch an If takes on a known condition once and
-    the other not at all (0, as a node computing nothing), both branches once each where the condition is
-    unknown (a static estimate cannot know which runs); a Scan body once per step, a Loop body once per
-    iteration of its constant trip count.
+    the other's 1 FLOP each (nodes the model holds, which the samples do not run), both branches once
+    each where the condition is unknown (a static estimate cannot know which runs); a Scan body once per
+    step, a Loop body once per iteration of its constant trip count.
 
     Where a node's cost cannot be estimated it is counted 1 and listed in the result's ``unknown``
     (:class:`NodeFlops`): its shapes are unknown; its op is an attention kernel or from a domain whose
@@ -83,8 +84,8 @@ def estimate_flops(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[i
             folded = _folded(node, constant)
             if folded:
                 constant.update(node.output)
-            computes = runs != 0 and not folded and _computes_in_float(node, found.types)
-            cost = _cost(node, found.shapes) if computes else 0.0
+            computes = _computes_in_float(node, found.types)
+            cost = (1.0 if runs == 0 or folded else _cost(node, found.shapes)) if computes else 0.0
             if cost is None:
                 unknown[node.name] = node.op_type
             elif cost > 0 and runs is None:

@@ -10,6 +10,8 @@ hand formula.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -42,8 +44,22 @@ def test_an_if_on_a_known_input_value_counts_the_branch_it_takes():
     example = compute.stft_in_if()
     flops = estimate_flops(example.model, _shapes(example), example.feeds[0])  # sr = 16000
     assert flops["k16_stft"] == 4_227_072
-    assert {n: f for n, f in flops.items() if n.startswith("k8_")} == {
-        n: 0.0 for n in flops if n.startswith("k8_")}
+    # the 8 kHz branch is not run: its nodes are counted (the model holds them) and weigh nothing
+    assert {n: f for n, f in flops.items() if n.startswith("k8_") and f} == {
+        "k8_pad": 1.0, "k8_unsqueeze": 1.0, "k8_stft": 1.0, "k8_power": 1.0}
+    assert unknown_cost(flops) == {}
+
+
+def test_convert_counts_the_branch_its_sample_takes(tmp_path):
+    # Silero VAD branches on its sample rate, an input: the 16 kHz sample runs the 16 kHz STFT only
+    example = compute.stft_in_if()
+    path, data = str(tmp_path / "vad.onnx"), str(tmp_path / "audio.npz")
+    onnx.save(example.model, path)
+    np.savez(data, **example.feeds[0])
+    assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--inputs", data, "-q"]) == 0
+    with open(tmp_path / "o.report.json", encoding="utf-8") as f:
+        nodes = json.load(f)["nodes"]
+    assert (nodes["k16_stft"]["flops"], nodes["k8_stft"]["flops"]) == (4_227_072, 1)  # was 2 129 920
 
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])

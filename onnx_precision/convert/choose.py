@@ -103,7 +103,8 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples, j
         phase.count(counted, probes=1)
     bounds = found.bounds
     shapes = {k: np.shape(v) for k, v in samples.feeds[0].items()} if samples.feeds else {}
-    shares = flop_shares(ctx, shapes)
+    # and the feed: an If on an input (Silero VAD's sample rate) counts the branch it takes
+    shares = flop_shares(ctx, shapes, samples.feeds[0] if samples.feeds else None)
     share = FlopShare(ctx, shares)
     run = _Run(mode, headroom, clock, counted, reference, _node_stats(ctx, reference.stats), basis, share,
                ctx.target.fallback, progress)
