@@ -44,6 +44,7 @@ from .options import model_path as model_path_of
 from .oracle import NodeError, TensorStats
 from .plan import Precision, PrecisionPlan, Reason
 from .policy.shape_headroom import accumulation_reach
+from .run_inputs import protected_paths
 from .storage import write_text
 from .target import Targeting
 
@@ -240,8 +241,9 @@ class AnalysisResult:
         return json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
 
     def write_json(self, path: str, input_paths: tuple[str, ...] = ()) -> None:
-        """Write :meth:`dumps` to ``path`` atomically; never over the model or ``input_paths``."""
-        write_text(path, self.dumps(), input_paths=(self.model,) + tuple(input_paths))
+        """Write :meth:`dumps` to ``path`` atomically; never over the model, its data files or
+        ``input_paths``."""
+        write_text(path, self.dumps(), input_paths=protected_paths(models=(self.model,)) + tuple(input_paths))
 
 
 # --- presentation ---------------------------------------------------------------------------------

@@ -26,14 +26,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .. import analysis
-    from ..data import sample_files
+    from ..run_inputs import protected_paths
 
     spec = common.sample_spec(args)
     result = analysis.analyze(args.model, spec, judging=common.group_of(args, Judging),
                               targeting=common.group_of(args, Targeting))
     if args.json:
         # Before printing: a bad path fails with nothing half-done.
-        result.write_json(args.json, sample_files(spec))
+        inputs = protected_paths(files=common.custom_op_libraries(args), samples=(spec.inputs,))
+        result.write_json(args.json, inputs)
     if args.quiet:
         common.show(result.headline())
     else:

@@ -43,11 +43,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:  # before printing: a bad path fails with nothing half-done
         import json
 
-        from ..data import sample_files
+        from ..run_inputs import protected_paths
         from ..storage import write_text
 
-        write_text(args.json, json.dumps(result.to_json(result.tolerance), indent=2) + "\n",
-                   input_paths=(args.model, args.candidate) + sample_files(common.sample_spec(args)))
+        inputs = protected_paths(models=(args.model, args.candidate, args.reference_model),
+                                 files=common.custom_op_libraries(args),
+                                 samples=(common.sample_spec(args).inputs,))
+        write_text(args.json, json.dumps(result.to_json(result.tolerance), indent=2) + "\n", inputs)
     common.show([result.verdict_line()] if args.quiet else result.lines())
     if args.verbose:
         common.show(result.detail_lines(result.tolerance))
