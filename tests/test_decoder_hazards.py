@@ -337,10 +337,14 @@ def test_rotary_positions_up_to_4096_are_kept_fp32_which_holds_their_logits():
     assert not set(policy.decoder_pins(ctx, plan, generation=short)) & set(ROTARY)
 
 
-def test_an_rms_norms_statistic_is_kept_fp32_whatever_the_samples_show_which_holds_large_rows():
+def test_in_a_generation_an_rms_norms_statistic_is_kept_fp32_whatever_the_samples_show():
     ctx = ModelContext.of(onnx.parser.parse_model(RMS_NORM))
     plan = all_fp16(ctx)
-    pins = policy.decoder_pins(ctx, plan, stats={"x": S(100.0)})  # the samples' |x| dismiss the finding
+    # run once, the samples' |x| dismiss the finding; run over steps (y fed back as x), they cannot
+    assert policy.decoder_pins(ctx, plan, stats={"x": S(100.0)}) == {}
+    stepped = infer_generation(ctx.model, GenerationOptions(feedback=("y=x",)))
+    assert stepped is not None
+    pins = policy.decoder_pins(ctx, plan, stats={"x": S(100.0)}, generation=stepped)
     assert sorted(pins) == sorted(STATISTIC)
     # rows of |x| up to 1000: all-FP16 squares are inf and y is 0; the statistic FP32 keeps y
     feed = {"x": (np.random.default_rng(0).normal(0, 1, (4, 64)) * [[1000.0], [1.0], [300.0], [10.0]])
