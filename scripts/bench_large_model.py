@@ -64,7 +64,7 @@ BOUNDS = {"all-fp16": 0.5, "auto": 1.3}  # what a conversion may hold, as a shar
 # (module, constant): the package's byte thresholds that stand for protobuf's 2 GB or for memory
 SCALED = (("onnx_precision.storage.saving", "PROTO_LIMIT"),
           ("onnx_precision.oracle.switch", "PROTO_LIMIT"),
-          ("onnx_precision.convert.run", "OVERLAPPED_LOAD_BYTES"),
+          ("onnx_precision.convert.verification", "OVERLAPPED_LOAD_BYTES"),
           ("onnx_precision.oracle.emulator", "MIN_CAPTURE_BYTES"),
           ("onnx_precision.storage.external_data", "CHUNK_BYTES"))
 
@@ -126,7 +126,7 @@ def write_model(directory: str, width: int, layers: int = LAYERS) -> str:
 def differences(scale: int) -> list[str]:
     """Where the model at 1/``scale`` is on another side of one of the package's thresholds than at full
     size, the scaled thresholds divided by ``scale`` (none up to 16)."""
-    from onnx_precision.convert import run
+    from onnx_precision.convert import verification
     from onnx_precision.oracle import emulator
     from onnx_precision.storage import external_data, fast_cast, saving
 
@@ -134,7 +134,8 @@ def differences(scale: int) -> list[str]:
         model, chunk, weight_bytes = model_bytes(s), external_data.CHUNK_BYTES // s, width_at(s) ** 2 * 4
         return {"over protobuf's limit as read": model > saving.PROTO_LIMIT // s,
                 "over it as written (FP16)": model // 2 > saving.PROTO_LIMIT // s,
-                "too large to load while the verification runs": model // 2 >= run.OVERLAPPED_LOAD_BYTES // s,
+                "too large to load while the verification runs":
+                    model // 2 >= verification.OVERLAPPED_LOAD_BYTES // s,
                 "a capture budget of a quarter of the weights": model // 4 > emulator.MIN_CAPTURE_BYTES // s,
                 "chunks per weight": -(-weight_bytes // chunk),
                 "a chunk cast by the fast cast": chunk // 4 >= fast_cast.MIN_FAST_ELEMENTS,

@@ -1,117 +1,50 @@
 """The library entry point of ``onnx-precision convert``: load, choose a plan, rewrite, write.
 
-:func:`convert` is what the CLI calls; :func:`base_plan`, :func:`plan_to_write` and :func:`verify`
-are the steps, usable on their own from Python. Everything the run writes
-(model, plan, TensorRT flags) is computed before the first file is written, and each file is
+:func:`convert` is what the CLI calls (on files) and :func:`conversion` the one pipeline it and
+:func:`.in_memory.convert_model` run; its steps live by job beside it: the options
+(:mod:`.options`), the plan (:mod:`.planning`), the written model's checks and the verdict
+(:mod:`.verification`), the files besides the model (:mod:`.files`). Everything the run writes
+(model, plan, TensorRT flags, reports) is computed before the first file is written, and each file is
 written atomically, so a failing run leaves nothing half-written.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
-from .. import helper_sessions, opset_upgrade, policy, quantized, storage
+from .. import helper_sessions, opset_upgrade, quantized, storage
 from .. import options as options_lib
 from ..basis import Load, measured_model
 from ..context import ModelContext, load_model
 from ..costs import PhaseCost
-from ..data import SampleSpec, sample_files, shape_problem
-from ..errors import CustomOpError, InternalError, SearchError, UsageError
-from ..float_types import low_of
+from ..data import SampleSpec, sample_files
+from ..errors import InternalError, SearchError, UsageError
 from ..flops import FlopShares, estimate_flops, flop_shares
-from ..judge import Comparison
-from ..options import Composed, Judging, Output
 from ..outcome import ConversionOutcome, Verification
-from ..plan import Precision, PrecisionPlan, Reason, apply_user_choices
+from ..plan import Precision, PrecisionPlan
 from ..rewriter import RewriteResult, rewrite
-from ..suggested import RunArgs, quoted
-from ..target import GENERIC, UNMEASURED, Target, Targeting
+from ..suggested import quoted
+from ..target import GENERIC, UNMEASURED, Target
 from ..trt.flags import trt_flags_text
-from ..trt.layer_precisions import LayerFlags, layer_pins
-from ..vocab import MODES, Mode, OracleName, Status
+from ..vocab import MODES
+from .files import as_built_from_original, flags_caveats, run_args, stage_samples, with_caveats
+from .options import DEFAULTS, ConvertOptions, require_options
+from .planning import planned
+from .verification import conversion_status, share_gate, verify
 from .written_check import check_written, load_remedies
 
 if TYPE_CHECKING:
-    from ..basis import Basis
     from ..report import RunReport
     from .choose import AutoResult, Progress
 
 logger = logging.getLogger(__name__)
 
 _MAX_LISTED_PINS = 20
-OVERLAPPED_LOAD_BYTES = 1 << 30  # written models below this are loaded by onnxruntime during verification
-
-
-@dataclass(frozen=True, init=False)
-class ConvertOptions(Composed):
-    """``convert``'s options (the CLI's help says what each does): its own, and the groups it shares with
-    ``check`` and ``analyze`` (:mod:`..options`): the samples, what the run judges by, where the written
-    model runs, the files it writes. A group's field may also be given by its own name, as before the
-    groups: ``ConvertOptions(tolerance=..., target=...)``."""
-
-    mode: Mode = "auto"
-    keep_fp32: tuple[str, ...] = ()  # regexes over node names
-    keep_fp32_ops: tuple[str, ...] = ()
-    plan_path: str | None = None  # a plan to start from (--plan)
-    # TensorRT 10's --layerPrecisions/--layerOutputTypes, Polygraphy's --layer-precisions: FP32 layers pinned
-    layer_flags: LayerFlags = field(default_factory=LayerFlags)
-    fp16_io: bool = False
-    samples: SampleSpec = field(default_factory=SampleSpec)
-    validation_inputs: str | None = None  # held-out samples: verified, never searched on
-    judging: Judging = field(default_factory=Judging)
-    targeting: Targeting = field(default_factory=Targeting)
-    output: Output = field(default_factory=Output)
-    headroom: float = 2.0  # auto.DEFAULT_HEADROOM: one binade of margin over the samples (0: off)
-    oracle: OracleName = "emulate"
-    # the TensorRT shape profile per input, {"min"|"opt"|"max": shape} (--trt-*-shapes); else the samples'
-    trt_profile: Mapping[str, Mapping[str, tuple[int, ...]]] = field(default_factory=dict)
-    max_probes: int | None = None  # search budgets (auto mode): on exhaustion the cheapest passing
-    time_budget: float | None = None  # plan probed so far is kept, marked as such
-    # shrink a large passing set to a 1-minimal one, not only as far as it can win (--exhaustive-minimise)
-    exhaustive_minimise: bool = False
-    # static/auto: a written plan whose 16-bit share of estimated FLOPs (percent, as the summary gives
-    # it) is below this fails the run (--min-16bit-share)
-    min_16bit_share: float | None = None
-
-    def __post_init__(self) -> None:
-        share = self.min_16bit_share
-        if share is not None and not (isinstance(share, (int, float)) and 0 <= share <= 100):
-            raise UsageError(f"--min-16bit-share {share}: expected a percentage between 0 and 100")
-        for name in ("keep_fp32", "keep_fp32_ops"):
-            value = getattr(self, name)
-            if not isinstance(value, (tuple, list)) or not all(isinstance(v, str) for v in value):
-                hint = f" (one is written ({value!r},))" if isinstance(value, str) else ""
-                raise UsageError(f"{name} {value!r}: expected a tuple of strings{hint}")
-        if not isinstance(self.samples, SampleSpec):
-            raise UsageError(f"samples {self.samples!r}: expected an onnx_precision.data.SampleSpec")
-        probes = self.max_probes
-        if probes is not None and (isinstance(probes, bool) or not isinstance(probes, int) or probes < 1):
-            raise UsageError(f"max_probes {probes!r}: expected an integer >= 1 (None: no limit)")
-        budgets = (("time_budget", self.time_budget, True), ("headroom", self.headroom, False))
-        for name, value, positive in budgets:
-            number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            if value is not None and not (number and (value > 0 if positive else value >= 0)):
-                raise UsageError(f"{name} {value!r}: expected a finite number {'>' if positive else '>='} 0")
-        for name, shapes in self.trt_profile.items():
-            for which, shape in shapes.items():
-                problem = shape_problem(shape)
-                if problem:
-                    raise UsageError(f"--trt-{which}-shapes {name}: {problem}")
-
-
-def require_options(options: object) -> ConvertOptions:
-    """``options``, once it is a ConvertOptions (else a one-line UsageError)."""
-    if not isinstance(options, ConvertOptions):
-        raise UsageError(f"options: expected onnx_precision.convert.ConvertOptions; got "
-                         f"{type(options).__name__}")
-    return options
 
 
 @dataclass(frozen=True)
@@ -210,82 +143,6 @@ def _counts(plan: PrecisionPlan, shares: FlopShares) -> str:
                      for i, (n, name) in enumerate(counts)) + apart
 
 
-def base_plan(ctx: ModelContext, options: ConvertOptions) -> tuple[PrecisionPlan, list[str]]:
-    """All nodes FP16, then --plan, --keep-fp32, --keep-fp32-op and TensorRT 10's per-layer flags
-    (:mod:`..trt.layer_precisions`); returns the plan and warnings."""
-    plan = ctx.all_low_plan(Reason("default", options.mode), fp16_io=options.fp16_io)
-    user_plan = PrecisionPlan.load(options.plan_path) if options.plan_path else None
-    plan, warnings = apply_user_choices(
-        plan, ctx.node_ops, options.keep_fp32, options.keep_fp32_ops, user_plan, options.plan_path or "plan"
-    )
-    if not options.layer_flags:
-        return plan, warnings
-    pins = layer_pins(ctx.model, options.layer_flags.specs(), renamed=ctx.renamed,
-                      low=ctx.target.low.name.lower())
-    return plan.with_fp32_reasons(pins.reasons), warnings + list(pins.notes)
-
-
-def plan_to_write(
-    ctx: ModelContext, plan: PrecisionPlan, options: ConvertOptions, progress: Progress | None = None
-) -> tuple[PrecisionPlan, AutoResult | None]:
-    """The plan to write, resolved: ``plan`` itself in all-fp16 mode; static/auto modes load the samples and
-    ask :func:`.choose.choose_plan`, which measures the run's basis on them first (:mod:`..basis`) and
-    returns an AutoResult holding it (also returned)."""
-    if options.mode == "all-fp16":
-        return policy.resolve(ctx, plan), None
-    from .. import data, oracle  # the oracle stack is only needed by the measuring modes
-    from . import choose as auto
-
-    samples = data.load_samples(ctx.model, options.samples)
-    budget = auto.SearchBudget(options.max_probes, options.time_budget, options.exhaustive_minimise)
-    with oracle.blame(ctx, samples):
-        result = auto.choose_plan(ctx, plan, samples, options.judging, options.headroom, options.mode,
-                                  progress, budget, oracle.plan_runner(options.oracle, ctx),
-                                  {name: p["max"] for name, p in options.trt_profile.items() if "max" in p})
-    return policy.resolve(ctx, policy.target_reasons(ctx, result.plan)), result
-
-
-def planned(ctx: ModelContext, options: ConvertOptions, progress: Progress | None = None,
-            ) -> tuple[PrecisionPlan, AutoResult | None, list[str]]:
-    """The plan to write for ``ctx`` per ``options`` (:func:`base_plan`, then :func:`plan_to_write`),
-    the search's result (static/auto modes) and the run's warnings; nothing is written."""
-    measuring = options.mode != "all-fp16"
-    if measuring:  # the model is the FP32 reference every plan is measured against
-        from ..check import require_fp32_reference
-
-        require_fp32_reference(ctx, "the model", "convert the FP32 model it was made from (--mode all-fp16, "
-                                                 "which measures nothing, takes it as it is)")
-    if ctx.renamed:
-        logger.debug("named %d unnamed node(s) (node_of_<first output>)", len(ctx.renamed))
-    plan, warnings = base_plan(ctx, options)
-    options.judging.tolerance.require_outputs([o.name for o in ctx.model.graph.output], ctx.path)
-    if options.trt_profile:
-        from ..trt.flags import check_given_profile
-
-        check_given_profile(ctx.model, options.trt_profile)
-    if ctx.nothing_to_convert:
-        warnings.append(f"{ctx.nothing_to_convert}: nothing to convert")
-    if not measuring and (options.output.report_json or options.output.report_md):
-        warnings.append("--report/--report-md apply to --mode static and auto (which verify); "
-                        "no report written")
-    if not measuring and (options.output.save_inputs or options.output.save_outputs):
-        warnings.append("--save-inputs/--save-outputs apply to --mode static and auto (which run the model); "
-                        "nothing saved")
-    if not measuring and options.oracle != "emulate":
-        warnings.append(f"--oracle {options.oracle} applies to --mode static and auto (which verify); "
-                        "not run")
-    try:
-        plan, auto_result = plan_to_write(ctx, plan, options, progress)
-    except CustomOpError as e:
-        if options.mode != "static":
-            raise
-        plan, auto_result = policy.unmeasured_static_plan(ctx, plan), None
-        warnings.append(f"{e.node_text}: onnxruntime has no kernel for it, so the static plan pins what the "
-                        f"risk rules flag, unmeasured, and the written model is not verified (give "
-                        f"--ort-custom-op-library PATH to measure)")
-    return plan, auto_result, warnings
-
-
 def _input_paths(model_path: str, options: ConvertOptions) -> tuple[str, ...]:
     """Every file the run reads (the model, --plan, the sample data): no output may overwrite one."""
     given = (options.plan_path, options.layer_flags.file, options.judging.reference_model)
@@ -309,7 +166,7 @@ def _tradeoff_path(options: ConvertOptions) -> str | None:
     return tradeoff_path(report_md) if report_md and options.mode != "all-fp16" else None
 
 
-def convert(model_path: str, output_path: str, options: ConvertOptions = ConvertOptions(),
+def convert(model_path: str, output_path: str, options: ConvertOptions = DEFAULTS,
             progress: Progress | None = None) -> ConvertResult:
     """Convert ``model_path`` to ``output_path`` per ``options`` (see the CLI help for each).
 
@@ -371,8 +228,6 @@ class Destination:
             return []
         return ["onnxruntime's default-options load of the converted model was not checked: its weights are "
                 "in files until it is saved (save it, then 'onnx-precision check' it)"]
-
-
 
 
 @dataclass(frozen=True)
@@ -440,7 +295,7 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
                       Destination(output_path, outputs, options.output.external_data), progress)
     ctx, auto_result = done.ctx, done.auto
     if auto_result is not None:
-        _stage_samples(auto_result, options, outputs)
+        stage_samples(auto_result, options, outputs)
     if done.rewrite is None:  # no plan worth writing: the report says why
         _stage_reports(done.report, options, outputs)
         outputs.commit()
@@ -448,12 +303,12 @@ def _convert(model_path: str, output_path: str, options: ConvertOptions, progres
     result = done.rewrite
     if options.output.plan_out:
         outputs.stage_text(options.output.plan_out, result.plan.dumps())
-    run = _run_args(model_path, output_path, options, auto_result)
+    run = run_args(model_path, output_path, options, auto_result)
     if options.output.trt_flags_path:
-        text = trt_flags_text(ctx.model, _as_built_from_original(ctx, result.plan), run,
+        text = trt_flags_text(ctx.model, as_built_from_original(ctx, result.plan), run,
                               ctx.target.commands.cli_args(), renamed=ctx.renamed, types=ctx.types)
-        caveats = _flags_caveats(ctx, result.plan)
-        outputs.stage_text(options.output.trt_flags_path, _with_caveats(text, caveats))
+        caveats = flags_caveats(ctx, result.plan)
+        outputs.stage_text(options.output.trt_flags_path, with_caveats(text, caveats))
     texts = tuple(p for p in (options.output.plan_out, options.output.trt_flags_path) if p)
     if done.report is None:
         outputs.commit()
@@ -500,16 +355,6 @@ def _costs(phases: tuple[PhaseCost, ...]) -> tuple[int, int]:
     return sum(p.sessions for p in phases), sum(p.probes for p in phases)
 
 
-def _run_args(model_path: str, output_path: str, options: ConvertOptions,
-              auto_result: AutoResult | None) -> RunArgs:
-    """What the commands the run suggests repeat of it (the shapes: the feeds it ran, if any)."""
-    from ..trt.flags import sample_shapes
-
-    shapes = sample_shapes(auto_result.basis.samples.feeds) if auto_result is not None else None
-    return RunArgs(model_path, output_path, options.samples, options.judging,
-                   options.targeting.custom_op_libraries, options.oracle, options.trt_profile, shapes)
-
-
 def with_notes(ctx: ModelContext, result: RewriteResult, auto_result: AutoResult | None) -> RewriteResult:
     """``result`` with what a BF16 run says of the model's opset and of what cannot be BF16
     (:func:`..opset_upgrade.run_notes`): in the summary of a run that measures nothing, in the
@@ -520,114 +365,6 @@ def with_notes(ctx: ModelContext, result: RewriteResult, auto_result: AutoResult
     return replace(result, notes=notes + result.notes) if notes else result
 
 
-def _flags_caveats(ctx: ModelContext, plan: PrecisionPlan) -> list[str]:
-    """What the flags file must warn of: a plan measured for onnxruntime whose written model has 16-bit
-    LayerNormalizations, whose statistics TensorRT computes in 16 bits in a strongly typed network
-    (onnxruntime in FP32, as stash_type says; see :attr:`.Target.normalizes_in_input_precision`)."""
-    if ctx.target.normalizes_in_input_precision:
-        return []
-    fused = {ln.add for ln in policy.decomposed_layer_norms(ctx)}
-    normalizations = [n for n, op in ctx.node_ops.items()
-                      if plan.is_low(n) and (n in fused or op == "LayerNormalization")]
-    if not normalizations:
-        return []
-    return [f"# Note: this plan was measured for onnxruntime, which computes the statistics of its "
-            f"{len(normalizations)} 16-bit LayerNormalization(s) in FP32; a strongly typed TensorRT network "
-            f"computes them in 16 bits. For the model TensorRT builds, convert with --target tensorrt."]
-
-
-def _with_caveats(text: str, caveats: list[str]) -> str:
-    """``text`` with ``caveats`` after its first line."""
-    if not caveats:
-        return text
-    first, _, rest = text.partition("\n")
-    return "\n".join([first, *caveats, rest]) if rest else "\n".join([first, *caveats]) + "\n"
-
-
-def _as_built_from_original(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionPlan:
-    """``plan`` as flags on the original model must state it: the statistics of each LayerNorm the
-    written model computes as one LayerNormalization (FP32 statistics, stash_type 1) are separate
-    layers in the original, which TensorRT would run in FP16 unless pinned."""
-    inside = [n for n in policy.always_fp32(ctx) if plan.is_low(n)]
-    why = Reason("type", "inside a LayerNorm the written model computes as one LayerNormalization with FP32 "
-                         "statistics; the original's layers need the pin")
-    return plan.with_fp32(inside, why) if inside else plan
-
-
-def _stage_samples(auto_result: AutoResult, options: ConvertOptions, outputs: storage.Outputs) -> None:
-    """--save-inputs/--save-outputs: the feeds and the FP32 reference, to hand a case to someone with
-    Polygraphy (``polygraphy run ... --load-inputs FEEDS --load-outputs REFERENCE``)."""
-    from ..data import polygraphy_feeds_json, polygraphy_outputs_json
-
-    if options.output.save_inputs:
-        outputs.stage_text(options.output.save_inputs, polygraphy_feeds_json(auto_result.basis.samples.feeds))
-    if options.output.save_outputs:
-        outputs.stage_text(options.output.save_outputs,
-                           polygraphy_outputs_json(auto_result.reference_outputs, "onnx-precision-fp32"))
-
-
-def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: AutoResult,
-           options: ConvertOptions, write: PhaseCost) -> Verification:
-    """The written model read back (or written in memory, as a context) and checked: emulated,
-    natively on ``--oracle``'s runtime, and, when both pass, loaded by onnxruntime at its default
-    options in a child process."""
-    from .. import oracle
-
-    # A small model's default load runs in a child while this process verifies (a large one's after
-    # it: two copies of its weights at once would double the run's memory); it is waited for only
-    # when everything else passed.
-    # onnxruntime's CPU provider has no BF16 kernels: a BF16 model is verified by emulating the
-    # written file, and never loaded there
-    loads = all(low_of(d.precision).cpu_kernels
-                for d in auto_result.plan.decisions.values() if d.precision.is_low)
-    early = loads and auto_result.passed and _stored_bytes(staged_model) < OVERLAPPED_LOAD_BYTES
-    loading = oracle.DefaultLoad(staged_model, ctx.custom_op_libraries) if early else None
-    basis = auto_result.basis
-    try:
-        with oracle.blame(ctx, basis.samples):
-            verified, native, phases = oracle.verify_output(
-                staged_model, basis.samples.feeds, basis.references, basis.tolerances, options.oracle,
-                ctx.custom_op_libraries, ctx.target, basis.measured)
-        default_load = ""
-        if loads and auto_result.passed and verified.passed and (native is None or native.passed):
-            started = time.perf_counter()
-            loading = loading or oracle.DefaultLoad(staged_model, ctx.custom_op_libraries)
-            default_load = loading.problem()
-            phases += (PhaseCost("default load", time.perf_counter() - started),)
-    finally:
-        if loading is not None:
-            loading.cancel()
-    validation, failure = None, ""
-    if options.validation_inputs:
-        started = time.perf_counter()
-        validation, failure = _validate(ctx, staged_model, options.validation_inputs, basis)
-        phases += (PhaseCost("validation", time.perf_counter() - started, sessions=2, probes=2),)
-    return Verification(verified, native, default_load, (write,) + phases, validation, failure)
-
-
-def _validate(ctx: ModelContext, staged_model: str | ModelContext, inputs: str, basis: Basis,
-              ) -> tuple[Comparison, str]:
-    """The written model on the held-out samples ``inputs``, judged as ``basis`` judges the run's own
-    (:meth:`..basis.Basis.held_out`: against the FP32 model ``ctx`` on them, or a quantized model's
-    reference, each held-out sample within its own bound)."""
-    from .. import data, oracle
-
-    held_out = data.load_samples(ctx.model, SampleSpec(inputs=inputs, option="--validation-inputs"))
-    with oracle.blame(ctx, held_out):
-        judged = basis.held_out(ctx, held_out)
-        comparison, failure = oracle.validate_written(staged_model, held_out.feeds, judged.references,
-                                                      judged.tolerances, ctx.custom_op_libraries, ctx.target)
-    return comparison, failure and f"held-out {failure} ({inputs})"
-
-
-def _stored_bytes(model_path: str | ModelContext) -> int:
-    """The written model's bytes on disk, its external data file included (in memory, its proto's)."""
-    if isinstance(model_path, ModelContext):
-        return model_path.model.ByteSize()
-    data = model_path + ".data"
-    return os.path.getsize(model_path) + (os.path.getsize(data) if os.path.exists(data) else 0)
-
-
 def _outcome(auto_result: AutoResult, plan: PrecisionPlan, options: ConvertOptions,
              verification: Verification | None, warnings: tuple[str, ...], helpers: int,
              output_path: str | None = None, target: Target = GENERIC) -> ConversionOutcome:
@@ -636,47 +373,6 @@ def _outcome(auto_result: AutoResult, plan: PrecisionPlan, options: ConvertOptio
     return ConversionOutcome(auto_result, plan, status, message, auto_result.mode, options.oracle,
                              output_path, verification, warnings + more, helpers,
                              _tradeoff_path(options), _before_plan(options))
-
-
-def conversion_status(auto_result: AutoResult, verification: Verification | None, target: Target,
-                      ) -> tuple[Status, str, tuple[str, ...]]:
-    """The run's status and message, and warnings to add: the search's, unless the written model
-    fails the emulated check (a bug), fails natively, or, where the target runs on onnxruntime,
-    cannot be loaded at onnxruntime's default options (elsewhere that is a warning)."""
-    status, message = auto_result.status, auto_result.message
-    if status != "passed" or verification is None:
-        return status, message, ()
-    if not verification.verified.passed:
-        return "failed", "the written model fails the emulated check (a bug: please report it)", ()
-    native = verification.native
-    if native is not None and not native.passed:
-        return "failed", f"the written model fails on {native.oracle} (passes emulated)", ()
-    if verification.validation_failure:
-        return "failed", f"the written model fails {verification.validation_failure}", ()
-    if verification.default_load:
-        if target.onnxruntime_kernels(target.low):
-            return "ort-load-failed", f"the written model passes, but {verification.default_load}", ()
-        from ..oracle.default_load import LoadFailure
-
-        cpu_only = LoadFailure.of(verification.default_load).cpu_only
-        return status, message, (f"{verification.default_load} ({target.title} builds the model; "
-                                 f"onnxruntime is not the target{', and ' + cpu_only if cpu_only else ''})",)
-    return status, message, ()
-
-
-def share_gate(status: Status, message: str, plan: PrecisionPlan, shares: FlopShares,
-               minimum: float | None) -> tuple[Status, str]:
-    """--min-16bit-share: a plan that passes with less of its estimated FLOPs in 16 bits than
-    ``minimum`` percent (the share the summary gives, ``shares``) fails, and its message says so."""
-    share = 100 * shares.low(plan)
-    if minimum is None or status not in ("passed", "ort-load-failed") or share >= minimum:
-        return status, message
-    digits = 1  # as many as keep the share printed below the bound (49.96% is not "50.0%")
-    while digits < 6 and float(f"{share:.{digits}f}") >= minimum:
-        digits += 1
-    of = "of the non-quantized FLOPs" if shares.quantized else "of FLOPs"
-    why = f"16-bit share {share:.{digits}f}% {of} is below --min-16bit-share {minimum:g}"
-    return "failed", why + (f"; {message}" if message else "")
 
 
 def _report(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:

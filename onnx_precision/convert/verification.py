@@ -1,0 +1,129 @@
+"""The written model checked, and the run's verdict: :func:`verify` runs the written model by the run's basis
+(emulated, natively on ``--oracle``'s runtime, loaded at onnxruntime's defaults, on held-out samples), and
+:func:`conversion_status` and :func:`share_gate` decide the status from the search and the verification."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING
+
+from ..context import ModelContext
+from ..costs import PhaseCost
+from ..data import SampleSpec
+from ..float_types import low_of
+from ..flops import FlopShares
+from ..judge import Comparison
+from ..outcome import AutoResult, Verification
+from ..plan import PrecisionPlan
+from ..target import Target
+from ..vocab import Status
+from .options import ConvertOptions
+
+if TYPE_CHECKING:
+    from ..basis import Basis
+
+OVERLAPPED_LOAD_BYTES = 1 << 30  # written models below this are loaded by onnxruntime during verification
+
+
+def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: AutoResult,
+           options: ConvertOptions, write: PhaseCost) -> Verification:
+    """The written model read back (or written in memory, as a context) and checked: emulated,
+    natively on ``--oracle``'s runtime, and, when both pass, loaded by onnxruntime at its default
+    options in a child process."""
+    from .. import oracle
+
+    # A small model's default load runs in a child while this process verifies (a large one's after
+    # it: two copies of its weights at once would double the run's memory); it is waited for only
+    # when everything else passed.
+    # onnxruntime's CPU provider has no BF16 kernels: a BF16 model is verified by emulating the
+    # written file, and never loaded there
+    loads = all(low_of(d.precision).cpu_kernels
+                for d in auto_result.plan.decisions.values() if d.precision.is_low)
+    early = loads and auto_result.passed and _stored_bytes(staged_model) < OVERLAPPED_LOAD_BYTES
+    loading = oracle.DefaultLoad(staged_model, ctx.custom_op_libraries) if early else None
+    basis = auto_result.basis
+    try:
+        with oracle.blame(ctx, basis.samples):
+            verified, native, phases = oracle.verify_output(
+                staged_model, basis.samples.feeds, basis.references, basis.tolerances, options.oracle,
+                ctx.custom_op_libraries, ctx.target, basis.measured)
+        default_load = ""
+        if loads and auto_result.passed and verified.passed and (native is None or native.passed):
+            started = time.perf_counter()
+            loading = loading or oracle.DefaultLoad(staged_model, ctx.custom_op_libraries)
+            default_load = loading.problem()
+            phases += (PhaseCost("default load", time.perf_counter() - started),)
+    finally:
+        if loading is not None:
+            loading.cancel()
+    validation, failure = None, ""
+    if options.validation_inputs:
+        started = time.perf_counter()
+        validation, failure = _validate(ctx, staged_model, options.validation_inputs, basis)
+        phases += (PhaseCost("validation", time.perf_counter() - started, sessions=2, probes=2),)
+    return Verification(verified, native, default_load, (write,) + phases, validation, failure)
+
+
+def _validate(ctx: ModelContext, staged_model: str | ModelContext, inputs: str, basis: Basis,
+              ) -> tuple[Comparison, str]:
+    """The written model on the held-out samples ``inputs``, judged as ``basis`` judges the run's own
+    (:meth:`..basis.Basis.held_out`: against the FP32 model ``ctx`` on them, or a quantized model's
+    reference, each held-out sample within its own bound)."""
+    from .. import data, oracle
+
+    held_out = data.load_samples(ctx.model, SampleSpec(inputs=inputs, option="--validation-inputs"))
+    with oracle.blame(ctx, held_out):
+        judged = basis.held_out(ctx, held_out)
+        comparison, failure = oracle.validate_written(staged_model, held_out.feeds, judged.references,
+                                                      judged.tolerances, ctx.custom_op_libraries, ctx.target)
+    return comparison, failure and f"held-out {failure} ({inputs})"
+
+
+def _stored_bytes(model_path: str | ModelContext) -> int:
+    """The written model's bytes on disk, its external data file included (in memory, its proto's)."""
+    if isinstance(model_path, ModelContext):
+        return model_path.model.ByteSize()
+    data = model_path + ".data"
+    return os.path.getsize(model_path) + (os.path.getsize(data) if os.path.exists(data) else 0)
+
+
+def conversion_status(auto_result: AutoResult, verification: Verification | None, target: Target,
+                      ) -> tuple[Status, str, tuple[str, ...]]:
+    """The run's status and message, and warnings to add: the search's, unless the written model
+    fails the emulated check (a bug), fails natively, or, where the target runs on onnxruntime,
+    cannot be loaded at onnxruntime's default options (elsewhere that is a warning)."""
+    status, message = auto_result.status, auto_result.message
+    if status != "passed" or verification is None:
+        return status, message, ()
+    if not verification.verified.passed:
+        return "failed", "the written model fails the emulated check (a bug: please report it)", ()
+    native = verification.native
+    if native is not None and not native.passed:
+        return "failed", f"the written model fails on {native.oracle} (passes emulated)", ()
+    if verification.validation_failure:
+        return "failed", f"the written model fails {verification.validation_failure}", ()
+    if verification.default_load:
+        if target.onnxruntime_kernels(target.low):
+            return "ort-load-failed", f"the written model passes, but {verification.default_load}", ()
+        from ..oracle.default_load import LoadFailure
+
+        cpu_only = LoadFailure.of(verification.default_load).cpu_only
+        return status, message, (f"{verification.default_load} ({target.title} builds the model; "
+                                 f"onnxruntime is not the target{', and ' + cpu_only if cpu_only else ''})",)
+    return status, message, ()
+
+
+def share_gate(status: Status, message: str, plan: PrecisionPlan, shares: FlopShares,
+               minimum: float | None) -> tuple[Status, str]:
+    """--min-16bit-share: a plan that passes with less of its estimated FLOPs in 16 bits than
+    ``minimum`` percent (the share the summary gives, ``shares``) fails, and its message says so."""
+    share = 100 * shares.low(plan)
+    if minimum is None or status not in ("passed", "ort-load-failed") or share >= minimum:
+        return status, message
+    digits = 1  # as many as keep the share printed below the bound (49.96% is not "50.0%")
+    while digits < 6 and float(f"{share:.{digits}f}") >= minimum:
+        digits += 1
+    of = "of the non-quantized FLOPs" if shares.quantized else "of FLOPs"
+    why = f"16-bit share {share:.{digits}f}% {of} is below --min-16bit-share {minimum:g}"
+    return "failed", why + (f"; {message}" if message else "")
