@@ -235,11 +235,16 @@ def _constant(node: onnx.NodeProto) -> np.ndarray | None:
 
 
 def _fold(graph: onnx.GraphProto, shapes: Mapping[str, tuple[int, ...]], values: dict[str, np.ndarray],
-          opset: int) -> int:
+          opset: int, body: bool = False) -> int:
     """Replace each node of ``graph`` (and of its bodies) that computes small values from known ones
-    (``values``: the constants in view, added to as it goes) by Constants of them; how many it replaced."""
+    (``values``: the constants in view, added to as it goes) by Constants of them; how many it replaced.
+    In a ``body``, a node reading a constant of the outer scope reads a copy of it in the body instead:
+    ONNX's inference of a body sees an outer value's type, not its value (the axes of a ReduceSum in an If
+    branch, read from a main-graph initializer)."""
     folded = 0
     kept: list[onnx.NodeProto] = []
+    local = {v.name for v in (*graph.input, *graph.initializer)} | {o for n in graph.node for o in n.output}
+    copies: dict[str, onnx.NodeProto] = {}
     for node in graph.node:
         if is_onnx_domain(node.domain) and node.op_type == "Constant":
             value = values.get(node.output[0])
@@ -253,18 +258,33 @@ def _fold(graph: onnx.GraphProto, shapes: Mapping[str, tuple[int, ...]], values:
         outputs = None if known else _evaluated(node, shapes, values, opset)
         if outputs is None:
             kept.append(node)
-            for _, body in subgraphs(node):
-                folded += _fold(body, shapes, values, opset)
+            for i, name in enumerate(node.input):
+                if body and name and name not in local and name in values:
+                    node.input[i] = _copy(name, values[name], local, copies)
+            for _, inner in subgraphs(node):
+                folded += _fold(inner, shapes, values, opset, body=True)
             continue
         folded += 1
         for name, out in zip(node.output, outputs):
             values[name] = out
             kept.append(onnx.helper.make_node("Constant", [], [name], name=node.name,
                                               value=numpy_helper.from_array(out, name)))
-    if folded:
+    if folded or copies:
         del graph.node[:]
-        graph.node.extend(kept)
-    return folded
+        graph.node.extend([*copies.values(), *kept])
+    return folded + len(copies)
+
+
+def _copy(name: str, value: np.ndarray, local: set[str], copies: dict[str, onnx.NodeProto]) -> str:
+    """The name of a body's Constant copy of outer value ``name`` (made once per body, named apart)."""
+    if name not in copies:
+        fresh = f"{name}__in_body"
+        while fresh in local:
+            fresh += "_"
+        local.add(fresh)
+        copies[name] = onnx.helper.make_node("Constant", [], [fresh], name=fresh,
+                                             value=numpy_helper.from_array(value, fresh))
+    return copies[name].output[0]
 
 
 def _evaluated(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]], values: Mapping[str, np.ndarray],

@@ -17,6 +17,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+import models
 from models import compute
 from onnx_precision.cli import main
 from onnx_precision.flops import FlopShares, NodeFlops, estimate_flops, unknown_cost
@@ -60,6 +61,14 @@ def test_convert_counts_the_branch_its_sample_takes(tmp_path):
     with open(tmp_path / "o.report.json", encoding="utf-8") as f:
         nodes = json.load(f)["nodes"]
     assert (nodes["k16_stft"]["flops"], nodes["k8_stft"]["flops"]) == (4_227_072, 1)  # was 2 129 920
+
+
+def test_a_branch_reading_an_outer_constant_as_axes_has_its_shapes():
+    # models/if_branch: the then branch's ReduceSum reads its axes from a main-graph initializer, which
+    # ONNX's inference of the branch does not see: the Sqrt after it was of unknown cost
+    example = models.build("if_branch")
+    flops = estimate_flops(example.model, _shapes(example))
+    assert unknown_cost(flops) == {} and flops["then_norm"] == 1 and flops["then_normalize"] == 64
 
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
