@@ -36,6 +36,18 @@ def unfused(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
+QUICK_SAMPLE = 8  # the quick loop runs every 8th case of a battery of many
+
+
+def battery(cases):
+    """``cases`` as parameters, all but every QUICK_SAMPLE-th marked slow: a battery of many cheap cases
+    (ONNX's node cases, the fuzz cases: 30 s of CPU or more together) is sampled by the quick loop
+    (-m 'not slow') and run whole by the README's command. A case of several arguments is a tuple."""
+    return [pytest.param(*(case if isinstance(case, tuple) else (case,)),
+                         marks=() if i % QUICK_SAMPLE == 0 else pytest.mark.slow)
+            for i, case in enumerate(cases)]
+
+
 def pytest_terminal_summary(terminalreporter):
     """The ONNX node cases tests/test_conformance.py left out at collection, counted by reason,
     when it was collected (it parametrizes only the cases that can apply)."""

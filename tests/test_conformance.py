@@ -24,6 +24,7 @@ import conformance_harness as h
 import numpy as np
 import onnx
 import pytest
+from conftest import battery
 
 # A selected case that may fail, with the reason. Empty: every selected case passes.
 EXCLUDED: dict[str, str] = {}
@@ -41,7 +42,7 @@ def test_the_cases_left_out_cannot_apply():
     assert len(SELECTED) >= 1200, h.selection_summary()
 
 
-@pytest.mark.parametrize("name", SELECTED)
+@pytest.mark.parametrize("name", battery(SELECTED))
 def test_node_case_converts(name):
     if name in EXCLUDED:
         pytest.xfail(EXCLUDED[name])
@@ -50,8 +51,8 @@ def test_node_case_converts(name):
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-@pytest.mark.parametrize("name", [n for n in SELECTED
-                                  if h.has_control_flow_or_sequences(h.node_cases()[n].model)])
+@pytest.mark.parametrize("name", battery([n for n in SELECTED
+                                          if h.has_control_flow_or_sequences(h.node_cases()[n].model)]))
 def test_control_flow_and_sequence_cases_with_mixed_plans(name, seed):
     """Half the nodes pinned FP32 at random: Casts across If/Loop/Scan bodies, outer-scope values
     and sequence values (which cannot be Cast) must still give a valid, matching model."""
@@ -65,7 +66,7 @@ def _tensor_cases_sample() -> list[str]:
     return names[::8]
 
 
-@pytest.mark.parametrize("name", _tensor_cases_sample())
+@pytest.mark.parametrize("name", battery(_tensor_cases_sample()))
 def test_written_model_is_what_the_oracle_emulates(name):
     """The central contract: emulating a plan on the FP32 model (oracle.EmulationSession) and
     emulating the model the rewriter writes for it (oracle.run_emulated) give identical bits."""
@@ -80,7 +81,7 @@ def test_written_model_is_what_the_oracle_emulates(name):
         np.testing.assert_array_equal(emulated[output], value, err_msg=output)
 
 
-@pytest.mark.parametrize("name", _tensor_cases_sample())
+@pytest.mark.parametrize("name", battery(_tensor_cases_sample()))
 def test_converting_the_output_again_changes_nothing(name):
     """Idempotence on an already-mixed model: the same decisions (the new Casts FP16) give the same bytes."""
     case = h.node_cases()[name]

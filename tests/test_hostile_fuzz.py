@@ -18,6 +18,7 @@ import random
 
 import onnx
 import pytest
+from conftest import battery
 
 from onnx_precision.cli import main
 
@@ -62,7 +63,7 @@ def _mutated(data: bytes, mutation: str, offset: int, bit: int) -> bytes:
     return bytes(flipped)
 
 
-@pytest.mark.parametrize("example, suffix, mode, mutation, offset, bit", _cases(),
+@pytest.mark.parametrize("example, suffix, mode, mutation, offset, bit", battery(_cases()),
                          ids=lambda v: str(v))
 def test_a_damaged_input_ends_a_documented_way(tmp_path, capsys, example, suffix, mode, mutation, offset,
                                                 bit):
