@@ -1,0 +1,112 @@
+"""Where the 16-bit remainder of a Q/DQ ViT block gains or loses against its original (issue 33 item 6).
+
+The block of tests/test_fp8_remainder.py (2 layers of 4-head attention and a GELU MLP, opset 19), quantized
+as ModelOpt's FP8 PTQ does (E4M3FN, per-tensor amax / 448) and, to compare, INT8 (amax / 127) on its first
+8 samples; each plan written by ``convert --mode all-fp16`` with some op types or nodes kept FP32,
+emulated, and judged on SAMPLES samples against the FP32 original O, next to the Q/DQ model in FP32 Q:
+
+* ratio: each sample's rel RMS err of the plan R against O over Q's (what the relative gate reads), its
+  spread, and the mean over groups of 8 samples of the largest (what a run on 8 samples prints);
+* pooled: the root mean square over the samples of R's error over Q's (what the remainder costs);
+* |R-Q|/|Q-O|: how far the plan moved from Q, against Q's own distance from O (pooled).
+
+Run: ``python scripts/bench_fp8_remainder.py [--samples 64]`` (5 s here). Measured (64 samples):
+
+    model plan                         quant err  pooled    min median    p90    max max of 8 |R-Q|/|Q-O|
+    FP8   all 16-bit                      0.1080   0.975  0.761  0.978  1.158  1.592    1.248       0.777
+    FP8   Q and DQ FP32                   0.1080   1.000  0.760  0.988  1.180  1.635    1.206       0.757
+    FP8   only Q and DQ 16-bit            0.1080   0.983  0.749  1.011  1.142  1.336    1.174       0.797
+    FP8   one LayerNorm 16-bit (ln0)      0.1080   0.975  0.716  0.949  1.191  1.479    1.261       0.768
+    FP8   last LayerNorm 16-bit (lnf)     0.1080   1.000  0.963  1.000  1.015  1.021    1.014       0.068
+    INT8  all 16-bit                      0.0433   1.051  0.739  1.049  1.301  1.639    1.400       0.985
+    INT8  Q and DQ FP32                   0.0433   1.016  0.695  1.018  1.234  1.537    1.322       0.923
+    INT8  only Q and DQ 16-bit            0.0433   1.020  0.674  0.998  1.238  1.394    1.296       0.958
+    INT8  one LayerNorm 16-bit (ln0)      0.0433   1.065  0.739  1.035  1.297  1.469    1.359       0.942
+    INT8  last LayerNorm 16-bit (lnf)     0.0433   0.996  0.933  0.999  1.017  1.041    1.022       0.111
+
+Nothing is lost at the FP8 Q/DQ: FP32 scales and DQ outputs (Q and DQ FP32) change nothing, and one FP16
+LayerNorm before the quantizers moves the output as far from Q as the whole remainder does (0.77 of Q's own
+error): every later quantizer rounds some inputs the other way, a new draw of the quantization noise, whose
+per-sample error spreads either way while pooled it costs -2.5% (FP8) and +5.1% (INT8).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+
+from test_fp8_remainder import quantized, samples, vit_block  # noqa: E402
+
+from onnx_precision.cli import main as cli  # noqa: E402
+from onnx_precision.oracle.runs import run_emulated_file  # noqa: E402
+
+# (label, options of convert --mode all-fp16)
+PLANS = [
+    ("all 16-bit", []),
+    ("Q and DQ FP32", ["--keep-fp32-op", "QuantizeLinear", "--keep-fp32-op", "DequantizeLinear"]),
+    ("only Q and DQ 16-bit", [a for op in ("LayerNormalization", "Add", "Mul", "Softmax", "Erf", "MatMul",
+                                           "Reshape", "Transpose") for a in ("--keep-fp32-op", op)]),
+    ("one LayerNorm 16-bit (ln0)", ["--keep-fp32", "^(?!ln0$).*"]),
+    ("last LayerNorm 16-bit (lnf)", ["--keep-fp32", "^(?!lnf$).*"]),
+]
+
+
+def rel_rms(ref: np.ndarray, got: np.ndarray) -> float:
+    ref, got = ref.astype(np.float64), got.astype(np.float64)
+    return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+
+
+def outputs(path: str, feeds: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # Q/DQ as the spec says
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    return [session.run(["y"], feed)[0] for feed in feeds]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--samples", type=int, default=64)
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="bench_fp8_remainder_")
+    original = vit_block()
+    feeds = samples(args.samples)
+    source = os.path.join(work, "original.onnx")
+    onnx.save(original, source)
+    reference = outputs(source, feeds)
+    print(f"{args.samples} samples; ratio = rel RMS err of the plan / of the Q/DQ model in FP32, each "
+          f"against the original")
+    print(f"{'model':5} {'plan':28} {'quant err':>9} {'pooled':>7} {'min':>6} {'median':>6} {'p90':>6} "
+          f"{'max':>6} {'max of 8':>8} {'|R-Q|/|Q-O|':>11}")
+    for kind, fp8 in (("FP8", True), ("INT8", False)):
+        path = os.path.join(work, f"{kind}.onnx")
+        onnx.save(quantized(original, feeds[:8], fp8=fp8), path)
+        qdq = outputs(path, feeds)
+        q = np.array([rel_rms(o, x) for o, x in zip(reference, qdq)])
+        for label, options in PLANS:
+            out = os.path.join(work, "plan.onnx")
+            with contextlib.redirect_stdout(io.StringIO()):
+                assert cli(["convert", path, "-o", out, "--mode", "all-fp16", "-q", *options]) == 0
+            plan = [run["y"] for run in run_emulated_file(out, feeds).outputs]
+            r = np.array([rel_rms(o, x) for o, x in zip(reference, plan)])
+            moved = np.array([rel_rms(x, p) * np.linalg.norm(x) / np.linalg.norm(o)
+                              for o, x, p in zip(reference, qdq, plan)])
+            ratios = r / q
+            groups = [ratios[i:i + 8].max() for i in range(0, len(ratios) - 7, 8)]
+            pooled = np.sqrt(np.mean(r * r) / np.mean(q * q))
+            print(f"{kind:5} {label:28} {np.sqrt(np.mean(q * q)):9.4f} {pooled:7.3f} {ratios.min():6.3f} "
+                  f"{np.median(ratios):6.3f} {np.quantile(ratios, 0.9):6.3f} {ratios.max():6.3f} "
+                  f"{np.mean(groups):8.3f} {np.sqrt(np.mean(moved ** 2) / np.mean(q * q)):11.3f}")
+
+
+if __name__ == "__main__":
+    main()
