@@ -71,7 +71,7 @@ def _progress_log_off_the_clock(monkeypatch):
     """The CLI's progress on its stderr never starts logging. Off a terminal it logs phases once a run
     has lasted GRACE_S (5 s) of wall time, and on a busy machine a run of 1 s of CPU can: a test reading
     stderr whole (one error line, nothing at all) would then fail on the machine's load, not on what
-    the package did (70 such tests over 14 files, with the grace period at 0). ProgressLine's own
+    the package did (71 tests in 12 files, with the grace period at 0). ProgressLine's own
     tests give it a stream and a clock of their own (tests/test_first_hour.py), which keep it."""
     from onnx_precision.cli import progress
 
