@@ -19,6 +19,7 @@ from onnx_precision.oracle.twin import resizable
 
 # 3.4995 rounds to 3 in FP32; its FP16 value is 3.5, which rounds (half to even) to 4: 11 frames, not 10
 PHONEMES = np.array([[3.4995, 2.2, 1.1, 4.0]], np.float32)
+CALM = np.array([[1.2, 2.2, 1.1, 4.0]], np.float32)  # no duration near a .5: 8 frames either way
 NOTE = ("note: the output shape of node 'to_float' (Cast) differs from FP32's on sample 0: the decision "
         "of 'round' (Round) flipped, its inputs within tolerance")
 
@@ -96,3 +97,19 @@ def test_the_default_convert_pins_what_flips_the_rounding_and_passes(tmp_path, c
     assert "FP32 pins (3): predictor (search), round (search), to_int (type)" in printed
     assert any(line.startswith("before: FAIL") and line.endswith("shape [11] is not FP32's [10])")
                for line in printed)
+
+
+def test_check_fails_an_output_whose_shape_differs_with_every_figure_saying_so(tmp_path, capsys):
+    path, out, data = str(tmp_path / "d.onnx"), str(tmp_path / "o.onnx"), tmp_path / "x"
+    onnx.save(duration_model(), path)
+    assert main(["convert", path, "-o", out, "--mode", "all-fp16"]) == 0
+    data.mkdir()
+    np.savez(data / "a.npz", x=CALM)
+    np.savez(data / "b.npz", x=PHONEMES)
+    capsys.readouterr()
+    # before: IndexError (an internal error) merging the samples' top-k checks; and "p99 0, 0/0 outside bound"
+    assert main(["check", path, out, "--inputs", str(data), "--top-k", "1"]) == 1
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  y: ")]
+    assert line == ("  y: max abs err inf, max rel err inf, rel RMS err inf (worst slice inf), p99 inf, "
+                    "p99.9 inf, cosine 0.000000, 10/18 outside bound, top-1 agreement 0 (top-1 0, 1/2 rows "
+                    "differ) [sample 1: shape [11] is not FP32's [10]]  FAIL")

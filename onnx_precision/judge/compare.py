@@ -50,8 +50,11 @@ def compare_array(name: str, ref: np.ndarray, cand: np.ndarray, tol: Tolerance) 
     accumulated in float64, the quantiles partitioned in place."""
     tol = tol.for_output(name)
     ref, cand = np.asarray(ref), np.asarray(cand)
-    if ref.shape != cand.shape:
-        return _failed(name, f"shape {list(cand.shape)} is not FP32's {list(ref.shape)}")
+    if ref.shape != cand.shape:  # no element pairs with one of FP32's: each is out of bound, as NaN is
+        unpaired = np.full(ref.shape, np.nan, np.float32)
+        return replace(_failed(name, f"shape {list(cand.shape)} is not FP32's {list(ref.shape)}"),
+                       outside_bound=int(ref.size), elements=int(ref.size),
+                       tasks=_tasks(ref, unpaired, tol) if _is_float(ref) else ())
     if not (_is_float(ref) and _is_float(cand)):
         return _compare_exact(name, ref, cand)
     width = _row_width(ref.shape)
@@ -179,7 +182,8 @@ def _tasks(ref: np.ndarray, cand: np.ndarray, tol: Tolerance) -> tuple[TaskResul
 def _failed(name: str, why: str) -> OutputMetrics:
     inf = float("inf")
     return OutputMetrics(
-        name, inf, inf, 0.0, 0, False, rel_rms_err=inf, worst_slice_rel_rms=inf, failures=(why,)
+        name, inf, inf, 0.0, 0, False, rel_rms_err=inf, worst_slice_rel_rms=inf, mean_abs_err=inf,
+        p50_abs_err=inf, p99_abs_err=inf, p999_abs_err=inf, quantile_abs_err=inf, failures=(why,)
     )
 
 
