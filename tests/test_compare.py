@@ -74,9 +74,15 @@ def test_collapsed_output_fails_on_cosine_under_max_and_on_rel_rms_by_default():
     m = compare_array("y", ref, cand, MAX)
     assert m.cosine == 0.0 and not m.passed  # the abs error 1e-4 alone would pass atol
     assert m.failures == ("cosine 0.000000 < 0.999",)
-    # By default an output whose every error is within atol passes: its magnitude is itself ~0.
-    assert compare_array("y", ref, cand, TOL).passed
+    # Every error is within atol, but the signal is gone: atol passes no output that lost it (it passed)
+    m = compare_array("y", ref, cand, TOL)
+    assert not m.passed and m.failures[0] == ("signal lost: every element is 0 where FP32's reach 0.0001; "
+                                              "atol 0.001 passes no output that lost its signal")
     assert not compare_array("y", ref, cand, Tolerance(atol=0.0)).passed
+    # an output of ~1e-7 that FP16 rounds to its subnormal spacing (6e-8) keeps its signal: atol passes it
+    tiny = np.linspace(1e-7, 5e-7, 64, dtype=np.float32)
+    m = compare_array("y", tiny, tiny.astype(np.float16).astype(np.float32), TOL)
+    assert m.rel_rms_err > 0.05 and m.passed_by == "all |err| <= atol 0.001"
 
 
 def test_nonfinite_where_fp32_is_finite_fails_and_fp32_nan_is_left_out():

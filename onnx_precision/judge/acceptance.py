@@ -10,7 +10,14 @@ The default check, ``rms``, tells FP16 *breakage* from FP16 *rounding noise*. An
   256, a ``[B, H, S, S]`` attention one slice per query row. A slice's error is judged against
   the larger of its own RMS and the whole output's RMS, so a row that is mostly background is
   held to the output's scale, not to its own near-zero values;
-* or, whatever the relative errors, every element is within ``atol`` (outputs that are ~0).
+* or, whatever the relative errors, every element is within ``atol`` (outputs that are ~0), where the
+  candidate keeps the reference's signal (:func:`signal_lost`): not one value throughout (all zero, say)
+  where the reference is not, and its relative RMS error, over the output and every slice, below 1 (no
+  closer to FP32 than all zeros would be). A 151 936-wide Softmax whose FP16 denominator overflows gives
+  all zeros, every |err| under 1.2e-5: its whole signal lies under ``atol``, and it fails. The same holds
+  in every check: ``atol`` in a bound (``max``, ``elemwise``) passes no output that lost its signal where
+  ``rtol`` alone fails it. An output whose FP32 values are themselves rounding noise, smaller than FP16's
+  error on them (a difference of two equal sums), fails too: its candidate is no closer to them than zeros.
 
 Why these numbers (emulated all-FP16 against FP32; ``scripts/verdict_measurements.py`` prints
 them). FP16 rounding noise, which must pass; "max" is the criterion before ``rms``:
@@ -86,6 +93,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from ..format import number
 from .metrics import Comparison, OutputMetrics
@@ -96,15 +104,48 @@ from .tolerance import Tolerance, clauses
 THIN = 0.1
 
 
+def signal_lost(m: OutputMetrics) -> str:
+    """How the candidate of output ``m`` has lost the reference's signal, in words; "" where it has not
+    (or the reference has none: it is all zero). Lost: the candidate is one value throughout (all zero,
+    say) where the reference is not, or its relative RMS error over the output or a slice is 1 or more:
+    no closer to the reference than all zeros would be."""
+    if m.ref_max_abs == 0:
+        return ""
+    if m.cand_max_abs == 0:
+        return f"every element is 0 where FP32's reach {number(m.ref_max_abs)}"
+    if m.flat:
+        return f"every element is one value where FP32's vary (|ref| up to {number(m.ref_max_abs)})"
+    worst = max(m.rel_rms_err, m.worst_slice_rel_rms)
+    if worst >= 1:
+        where = "" if m.rel_rms_err >= 1 else f" of the slice at {m.name}{list(m.worst_slice_at)}"
+        return f"rel RMS err{where} {number(worst)} >= 1, no closer to FP32 than all zeros"
+    return ""
+
+
+def atol_floor(m: OutputMetrics, tol: Tolerance) -> bool:
+    """Whether "all |err| <= atol" passes output ``m`` (a statistic it can pass, :attr:`.statistics.
+    ErrorStatistic.atol_passes`): every |err| within ``atol``, and the candidate keeps the reference's
+    signal (:func:`signal_lost`). An output whose whole signal lies under ``atol`` (a 151 936-wide
+    Softmax's probabilities, all about 7e-6) is judged by its relative errors: all zero, it is broken
+    whatever its absolute error."""
+    return statistic(tol).atol_passes and m.max_abs_err <= tol.atol and not signal_lost(m)
+
+
 def passed_by(m: OutputMetrics, tol: Tolerance) -> str:
     """The clause under which output ``m`` passes (it passes: :func:`failures` found nothing): reports
     name it, since a pass through "all |err| <= atol" says nothing of the relative error."""
     main, escape = clauses(tol)
-    return escape if escape and m.max_abs_err <= tol.atol else main
+    return escape if atol_floor(m, tol) else main
 
 
 def failures(m: OutputMetrics, tol: Tolerance) -> tuple[str, ...]:
-    """Why output ``m`` fails under ``tol`` (already chosen for this output): () when it passes."""
+    """Why output ``m`` fails under ``tol`` (already chosen for this output): () when it passes.
+
+    ``atol`` is a floor under which errors do not count, for outputs that are about 0; it passes no output
+    whose candidate has lost the reference's signal (:func:`signal_lost`), in any clause: not through
+    "all |err| <= atol" (:func:`atol_floor`), nor through the atol term of an |err| or elementwise bound
+    (where the relative part alone, ``rtol``, fails it). A relative bound that holds passes it still (rel
+    RMS err 1.2 under --max-rel-rms 2)."""
     out: list[str] = []
     if m.fp32_nonfinite and not tol.allow_fp32_nonfinite:
         out.append(f"the FP32 output itself has {m.fp32_nonfinite} NaN/Inf (--allow-fp32-nonfinite "
@@ -112,8 +153,15 @@ def failures(m: OutputMetrics, tol: Tolerance) -> tuple[str, ...]:
     if m.new_nonfinite:
         out.append(f"{m.new_nonfinite} new NaN/Inf")
     row = statistic(tol)
-    if not (row.atol_passes and m.max_abs_err <= tol.atol):
-        out += [c.failure for c in row.checks(m, tol) if not c.holds]
+    if not atol_floor(m, tol):
+        failed = [c.failure for c in row.checks(m, tol) if not c.holds]
+        lost = signal_lost(m)
+        said = f"signal lost: {lost}; atol {tol.atol:g} passes no output that lost its signal"
+        if lost and failed and row.atol_passes and m.max_abs_err <= tol.atol:
+            failed.insert(0, said)  # "all |err| <= atol" would have passed it
+        elif lost and not failed and not all(c.holds for c in row.checks(m, replace(tol, atol=0.0))):
+            failed = [said]  # the atol term of its bound passed it, the relative part alone fails it
+        out += failed
     out += [t.failure for t in m.tasks if not t.passed]
     return tuple(out)
 
@@ -126,7 +174,7 @@ def room(m: OutputMetrics, tol: Tolerance) -> Term:
     row = statistic(tol)
     main = [c.term for c in row.checks(m, tol)]
     ways = [main]
-    if row.atol_passes and m.max_abs_err <= tol.atol:
+    if atol_floor(m, tol):
         escape = (room_share(m.max_abs_err, tol.atol), f"max abs err {number(m.max_abs_err)} against atol "
                                                           f"{tol.atol:g}")
         ways = [[escape]] + ([main] if all(share >= 0 for share, _ in main) else [])

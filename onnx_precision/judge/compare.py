@@ -78,6 +78,8 @@ def compare_array(name: str, ref: np.ndarray, cand: np.ndarray, tol: Tolerance) 
     row_elements = np.full(len(r), width) if compared is None else np.count_nonzero(compared, axis=1)
     slice_rel, slice_at, slice_size, slices = _worst_slice(row_err, row_ref, row_elements, ref.shape)
     sum_err, sum_ref = float(row_err.sum()), float(row_ref.sum())
+    cand_lo, cand_hi = _extremes(c, compared)
+    ref_lo, ref_hi = _extremes(r, compared)
     np.abs(err, out=err)
     bound = np.abs(r, out=r)
     elements = int(r.size) - fp32_nonfinite
@@ -86,6 +88,7 @@ def compare_array(name: str, ref: np.ndarray, cand: np.ndarray, tol: Tolerance) 
     scale = float(bound.max()) if bound.size else 0.0
     mean_abs = float(err.sum(dtype=np.float64)) / compared_count if compared_count else 0.0
     bound *= tol.rtol
+    outside_rtol = int(np.count_nonzero(err > bound)) + new_nonfinite
     bound += tol.atol
     outside = int(np.count_nonzero(err > bound)) + new_nonfinite
     q = tol.error_quantile
@@ -112,6 +115,9 @@ def compare_array(name: str, ref: np.ndarray, cand: np.ndarray, tol: Tolerance) 
         quantile_abs_err=float(pq),
         ref_max_abs=scale,
         outside_bound=outside,
+        outside_rtol=outside_rtol,
+        cand_max_abs=max(abs(cand_lo), abs(cand_hi)),
+        flat=cand_lo == cand_hi and ref_lo != ref_hi,
         elements=elements,
         fp32_nonfinite=fp32_nonfinite,
         tasks=_tasks(ref, cand, tol),
@@ -121,6 +127,12 @@ def compare_array(name: str, ref: np.ndarray, cand: np.ndarray, tol: Tolerance) 
         return replace(metrics, failures=why)
     share, clause = room(metrics, tol)
     return replace(metrics, passed=True, passed_by=passed_by(metrics, tol), room=share, room_clause=clause)
+
+
+def _extremes(a: np.ndarray, compared: np.ndarray | None) -> tuple[float, float]:
+    """The smallest and largest of ``a`` over the elements compared (all where ``compared`` is None)."""
+    values = a if compared is None else a[compared]
+    return (float(values.min()), float(values.max())) if values.size else (0.0, 0.0)
 
 
 def _row_width(shape: tuple[int, ...]) -> int:
@@ -316,6 +328,9 @@ def _merge_output(group: Sequence[OutputMetrics]) -> OutputMetrics:
         quantile_abs_err=max(m.quantile_abs_err for m in group),
         ref_max_abs=max(m.ref_max_abs for m in group),
         outside_bound=sum(m.outside_bound for m in group),
+        outside_rtol=sum(m.outside_rtol for m in group),
+        cand_max_abs=max(m.cand_max_abs for m in group),
+        flat=any(m.flat for m in group),
         elements=sum(m.elements for m in group),
         fp32_nonfinite=sum(m.fp32_nonfinite for m in group),
         failures=tuple(failures),

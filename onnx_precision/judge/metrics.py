@@ -40,6 +40,10 @@ class OutputMetrics:
     quantile_abs_err: float = 0.0
     ref_max_abs: float = 0.0
     outside_bound: int = 0  # elements outside atol + rtol·|ref| of the output's tolerance, NaN/Inf included
+    outside_rtol: int = 0  # those outside rtol·|ref| alone: the elementwise bound's count without its atol
+    cand_max_abs: float = 0.0  # the candidate's largest |value| where both are finite
+    # the candidate is one value throughout (all zero, say) where the reference is not: no signal left
+    flat: bool = False
     elements: int = 0  # elements where FP32 is finite (the new NaN/Inf among them)
     fp32_nonfinite: int = 0  # elements left out because FP32 itself is NaN/Inf there
     failures: tuple[str, ...] = ()  # why it fails; () when it passes

@@ -113,10 +113,13 @@ def _rms_checks(m: OutputMetrics, tol: Settings) -> tuple[Check, ...]:
 
 def _elemwise_checks(m: OutputMetrics, tol: Settings) -> tuple[Check, ...]:
     allowed = tol.max_outside_fraction * m.elements
-    return (Check(m.outside_bound, allowed, m.outside_bound <= allowed,
-                  f"{m.outside_bound} of {m.elements} elements outside atol {tol.atol:g} + rtol {tol.rtol:g} "
+    # outside_bound counts against the output's own atol; at atol 0 (a tolerance of atol 0, or its relative
+    # part alone: acceptance.failures) the count is outside_rtol
+    outside = m.outside_rtol if tol.atol == 0 else m.outside_bound
+    return (Check(outside, allowed, outside <= allowed,
+                  f"{outside} of {m.elements} elements outside atol {tol.atol:g} + rtol {tol.rtol:g} "
                   f"x |ref| (allowed: {math.floor(allowed)})",
-                  f"{m.outside_bound} elements outside atol + rtol x |ref| against {math.floor(allowed)} "
+                  f"{outside} elements outside atol + rtol x |ref| against {math.floor(allowed)} "
                   f"allowed"),)
 
 
