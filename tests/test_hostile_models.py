@@ -288,18 +288,16 @@ def test_no_workaround_loading_it_is_said_too(tmp_path, capsys, monkeypatch):
 
 
 def test_the_default_load_runs_the_staged_file_in_a_child(tmp_path, capsys, monkeypatch):
-    import subprocess
-
     from onnx_precision.oracle import default_load
     seen = []
-    real = subprocess.Popen
+    real = default_load._child_command
 
-    def popen(cmd, **kwargs):
-        seen.append(cmd[3])
-        assert os.path.isfile(cmd[3]) and not os.path.exists(tmp_path / "o.onnx")  # staged, not yet in place
-        return real(cmd, **kwargs)
+    def command(path, attempt, libraries):
+        seen.append(path)
+        assert os.path.isfile(path) and not os.path.exists(tmp_path / "o.onnx")  # staged, not yet in place
+        return real(path, attempt, libraries)
 
-    monkeypatch.setattr(default_load.subprocess, "Popen", popen)
+    monkeypatch.setattr(default_load, "_child_command", command)
     path = _save(tmp_path, _model([N("Relu", ["x"], ["y"], name="r")]))
     assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "-q"]) == 0
     assert len(seen) == 1 and os.path.basename(seen[0]) == "o.onnx"

@@ -124,17 +124,15 @@ def test_a_modelproto_converts_in_memory_without_writing_any_file(tmp_path, monk
 
 
 def test_the_default_load_of_an_in_memory_model_runs_in_a_child_from_its_bytes(monkeypatch):
-    import subprocess
-
     from onnx_precision.oracle import default_load
     seen = []
-    real = subprocess.Popen
+    real = default_load._child_command
 
-    def popen(cmd, **kwargs):
-        seen.append(cmd[3])
-        return real(cmd, **kwargs)
+    def command(path, attempt, libraries):
+        seen.append(path)
+        return real(path, attempt, libraries)
 
-    monkeypatch.setattr(default_load.subprocess, "Popen", popen)
+    monkeypatch.setattr(default_load, "_child_command", command)
     assert convert_model(chain(), feeds()).passed
     assert seen == ["-"]  # the serialized model on the child's stdin, no file
 

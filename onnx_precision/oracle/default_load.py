@@ -11,7 +11,9 @@ child takes 5 s, as long as half the verification). A model converted in memory 
 child serialized, on its standard input, as ``InferenceSession(bytes)`` loads it. A child never
 outlives this process: it is killed when the caller stops waiting for it (an error, Ctrl-C, a
 signal), and it ends itself when this process dies however it dies (SIGKILL, the OOM killer): it
-watches a pipe only this process holds open (:data:`_LIFELINE`).
+watches a pipe only this process holds open (:data:`_LIFELINE`). The children are forked by this
+process's :mod:`.forkserver`, which has imported onnxruntime once (0.02-0.05 s of CPU a load, where a
+fresh interpreter importing it cost 0.3 s: ``scripts/bench_default_load.py``).
 
 :class:`LoadFailure` reads what failed back from the sentence a run keeps (which optimiser: the one
 onnxruntime's message names, or the one whose disabling loads the model), and :func:`pin_candidates`
@@ -22,7 +24,6 @@ turns it into the few sets of nodes that, kept FP32, may avoid it
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import re
@@ -31,12 +32,13 @@ import subprocess
 import sys
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Union, cast
+from typing import Union
 
 import onnx
 
 from ..context import ModelContext
 from ..storage import is_external, model_tensors
+from . import forkserver
 from .sessions import ort_text
 
 TIMEOUT_S = 600  # a large model may take minutes to optimise; a hang must not stop the run forever
@@ -100,35 +102,32 @@ def _child_command(path: str, attempt: Attempt, libraries: Sequence[str]) -> lis
 
 
 class _Child:
-    """A child loading ``model`` with ``attempt``, started, its lifeline's read end its last argument;
-    a model in memory is written to its stdin, which it reads first. This process holds the write end
-    of the lifeline until it is done with the child."""
+    """A child loading ``model`` with ``attempt``, forked by this process's :mod:`.forkserver`, its
+    lifeline's read end its last argument; a model in memory is written to its stdin, which it reads
+    first. This process holds the write end of the lifeline until it is done with the child."""
 
     def __init__(self, model: Model, attempt: Attempt, libraries: Sequence[str]) -> None:
         path = model if isinstance(model, str) else "-"
-        lifeline, self._lifeline = os.pipe()  # neither end is inherited by other children
+        lifeline, self._lifeline = os.pipe()
+        stdin, feed = os.pipe() if isinstance(model, bytes) else (os.open(os.devnull, os.O_RDONLY), -1)
         try:
-            self.process = subprocess.Popen(
-                _child_command(path, attempt, libraries) + [str(lifeline)], pass_fds=(lifeline,),
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                stdin=subprocess.DEVNULL if isinstance(model, str) else subprocess.PIPE)
+            self.process = forkserver.start(_child_command(path, attempt, libraries), stdin, lifeline)
         except BaseException:
             self.release()
+            if feed >= 0:
+                os.close(feed)
             raise
         finally:
             os.close(lifeline)
-        stdin = self.process.stdin
-        if isinstance(model, bytes) and stdin is not None:
-            with contextlib.suppress(BrokenPipeError):  # a child that died says how in _outcome
-                cast(io.TextIOWrapper, stdin).buffer.write(model)  # text=True is for its output
-            with contextlib.suppress(BrokenPipeError):
-                stdin.close()
-            self.process.stdin = None  # written: communicate() has nothing more to send
+            os.close(stdin)
+        if isinstance(model, bytes):
+            with contextlib.suppress(BrokenPipeError), open(feed, "wb") as pipe:  # a child that
+                pipe.write(model)  # died says how in _outcome
 
     def kill(self) -> None:
         self.process.kill()
+        self.release()  # ends it too where its server can no longer kill it
         self.process.communicate()
-        self.release()
 
     def release(self) -> None:
         """Close the lifeline's write end: the child, if still running, ends."""
@@ -150,6 +149,7 @@ def _outcome(child: _Child) -> str:
         raise
     child.release()
     code = child.process.returncode
+    assert code is not None  # communicate() waited for it
     if code == 0:
         return ""
     if code < 0:
