@@ -21,7 +21,17 @@ from .base import Target
 from .emulation import UNMEASURED, Measured, Spelling
 from .fp16_accumulate import Fp16AccumulateTarget
 from .generic import GENERIC, GenericTarget
-from .named import KINDS, NATIVE_PROVIDERS, ORACLE_NAMES, RUNTIMES, Runtime, target_help, target_named
+from .named import (
+    KINDS,
+    NATIVE_PROVIDERS,
+    ORACLE_NAMES,
+    RUNTIMES,
+    Runtime,
+    recorded_target,
+    registry_like,
+    target_help,
+    target_named,
+)
 from .openvino_gpu import OpenVinoGpuTarget
 from .targeting import Targeting
 from .tensorrt import TensorRTTarget
@@ -29,5 +39,5 @@ from .webgpu import WebGpuTarget
 
 __all__ = ["Spelling", "Target", "Measured", "UNMEASURED", "GENERIC", "GenericTarget", "FP16", "LowPrecision",
            "KINDS", "target_named", "TensorRTTarget", "WebGpuTarget", "OpenVinoGpuTarget",
-           "Fp16AccumulateTarget", "RUNTIMES", "Runtime", "NATIVE_PROVIDERS", "ORACLE_NAMES", "target_help",
-           "Targeting"]
+           "Fp16AccumulateTarget", "RUNTIMES", "Runtime", "recorded_target", "registry_like",
+           "NATIVE_PROVIDERS", "ORACLE_NAMES", "target_help", "Targeting"]

@@ -62,6 +62,34 @@ def target_named(kind: str, trt_version: TrtVersion = NEWEST, low: LowPrecision 
     raise ValueError(f"unknown target {kind!r}; expected one of {', '.join(KINDS)}")
 
 
+def recorded_target(name: str, low: LowPrecision = FP16, fallback: LowPrecision | None = None,
+                    ) -> Target | None:
+    """The target a written model records by its name (:attr:`.Target.name`, ``"webgpu"``, ``"tensorrt
+    10.8"``), in ``low`` with ``fallback``; None for a name that no runtime of the registry gives."""
+    kind, _, version = name.partition(" ")
+    if kind not in KINDS:
+        return None
+    try:
+        release = TrtVersion.parse(version) if version else NEWEST
+    except ValueError:
+        return None
+    target = target_named(kind, release, low, fallback)
+    return target if target.name == name else None
+
+
+def registry_like(target: Target) -> tuple[Target, ...]:
+    """Every runtime of the registry as a run on ``target`` has it: ``target`` itself for its own kind
+    (first where the registry has no such kind), the others in its 16-bit type and fallback, TensorRT at
+    its release where it is TensorRT's, else the newest."""
+    kind, _, version = target.name.partition(" ")
+    own = recorded_target(target.name, target.low, target.fallback)
+    release = TrtVersion.parse(version) if own is not None and version else NEWEST
+    low, fallback = target.low, target.fallback
+    others = tuple(target if own is not None and r.kind == kind else r.make(release, low, fallback)
+                   for r in RUNTIMES)
+    return others if own is not None else (target, *others)
+
+
 def target_help() -> str:
     """``--target``'s help: each runtime and what it assumes."""
     return "where FP16 runs: " + "; ".join(
