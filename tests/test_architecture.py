@@ -10,6 +10,7 @@ either is still two modules that cannot be understood apart).
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "onnx_precision")
 
 
+@functools.cache
 def _modules() -> dict[str, str]:
     """Dotted module name -> file path, for every module of the package."""
     out = {}
@@ -35,9 +37,16 @@ def _modules() -> dict[str, str]:
     return out
 
 
+@functools.cache
+def _tree(path: str) -> ast.Module:
+    """A module's syntax tree, parsed once for every test of this file (do not change it)."""
+    with open(path, encoding="utf-8") as f:
+        return ast.parse(f.read())
+
+
 def _imports(name: str, path: str, modules: dict[str, str]) -> set[str]:
     """The package modules ``name`` imports (a package import counts as its ``__init__``)."""
-    tree = ast.parse(open(path, encoding="utf-8").read())
+    tree = _tree(path)
     is_package = path.endswith("__init__.py")
     found: set[str] = set()
 
@@ -61,9 +70,11 @@ def _imports(name: str, path: str, modules: dict[str, str]) -> set[str]:
     return {m for m in found if m in modules and m != name}
 
 
-def _graph() -> dict[str, set[str]]:
+@functools.cache
+def _graph() -> dict[str, frozenset[str]]:
+    """Each module -> the package modules it imports, read once for every test of this file."""
     modules = _modules()
-    return {name: _imports(name, path, modules) for name, path in modules.items()}
+    return {name: frozenset(_imports(name, path, modules)) for name, path in modules.items()}
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -179,8 +190,6 @@ def test_a_16bit_type_is_one_row():
     assert {p.value for p in Precision if p.is_low} == set(LOW_PRECISIONS) == set(TRTEXEC_LOW_TYPES)
     naming = set()
     for module, path in _modules().items():
-        with open(path, encoding="utf-8") as f:
-            tree = ast.parse(f.read())
-        if any(isinstance(n, ast.Attribute) and n.attr == "BFLOAT16" for n in ast.walk(tree)):
+        if any(isinstance(n, ast.Attribute) and n.attr == "BFLOAT16" for n in ast.walk(_tree(path))):
             naming.add(module)
     assert naming == {"onnx_precision.float_types", "onnx_precision.typing_rules.types"}
