@@ -28,7 +28,7 @@ import os
 import re
 import zipfile
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import IO
 
@@ -176,22 +176,56 @@ def _element_dtype(name: str, elem_type: int) -> np.dtype:
                              f"(onnx.TensorProto.DataType)") from None
 
 
-def load_samples(model: onnx.ModelProto, spec: SampleSpec) -> Samples:
-    """The feeds ``spec`` describes, checked against ``model``'s inputs."""
-    inputs = model_inputs(model)
+@dataclass(frozen=True)
+class FeedForm:
+    """How a model's feeds may differ from its declared inputs when it runs over many steps
+    (:mod:`.generation`): the inputs a feed may leave out (``optional``: a KV cache, a state, a mask, which
+    ``complete`` makes as the first step's, and synthetic feeds leave to it), and those whose last axis may
+    be longer than declared (``open_last``: a streaming model's signal, fed a chunk at a time)."""
+
+    optional: frozenset[str] = frozenset()
+    open_last: frozenset[str] = frozenset()
+    complete: Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]] | None = None
+
+    def inputs(self, declared: list[InputInfo]) -> list[InputInfo]:
+        """What a feed's arrays are checked against: ``declared``, each ``open_last`` input's last
+        dimension open."""
+        return [replace(i, dims=i.dims[:-1] + ("?",)) if i.name in self.open_last and i.dims else i
+                for i in declared]
+
+
+ONE_PASS = FeedForm()  # feeds of one forward pass: every input the model declares, as declared
+
+
+def load_samples(model: onnx.ModelProto, spec: SampleSpec, form: FeedForm = ONE_PASS) -> Samples:
+    """The feeds ``spec`` describes, checked against ``model``'s inputs (as ``form`` lets them differ,
+    each feed completed by it before it is checked)."""
+    inputs = form.inputs(model_inputs(model))
+    complete = form.complete or dict
     located: Sequence[tuple[str, Mapping[str, np.ndarray]]]
     if spec.feeds:
         count = len(spec.feeds)
         located = [(_feed_label(i, count > 1), feed) for i, feed in enumerate(spec.feeds)]
         source = f"{count} {IN_MEMORY_FEEDS}" if count > 1 else IN_MEMORY_FEEDS
     elif spec.inputs is None:
-        return synthetic_samples(inputs, spec, index_bounds(model))
+        synthesised = [i for i in inputs if i.name not in form.optional]
+        made = synthetic_samples(synthesised, spec, index_bounds(model))
+        return replace(made, feeds=tuple(complete(feed) for feed in made.feeds))
     else:
         located, source = _read_feeds(spec.inputs, spec.option, inputs)
     warnings: list[str] = []
-    for where, feed in located:
+    feeds = []
+    expected = {i.name: i for i in inputs}
+    for where, given in located:
+        for name, value in given.items():  # what the feed gives is the model's, before it is completed
+            _check_array(where, expected, name, value.shape, value.dtype)
+        try:
+            feed = complete(given)
+        except DataError as e:
+            raise DataError(f"{where}: {e}") from None
         warnings.extend(validate_feed(feed, inputs, where))
-    return Samples(tuple(dict(feed) for _, feed in located), False, source, tuple(warnings))
+        feeds.append(feed)
+    return Samples(tuple(feeds), False, source, tuple(warnings))
 
 
 def sample_files(spec: SampleSpec) -> tuple[str, ...]:

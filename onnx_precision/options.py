@@ -11,7 +11,9 @@ run suggests (:meth:`Group.cli_args`). The groups:
 * :class:`Judging`: what a measuring run judges by, and the model it measures (:mod:`onnx_precision.basis`);
 * :class:`~onnx_precision.target.targeting.Targeting`: where the written model runs, and the kernels every
   session registers;
-* :class:`Output`: the files ``convert`` writes besides the model.
+* :class:`Output`: the files ``convert`` writes besides the model;
+* :class:`GenerationOptions`: how a decoder or a streaming model is run over many steps (inferred by
+  default, :mod:`onnx_precision.generation`), or ``--no-generation``.
 
 A field carries its :class:`Flag`: its flags, its help, how its text is read, and what its value must be,
 one function that the group's ``__post_init__`` and the argparse type both call. A field without one (the
@@ -43,25 +45,40 @@ def margin_problem(margin: object) -> str:
 class Flag:
     """How one option is spelled on the command line, and what its value must be: ``problem(value)`` says
     what is expected ("" when the value is fine), for the group's own check and the argparse type alike;
-    ``parse`` reads a flag's text (None: a switch, True when given)."""
+    ``parse`` reads a flag's text (None: a switch, True when given); ``repeated``: the flag may be given
+    several times, the field a tuple of what each gave (``problem`` checks each)."""
 
     flags: tuple[str, ...]
     help: str
     metavar: str | None = None
     parse: Callable[[str], Any] | None = None
     problem: Callable[[Any], str] | None = None
+    repeated: bool = False
 
     def spelled(self, value: Any) -> list[str]:
-        """How a suggested command repeats ``value`` (a switch: its flag alone)."""
+        """How a suggested command repeats ``value`` (a switch: its flag alone; a repeated flag: once per
+        item)."""
         if self.parse is None:
             return [self.flags[0]]
-        return [self.flags[0], repr(value) if isinstance(value, float) else str(value)]
+        items = value if self.repeated else (value,)
+        return [arg for item in items for arg in (self.flags[0], repr(item) if isinstance(item, float)
+                                                  else str(item))]
+
+    def check(self, value: Any) -> None:
+        """Raise the one-line UsageError naming the flag where ``value`` is not what it must be (each item
+        of a repeated flag's tuple checked as its flag's text is)."""
+        if self.repeated and not isinstance(value, tuple):
+            raise UsageError(f"{self.flags[0]} {value!r}: expected a tuple, one item per {self.flags[0]}")
+        for item in value if self.repeated else (value,):
+            problem = self.problem(item) if self.problem is not None else ""
+            if problem:
+                raise UsageError(f"{self.flags[0]} {item!r}: expected {problem}")
 
 
 def flag(*flags: str, help: str, metavar: str | None = None, parse: Callable[[str], Any] | None = None,
-         problem: Callable[[Any], str] | None = None) -> Mapping[str, Flag]:
+         problem: Callable[[Any], str] | None = None, repeated: bool = False) -> Mapping[str, Flag]:
     """A field's metadata: its :class:`Flag`."""
-    return {"flag": Flag(flags, help, metavar, parse, problem)}
+    return {"flag": Flag(flags, help, metavar, parse, problem, repeated)}
 
 
 def flag_of(f: dataclasses.Field) -> Flag | None:
@@ -90,10 +107,9 @@ class Group:
 
     def __post_init__(self) -> None:
         for f in fields(self):  # type: ignore[arg-type]
-            spec, value = flag_of(f), getattr(self, f.name)
-            problem = spec.problem(value) if spec is not None and spec.problem is not None else ""
-            if spec is not None and problem:
-                raise UsageError(f"{spec.flags[0]} {value!r}: expected {problem}")
+            spec = flag_of(f)
+            if spec is not None:
+                spec.check(getattr(self, f.name))
 
     def cli_args(self) -> list[str]:
         """The flags that give this group's values in a suggested command, those at their defaults left
@@ -106,6 +122,22 @@ class Group:
             elif value != default_of(f) and value is not None:
                 args += spec.spelled(value)
         return args
+
+
+def count_problem(value: object) -> str:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    return "" if ok else "an integer >= 1"
+
+
+def optional_count_problem(value: object) -> str:
+    return "" if value is None else count_problem(value)
+
+
+def feedback_problem(pair: object) -> str:
+    """What a ``--feedback`` pair should be ("" when it has the form ``OUT=IN``; which ``=`` splits it is
+    decided against the model, :func:`onnx_precision.generation.split_pair`: a tensor name may hold one)."""
+    ok = isinstance(pair, str) and all(pair.partition("=")[::2]) and "=" in pair
+    return "" if ok else ("OUT=IN, an output of the model and the input it feeds at the next step")
 
 
 @dataclass(frozen=True)
@@ -174,6 +206,45 @@ class Output(Group):
         "--save-outputs", metavar="FILE", parse=str, problem=path_problem,
         help="static/auto: write the FP32 model's outputs on them as Polygraphy JSON, for 'polygraphy run "
              "--load-outputs'"))
+
+
+@dataclass(frozen=True)
+class GenerationOptions(Group):
+    """How a model that feeds its outputs back as inputs (a decoder's KV cache, a recurrent state) is run
+    over many steps, over what is inferred from its names or its ``genai_config.json``
+    (:func:`onnx_precision.generation.infer_generation`): ``feedback`` pairs ``OUT=IN`` (added, or replacing
+    the inferred pair of that output or input), ``steps`` after the first, ``max_length`` (the length the
+    plan is made to hold), ``chunk`` (a streaming model's chunk size), ``genai_config`` (a path; by default
+    the ``genai_config.json`` beside the model, when there is one) and ``off`` (judge one forward pass, as
+    for any model)."""
+
+    title: ClassVar[str] = "generation (decoders and streaming models)"
+
+    feedback: tuple[str, ...] = field(default=(), metadata=flag(
+        "--feedback", metavar="OUT=IN", parse=str, problem=feedback_problem, repeated=True,
+        help="output OUT of one step is input IN of the next (repeatable; over the pairs inferred from the "
+             "model's names: present.N.key -> past_key_values.N.key, stateN -> state, ...)"))
+    steps: int = field(default=64, metadata=flag(
+        "--steps", metavar="K", parse=int, problem=count_problem,
+        help="a generation is judged over its first step (the prefill, or first chunk) and K steps after it "
+             "(default 64), each fed its own state"))
+    max_length: int | None = field(default=None, metadata=flag(
+        "--max-length", metavar="N", parse=int, problem=optional_count_problem,
+        help="the length (tokens, or chunks) the plan must hold beyond the steps judged: what the run "
+             "measured says fails before N is kept FP32, or the run says it cannot (default: "
+             "genai_config.json's search.max_length, else none)"))
+    chunk: int | None = field(default=None, metadata=flag(
+        "--chunk", metavar="N", parse=int, problem=optional_count_problem,
+        help="a streaming model: the elements of its signal fed per step, along its last axis (default: the "
+             "input's declared last dimension); a longer sample is fed a chunk at a time"))
+    genai_config: str | None = field(default=None, metadata=flag(
+        "--genai-config", metavar="FILE", parse=str, problem=path_problem,
+        help="onnxruntime-genai's genai_config.json describing the decoder (default: the one beside the "
+             "model, when there is one)"))
+    off: bool = field(default=False, metadata=flag(
+        "--no-generation", problem=switch_problem,
+        help="judge one forward pass on the samples, as for any model, even where the model feeds its "
+             "outputs back as inputs"))
 
 
 def model_path(value: object, role: str = "model", hint: str = "") -> str:

@@ -175,11 +175,11 @@ def test_the_users_options_override_what_is_inferred():
     inputs = [models.tensor("a=b", [1, 8]), models.tensor("x", [1, 8])]
     plain = models.make_model("acc", [models.node("Add", ["a=b", "x"], ["s=t"], "add")], inputs,
                               [models.tensor("s=t", [1, 8])])
-    options = GenerationOptions(feedback=("s=t=a=b",), steps=5, max_length=300, chunk=2)
+    options = GenerationOptions(feedback=("s=t=a=b",), steps=5, max_length=300, chunk=8)
     generation = infer_generation(plain, options)
     assert generation is not None
     assert generation.feedback == (Feedback("s=t", "a=b", "state"),) and generation.source == "--feedback"
-    assert generation.summary() == "streaming: 1 state fed back, chunks of 2, 5 steps, held to 300 chunks"
+    assert generation.summary() == "streaming: 1 state fed back, chunks of 8, 5 steps, held to 300 chunks"
     swapped = GenerationOptions(feedback=("present.0.key=past_key_values.0.value",))
     llama = infer_generation(LLAMA.model, swapped)
     assert llama is not None and llama.source == "optimum names and --feedback"
@@ -189,7 +189,7 @@ def test_the_users_options_override_what_is_inferred():
 
 @pytest.mark.parametrize("options, message", [
     (dict(feedback=("logits",)),
-     "--feedback logits: expected OUT=IN, an output of the model and the input it feeds at the next step"),
+     "--feedback 'logits': expected OUT=IN, an output of the model and the input it feeds at the next step"),
     (dict(feedback=("nope=input_ids",)),
      "--feedback nope=input_ids: the model has no output 'nope' (outputs: logits, present.0.key, "
      "present.0.value, present.1.key, present.1.value)"),
@@ -200,8 +200,8 @@ def test_the_users_options_override_what_is_inferred():
     (dict(feedback=("logits=input_ids",)), "--feedback logits=input_ids: output 'logits' (float32['batch', "
                                            "'sequence_length', 64]) cannot be fed as input 'input_ids' "
                                            "(int64['batch', 'sequence_length'])"),
-    (dict(steps=0), "--steps 0: a generation has at least 1 step after the first"),
-    (dict(max_length=0), "--max-length 0: a length is at least 1"),
+    (dict(steps=0), "--steps 0: expected an integer >= 1"),
+    (dict(max_length=0), "--max-length 0: expected an integer >= 1"),
     (dict(chunk=16), "--chunk 16: the model is a decoder (it is fed its tokens), not a streaming model"),
 ])
 def test_a_wrong_option_is_one_line_naming_it(options, message):

@@ -69,8 +69,9 @@ def test_the_search_probes_the_runner_it_is_given_and_finds_its_culprit():
     assert result.plan.decisions[h2].reasons[-1].source == "search"
     # every comparison the report shows is the runner's, and every probe went through it
     assert result.before.oracle == result.after.oracle == "fake" and not result.before.passed
-    # before, the search's probes (its first, the start, is the "before" run), after
-    assert len(fake.plans) == fake.probes_run == 1 + (result.search.probes_run - 1) + 1
+    # before, the search's probes (its first, the start, is the "before" run); "after" is the search's last
+    # probe, which passed with the chosen plan's precisions (the prober keeps its comparison)
+    assert len(fake.plans) == fake.probes_run == 1 + (result.search.probes_run - 1)
     # the emulation alone passes all FP16: the pin is the fake target's doing
     plain = auto.choose_plan(ctx, ctx.all_low_plan(), Samples(feeds, False, "test"), Judging())
     assert plain.passed and plain.plan.fp32_nodes == ()

@@ -7,7 +7,7 @@ import logging
 import math
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import fields
+from dataclasses import Field, fields
 from typing import Any, Callable, TextIO, TypeVar
 
 import numpy as np
@@ -157,6 +157,9 @@ def add_group(parser: argparse.ArgumentParser, group: type[Group]) -> None:
             _READ[f.name][0](parser)
         elif spec.parse is None:
             section.add_argument(*spec.flags, dest=f.name, action="store_true", help=spec.help)
+        elif spec.repeated:
+            section.add_argument(*spec.flags, dest=f.name, type=_checked(spec), action="append", default=[],
+                                 metavar=spec.metavar, help=spec.help)
         else:
             section.add_argument(*spec.flags, dest=f.name, type=_checked(spec), default=default_of(f),
                                  metavar=spec.metavar, help=spec.help)
@@ -167,8 +170,13 @@ G = TypeVar("G", bound=Group)
 
 def group_of(args: argparse.Namespace, group: type[G]) -> G:
     """The option group ``group`` of the parsed flags (:func:`add_group` added them)."""
-    return group(**{f.name: getattr(args, f.name) if flag_of(f) is not None else _READ[f.name][1](args)
-                    for f in fields(group)})  # type: ignore[arg-type]
+    def value(f: Field) -> Any:
+        spec = flag_of(f)
+        if spec is None:
+            return _READ[f.name][1](args)
+        given = getattr(args, f.name)
+        return tuple(given) if spec.repeated else given
+    return group(**{f.name: value(f) for f in fields(group)})  # type: ignore[arg-type]
 
 
 def _checked(spec: Flag) -> Callable[[str], Any]:

@@ -4,7 +4,8 @@ A decoder's samples are its prefill feeds; FP16 that passes the prefill can over
 recurrent state or residual at step 30. This package runs the generation:
 
 * :mod:`.description`: :class:`Generation`, the frozen description (which outputs feed which inputs,
-  greedy tokens, what grows, how many steps) and :class:`GenerationOptions`, what the user says over it;
+  greedy tokens, what grows, how many steps); what the user says over it is the option group
+  :class:`~onnx_precision.options.GenerationOptions`;
 * :mod:`.infer`: :func:`infer_generation`, the description told from the model's names (optimum,
   onnxruntime-genai, recurrent states) or its ``genai_config.json``; None for a model that is no
   generation;
@@ -23,25 +24,25 @@ comparison need nothing else.
 
 from __future__ import annotations
 
+from ..options import GenerationOptions
 from .bound import Growth, HoldBound, hold_bound
-from .description import (
-    DEFAULT_STEPS,
-    Chunking,
-    Feedback,
-    Generation,
-    GenerationOptions,
-    InputSpec,
-    Tokens,
-    feedback_problem,
-)
+from .description import DEFAULT_STEPS, HORIZON, Chunking, Feedback, Generation, InputSpec, Tokens
 from .infer import GENAI_CONFIG, infer_generation, split_pair
-from .runner import GenerationRun, GenerationRunner, split_step_name, step_name
+from .runner import (
+    GenerationRun,
+    GenerationRunner,
+    failing_step,
+    merge_ran,
+    split_step_name,
+    step_name,
+    step_tolerance,
+)
 from .steps import first_feed, next_feed
 from .tokens import TokenAgreement, token_agreement
 
 __all__ = [
-    "DEFAULT_STEPS", "GENAI_CONFIG", "Chunking", "Feedback", "Generation", "GenerationOptions",
+    "DEFAULT_STEPS", "GENAI_CONFIG", "HORIZON", "Chunking", "Feedback", "Generation", "GenerationOptions",
     "GenerationRun", "GenerationRunner", "Growth", "HoldBound", "InputSpec", "TokenAgreement", "Tokens",
-    "feedback_problem", "first_feed", "hold_bound", "infer_generation", "next_feed", "split_pair",
-    "split_step_name", "step_name", "token_agreement",
+    "failing_step", "first_feed", "hold_bound", "infer_generation", "merge_ran", "next_feed", "split_pair",
+    "split_step_name", "step_name", "step_tolerance", "token_agreement",
 ]

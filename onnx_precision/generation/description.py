@@ -3,8 +3,9 @@ made, what grows, how many steps.
 
 A :class:`Generation` is a frozen value. :mod:`.infer` builds one from the names a model was exported
 with (Hugging Face optimum, onnxruntime-genai, the recurrent ``state``/``hN`` conventions) or from a
-``genai_config.json``, with a user's :class:`GenerationOptions` over them; :mod:`.steps` makes each
-step's feed from it, and :class:`.runner.GenerationRunner` runs it.
+``genai_config.json``, with a user's :class:`~onnx_precision.options.GenerationOptions` over them (the
+option group ``convert``, ``check`` and ``analyze`` share); :mod:`.steps` makes each step's feed from it,
+and :class:`.runner.GenerationRunner` runs it.
 
 A decoder is a generation with :attr:`Generation.tokens` (greedy: the argmax of the last position's
 logits is the next ``input_ids``); a streaming model (Silero VAD's ``state``, a GRU's hidden state)
@@ -17,8 +18,15 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..errors import UsageError
+from ..options import GenerationOptions
 
-DEFAULT_STEPS = 64  # decode steps after the prefill (or chunks after the first) unless told otherwise
+# decode steps after the prefill (or chunks after the first) unless told otherwise: the option's default
+DEFAULT_STEPS: int = GenerationOptions.steps
+# The steps after the first over which plans are judged before the one chosen is judged over all of them
+# (the search's horizon), and the written model on the runtimes besides the run's own: a failing plan stops
+# at its first failing step anyway, so this is what a passing one costs (9 forward passes, not K + 1).
+# SmolLM2-135M (30 layers, 2 busy cores): 0.23-0.47 s a step emulated, 15-31 s for a 64-step generation.
+HORIZON = 8
 
 FeedbackKind = Literal["kv", "state"]
 Dim = int | str | None  # a declared dimension: a size, a symbol, or unknown
@@ -145,44 +153,7 @@ class Generation:
         return text
 
 
-@dataclass(frozen=True)
-class GenerationOptions:
-    """What a user says about the generation, over what is inferred: ``feedback`` pairs ``OUT=IN``
-    (added, or replacing the inferred pair of that output or input), ``steps``, ``max_length``,
-    ``chunk`` (a streaming model's chunk size), ``genai_config`` (a path; by default the
-    ``genai_config.json`` beside the model, when there is one) and ``off`` (judge one forward pass,
-    as for any model)."""
-
-    feedback: tuple[str, ...] = ()
-    steps: int | None = None
-    max_length: int | None = None
-    chunk: int | None = None
-    genai_config: str | None = None
-    off: bool = False
-
-    def __post_init__(self) -> None:
-        for pair in self.feedback:
-            feedback_problem(pair)
-        if self.steps is not None and self.steps < 1:
-            raise UsageError(f"--steps {self.steps}: a generation has at least 1 step after the first")
-        if self.max_length is not None and self.max_length < 1:
-            raise UsageError(f"--max-length {self.max_length}: a length is at least 1")
-        if self.chunk is not None and self.chunk < 1:
-            raise UsageError(f"--chunk {self.chunk}: a chunk is at least 1 element")
-
-
 def _value_of(key: str) -> str:
     """The name of the value cache beside the key cache ``key`` (its last "key" made "value")."""
     at = key.rfind("key")
     return "" if at < 0 else key[:at] + "value" + key[at + 3:]
-
-
-def feedback_problem(pair: str) -> str:
-    """``pair`` itself when it has the form ``OUT=IN`` (an argparse type can call this); else the
-    one-line error. Which ``=`` splits it is decided against the model (:func:`.infer.split_pair`):
-    a tensor name may hold one."""
-    head, sep, tail = pair.partition("=")
-    if not sep or not head or not tail:
-        raise UsageError(f"--feedback {pair}: expected OUT=IN, an output of the model and the input it "
-                         f"feeds at the next step")
-    return pair

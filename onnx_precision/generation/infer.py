@@ -31,17 +31,8 @@ import onnx
 from .. import user_files
 from ..errors import UsageError
 from ..float_types import LOW_TYPES
-from .description import (
-    DEFAULT_STEPS,
-    Chunking,
-    Dim,
-    Feedback,
-    FeedbackKind,
-    Generation,
-    GenerationOptions,
-    InputSpec,
-    Tokens,
-)
+from ..options import GenerationOptions
+from .description import Chunking, Dim, Feedback, FeedbackKind, Generation, InputSpec, Tokens
 
 GENAI_CONFIG = "genai_config.json"
 # the config a user names, and the one found beside the model (its problems name no option)
@@ -96,7 +87,7 @@ def infer_generation(model: onnx.ModelProto, options: GenerationOptions | None =
                          f"streaming model")
     return Generation(tuple(feedback), io.specs, tokens, named.get("attention_mask"),
                       named.get("position_ids"), named.get("cache_position"), chunking,
-                      options.steps or DEFAULT_STEPS,
+                      options.steps,
                       options.max_length if options.max_length is not None else max_length, source)
 
 
@@ -144,8 +135,13 @@ class _Io:
 
 
 def _dtype(tp: onnx.TypeProto) -> str:
+    """numpy's name of the element type ("" where none is declared, or it is no ONNX type: the sample
+    loader says so, naming the input)."""
     elem = tp.tensor_type.elem_type if tp.HasField("tensor_type") else 0
-    return str(onnx.helper.tensor_dtype_to_np_dtype(elem)) if elem else ""
+    try:
+        return str(onnx.helper.tensor_dtype_to_np_dtype(elem)) if elem else ""
+    except KeyError:
+        return ""
 
 
 def _shape(tp: onnx.TypeProto) -> tuple[Dim, ...] | None:
@@ -223,7 +219,11 @@ def _chunking(io: _Io, taken: set[str], chunk: int | None) -> Chunking | None:
     if chunk is None:
         first = lasts[floats[0]]
         chunk = first if isinstance(first, int) and first > 0 else None
-    return Chunking(tuple(n for n in floats if lasts[n] == chunk or not isinstance(lasts[n], int)), chunk)
+    chunked = tuple(n for n in floats if lasts[n] == chunk or not isinstance(lasts[n], int))
+    if not chunked:
+        raise UsageError(f"--chunk {chunk}: the model's signal '{floats[0]}' takes {lasts[floats[0]]} "
+                         f"elements a step (its declared last dimension)")
+    return Chunking(chunked, chunk)
 
 
 # --- by a genai_config.json -------------------------------------------------------------------------

@@ -12,6 +12,13 @@ generation is run once per sample, its tokens kept), so every step's logits are 
 prefix; :meth:`GenerationRunner.free_running` runs a candidate on its own greedy tokens, for
 :func:`.tokens.token_agreement`.
 
+A sample taught with its reference's outputs and tolerance (:meth:`GenerationRunner.teach`, as a run's basis
+teaches it) stops a candidate's generation at its first step out of that tolerance: the steps after a
+failure are not run (its state is already wrong), and :meth:`GenerationRunner.run` returns the outputs of
+the steps that ran, the failing one last (a comparison restricted to them fails there). A probe that fails
+at step 0 costs one forward pass, not K + 1. :meth:`GenerationRunner.within` runs the same generation over
+fewer steps (the search's horizon), with what was taught.
+
 Every step runs on the inner runner's session for the plan (K steps are K short runs, no session
 built), and memory stays flat in K: a step's feed replaces the one before, and what a run keeps is
 the compared outputs (a decode step's logits: [batch, 1, vocab]) and a few numbers per step
@@ -21,13 +28,13 @@ the compared outputs (a decode step's logits: [batch, 1, vocab]) and a few numbe
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..errors import InternalError, UsageError
-from ..judge import Tolerance
+from ..judge import Comparison, Tolerance, compare_outputs, merge_comparisons
 from ..oracle import PlanRunner
 from ..plan import PrecisionPlan
 from .description import Generation
@@ -58,6 +65,9 @@ class GenerationRun:
     ones included, its max |value| at each step (of a KV cache, of the entries that step wrote: the
     cache's older entries do not change). ``positions``: the largest position each step computed
     (empty for a model fed none). ``lengths``: the length reached after each step (tokens, or chunks).
+    ``stopped``: the step a judged candidate stopped at, out of its sample's tolerance (None: every step
+    ran). ``feeds``: (step, its feed) for the steps asked to be kept (a reference's, for what one forward
+    pass measures: ranges and sums at the last step).
     """
 
     outputs: Mapping[str, np.ndarray]
@@ -69,6 +79,13 @@ class GenerationRun:
     tokens: np.ndarray | None = None
     margins: np.ndarray | None = None
     teacher_forced: bool = False
+    stopped: int | None = None
+    feeds: tuple[tuple[int, Mapping[str, np.ndarray]], ...] = ()
+
+    @property
+    def steps_run(self) -> int:
+        """The steps run after the first (``steps``, or fewer where a judged candidate stopped)."""
+        return self.steps if self.stopped is None else self.stopped
 
     def at(self, output: str, step: int) -> np.ndarray:
         return self.outputs[step_name(output, step)]
@@ -80,8 +97,18 @@ class GenerationRun:
         return sum(a.nbytes for a in arrays)
 
 
-# the reference tokens of each sample taught to a runner, by the sample's content
-_Taught = dict[str, np.ndarray]
+@dataclass(frozen=True)
+class _Lesson:
+    """What a runner was taught of one sample: its reference's tokens (a decoder's), and its reference's
+    outputs with the tolerance that judges each step (None: candidates run every step, unjudged)."""
+
+    tokens: np.ndarray | None
+    outputs: Mapping[str, np.ndarray] | None = None
+    tolerance: Tolerance | None = None
+
+
+# what a runner was taught of each sample, by the sample's content
+_Taught = dict[str, _Lesson]
 # one step as it runs: (step, its feed, its outputs, a decoder's greedy choice and its margin)
 _Step = tuple[int, dict[str, np.ndarray], Mapping[str, np.ndarray], np.ndarray | None, np.ndarray | None]
 
@@ -124,13 +151,21 @@ class GenerationRunner:
         return self.runner.probes_run
 
     def run(self, plan: PrecisionPlan | None, feed: Feed) -> Mapping[str, np.ndarray]:
-        """The compared outputs of ``plan``'s generation of the sample ``feed`` (None: the FP32 reference)."""
+        """The compared outputs of ``plan``'s generation of the sample ``feed`` (None: the FP32 reference),
+        up to the step it stopped at where the sample was taught a tolerance (see the module docstring)."""
         return self.generate(plan, feed).outputs
 
     def searching(self) -> GenerationRunner:
-        """This generation on what runs the inner runner's search, with the reference tokens it was taught."""
+        """This generation on what runs the inner runner's search, with what it was taught."""
         inner = self.runner.searching()
         return self if inner is self.runner else GenerationRunner(inner, self.generation, self._taught)
+
+    def within(self, steps: int) -> GenerationRunner:
+        """This generation over its first ``steps`` steps after the first (a search's horizon), on the same
+        runner, with what it was taught (the references' later steps are not compared)."""
+        if steps == self.generation.steps:
+            return self
+        return GenerationRunner(self.runner, replace(self.generation, steps=steps), self._taught)
 
     # --- generations ----------------------------------------------------------------------------------
 
@@ -141,21 +176,33 @@ class GenerationRunner:
         was run or taught), or on its own tokens where ``teacher_forced`` is False."""
         if plan is None:
             return self.reference(sample)
-        forced = self._reference_tokens(sample) if teacher_forced and self.generation.tokens else None
-        return self._generate(plan, sample, forced)
+        return self.candidate(plan, sample, teacher_forced)
 
-    def reference(self, sample: Feed) -> GenerationRun:
-        """The FP32 generation of ``sample`` (greedy on its own tokens), its tokens kept for candidates."""
-        run = self._generate(None, sample, None)
-        if run.tokens is not None:
-            self._taught[_key(sample)] = run.tokens
+    def candidate(self, plan: PrecisionPlan | None, sample: Feed, teacher_forced: bool = True,
+                  ) -> GenerationRun:
+        """The generation of ``sample`` by what the inner runner runs for ``plan`` as a candidate, judged
+        (stopped at its first failing step) where the sample was taught a tolerance: teacher-forced by the
+        reference's tokens unless ``teacher_forced`` is False. ``plan`` None: what the inner runner runs
+        for it (the model a written model's runner holds: ``check``'s candidate, ``convert``'s written
+        model)."""
+        if not teacher_forced:
+            return self._generate(plan, sample, None)
+        lesson = self._lesson(sample)
+        return self._generate(plan, sample, lesson.tokens if self.generation.tokens else None, lesson)
+
+    def reference(self, sample: Feed, keep: tuple[int, ...] = ()) -> GenerationRun:
+        """The FP32 generation of ``sample`` (greedy on its own tokens), its tokens kept for candidates;
+        ``keep``: the steps whose feeds the run keeps."""
+        run = self._generate(None, sample, None, keep=keep)
+        self._taught.setdefault(_key(sample), _Lesson(run.tokens))  # what was taught of it stays
         return run
 
-    def teach(self, sample: Feed, reference: GenerationRun) -> None:
+    def teach(self, sample: Feed, reference: GenerationRun, tolerance: Tolerance | None = None) -> None:
         """Teacher-force candidates of ``sample`` with the tokens of ``reference``, a reference generation
-        run elsewhere (by the run's measured basis, or on another runner)."""
-        if reference.tokens is not None:
-            self._taught[_key(sample)] = reference.tokens
+        run elsewhere (by the run's measured basis, or on another runner); with ``tolerance`` (the
+        sample's, step-qualified: :func:`step_tolerance`), a candidate stops at its first step out of it."""
+        outputs = reference.outputs if tolerance is not None else None
+        self._taught[_key(sample)] = _Lesson(reference.tokens, outputs, tolerance)
 
     def free_running(self, plan: PrecisionPlan | None, sample: Feed) -> GenerationRun:
         """``plan``'s generation of ``sample`` fed its own greedy tokens."""
@@ -166,7 +213,7 @@ class GenerationRunner:
         feeds it): one forward pass to look inside, where a comparison names a failing step."""
         if not 0 <= step <= self.generation.steps:
             raise InternalError(f"step {step} of a generation of {self.generation.steps} steps")
-        forced = self._reference_tokens(sample) if plan is not None and self.generation.tokens else None
+        forced = self._lesson(sample).tokens if plan is not None and self.generation.tokens else None
         for at, feed, *_ in self._walk(plan, sample, forced):
             if at == step:
                 return feed
@@ -174,13 +221,10 @@ class GenerationRunner:
 
     def tolerance(self, tol: Tolerance) -> Tolerance:
         """``tol`` with each per-output setting of a compared output applied to it at every step."""
-        if not tol.per_output:
-            return tol
-        steps = range(self.generation.steps + 1)
-        return replace(tol, per_output=tuple((step_name(name, s), t) for name, t in tol.per_output
-                                             if name in self.compared for s in steps))
+        return step_tolerance(tol, self.compared, self.generation.steps)
 
-    def _reference_tokens(self, sample: Feed) -> np.ndarray:
+    def _lesson(self, sample: Feed) -> _Lesson:
+        """What was taught of ``sample`` (its reference run first where nothing was)."""
         key = _key(sample)
         if key not in self._taught:
             self.reference(sample)
@@ -199,8 +243,11 @@ class GenerationRunner:
                 feed = next_feed(g, feed, values, forced[:, step] if forced is not None else chosen, sample,
                                  step + 1)
 
-    def _generate(self, plan: PrecisionPlan | None, sample: Feed, forced: np.ndarray | None) -> GenerationRun:
+    def _generate(self, plan: PrecisionPlan | None, sample: Feed, forced: np.ndarray | None,
+                  judged: _Lesson | None = None, keep: tuple[int, ...] = ()) -> GenerationRun:
         g = self.generation
+        stopped = None
+        feeds: list[tuple[int, Mapping[str, np.ndarray]]] = []
         kept: dict[str, np.ndarray] = {}
         peaks: dict[str, list[float]] = {}
         lengths: list[int] = []
@@ -222,9 +269,55 @@ class GenerationRunner:
             if chosen is not None and margin is not None:
                 tokens.append(chosen)
                 margins.append(margin)
+            if step in keep:
+                feeds.append((step, dict(feed)))
+            if judged is not None and not _passes(judged, kept, self.compared, step, self.runner.oracle):
+                stopped = step
+                break
         return GenerationRun(kept, g.steps, g.unit, {n: tuple(p) for n, p in peaks.items()}, tuple(lengths),
                              tuple(positions), np.stack(tokens, axis=1) if tokens else None,
-                             np.stack(margins, axis=1) if margins else None, forced is not None)
+                             np.stack(margins, axis=1) if margins else None, forced is not None, stopped,
+                             tuple(feeds))
+
+
+def failing_step(comparison: Comparison) -> int | None:
+    """The step of the first failing output of a generation's comparison (the earliest: its outputs are in
+    step order); None where it passes or names no step."""
+    bad = next((m for m in comparison.outputs if not m.passed), None)
+    at = split_step_name(bad.name) if bad is not None else None
+    return at[1] if at is not None else None
+
+
+def merge_ran(per_sample: Sequence[Comparison], oracle: str) -> Comparison:
+    """The worst case of several samples' comparisons (:func:`~onnx_precision.judge.merge_comparisons`),
+    over the outputs every sample compared: a generation judged step by step stops each sample at its first
+    failing step, and the earliest of them is among the steps every sample ran."""
+    common = set.intersection(*({m.name for m in c.outputs} for c in per_sample)) if per_sample else set()
+    cut = [c if len(c.outputs) == len(common) else
+           replace(c, outputs=(kept := tuple(m for m in c.outputs if m.name in common)),
+                   passed=all(m.passed for m in kept))
+           for c in per_sample]
+    return merge_comparisons(cut, oracle)
+
+
+def step_tolerance(tol: Tolerance, compared: tuple[str, ...], steps: int) -> Tolerance:
+    """``tol`` with each per-output setting of a compared output applied to it at every step 0..``steps``
+    (the tolerance a generation's step-qualified outputs are judged by)."""
+    if not tol.per_output:
+        return tol
+    return replace(tol, per_output=tuple((step_name(name, s), t) for name, t in tol.per_output
+                                         if name in compared for s in range(steps + 1)))
+
+
+def _passes(lesson: _Lesson, kept: Mapping[str, np.ndarray], compared: tuple[str, ...], step: int,
+            oracle: str) -> bool:
+    """Whether step ``step``'s outputs (in ``kept``) are within the lesson's tolerance of its reference's.
+    A tolerance that judges the outputs together (``accept``) judges the whole generation, never a step."""
+    if lesson.outputs is None or lesson.tolerance is None or lesson.tolerance.accept is not None:
+        return True
+    names = [step_name(name, step) for name in compared]
+    reference = {name: lesson.outputs[name] for name in names if name in lesson.outputs}
+    return compare_outputs(reference, {name: kept[name] for name in names}, lesson.tolerance, oracle).passed
 
 
 def _length(generation: Generation, feed: Feed) -> int:

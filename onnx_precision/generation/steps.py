@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ..data import FeedForm
 from ..errors import DataError
 from .description import Generation, InputSpec
 
@@ -16,14 +17,22 @@ Feed = Mapping[str, np.ndarray]
 
 
 def first_feed(generation: Generation, sample: Feed) -> dict[str, np.ndarray]:
-    """Step 0's feed: the sample (its first chunk, for a streaming model), with what it leaves out made
-    as a generation starts: empty caches, zero states, a mask of ones, positions from 0."""
+    """Step 0's feed: the sample :func:`started` (its first chunk, for a streaming model)."""
+    feed = started(generation, sample)
+    for name in _chunked(generation):
+        feed[name] = chunk(generation, name, feed[name], 0)
+    return feed
+
+
+def started(generation: Generation, sample: Feed) -> dict[str, np.ndarray]:
+    """The sample with what it leaves out made as a generation starts: empty caches, zero states, a mask
+    of ones, positions from 0 (a streaming model's signal whole: :func:`first_feed` takes its first
+    chunk)."""
     feed = {name: np.asarray(value) for name, value in sample.items()}
     for name in _chunked(generation):
         if name not in feed:
             raise DataError(f"the sample has no '{name}', the signal the streaming model is fed a chunk at "
                             f"a time")
-        feed[name] = chunk(generation, name, feed[name], 0)
     ids = generation.tokens.input_ids if generation.tokens else None
     if ids is not None and ids not in feed:
         raise DataError(f"the sample has no '{ids}': a decoder's generation starts from its prompt tokens")
@@ -47,6 +56,16 @@ def first_feed(generation: Generation, sample: Feed) -> dict[str, np.ndarray]:
         else:
             raise DataError(f"the sample has no '{spec.name}'")
     return feed
+
+
+def feed_form(generation: Generation) -> FeedForm:
+    """How a sample of ``generation`` may differ from one forward pass's feed (:func:`..data.load_samples`):
+    it may leave out what :func:`started` makes (the fed-back inputs, the mask and positions), and a
+    streaming model's signal may hold many chunks."""
+    sized = generation.chunking is not None and generation.chunking.size is not None
+    return FeedForm(generation.fed_inputs | frozenset(generation.grown),
+                    frozenset(_chunked(generation)) if sized else frozenset(),
+                    lambda sample: started(generation, sample))
 
 
 def next_feed(generation: Generation, feed: Feed, outputs: Mapping[str, np.ndarray],

@@ -4,8 +4,9 @@ A :class:`Prober` runs plans on one :class:`~onnx_precision.oracle.PlanRunner` (
 native provider, onnx.reference: it never asks which). It stops at the first failing sample and
 tries that sample first next time (the sample that broke the last probe is the likeliest to break
 the next), and it remembers the last probe's per-output errors, so every probe can become a
-trade-off point. :meth:`Prober.on` carries that state over to another runner (the one a search
-runs on).
+trade-off point, and the comparison of the last plan that passed, which the full comparison of the same
+precisions takes rather than running it again (a decoder's generation: seconds). :meth:`Prober.on`
+carries that state over to another runner (the one a search runs on).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ..judge import Comparison, Tolerance, Tolerances, compare_outputs, each_sample, merge_comparisons
+from ..errors import InternalError
+from ..generation.runner import merge_ran
+from ..judge import Comparison, Tolerance, Tolerances, compare_outputs, each_sample
 from ..oracle import PlanRunner
 from ..plan import PrecisionPlan
 from ..tradeoff import output_errors
@@ -38,6 +41,7 @@ class Prober:
         self.order = list(range(len(feeds)) if order is None else order)
         self.last_detail = last_detail
         self.last_errors: dict[str, float] = dict(last_errors or {})  # output -> worst error, last probe
+        self._passed: tuple[frozenset, Comparison] | None = None  # the last probe, where it passed
 
     def on(self, runner: PlanRunner) -> Prober:
         """A prober of the same samples on ``runner``, starting from this one's state."""
@@ -46,28 +50,46 @@ class Prober:
 
     def _compare(self, plan: PrecisionPlan, i: int) -> Comparison:
         values = self.runner.run(plan, self.feeds[i])
-        out = {name: values[name] for name in self.runner.outputs}
-        comparison = compare_outputs(self.refs[i], out, self.tolerances[i], self.runner.oracle)
+        # the runner's outputs, of those it ran: a generation stops at its first failing step
+        # (:class:`~onnx_precision.generation.GenerationRunner`), and its later steps are not compared
+        ran = [name for name in self.runner.outputs if name in values]
+        ref = self.refs[i]
+        comparison = compare_outputs({name: ref[name] for name in ran}, {name: values[name] for name in ran},
+                                     self.tolerances[i], self.runner.oracle)
+        if comparison.passed and len(ran) < len(self.runner.outputs):
+            missing = next(name for name in self.runner.outputs if name not in values)
+            raise InternalError(f"the runner left out output '{missing}' of a plan whose outputs pass")
         for name, error in output_errors(comparison, self.tolerance).items():
             self.last_errors[name] = max(self.last_errors.get(name, 0.0), error)
         return comparison
 
     def passes(self, plan: PrecisionPlan) -> tuple[bool, str]:
-        self.last_errors = {}
+        self.last_errors, self._passed = {}, None
+        per_sample = {}
         for i in list(self.order):
-            comparison = self._compare(plan, i)
+            comparison = per_sample[i] = self._compare(plan, i)
             if not comparison.passed:
                 self.order.remove(i)
                 self.order.insert(0, i)
                 self.last_detail = comparison.failure(i, len(self.feeds))
                 return False, self.last_detail
+        self._passed = (_precisions(plan), merge_ran([per_sample[i] for i in sorted(per_sample)],
+                                                     self.runner.oracle))
         return True, ""
 
     def comparison(self, plan: PrecisionPlan) -> Comparison:
-        """The full comparison over every sample (for the report)."""
-        self.last_errors = {}
+        """The full comparison over every sample (for the report): the last probe's, where it passed with
+        the same precisions (its errors are the last ones), else run."""
+        if self._passed is not None and self._passed[0] == _precisions(plan):
+            return self._passed[1]
+        self.last_errors, self._passed = {}, None
         per_sample = [self._compare(plan, i) for i in range(len(self.feeds))]
         failing = [i for i, c in enumerate(per_sample) if not c.passed]
         if failing:
             self.last_detail = per_sample[failing[0]].failure(failing[0], len(self.feeds))
-        return merge_comparisons(per_sample, self.runner.oracle)
+        return merge_ran(per_sample, self.runner.oracle)
+
+
+def _precisions(plan: PrecisionPlan) -> frozenset:
+    """What a runner runs of ``plan``: each node's precision (its reasons change nothing)."""
+    return frozenset((name, d.precision) for name, d in plan.decisions.items())
