@@ -9,19 +9,25 @@ full checker, loads and runs in onnxruntime, and its outputs match the FP32 run:
 within an FP16 tolerance, other outputs exactly.
 
 The cases, the selection and the FP32 outputs (:func:`suite`) are made once per machine and versions
-and kept under .pytest_cache/: making them takes 15 s of CPU, and every pytest-xdist worker
-collects tests/test_conformance.py.
+and kept under .pytest_cache/: making them takes 12-15 s of CPU, and every pytest-xdist worker
+collects tests/test_conformance.py. In a fresh checkout (CI) the workers collecting it at once make
+it together, each a share, rather than one making it while the others wait.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import glob
 import hashlib
+import importlib
+import importlib.util
 import os
 import pickle
+import pkgutil
 import platform
+import shutil
 import sys
 import warnings
 from collections.abc import Iterable, Sequence
@@ -86,32 +92,71 @@ def _cache_key() -> str:
 @functools.lru_cache(maxsize=1)
 def suite() -> Suite:
     """The suite, read from CACHE_DIR when this machine made it with this file and these versions, else
-    made (onnx's generators 9 s of CPU, onnxruntime's FP32 runs 6 s) and written there. A process
-    that finds another making it waits for it under a lock, then reads it (0.1 s). Where CACHE_DIR
-    cannot be written, it is made in memory."""
-    path = os.path.join(CACHE_DIR, f"suite-{_cache_key()}.pickle")
+    made there (onnx's generators 9 s of CPU, three pooling modules 7 s of them; onnxruntime's FP32
+    runs 3.5-6 s). It is kept in parts, one per generator module of onnx's node cases (each makes its
+    cases as it is imported): a process takes each part that no other is making, under that part's
+    lock, then waits for the parts others are making, and makes one itself if its maker died. So the
+    workers of a cold `pytest -n 2` make half each. Where CACHE_DIR cannot be written (or locked),
+    the suite is made in memory."""
+    modules = _generator_modules()
+    directory = os.path.join(CACHE_DIR, _cache_key())
     try:
-        os.makedirs(CACHE_DIR, exist_ok=True)
-        lock = open(os.path.join(CACHE_DIR, "lock"), "w")
+        os.makedirs(directory, exist_ok=True)
     except OSError:
-        return _make_suite()
-    with lock:
-        if fcntl is not None:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        return _make_suite(modules)
+    if fcntl is None:
+        return _make_suite(modules)
+    parts = {m: _part(directory, m, wait=False) for m in modules}
+    made = _combine([parts[m] or _part(directory, m, wait=True) for m in modules])
+    for entry in os.listdir(CACHE_DIR):  # what other versions (or an older harness) left
+        old = os.path.join(CACHE_DIR, entry)
+        if old == directory:
+            continue
+        if os.path.isdir(old):
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.remove(old)
+    return made
+
+
+def _part(directory: str, module: str, wait: bool) -> Suite | None:
+    """The cases ``module`` makes and their selection: read from ``directory``, else made and written
+    there, under the part's lock; None when another process holds it and ``wait`` is false."""
+    assert fcntl is not None
+    path = os.path.join(directory, f"{module}.pickle")
+    with open(f"{path}.lock", "w") as lock:  # released when the file closes (or its process ends)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            return None
         if os.path.exists(path):
             with open(path, "rb") as f:
-                return pickle.load(f)
-        made = _make_suite()
-        for old in glob.glob(os.path.join(CACHE_DIR, "suite-*.pickle")):
-            os.remove(old)
-        with open(path + ".tmp", "wb") as f:
+                part: Suite = pickle.load(f)
+            return part
+        made = _make_suite([module])
+        with open(f"{path}.tmp", "wb") as f:
             pickle.dump(made, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(path + ".tmp", path)
+        os.replace(f"{path}.tmp", path)
         return made
 
 
-def _make_suite() -> Suite:
-    cases = _generated_cases()
+def _combine(parts: Iterable[Suite | None]) -> Suite:
+    cases: dict[str, Case] = {}
+    reasons: dict[str, str | None] = {}
+    fp32_outputs: dict[str, list] = {}
+    for part in parts:
+        assert part is not None  # a part waited for is there
+        for name, case in part.cases.items():
+            if name not in cases:
+                cases[name], reasons[name] = case, part.reasons[name]
+                if name in part.fp32_outputs:
+                    fp32_outputs[name] = part.fp32_outputs[name]
+    return Suite(cases, reasons, fp32_outputs)
+
+
+def _make_suite(modules: Sequence[str]) -> Suite:
+    cases = _generated_cases(modules)
     fp32_outputs: dict[str, list] = {}
     reasons = {name: _selection(case, fp32_outputs) for name, case in cases.items()}
     return Suite(cases, reasons, fp32_outputs)
@@ -121,11 +166,38 @@ def node_cases() -> dict[str, Case]:
     return suite().cases
 
 
-def _generated_cases() -> dict[str, Case]:
-    from onnx.backend.test.case.node import collect_testcases
+def _generator_modules() -> list[str]:
+    """The modules onnx's collect_testcases imports, in its order (none imported here)."""
+    from onnx import ONNX_ML
+    from onnx.backend.test.case import node
+
+    found: list[str] = []
+
+    def walk(package: str, path: Iterable[str]) -> None:
+        for _, name, is_package in pkgutil.iter_modules(list(path)):
+            module = f"{package}.{name}"
+            if not ONNX_ML and module.startswith(f"{node.__name__}.ai_onnx_ml"):
+                continue
+            found.append(module)
+            spec = importlib.util.find_spec(module) if is_package else None
+            if spec is not None and spec.submodule_search_locations is not None:
+                walk(module, spec.submodule_search_locations)
+
+    walk(node.__name__, node.__path__)
+    return found
+
+
+def _generated_cases(modules: Sequence[str]) -> dict[str, Case]:
+    """The cases ``modules`` make as they are imported (collect_testcases imports them all): onnx
+    appends each to its list of node cases, reseeding numpy before each case's generator."""
+    from onnx.backend.test.case import node
+    raw = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        raw = collect_testcases()
+        for module in modules:
+            made = len(node._NodeTestCases)
+            importlib.import_module(module)
+            raw += node._NodeTestCases[made:]
     out = {}
     for c in raw:
         if c.model is None or not c.data_sets:
