@@ -108,22 +108,27 @@ def test_a_child_is_killed_and_waited_for_with_a_timeout():
         os.close(lifeline[1])
 
 
-# A caller that starts a child sleeping on its lifeline (as a default load watches it), prints the
-# server's pid and the child's, and waits to be killed.
+# A child that ends when its lifeline (its last argument) reads its end, as a default load does.
+_WATCHING = """
+import os, sys, threading, time
+threading.Thread(target=lambda: (os.read(int(sys.argv[-1]), 1), os._exit(1)), daemon=True).start()
+time.sleep(600)
+"""
+# A caller that starts such a child (its code the caller's argument), prints the server's pid and the
+# child's, and waits to be killed.
 _CALLER = """
 import os, sys, time
-from onnx_precision.oracle import default_load, forkserver
+from onnx_precision.oracle import forkserver
 lifeline, keep = os.pipe()
-child = forkserver.start([sys.executable, "-c", default_load._LIFELINE + "import time; time.sleep(600)"],
-                         os.open(os.devnull, os.O_RDONLY), lifeline)
+child = forkserver.start([sys.executable, "-c", sys.argv[1]], os.open(os.devnull, os.O_RDONLY), lifeline)
 print(forkserver._SERVER.process.pid, child.pid, flush=True)
 time.sleep(600)
 """
 
 
 def test_server_and_child_end_when_their_caller_is_killed():
-    caller = subprocess.Popen([sys.executable, "-c", _CALLER], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
+    caller = subprocess.Popen([sys.executable, "-c", _CALLER, _WATCHING], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
     pidfds = []
     try:
         assert caller.stdout is not None
@@ -131,6 +136,7 @@ def test_server_and_child_end_when_their_caller_is_killed():
         line = caller.stdout.readline() if ready else ""
         assert line, caller.communicate()[1] if caller.poll() is not None else "no line"
         pidfds = [os.pidfd_open(int(pid)) for pid in line.split()]  # both surely live: pids not reused
+        assert caller.poll() is None and all(not select.select([p], [], [], 0)[0] for p in pidfds)
         caller.kill()
         caller.communicate(timeout=SAFETY_S)
         for pidfd in pidfds:
