@@ -19,6 +19,17 @@ fresh interpreter importing it cost 0.3 s: ``scripts/bench_default_load.py``).
 onnxruntime's message names, or the one whose disabling loads the model), and :func:`pin_candidates`
 turns it into the few sets of nodes that, kept FP32, may avoid it
 (:func:`onnx_precision.convert.written_check.load_remedies` tries them).
+
+A load that needs more memory than the run has is not a failure of the model, and no workaround is its
+remedy: the child stops itself once its anonymous memory passes a budget (by default what the machine
+and this process's cgroups have available when it starts), and a child the kernel killed for memory (its
+OOM killer, at a cgroup's limit or the machine's memory: :class:`..memory.OomWatch`) is told from one that
+crashed. Either way the run says the load was not checked, with the figures (:class:`MemoryShort`).
+At its default options onnxruntime's CPU provider copies the weights out of their file: it computes an
+FP16 MatMul in FP32 and folds the Cast it puts before the weight, an FP32 copy, twice the weight's bytes
+in the file (the FP16 model of the 1.2B Llama decoder of scripts/llama_models.py, 2.38 GB on disk, holds
+4.80 GB once loaded, 5.06 GB at the peak, 22 s; at ORT_DISABLE_ALL 0.04 GB, its weights mapped from the
+file; scripts/bench_memory_budget.py).
 """
 
 from __future__ import annotations
@@ -36,6 +47,7 @@ from typing import Union
 
 import onnx
 
+from .. import memory
 from ..context import ModelContext
 from ..storage import is_external, model_tensors
 from . import forkserver
@@ -60,16 +72,32 @@ WORKAROUNDS = (
     Attempt("SessionOptions.graph_optimization_level = ORT_DISABLE_ALL", level="ORT_DISABLE_ALL"),
 )
 
+OVER_BUDGET = 4  # the child's exit status when its memory passed the budget
+BUDGET_POLL_S = 0.02
 # Run as ``python -c`` first: a thread that ends the child once its parent is gone. Nothing is ever
-# written to the lifeline (argv[3]); its read returns when its one writer, the parent, closes it, by
-# dying or when done with the child.
-# onnxruntime releases the GIL while it builds a session, so the thread runs during the load.
-_LIFELINE = """
-import os, sys, threading
-def _orphaned(fd=int(sys.argv[3])):
+# written to the lifeline (the last argument); its read returns when its one writer, the parent, closes
+# it, by dying or when done with the child. A second thread ends it (exit OVER_BUDGET, its anonymous
+# memory on stdout) when that passes the budget (the argument before, bytes; 0: none): file pages, the
+# weights it maps, are not counted, the kernel reclaims them.
+# onnxruntime releases the GIL while it builds a session, so the threads run during the load.
+_LIFELINE = f"""
+import os, sys, threading, time
+def _orphaned(fd=int(sys.argv[-1])):
     os.read(fd, 1)
     os._exit(1)
 threading.Thread(target=_orphaned, daemon=True).start()
+def _anonymous():
+    with open("/proc/self/status") as f:
+        return next((int(l.split()[1]) * 1024 for l in f if l.startswith("RssAnon:")), 0)
+def _budget(limit=int(sys.argv[-2])):
+    while True:
+        held = _anonymous()
+        if held > limit:
+            print(f"memory {{held}}", flush=True)
+            os._exit({OVER_BUDGET})
+        time.sleep({BUDGET_POLL_S})
+if int(sys.argv[-2]) and os.path.exists("/proc/self/status"):
+    threading.Thread(target=_budget, daemon=True).start()
 """
 # Then: exit 0 when the session is built, 3 with onnxruntime's message on stdout.
 # The model is a path, or "-": its bytes on stdin, read first (the parent waits on the pipe).
@@ -102,16 +130,22 @@ def _child_command(path: str, attempt: Attempt, libraries: Sequence[str]) -> lis
 
 
 class _Child:
-    """A child loading ``model`` with ``attempt``, forked by this process's :mod:`.forkserver`, its
-    lifeline's read end its last argument; a model in memory is written to its stdin, which it reads
-    first. This process holds the write end of the lifeline until it is done with the child."""
+    """A child loading ``model`` with ``attempt`` within ``budget`` bytes of anonymous memory (0: no
+    budget), forked by this process's :mod:`.forkserver`, the budget and its lifeline's read end its
+    last arguments; a model in memory is written to its stdin, which it reads first. This process holds
+    the write end of the lifeline until it is done with the child; :attr:`watch` counts the OOM kills
+    that concern it."""
 
-    def __init__(self, model: Model, attempt: Attempt, libraries: Sequence[str]) -> None:
+    def __init__(self, model: Model, attempt: Attempt, libraries: Sequence[str], budget: int) -> None:
         path = model if isinstance(model, str) else "-"
+        self.model_bytes = _model_bytes(model)
+        self.budget = budget
         lifeline, self._lifeline = os.pipe()
         stdin, feed = os.pipe() if isinstance(model, bytes) else (os.open(os.devnull, os.O_RDONLY), -1)
         try:
-            self.process = forkserver.start(_child_command(path, attempt, libraries), stdin, lifeline)
+            command = [*_child_command(path, attempt, libraries), str(budget)]
+            self.process = forkserver.start(command, stdin, lifeline)
+            self.watch = memory.OomWatch(self.process.pid)
         except BaseException:
             self.release()
             if feed >= 0:
@@ -152,15 +186,56 @@ def _outcome(child: _Child) -> str:
     assert code is not None  # communicate() waited for it
     if code == 0:
         return ""
+    if code == OVER_BUDGET and stdout.startswith("memory "):
+        return MemoryShort(child.model_bytes, int(stdout.split()[1]), budget=child.budget).sentence
+    killed = child.watch.killed(child.process.peak_rss) if code == -signal.SIGKILL else None
+    if killed is not None:
+        return MemoryShort(child.model_bytes, killed.peak, killed=killed).sentence
     if code < 0:
         return f"onnxruntime crashes ({_signal_name(-code)}) loading it"
     said = stdout.strip() or stderr.strip() or f"exit status {code}"
     return f"onnxruntime cannot load it: {ort_text(said.splitlines()[-1])}"
 
 
-def _try(model: Model, attempt: Attempt, libraries: Sequence[str]) -> str:
-    """"" when ``attempt`` loads the model in a child process, else what happened."""
-    return _outcome(_Child(model, attempt, libraries))
+def _try(model: Model, attempt: Attempt, libraries: Sequence[str], budget: int | None = None) -> str:
+    """"" when ``attempt`` loads the model in a child process, else what happened. ``budget``: the
+    child's memory (None: what is available now)."""
+    return _outcome(_Child(model, attempt, libraries, memory.available_bytes() if budget is None else budget))
+
+
+def _model_bytes(model: Model) -> int:
+    """The model's bytes: in memory, or on disk with the data file a written model has beside it."""
+    if isinstance(model, bytes):
+        return len(model)
+    return sum(os.path.getsize(f) for f in (model, model + ".data") if os.path.isfile(f))
+
+
+@dataclass(frozen=True)
+class MemoryShort:
+    """A default load that needed more memory than the run had: stopped at ``budget`` (its anonymous
+    memory then ``reached``), or ``killed`` by the kernel for memory (``reached``: the child's peak,
+    0 unknown). Not the model's failure: the load was not checked (:attr:`sentence`)."""
+
+    model_bytes: int
+    reached: int
+    budget: int = 0
+    killed: memory.OomKill | None = None
+
+    @property
+    def sentence(self) -> str:
+        size = memory.gigabytes(self.model_bytes)
+        if self.killed is not None:
+            reached = f", after it had reached {memory.gigabytes(self.reached)}" if self.reached else ""
+            why = f"the kernel killed it for memory at {self.killed.where}{reached}"
+        else:
+            why = (f"it had taken {memory.gigabytes(self.reached)}, past the {memory.gigabytes(self.budget)} "
+                   f"of memory this run had available, and was stopped")
+        return (f"{NOT_CHECKED}{why}; the model is {size}, and at its default options onnxruntime's CPU "
+                f"provider holds an FP32 copy of each FP16 MatMul weight; load it where more memory is free "
+                f"to check it")
+
+
+NOT_CHECKED = "the load at onnxruntime's default session options was not checked: "
 
 
 def loadable_in_memory(model: onnx.ModelProto) -> bool:
@@ -182,13 +257,15 @@ class DefaultLoad:
     is asked of it any more). A model in memory that is not :func:`loadable_in_memory` is not
     loaded: its problem is "" and the caller says it was not checked."""
 
-    def __init__(self, path: str | ModelContext, libraries: Sequence[str] = ()) -> None:
+    def __init__(self, path: str | ModelContext, libraries: Sequence[str] = (), budget: int | None = None,
+                 ) -> None:
         self.model: Model | None = path if isinstance(path, str) else (
             path.model.SerializeToString() if loadable_in_memory(path.model) else None)
         self.libraries = tuple(libraries)
         self._child: _Child | None = None
         if self.model is not None:
-            self._child = _Child(self.model, DEFAULT, libraries)
+            self._child = _Child(self.model, DEFAULT, libraries,
+                                 memory.available_bytes() if budget is None else budget)
 
     def problem(self) -> str:
         """As :func:`default_load_problem`."""
@@ -212,8 +289,8 @@ def default_load_problem(path: str, libraries: Sequence[str] = ()) -> str:
 
 
 def _with_workarounds(model: Model, problem: str, libraries: Sequence[str]) -> str:
-    if not problem:
-        return ""
+    if not problem or problem.startswith(NOT_CHECKED):  # a workaround is no remedy for memory
+        return problem
     loads_with = next((a for a in WORKAROUNDS if not _try(model, a, libraries)), None)
     return LoadFailure(problem, loads_with).sentence
 
@@ -228,7 +305,14 @@ class LoadFailure:
     loads_with: Attempt | None = None
 
     @property
+    def for_memory(self) -> bool:
+        """Whether the load was not checked for want of memory (:class:`MemoryShort`): not a failure."""
+        return self.outcome.startswith(NOT_CHECKED)
+
+    @property
     def sentence(self) -> str:
+        if self.for_memory:
+            return self.outcome
         if self.loads_with is not None:
             return f"with default session options {self.outcome}; it loads with {self.loads_with.label}"
         return f"with default session options {self.outcome}, and with every workaround tried " \
@@ -237,6 +321,8 @@ class LoadFailure:
     @staticmethod
     def of(sentence: str) -> LoadFailure:
         """The failure a :attr:`sentence` states (a run keeps only the sentence)."""
+        if sentence.startswith(NOT_CHECKED):
+            return LoadFailure(sentence)
         outcome = sentence.removeprefix("with default session options ")
         for attempt in WORKAROUNDS:
             loads = f"; it loads with {attempt.label}"

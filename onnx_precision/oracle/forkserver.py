@@ -23,7 +23,8 @@ caller's, as a plain child's is).
 A request is a 4-byte length and a JSON object on a Unix socket, with five descriptors: the child's
 stdin, stdout and stderr, a read end the child gets as its last argument (the lifeline of
 :mod:`.default_load`), and a status pipe on which the server writes the child's pid, then its exit
-status once reaped, each on a line, and closes it.
+status and its peak resident memory in KiB (``wait4``'s ``ru_maxrss``) once reaped, each on a line,
+and closes it.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class Forked:
         self._open = set(self._read)
         self._killed = False
         self.returncode: int | None = None
+        self.peak_rss = 0  # bytes, once reaped: the child's peak resident memory
 
     @property
     def pid(self) -> int:
@@ -93,8 +95,8 @@ class Forked:
                     if not self._take(key.fd):
                         selector.unregister(key.fd)
         lines = self._read[self._status].split()
-        if len(lines) == 2:
-            self.returncode = int(lines[1])
+        if len(lines) == 3:
+            self.returncode, self.peak_rss = int(lines[1]), int(lines[2]) * 1024
         elif not self._killed:  # a child killed may have ended by its lifeline: how is not asked
             raise ChildProcessError("the default-load fork server ended before its child did")
         return self._text(self._stdout), self._text(self._stderr)
@@ -288,7 +290,7 @@ def _exactly(server: socket.socket, size: int) -> bytes:
 def _reap(running: dict[int, tuple[int, int]]) -> None:
     while True:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
@@ -296,7 +298,7 @@ def _reap(running: dict[int, tuple[int, int]]) -> None:
         request = next(r for r, (p, _) in running.items() if p == pid)
         _, pipe = running.pop(request)
         with contextlib.suppress(OSError):
-            os.write(pipe, b"%d\n" % os.waitstatus_to_exitcode(status))
+            os.write(pipe, b"%d %d\n" % (os.waitstatus_to_exitcode(status), usage.ru_maxrss))
         os.close(pipe)
 
 

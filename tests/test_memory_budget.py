@@ -1,0 +1,120 @@
+"""Runs in bounded memory: a default load that needs more memory than the run has is said to, with the
+figures, never called a crash of onnxruntime with a workaround for remedy (issue 34).
+
+The kernel's kill is played two ways: simulated (a child that SIGKILLs itself while the OOM counts are
+made to go up), and real, under a cgroup v1 memory limit of a few tens of MB on a model whose load needs
+more, where this machine lets a test make a memory cgroup (skipped elsewhere).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+from onnx_precision import memory
+from onnx_precision.oracle import default_load, forkserver
+from onnx_precision.oracle.default_load import DEFAULT, LoadFailure, default_load_problem
+
+KILLED_CHILD = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+
+
+def _matmul(tmp_path, width: int, dtype: int = TensorProto.FLOAT) -> str:
+    """x [1, width] @ w [width, width], w inline (its load copies it out of the proto)."""
+    w = np.full((width, width), 0.5, onnx.helper.tensor_dtype_to_np_dtype(dtype))
+    graph = h.make_graph([h.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "mm",
+                         [h.make_tensor_value_info("x", dtype, [1, width])],
+                         [h.make_tensor_value_info("y", dtype, [1, width])], [nh.from_array(w, "w")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = str(tmp_path / f"mm{width}.onnx")
+    onnx.save(model, path)
+    return path
+
+
+def _killed(monkeypatch, oom: memory.OomKill | None) -> None:
+    monkeypatch.setattr(default_load, "_child_command",
+                        lambda path, attempt, libraries: [sys.executable, "-c", KILLED_CHILD])
+    monkeypatch.setattr(memory.OomWatch, "killed", lambda self, peak=0: oom)
+
+
+def test_a_child_killed_for_memory_is_said_to_be_with_the_limit_and_no_workaround(tmp_path, monkeypatch):
+    path = _matmul(tmp_path, 16)
+    group = memory.Cgroup("/sys/fs/cgroup/memory/limited", 1)
+    _killed(monkeypatch, memory.OomKill(group, 3_000_000_000, 2_950_000_000))
+    size = memory.gigabytes(os.path.getsize(path))
+    said = default_load_problem(path)
+    assert said == ("the load at onnxruntime's default session options was not checked: the kernel "
+                    "killed it for memory at the 3.00 GB memory limit of its cgroup (/sys/fs/cgroup/memory/"
+                    "limited), "
+                    f"after it had reached 2.95 GB; the model is {size}, and at its default options "
+                    "onnxruntime's CPU provider holds an FP32 copy of each FP16 MatMul weight; load it where "
+                    "more memory is free to check it")
+    failure = LoadFailure.of(said)
+    assert failure.for_memory and failure.loads_with is None and failure.sentence == said
+    assert "SIGKILL" not in said and "ORT_ENABLE_BASIC" not in said
+
+
+def test_the_machine_s_oom_killer_is_named_as_such(tmp_path, monkeypatch):
+    _killed(monkeypatch, memory.OomKill(None, 24_000_000_000))
+    said = default_load_problem(_matmul(tmp_path, 16))
+    assert "the kernel killed it for memory at the machine's 24.0 GB of memory;" in said
+
+
+def test_a_sigkill_that_is_not_the_oom_killer_stays_a_crash(tmp_path, monkeypatch):
+    _killed(monkeypatch, None)
+    said = default_load_problem(_matmul(tmp_path, 16))
+    assert said.startswith("with default session options onnxruntime crashes (SIGKILL) loading it")
+    assert not LoadFailure.of(said).for_memory
+
+
+def test_a_load_past_the_budget_is_stopped_and_said_with_its_figures(tmp_path):
+    path = _matmul(tmp_path, 2048)  # 16.8 MB of weights, inline: onnxruntime copies them out of the proto
+    said = default_load._try(path, DEFAULT, (), budget=1)
+    assert said.startswith("the load at onnxruntime's default session options was not checked: it had "
+                           "taken ")
+    assert ", past the 0.00 GB of memory this run had available, and was stopped; the model is 0.02 GB" \
+        in said
+    assert default_load._try(path, DEFAULT, (), budget=0) == ""  # no budget: it loads
+
+
+def _cgroup_v1_parent() -> str | None:
+    """This process's memory cgroup (v1), where a test may make one beneath; None where it cannot."""
+    own = next((g for g in memory.cgroups() if g.version == 1), None)
+    if own is None or not os.access(own.path, os.W_OK):
+        return None
+    return own.path
+
+
+@pytest.mark.slow  # 3.5 s: a fork server of its own (onnxruntime imported), the load killed
+@pytest.mark.skipif(_cgroup_v1_parent() is None, reason="no writable cgroup v1 memory controller here")
+def test_a_child_the_kernel_kills_at_a_cgroup_limit_is_reported_as_memory(tmp_path, monkeypatch):
+    path = _matmul(tmp_path, 4096)  # 67 MB of weights inline: the load holds them twice
+    folder = os.path.join(str(_cgroup_v1_parent()), f"onnx-precision-test-{os.getpid()}")
+    os.mkdir(folder)
+    server = forkserver.Server()
+    try:
+        with open(os.path.join(folder, "memory.limit_in_bytes"), "w") as f:
+            f.write(str(48 << 20))
+        with open(os.path.join(folder, "cgroup.procs"), "w") as f:
+            f.write(str(server.process.pid))  # its children, the loads, are forked into the cgroup
+        monkeypatch.setattr(forkserver, "_SERVER", server)
+        said = default_load_problem(path)
+    finally:
+        server.close()
+        for _ in range(50):  # the cgroup is removable once the server has gone
+            try:
+                os.rmdir(folder)
+                break
+            except OSError:
+                time.sleep(0.02)
+    assert said.startswith("the load at onnxruntime's default session options was not checked: the kernel "
+                           f"killed it for memory at the 0.05 GB memory limit of its cgroup ({folder}), "
+                           "after it had reached ")
