@@ -43,6 +43,7 @@ from .plan import PrecisionPlan
 from .rewriter import PROVENANCE
 from .target import GENERIC, UNMEASURED, Measured, Target, recorded_target, registry_like
 from .tradeoff import worst_output_text
+from .typing_rules import tensor_types
 
 if TYPE_CHECKING:  # onnxruntime: only a measuring run loads it
     from .oracle import Emulator
@@ -84,11 +85,11 @@ class RuntimeVerdict:
     first: FirstFailure | None = None  # None: passed, or no node was found where the error appears
     as_run: bool = False  # the run's own target, judged as the run did (its proofs); else every sum checked
 
-    def text(self) -> str:
-        """"webgpu (first: node 'x' (MatMul) makes 4 NaN/Inf from finite inputs)"."""
-        if self.passed:
-            return self.runtime
-        return f"{self.runtime} ({'first: ' + self.first.describe() if self.first else self.worst})"
+    @property
+    def detail(self) -> str:
+        """What a failing runtime's verdict says beyond its name: the first node where its error appears
+        ("first: node 'x' (MatMul) makes 4 NaN/Inf from finite inputs"), else its worst output."""
+        return "" if self.passed else f"first: {self.first.describe()}" if self.first else self.worst
 
     def to_json(self) -> dict:
         return {"runtime": self.runtime, "passed": self.passed, "worst": self.worst,
@@ -117,17 +118,22 @@ class RuntimeTable:
         return tuple(v for v in self.verdicts if not v.passed)
 
     def line(self) -> str:
-        """Which runtimes the plan holds on and which it fails on, each failure with its first node:
-        "holds on: generic, tensorrt 10.8; fails on: webgpu (first: node 'x' (MatMul) makes ...)"."""
-        parts = [f"holds on: {', '.join(v.runtime for v in self.holds)}" if self.holds else "holds on none",
-                 *([f"fails on: {', '.join(v.text() for v in self.fails)}"] if self.fails else [])]
-        return "; ".join(parts)
+        """Which runtimes the plan holds on and which it fails on, the runtimes failing alike together with
+        their first node: "holds on: generic, tensorrt 10.8; fails on: webgpu, openvino-gpu (first: node
+        'x' (MatMul) makes 16 NaN/Inf from finite inputs)"."""
+        alike: dict[str, list[str]] = {}
+        for v in self.fails:
+            alike.setdefault(v.detail, []).append(v.runtime)
+        fails = "; ".join(f"{', '.join(names)} ({detail})" for detail, names in alike.items())
+        return self._holds() + (f"; fails on: {fails}" if fails else "")
 
     def short(self) -> str:
         """:meth:`line` without the failures' detail (the ``next:`` line's)."""
-        parts = [f"holds on: {', '.join(v.runtime for v in self.holds)}" if self.holds else "holds on none",
-                 *([f"fails on: {', '.join(v.runtime for v in self.fails)}"] if self.fails else [])]
-        return "; ".join(parts) + " (emulated on the samples)"
+        fails = ", ".join(v.runtime for v in self.fails)
+        return self._holds() + (f"; fails on: {fails}" if fails else "") + " (emulated on the samples)"
+
+    def _holds(self) -> str:
+        return f"holds on: {', '.join(v.runtime for v in self.holds) or 'none'}"
 
     def to_json(self) -> list[dict]:
         return [v.to_json() for v in self.verdicts]
@@ -147,13 +153,14 @@ def judge(written: str | ModelContext, model: ModelContext, basis: Basis, own: C
 
     started, sessions, probes = time.perf_counter(), 0, 0
     fp32 = Emulator(model)  # the FP32 side of every failing runtime's inspection: its sessions shared
+    read = Written.of(written, model.custom_op_libraries)  # read once, emulated once per runtime
     # runtimes that spell the written model alike (no op it builds from layers, no sum it keeps in FP16)
     # compute alike: judged once
     judged_by: dict[bytes, tuple[Comparison, FirstFailure | None]] = {}
     verdicts = []
     for target in registry_like(model.target):
         as_run = target is model.target
-        runner = WrittenRunner(written, model, target, basis.measured if as_run else UNMEASURED, fp32)
+        runner = WrittenRunner(read, fp32, target, basis.measured if as_run else UNMEASURED)
         if runner.spelled not in judged_by:
             comparison = own if as_run and own is not None else judged(runner, basis)
             first = None if comparison.passed else first_failure(runner, basis)
@@ -229,10 +236,39 @@ def judged_as(candidate_path: str, given: Target, recorded: bool = True) -> Judg
 WRITTEN = PrecisionPlan({})
 
 
+@dataclass(frozen=True)
+class Written:
+    """A written model as the runtimes' runners read it, once: its proto (a file's weights left in the file,
+    :func:`.context.read_written`), the folder its data is read from, the custom-op libraries its sessions
+    register."""
+
+    model: onnx.ModelProto
+    base_dir: str
+    libraries: tuple[str, ...] = ()
+
+    @staticmethod
+    def of(written: str | ModelContext, libraries: tuple[str, ...] = ()) -> Written:
+        """The file ``written`` read, or the model written in memory."""
+        if isinstance(written, ModelContext):
+            return Written(written.model, written.base_dir, libraries)
+        return Written(*read_written(written), libraries)
+
+    @cached_property
+    def types(self) -> Mapping[str, onnx.TypeProto]:
+        """Every value's type: the written model's, whatever the runtime it is emulated on."""
+        return tensor_types(self.model)
+
+    @cached_property
+    def inputs_low(self) -> Mapping[str, LowPrecision]:
+        """The 16-bit graph inputs, by name, with their type."""
+        return {vi.name: LOW_TYPES[vi.type.tensor_type.elem_type] for vi in self.model.graph.input
+                if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type in LOW_TYPES}
+
+
 class WrittenRunner:
-    """A written model emulated on ``target`` (its sums spelled as ``measured``), as a plan runner
-    (:class:`~.oracle.PlanRunner`): any plan runs the written model as it is; None, the FP32 ``model`` (on
-    ``fp32``, an emulator of it, which runners of one model share). It can look inside
+    """The written model emulated on ``target`` (its sums spelled as ``measured``), as a plan runner
+    (:class:`~.oracle.PlanRunner`): any plan runs the written model as it is; None, the FP32 model (on
+    ``fp32``, an emulator of it, which the runners of one model share). It can look inside
     (:class:`~.oracle.inspection.Inspectable`, for :func:`first_failure`): each side captures the tensors
     of a chunk of the FP32 model's that it holds, by the written model's names; nodes, order and producers
     are the written model's."""
@@ -241,25 +277,13 @@ class WrittenRunner:
     inspection = None  # it is inspectable itself, as a written model against its FP32 model
     switchable: frozenset[str] = frozenset()  # no plan changes what it runs
 
-    def __init__(self, written: str | ModelContext, model: ModelContext, target: Target,
-                 measured: Measured = UNMEASURED, fp32: Emulator | None = None) -> None:
-        from .oracle import Emulator, emulate_model
+    def __init__(self, written: Written, fp32: Emulator, target: Target, measured: Measured = UNMEASURED,
+                 ) -> None:
+        from .oracle import emulate_model
 
-        self.fp32 = Emulator(model) if fp32 is None else fp32  # builds nothing until it runs
-        if isinstance(written, ModelContext):
-            proto, self.base_dir = written.model, written.base_dir
-        else:
-            proto, self.base_dir = read_written(written)
-        # the nodes as written (names, order, producers), before the emulation spells them
-        self.nodes = tuple(_copy(n) for n in proto.graph.node)
-        self.inputs_low: dict[str, LowPrecision] = {
-            vi.name: LOW_TYPES[vi.type.tensor_type.elem_type] for vi in proto.graph.input
-            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type in LOW_TYPES}
-        # a file read for this alone is emulated in place (its weights stay in the file)
-        self.emulated = emulate_model(proto, self.base_dir, target,
-                                      in_place=not isinstance(written, ModelContext), measured=measured)
-        self.libraries = model.custom_op_libraries
-        self.low = target.low
+        self.written, self.fp32, self.low = written, fp32, target.low
+        self.emulated = emulate_model(written.model, written.base_dir, target, measured=measured,
+                                      types=written.types)
         self.outputs = tuple(o.name for o in self.emulated.graph.output)
         self.held = frozenset(o for n in self.emulated.graph.node for o in n.output if o)
         # what the target's spelling made of the written model (the weights are the model's, whatever it)
@@ -291,7 +315,8 @@ class WrittenRunner:
                 exposed = onnx.ModelProto()
                 exposed.CopyFrom(self.emulated)
                 exposed.graph.output.extend(onnx.ValueInfoProto(name=n) for n in chunk)
-            self._session = (chunk, make_session(exposed, self.base_dir, custom_op_libraries=self.libraries))
+            base_dir, libraries = self.written.base_dir, self.written.libraries
+            self._session = (chunk, make_session(exposed, base_dir, custom_op_libraries=libraries))
             self.sessions_built += 1
         fetched = list(self.outputs + chunk)
         values = cancel.run(self._session[1], fetched, cast_feed(feed, input_dtypes(self.emulated)))
@@ -300,20 +325,20 @@ class WrittenRunner:
 
     # --- what an inspection asks (Inspectable) ------------------------------------------------------------
 
-    @cached_property
+    @property
     def model(self) -> onnx.ModelProto:
-        """The written model's nodes, as the inspection walks them (no weights)."""
-        return onnx.ModelProto(graph=onnx.GraphProto(node=self.nodes))
+        """The written model, whose nodes the inspection walks."""
+        return self.written.model
 
     @cached_property
     def producers(self) -> Mapping[str, str]:
-        return {o: n.name for n in self.nodes for o in n.output if o}
+        return {o: n.name for n in self.written.model.graph.node for o in n.output if o}
 
     def made(self, name: str) -> onnx.NodeProto:
         """The node that made what node ``name`` shows: itself, or for a Cast between precisions that the
         FP32 model does not have (a written model's, reading a tensor the FP32 model does not name either:
         a fused LayerNormalization's output), the nearest node upstream that is not such a Cast."""
-        nodes = {n.name: n for n in self.nodes}
+        nodes = {n.name: n for n in self.written.model.graph.node}
         node, own = nodes[name], self.fp32.ctx.node_ops
         while node.op_type == "Cast" and node.name not in own and node.input[0] in self.producers:
             node = nodes[self.producers[node.input[0]]]
@@ -326,11 +351,5 @@ class WrittenRunner:
         return None  # two models, not two plans of one: compared chunk by chunk
 
     def fed_value(self, plan: PrecisionPlan | None, name: str, value: np.ndarray) -> np.ndarray:
-        low = self.inputs_low.get(name) if plan is not None else None
+        low = self.written.inputs_low.get(name) if plan is not None else None
         return value if low is None else low.round(value)
-
-
-def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
-    copy = onnx.NodeProto()
-    copy.CopyFrom(node)
-    return copy

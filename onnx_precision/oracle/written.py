@@ -24,7 +24,8 @@ from .rounding import FLOAT, Names, elem_types, round_nodes
 
 
 def emulate_model(model: onnx.ModelProto, base_dir: str, target: Target = GENERIC,
-                  in_place: bool = False, measured: Measured = UNMEASURED) -> onnx.ModelProto:
+                  in_place: bool = False, measured: Measured = UNMEASURED,
+                  types: Mapping[str, onnx.TypeProto] | None = None) -> onnx.ModelProto:
     """The FP32 graph of an FP16/BF16/mixed ``model`` that rounds every 16-bit tensor to its type.
 
     16-bit graph inputs become FP32 inputs rounded on entry; 16-bit initializers and constants become
@@ -34,15 +35,17 @@ def emulate_model(model: onnx.ModelProto, base_dir: str, target: Target = GENERI
     target that builds an FP16 node from several layers (TensorRT), the node is emulated as them; one
     that sums in FP16 checks each sum but those ``measured`` proves in range (the run that wrote it).
     ``in_place``: ``model`` itself becomes the emulation (a model read for it alone: no copy of it).
+    ``types``: every value's type in ``model``, where the caller has them (one model emulated for several
+    targets), else inferred here.
     """
-    types = elem_types(model)
+    elems = elem_types(model, types)
     out = model if in_place else onnx.ModelProto()
     if not in_place:
         out.CopyFrom(model)
     inline_small_external(out, base_dir)
     names = Names(out)
-    layers = target.emulation.spelling(out, base_dir, None, names.fresh, measured)
-    _emulate_graph(out.graph, types, names, base_dir, layers, is_main=True)
+    layers = target.emulation.spelling(out, base_dir, types, names.fresh, measured)
+    _emulate_graph(out.graph, elems, names, base_dir, layers, is_main=True)
     return out
 
 
