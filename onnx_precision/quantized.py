@@ -87,13 +87,15 @@ class IntegerOp:
 
 
 # The ops whose compute is integer, one row each (and every QLinear* op: :func:`_is_integer_op`).
-# QLinearConv and QLinearMatMul take their input's scale and zero point before their weight.
+# QLinearConv and QLinearMatMul take their input's scale and zero point before their weight;
+# onnxruntime's DynamicQuantizeLSTM quantizes its float input at run time and multiplies it by int8 weights
+# (W, then R: the LSTM's own inputs), computing as an LSTM.
 INTEGER_OPS: Mapping[str, IntegerOp] = {
     "MatMulInteger": IntegerOp("MatMul", 1), "ConvInteger": IntegerOp("Conv", 1),
     "QLinearMatMul": IntegerOp("MatMul", 3), "QLinearConv": IntegerOp("Conv", 3),
     "DynamicQuantizeLinear": IntegerOp(), "DynamicQuantizeMatMul": IntegerOp(),
     "MatMulIntegerToFloat": IntegerOp(), "QGemm": IntegerOp(), "QAttention": IntegerOp(),
-    "QOrderedMatMul": IntegerOp()}
+    "QOrderedMatMul": IntegerOp(), "DynamicQuantizeLSTM": IntegerOp("LSTM", 1)}
 
 
 @dataclass(frozen=True)

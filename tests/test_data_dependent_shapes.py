@@ -97,6 +97,7 @@ def test_the_default_convert_pins_what_flips_the_rounding_and_passes(tmp_path, c
     assert "FP32 pins (3): predictor (search), round (search), to_int (type)" in printed
     assert any(line.startswith("before: FAIL") and line.endswith("shape [11] is not FP32's [10])")
                for line in printed)
+    assert "diffuse rounding noise" not in captured.out + captured.err
 
 
 def test_check_fails_an_output_whose_shape_differs_with_every_figure_saying_so(tmp_path, capsys):

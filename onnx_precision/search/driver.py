@@ -39,10 +39,10 @@ Progress = Callable[[str, int, int, "float | None"], None]
 # Probe budget when the all-FP16 error is diffuse noise and the user set none: enough to find a
 # few pins that matter, and to draw the trade-off, without hundreds of probes for a few 1e-3.
 DIFFUSE_PROBES = 24
-# Ops whose FLOPs grow with a contraction depth: pinned last, un-pinned first. The integer ones are
-# those whose float twin is one (quantized.INTEGER_OPS).
+# Ops whose FLOPs grow with a contraction depth: pinned last, un-pinned first (a recurrent op's gates are
+# two matrix products a step). The integer ones are those whose float twin is one (quantized.INTEGER_OPS).
 _FLOAT_CONTRACTIONS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "Attention",
-                                 "MultiHeadAttention"})
+                                 "MultiHeadAttention", "LSTM", "GRU", "RNN"})
 CONTRACTIONS = _FLOAT_CONTRACTIONS | {op for op, row in INTEGER_OPS.items()
                                      if row.twin in _FLOAT_CONTRACTIONS}
 
@@ -125,8 +125,9 @@ def widen_order(ranked: Sequence[str], ops: Mapping[str, str]) -> list[str]:
 
 def is_diffuse(flagged: Mapping[str, object], layer: LayerwiseResult, before: Comparison) -> bool:
     """Whether the all-FP16 error looks like rounding noise rather than a breakage: no rule or range
-    flag, no output turned non-finite, and no node where the error starts by turning non-finite."""
-    if flagged or any(m.new_nonfinite for m in before.outputs):
+    flag, no output turned non-finite, no shape changed by a flipped decision, and no node where the
+    error starts by turning non-finite."""
+    if flagged or layer.shape_changes or any(m.new_nonfinite for m in before.outputs):
         return False
     return not any(layer.nodes[n].new_nonfinite for n in layer.first_divergence if n in layer.nodes)
 
