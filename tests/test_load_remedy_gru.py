@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import pytest
 from onnx import TensorProto
 from onnx import helper as h
 from onnx import numpy_helper as nh
-from test_load_remedy import NCHWC_OFF, gru_denoiser
+from test_load_remedy import NCHWC_OFF, _crash_while_fp16, gru_denoiser
 
 from onnx_precision.cli import main
 from onnx_precision.context import ModelContext
@@ -51,8 +50,6 @@ def gru_between_transposes() -> onnx.ModelProto:
     return model
 
 
-@pytest.mark.slow  # 3.4 s: 7 onnxruntime loads in children (the crash, the default load and its workaround,
-# three of the remedy's, the remedy's default load)
 def test_the_gru_denoiser_written_fp16_loads_with_its_last_transpose_fp32(tmp_path, capsys):
     """Real onnxruntime: the model written all FP16 crashes at default options; the run pins the Transpose
     between the GRU and the MatMul and exits 0, where it exited 3 with "FP32 pins: none"."""
@@ -83,3 +80,20 @@ def test_the_pins_widen_to_the_op_kinds_the_failing_optimiser_rewrites():
         ("Transpose_5", "Transpose_9", "Transpose_13"),
         ("Conv_1", "Relu_2", "Conv_3", "Relu_4", "Transpose_5", "Transpose_9", "Add_11", "Sigmoid_12",
          "Transpose_13", "Mul_14"))
+
+
+def test_a_crash_no_pin_set_avoids_says_which_pin_sets_were_tried(tmp_path, capsys, monkeypatch):
+    """A crash while the MatMul reads FP16 (a kind NchwcTransformer does not rewrite): exit 3 as before,
+    and a note names the pin sets tried, up to the remedy's bound of loads (3 here; 8 in a run)."""
+    from onnx_precision.convert import written_check
+
+    monkeypatch.setattr(written_check, "MAX_LOADS", 3)
+    path, out = str(tmp_path / "denoiser.onnx"), str(tmp_path / "o.onnx")
+    onnx.save(gru_denoiser(), path)
+    _crash_while_fp16(monkeypatch, "MatMul_10")
+    assert main(["convert", path, "-o", out]) == 3
+    stdout = capsys.readouterr().out
+    assert "FP32 pins: none" in stdout
+    assert ("note: the load remedy tried FP32 pins against the FP16 model's load failure, 3 set(s): "
+            "{Transpose_5} (does not load); {Relu_2, Relu_4} (does not load); {Relu_2, Relu_4, Transpose_5} "
+            "(does not load); none loads\n") in stdout

@@ -331,12 +331,14 @@ def _load_remedy(ctx: ModelContext, result: RewriteResult, verification: Verific
                  ) -> tuple[RewriteResult, Verification, AutoResult]:
     """Where the target runs on onnxruntime and it cannot load the written model at its default
     options: the first rewrite with more FP32 pins that loads (:func:`.load_remedies`) and passes as
-    the first did, written in its place, its pins said in a note; else ``result`` as it was."""
+    the first did, written in its place, its pins said in a note; else ``result`` as it was, and a note
+    of the pins tried."""
     first = conversion_status(auto_result, verification, ctx.target)[0]
     if first != "ort-load-failed":
         return result, verification, auto_result
     started, tried = time.perf_counter(), 0
-    for remedy in load_remedies(ctx, result, verification.default_load):
+    search = load_remedies(ctx, result, verification.default_load)
+    for remedy in search:
         tried += 1
         staged = destination.write(ctx, remedy.result)
         checked = verify(ctx, staged, auto_result, options, PhaseCost("write", 0.0))
@@ -347,7 +349,10 @@ def _load_remedy(ctx: ModelContext, result: RewriteResult, verification: Verific
                     replace(auto_result, notes=notes))
     if tried:  # the model first written goes back in place
         destination.write(ctx, result)
-    return result, verification, auto_result
+    said = search.note(ctx.target.low.name)
+    phases = (PhaseCost("load remedy", time.perf_counter() - started),) if search.tried else ()
+    return (result, replace(verification, phases=verification.phases + phases),
+            replace(auto_result, notes=auto_result.notes + (said,)) if said else auto_result)
 
 
 def _costs(phases: tuple[PhaseCost, ...]) -> tuple[int, int]:

@@ -6,7 +6,8 @@ is the check of what the rewriter wrote, which tells the user's model at fault f
 fault. :func:`load_remedies` answers a written model that onnxruntime cannot load at its default
 options (:mod:`onnx_precision.oracle.default_load`) with the same plan and a few more FP32 pins, the
 nodes of the pattern that fails, widened to the op kinds its optimiser rewrites (:func:`pin_sets`): a
-model every consumer loads as it is, instead of a session option each must set.
+model every consumer loads as it is, instead of a session option each must set; where none loads, the
+run says which pins it tried.
 """
 
 from __future__ import annotations
@@ -111,10 +112,10 @@ class LoadSearch:
     """The search :func:`load_remedies` runs, iterated: each pin set of :func:`pin_sets` in turn written with
     ``written``'s plan and loaded by onnxruntime at its default options in a child process; one that loads
     is shrunk (halves of it tried, while one loads) and yielded, the fewest pins that load. At most
-    :data:`MAX_LOADS` loads in all; :attr:`tried` holds every set loaded and whether it loaded. A model
-    whose weights are in files (a model file read light, :func:`..storage.load_light`) is handed to the
-    child with them inline (:func:`..storage.inline_copy`); none is tried when they would pass protobuf's
-    limit."""
+    :data:`MAX_LOADS` loads in all; :attr:`tried` holds every set loaded and whether it loaded, so that a
+    run none of whose remedies it takes says what was tried (:meth:`note`). A model whose weights are in
+    files (a model file read light, :func:`..storage.load_light`) is handed to the child with them inline
+    (:func:`..storage.inline_copy`); none is tried when they would pass protobuf's limit."""
 
     def __init__(self, ctx: ModelContext, written: RewriteResult, problem: str,
                  write: Callable[[PrecisionPlan], RewriteResult]) -> None:
@@ -169,3 +170,29 @@ class LoadSearch:
             else:
                 return pins, pinned
         return pins, pinned
+
+    def note(self, low: str) -> str:
+        """What a run says where it took no remedy (``low``: the 16-bit type's name): the pin sets tried and
+        that none loads, or that those that load fail the verification; or why none was tried."""
+        if not self.tried:
+            from ..oracle.default_load import PATTERNS
+
+            optimizer = self.failure.optimizer or "not known"
+            if not self.fits:
+                why = "its weights inline, as a child load takes them, would pass protobuf's 2 GB"
+            elif optimizer in PATTERNS:
+                why = f"no 16-bit node is of a kind {optimizer} rewrites"
+            else:
+                why = f"onnxruntime names no node; no pattern of the failing optimiser ({optimizer}) is known"
+            return f"no FP32 pins were tried against the {low} model's load failure: {why}"
+        listed = "; ".join(_pins_text(pins) + ("" if loaded else " (does not load)") for pins, loaded in
+                           self.tried)
+        outcome = "none loads" if not any(loaded for _, loaded in self.tried) else \
+            "those that load fail the verification"
+        return (f"the load remedy tried FP32 pins against the {low} model's load failure, "
+                f"{len(self.tried)} set(s): {listed}; {outcome}")
+
+
+def _pins_text(pins: tuple[str, ...], shown: int = 4) -> str:
+    more = f", and {len(pins) - shown} more" if len(pins) > shown else ""
+    return "{" + ", ".join(pins[:shown]) + more + "}"
