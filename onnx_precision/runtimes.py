@@ -176,7 +176,15 @@ def judge(written: str | ModelContext, model: ModelContext, basis: Basis, own: C
 
 def judged(runner: WrittenRunner, basis: Basis) -> Comparison:
     """The written model ``runner`` runs, on the basis' samples, judged by it as the verification judges it:
-    one forward pass per sample."""
+    one forward pass per sample, or a generation's over its first steps (the search's horizon, as its plans
+    were judged: a whole generation on each runtime would cost the verification's as many times; each
+    sample teacher-forced, stopped at its first failing step: :meth:`.basis.Basis.generation_runner`)."""
+    if basis.generation is not None:
+        from .generation import HORIZON
+        from .generation.written import judge as judge_generation
+
+        steps = basis.generation_runner(runner).within(min(HORIZON, basis.generation.steps))
+        return judge_generation(steps, WRITTEN, basis.samples.feeds, basis.references, basis.tolerances)[0]
     from .judge import compare_by_shape
     from .oracle import OracleRun
     from .oracle.verify import only_reference_outputs
@@ -193,7 +201,7 @@ def first_failure(runner: WrittenRunner, basis: Basis) -> FirstFailure | None:
     candidate whose tensors the FP32 model does not name)."""
     from . import oracle
 
-    result = oracle.layerwise(runner, WRITTEN, basis.samples.feeds, basis.tolerance)
+    result = oracle.layerwise(runner, WRITTEN, basis.forward.feeds, basis.tolerance)
     name = next(iter(result.first_divergence), None)
     if name is None:
         return None

@@ -25,6 +25,15 @@ model, still come from the emulation.
      and shrinks to a 1-minimal set. A plan passes only if every sample passes.
 ``static``: steps 1-2 plus the rule and range candidates pinned, no search (a fast first look;
 the report says whether that plan happens to pass).
+
+A generation (a decoder, a streaming model: :mod:`onnx_precision.generation`) is judged whole: the
+reference is each sample's FP32 generation, run once; the ranges, the sums and the layerwise ranking are
+measured on each sample's first and last steps' feeds (what grows with the steps shows there, and the
+headroom pins keep it FP32 before anything is searched); every plan runs the generation teacher-forced by
+the reference's tokens, and stops at its first step out of tolerance. The search judges its plans over
+the first :data:`~onnx_precision.generation.HORIZON` steps (a passing plan costs that many, not K + 1);
+the plan it chooses is then judged over all K, and where it fails at step k the search runs again over a
+horizon past k (:func:`_over_horizons`).
 """
 
 from __future__ import annotations
@@ -37,13 +46,24 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .. import policy
-from ..basis import AS_GIVEN, DEFAULT_HEADROOM, Basis, judged, sums
+from ..basis import (
+    AS_GIVEN,
+    DEFAULT_HEADROOM,
+    Basis,
+    forward_samples,
+    generation_in,
+    generations,
+    judged,
+    sums,
+)
 from ..context import ModelContext
 from ..costs import Clock, Counted
 from ..data import Samples
 from ..errors import InternalError
 from ..float_types import LowPrecision
 from ..flops import flop_shares
+from ..generation import HORIZON, GenerationRunner, failing_step
+from ..generation.verdict import length_pins
 from ..judge import Comparison, Tolerance
 from ..options import Judging
 from ..oracle import Emulator, Inspection, LayerwiseResult, PlanRunner, ReferenceResult
@@ -86,25 +106,34 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples, j
     layerwise ranking come from the emulation. ``profile_max``: the deployment profile's largest input
     shapes, where they pass the samples' (:mod:`onnx_precision.policy.shape_headroom`). Where the target
     has a fallback type (auto mode), the FP32 pins are tried in it first
-    (:mod:`onnx_precision.search.fallback`).
+    (:mod:`onnx_precision.search.fallback`). A generation's samples
+    (:func:`~onnx_precision.basis.run_samples`) are judged over the whole generation (see the module
+    docstring).
     """
     clock = Clock(progress)
     with clock.phase("reference") as phase:
-        found = sums(ctx, samples, headroom)
+        generation = generation_in(samples)
+        generated = None if generation is None else generations(ctx, samples.feeds, generation)
+        # what one forward pass measures (ranges, sums, layerwise, FLOPs) runs on the samples, or on a
+        # generation's first and last steps
+        forward = samples if generated is None else forward_samples(samples, generated.forward)
+        found = sums(ctx, forward, headroom)
         emulator = Emulator(ctx, measured=found.measured)
-        runner = emulator if runner is None else runner
-        inspection = runner.inspection or emulator.inspection
+        plain = emulator if runner is None else runner
+        inspection = plain.inspection or emulator.inspection
         user = policy.resolve(ctx, base_plan)
-        reference = inspection.reference(samples)
+        reference = inspection.reference(forward)
         # its FP32 outputs are the model's (sessions without graph optimisations compute the same): the
-        # basis is judged on them, with no run of its own
-        basis = judged(ctx, samples, judging, found, reference.outputs)
-        counted = _Counted((emulator, runner), found.sessions)
+        # basis is judged on them, with no run of its own (a generation's, on its reference generations)
+        basis = judged(ctx, samples, judging, found, reference.outputs if generated is None else generated)
+        runner = plain if generated is None else basis.generation_runner(plain)
+        counted = _Counted((emulator, plain), found.sessions + (generated.sessions if generated else 0))
         phase.count(counted, probes=1)
     bounds = found.bounds
-    shapes = {k: np.shape(v) for k, v in samples.feeds[0].items()} if samples.feeds else {}
+    first = forward.feeds[0] if forward.feeds else None
+    shapes = {k: np.shape(v) for k, v in first.items()} if first is not None else {}
     # and the feed: an If on an input (Silero VAD's sample rate) counts the branch it takes
-    shares = flop_shares(ctx, shapes, samples.feeds[0] if samples.feeds else None)
+    shares = flop_shares(ctx, shapes, first)
     share = FlopShare(ctx, shares)
     run = _Run(mode, headroom, clock, counted, reference, _node_stats(ctx, reference.stats), basis, share,
                ctx.target.fallback, progress)
@@ -115,9 +144,14 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples, j
                                   "the FP32 model itself produces NaN/Inf"))
 
     pins = policy.headroom_pins(ctx, user, reference.stats, headroom)
-    pins.update({n: r for n, r in policy.decoder_pins(ctx, user, reference.stats).items() if n not in pins})
-    largest = policy.largest({k: [np.shape(f[k]) for f in samples.feeds] for k in samples.feeds[0]}
-                             if samples.feeds else {})
+    pins.update({n: r for n, r in policy.decoder_pins(ctx, user, reference.stats, generation).items()
+                 if n not in pins})
+    if generated is not None:  # --max-length: the states the bound says break before it
+        pinned = user.with_fp32_reasons({node: (reason,) for node, reason in pins.items()})
+        pins.update({n: r for n, r in length_pins(ctx, pinned, generated.generation, generated.runs,
+                                                  ctx.target.low).items() if n not in pins})
+    largest = policy.largest({k: [np.shape(f[k]) for f in forward.feeds] for k in forward.feeds[0]}
+                             if forward.feeds else {})
     if profile_max:
         grown = policy.shape_headroom_pins(ctx, user, reference.stats, largest, profile_max, headroom)
         grown.update(policy.accumulation_pins(ctx, user, bounds, largest, profile_max, headroom))
@@ -129,8 +163,8 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples, j
         before = prober.comparison(user)
         phase.count(counted, probes=1)
     start = _Start(user, base, flagged, before)
-    chosen = _static(run, prober, start) if mode == "static" else _search(run, prober, ctx, start, inspection,
-                                                                         runner, progress, budget)
+    chosen = _static(run, prober, start) if mode == "static" else _over_horizons(
+        run, prober, ctx, start, inspection, runner, progress, budget)
     return replace(chosen, notes=chosen.notes + _size_bound(ctx, chosen.plan, bounds, largest))
 
 
@@ -306,7 +340,7 @@ def _search(run: _Run, prober: Prober, ctx: ModelContext, start: _Start, inspect
         return run.finish(_Ending(plan, PASSED, "", before, after, measured=measured,
                                   unsearched=_nothing_to_search(user, plan), notes=notes))
     with clock.phase("layerwise") as phase:
-        layer = inspection.layerwise(base, run.basis.samples)
+        layer = inspection.layerwise(base, run.basis.forward)
         phase.count(run.counted, probes=1)
     with clock.phase("switch graph") as phase:
         # many plans follow: the emulation's switch graph, or baked sessions; a plan given with BF16
@@ -340,6 +374,45 @@ def _search(run: _Run, prober: Prober, ctx: ModelContext, start: _Start, inspect
     if not after.passed:  # the search keeps only sets that passed: this would be an oracle bug
         raise InternalError("the searched plan passed during the search but fails on re-evaluation")
     return run.finish(_Ending(plan, PASSED, found.message, before, after, found, layer, notes=notes))
+
+
+def _over_horizons(run: _Run, prober: Prober, ctx: ModelContext, start: _Start, inspection: Inspection,
+                   runner: PlanRunner, progress: Progress | None, budget: SearchBudget) -> AutoResult:
+    """:func:`_search` (``prober`` and ``runner`` judge the whole generation, or one forward pass), for a
+    generation over a horizon: its plans judged over the first
+    :data:`~onnx_precision.generation.HORIZON` steps, the plan chosen over all of them; where that fails at
+    step k, searched again over twice as many steps as k (at most all), until the plan chosen passes or the
+    horizon is every step."""
+    generation = run.basis.generation
+    if generation is None or not isinstance(runner, GenerationRunner):
+        return _search(run, prober, ctx, start, inspection, runner, progress, budget)
+    steps = generation.steps
+    horizon = min(HORIZON, steps)
+    tried: list[str] = []
+    while True:
+        within = runner.within(horizon)
+        found = _search(run, prober.on(within), ctx, start, inspection, within, progress, budget)
+        if not found.passed or horizon == steps:
+            return replace(found, notes=found.notes + _horizon_note(tried, horizon, steps))
+        if found.after is not None and len(found.after.outputs) == len(runner.outputs):
+            return found  # the plan to start from, judged whole already ("before"): nothing searched
+        with run.clock.phase("generation") as phase:
+            whole = prober.comparison(found.plan)
+            phase.count(run.counted, probes=1)
+        failing = failing_step(whole)
+        if failing is None:
+            return replace(found, after=whole, phases=run.clock.phases(),
+                           notes=found.notes + _horizon_note(tried, horizon, steps))
+        tried.append(f"the plan chosen over steps 0-{horizon} failed at step {failing} "
+                     f"({whole.failure()})")
+        horizon = min(steps, 2 * max(horizon, failing))
+
+
+def _horizon_note(tried: list[str], horizon: int, steps: int) -> tuple[str, ...]:
+    """What the search's horizon was, and why it grew."""
+    judged = (f"plans were judged over the generation's steps 0-{horizon} (the search's horizon)"
+              + (f", the plan chosen over all {steps}" if horizon < steps else ""))
+    return ("; ".join(tried + [judged]),)
 
 
 def _fallen_back(run: _Run, prober: Prober, plan: PrecisionPlan, tried: tuple[PlanPoint, ...],

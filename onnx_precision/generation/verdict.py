@@ -23,11 +23,12 @@ import numpy as np
 import onnx
 
 from ..context import ModelContext
+from ..errors import InternalError
 from ..float_types import FP16, LOW_TYPES, LowPrecision
 from ..judge import Comparison
 from ..plan import PrecisionPlan, Reason
 from ..typing_rules import elem_type
-from .bound import HoldBound, hold_bound
+from .bound import Growth, HoldBound, hold_bound
 from .description import Generation
 from .runner import GenerationRun, failing_step, split_step_name
 from .tokens import TokenAgreement, token_agreement
@@ -35,6 +36,24 @@ from .tokens import TokenAgreement, token_agreement
 # A reference token whose top-1 logit leads the runner-up by less than this many times the plan's largest
 # logit error could be flipped by that error: the free-running comparison stops counting there.
 CLEAR_MARGIN = 2.0
+# The steps a fit needs before its extrapolation decides anything (a --max-length pin, or a failure): over
+# 4 steps tiny_llama's cache entries fit a geometric growth (x1.42 a step, past 65504 at ~41 tokens) that
+# 64 steps show flat. A value measured past the limit, or positions (exact), decide whatever the steps.
+MIN_FIT_STEPS = 8
+
+
+def decisive(growth: Growth) -> bool:
+    """Whether ``growth``'s step past its limit is measured, exact (positions) or fitted over enough steps
+    (:data:`MIN_FIT_STEPS`) to act on."""
+    span = growth.window[1] - growth.window[0] + 1
+    return growth.over_at is not None and (growth.model == "measured" or growth.kind == "position"
+                                           or span >= MIN_FIT_STEPS)
+
+
+def decisive_limit(bound: HoldBound) -> tuple[int, Growth] | None:
+    """The length at which the soonest decisive growth of ``bound`` breaks, with it (None: none does)."""
+    found = next((g for g in bound.growths if decisive(g)), None)
+    return None if found is None or found.over_at is None else (bound.start + found.over_at, found)
 
 
 @dataclass(frozen=True)
@@ -67,8 +86,12 @@ class GenerationVerdict:
 
     @property
     def holds(self) -> bool:
-        """Whether the plan holds to ``--max-length`` (or the config's), where one is asked."""
-        return self.max_length is None or (self.failing is None and self.bound.holds(self.max_length))
+        """Whether the plan holds to ``--max-length`` (or the config's), where one is asked, as far as the
+        steps judged can tell (:func:`decisive`)."""
+        if self.max_length is None:
+            return True
+        limit = decisive_limit(self.bound)
+        return self.failing is None and (limit is None or self.max_length < limit[0])
 
     def lines(self) -> list[str]:
         """The summary's lines: "generation: decoder: 2 KV pairs fed back, greedy, 64 steps (optimum names)",
@@ -88,14 +111,21 @@ class GenerationVerdict:
     def length_text(self) -> str:
         """Whether the plan holds to the length asked."""
         asked = f"--max-length {self.max_length}"
+        if self.failing is not None:
+            return f"{asked}: the plan fails within the steps judged"
+        first, decided = self.bound.first, decisive_limit(self.bound)
         if self.holds:
-            return f"{asked}: the plan holds to it"
-        limit = self.bound.limit_length
-        first = self.bound.first
-        what = f"'{first.tensor}' ({first.text()})" if first is not None else "the written model"
-        return (f"{asked}: the plan does not hold to it: {what} breaks {self.bound.low} at "
-                f"{'~' if first is not None and first.model != 'measured' else ''}{limit} {self.bound.unit}"
-                if limit is not None else f"{asked}: the plan fails within the steps judged")
+            if first is None or self.bound.holds(self.max_length or 0) or (decided and decided[1] is first):
+                return f"{asked}: the plan holds to it"
+            return (f"{asked}: the plan holds to it as far as {self.generation.steps} steps tell: too few to "
+                    f"extrapolate '{first.tensor}' ({first.text()}) past them; --steps {MIN_FIT_STEPS * 2} "
+                    f"or more judges it")
+        if decided is None:  # not holding and not failing: a decisive growth breaks before the length
+            raise InternalError("a plan that does not hold to its --max-length with nothing that breaks")
+        limit, growth = decided
+        approx = "" if growth.model == "measured" or growth.kind == "position" else "~"
+        return (f"{asked}: the plan does not hold to it: '{growth.tensor}' ({growth.text()}) breaks "
+                f"{self.bound.low} at {approx}{limit} {self.bound.unit}")
 
     def tokens_text(self) -> str:
         """"teacher-forced top-1 agrees with FP32 on 65 of 65 steps (100%); free-running greedy matches FP32
@@ -228,7 +258,8 @@ def length_pins(ctx: ModelContext, plan: PrecisionPlan, generation: Generation,
     for reference in references:
         bound = hold_bound(reference, low, wide, generation.positions)
         for growth in bound.growths:
-            if growth.over_at is None or bound.start + growth.over_at >= length or growth.tensor not in paths:
+            if not decisive(growth) or growth.over_at is None or bound.start + growth.over_at >= length \
+                    or growth.tensor not in paths:
                 continue
             path = paths[growth.tensor]
             tensors = {t for ref in ctx.nodes if ref.name in path.nodes for t in ref.node.output if t}
