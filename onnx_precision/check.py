@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -29,6 +29,8 @@ from .judge import Comparison, Tolerance, compare_samples, thin_pass_note
 from .options import Composed, Judging
 from .options import model_path as model_path_of
 from .plan import NodeDecision, Precision, PrecisionPlan
+from .runtimes import RuntimeTable, judged_as
+from .runtimes import judge as judge_runtimes
 from .target import Targeting
 from .tradeoff import share_text, worst_output_text
 from .typing_rules import elem_type
@@ -140,6 +142,8 @@ class CheckResult:
     low_share: float = 0.0  # the candidate's 16-bit share of estimated FLOPs (:func:`low_share`)
     warnings: tuple[str, ...] = ()  # the check's own (the samples' are in ``samples.warnings``)
     low_share_of: str = "of estimated FLOPs"  # what low_share is of (the non-quantized FLOPs, when quantized)
+    target_source: str = ""  # why that target: given, recorded in the candidate, or the default
+    runtimes: RuntimeTable | None = None  # the candidate emulated on every runtime of the registry
 
     @property
     def passed(self) -> bool:
@@ -179,7 +183,8 @@ class CheckResult:
         it, or its failures; ``by_shape`` where the samples have several shapes)."""
         return json_safe({
             "format": CHECK_FORMAT, "model": self.model, "candidate": self.candidate, "passed": self.passed,
-            "oracle": self.oracle, "target": self.target,
+            "oracle": self.oracle, "target": self.target, "target_source": self.target_source,
+            "runtimes": None if self.runtimes is None else self.runtimes.to_json(),
             "samples": {"source": self.samples.source, "synthetic": self.samples.synthetic,
                         "count": len(self.samples.feeds), "warnings": list(self.samples.warnings)},
             "tolerance": tol.to_json(), "comparison": self.comparison.to_json(), "note": self.note or None,
@@ -208,10 +213,11 @@ class CheckResult:
     def lines(self) -> list[str]:
         """Per-output metrics and the verdict, for the terminal."""
         out = [f"check {self.candidate} against {self.model}",
-               f"oracle: {_oracle_text(self.oracle)}; target: {self.target}",
+               f"oracle: {_oracle_text(self.oracle)}; target: {self.target} ({self.target_source})",
                f"samples: {len(self.samples.feeds)} ({self.samples.source})"]
         out += [f"  {m.name}: {m.summary()}  {m.verdict()}"
                 for m in self.comparison.outputs]
+        out += [f"runtimes: {self.runtimes.line()}"] if self.runtimes is not None else []
         out.append("PASS: within tolerance" if self.passed else "FAIL: out of tolerance or non-finite")
         return out + [f"note: {n}" for n in self.quant_notes] + ([f"note: {self.note}"] if self.note else [])
 
@@ -232,6 +238,9 @@ class CheckOptions(Composed):
     judging: Judging = field(default_factory=Judging)
     targeting: Targeting = field(default_factory=Targeting)
     oracle: OracleName = "emulate"
+    # a generic target (the default) gives way to the one the candidate records (runtimes.judged_as); the
+    # command line says False where --target names it
+    recorded_target: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.samples, SampleSpec):
@@ -260,7 +269,9 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
                                    if isinstance(candidate_path, onnx.ModelProto) else "")
     given = CheckOptions(samples=SampleSpec() if spec is None else spec, oracle=oracle,
                          **({} if tol is None else {"tolerance": tol}), **options)
-    spec, judging, targeting = given.samples, given.judging, given.targeting
+    spec, judging = given.samples, given.judging
+    judging_target = judged_as(candidate_path, given.targeting.target, given.recorded_target)
+    targeting = replace(given.targeting, target=judging_target.target)
     tol, libraries, target = judging.tolerance, targeting.custom_op_libraries, targeting.target
     oracle_lib.require_oracle(given.oracle)
     reference = measured_model(partial(load_model, model_path, libraries), targeting, judging, spec)
@@ -291,8 +302,10 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
     label, share, share_of = low_share(candidate, reference, samples.feeds[0] if samples.feeds else {})
     warnings = () if label else (f"{candidate_path}: the candidate computes nothing in 16 bits (every float "
                                  f"node is FP32): this check compared FP32 with FP32",)
+    with oracle_lib.blame(reference, samples):
+        table = judge_runtimes(candidate, reference, basis, comparison if given.oracle == "emulate" else None)
     return CheckResult(model_path, candidate_path, comparison, basis, candidate.target.name, label, share,
-                       warnings, share_of)
+                       warnings, share_of, judging_target.source, table)
 
 
 def _refuse_fp32_nonfinite(reference: ModelContext, samples: Samples,

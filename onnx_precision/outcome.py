@@ -21,6 +21,7 @@ from .vocab import MeasuringMode, OracleName, Status
 if TYPE_CHECKING:  # only read here (importing them would load the sample readers and the search)
     from .basis import Basis
     from .oracle.inspection import NodeStats
+    from .runtimes import RuntimeTable
     from .search.state import SearchOutcome
     from .tradeoff import PlanPoint
 
@@ -86,6 +87,7 @@ class Verification:
     phases: tuple[PhaseCost, ...] = ()  # writing, verifying, loading
     validation: Comparison | None = None  # emulated, on held-out samples (--validation-inputs)
     validation_failure: str = ""  # which held-out sample fails, and how ("" when none does)
+    runtimes: RuntimeTable | None = None  # emulated on every runtime of the registry
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from models import generate
 from onnx_precision import rules
 from onnx_precision.cli import main
 from onnx_precision.context import ModelContext
+from onnx_precision.trt.versions import NEWEST
 
 
 def test_the_fast_fp16_cast_runs():
@@ -151,8 +152,8 @@ def test_the_summary_ends_with_the_command_that_runs_the_model_on_its_target(tmp
     assert main(["convert", model, "-o", out, "--inputs", generate.data_path(name)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
         f"next: onnx-precision check {model} {out} --inputs {generate.data_path(name)} --oracle cuda  "
-        f"# checks it on the GPU (onnxruntime-gpu's CUDA provider) as this run judged it; any FP16 runtime "
-        f"runs it")
+        f"# checks it on the GPU (onnxruntime-gpu's CUDA provider) as this run judged it; holds on: generic, "
+        f"tensorrt {NEWEST}, webgpu, openvino-gpu, fp16-accumulate (emulated on the samples)")
     assert main(["convert", model, "-o", out, "--mode", "all-fp16", "--target", "tensorrt"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[-2] == (f"next: trtexec --onnx={out} --stronglyTyped  # TensorRT 9.0 and later builds it as "

@@ -9,6 +9,9 @@ written model gave 614 400 new NaN/Inf under ``check --target webgpu`` after a g
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import numpy as np
 import onnx
 import pytest
@@ -18,10 +21,12 @@ from onnx import numpy_helper as nh
 
 from models.generate import data_path, model_path
 from onnx_precision.basis import measure
+from onnx_precision.cli import main
 from onnx_precision.context import ModelContext, load_model
 from onnx_precision.data import SampleSpec, load_samples
+from onnx_precision.report import from_json, to_markdown
 from onnx_precision.rewriter import rewrite
-from onnx_precision.runtimes import JudgedAs, RuntimeTable, judge, judged_as
+from onnx_precision.runtimes import FirstFailure, JudgedAs, RuntimeTable, RuntimeVerdict, judge, judged_as
 from onnx_precision.target import GENERIC, TensorRTTarget
 from onnx_precision.trt.versions import NEWEST
 
@@ -103,3 +108,52 @@ def test_a_failure_shown_by_a_cast_the_writer_added_is_named_at_the_node_that_ma
     first = "first: node 'ln_shift' (LayerNormalization) makes 128 NaN/Inf from finite inputs"
     assert table.line() == f"holds on: generic, webgpu, openvino-gpu, fp16-accumulate; fails on: {TRT} " \
                            f"({first})"
+
+
+def test_convert_says_where_its_plan_holds_in_the_summary_the_next_line_and_the_reports(tmp_path, capsys):
+    """The generic run's summary said nothing of other runtimes, its next: line "any FP16 runtime runs it"."""
+    path, out = str(tmp_path / "mm.onnx"), str(tmp_path / "o.onnx")
+    onnx.save(cancelling_matmul(), path)
+    assert main(["convert", path, "-o", out]) == 0
+    stdout = capsys.readouterr().out
+    fails = "webgpu, openvino-gpu, fp16-accumulate"
+    assert f"\nruntimes: holds on: generic, {TRT}; fails on: {fails} ({FIRST})\n" in stdout
+    nxt = next(line for line in stdout.splitlines() if line.startswith("next: "))
+    assert nxt.endswith(f"as this run judged it; holds on: generic, {TRT}; fails on: {fails} (emulated on "
+                        f"the samples)") and "any FP16 runtime" not in stdout
+    report = json.loads((tmp_path / "o.report.json").read_text())
+    verdicts = [(v["runtime"], v["passed"], (v["first_failure"] or {}).get("node"))
+                for v in report["runtimes"]]
+    assert verdicts == [("generic", True, None), (TRT, True, None), ("webgpu", False, "mm"),
+                        ("openvino-gpu", False, "mm"), ("fp16-accumulate", False, "mm")]
+    assert from_json(report).runtimes == RuntimeTable.from_json(report["runtimes"])
+    markdown = (tmp_path / "o.report.md").read_text()
+    assert ("| webgpu | FAIL | worst y: 8 new NaN/Inf | node 'mm' (MatMul) makes 16 NaN/Inf from finite "
+            "inputs |\n") in markdown
+    # a node's name is data: a cell holds it whole, on its row
+    hostile = RuntimeTable((RuntimeVerdict("webgpu", False, "worst y: 1 new NaN/Inf",
+                                           FirstFailure("m|m`\nx", "MatMul", 1, 0.0)),))
+    row = next(line for line in to_markdown(replace(from_json(report), runtimes=hostile)).splitlines()
+               if line.startswith("| webgpu |"))
+    assert row.count(" | ") == 3 and "m\\|m" in row
+
+
+def test_check_judges_a_candidate_under_the_target_it_records(tmp_path, capsys):
+    """Before: check judged as generic whatever the candidate was written for, without a word."""
+    path, out = str(tmp_path / "mm.onnx"), str(tmp_path / "o.onnx")
+    onnx.save(cancelling_matmul(), path)
+    assert main(["convert", path, "-o", out, "-q"]) == 0
+    model = onnx.load(out)
+    onnx.helper.set_model_props(model, {"onnx_precision.target": "webgpu"})
+    stamped = str(tmp_path / "webgpu.onnx")
+    onnx.save(model, stamped)
+    capsys.readouterr()
+    assert main(["check", path, stamped, "--json", str(tmp_path / "c.json")]) == 1
+    stdout = capsys.readouterr().out
+    assert ("; target: webgpu (recorded in the candidate, metadata onnx_precision.target; --target overrides "
+            "it)\n") in stdout
+    result = json.loads((tmp_path / "c.json").read_text())
+    assert (result["target"], result["passed"]) == ("webgpu", False)
+    assert [v["runtime"] for v in result["runtimes"] if v["passed"]] == ["generic", TRT]
+    assert main(["check", path, stamped, "--target", "generic"]) == 0
+    assert "; target: generic (given)\n" in capsys.readouterr().out

@@ -22,6 +22,7 @@ from onnx_precision.context import ModelContext
 from onnx_precision.judge import Tolerance, compare_samples, thin_pass_note
 from onnx_precision.rewriter import rewrite
 from onnx_precision.target import TensorRTTarget
+from onnx_precision.trt.versions import NEWEST
 
 
 def _layer_norm_note(notes: tuple[str, ...]) -> str:
@@ -70,10 +71,11 @@ def _pasted(command: str) -> int:
 
 def test_the_next_step_names_the_types_the_written_model_uses(tmp_path, capsys):
     """--fallback bf16 where no node went BF16 (the opset kept at 11): the model written is FP16 alone,
-    and the next step said 'any FP16/BF16 runtime runs it'."""
+    and the next step said 'any FP16/BF16 runtime runs it'; it says where the plan was judged to hold."""
     code, lines = _convert_lines(tmp_path, _cnn(0.1, 11), _feed(1.0), "--fallback", "bf16", capsys=capsys)
     assert code == 0 and any(line.startswith("note: opset kept at 11: no node went BF16") for line in lines)
-    assert _next(lines).endswith("as this run judged it; any FP16 runtime runs it")
+    assert _next(lines).endswith(f"as this run judged it; holds on: generic, tensorrt {NEWEST}, webgpu, "
+                                 f"openvino-gpu, fp16-accumulate (emulated on the samples)")
 
 
 def test_the_webgpu_next_step_is_a_check_that_runs_here(tmp_path, capsys):
@@ -86,7 +88,8 @@ def test_the_webgpu_next_step_is_a_check_that_runs_here(tmp_path, capsys):
     assert "--oracle" not in command and command.endswith("--target webgpu")
     assert comment == ("judges it again as this run did, WebGPU's FP16 sums emulated; the native run needs "
                        "onnxruntime built with WebGpuExecutionProvider (not this one; then add --oracle "
-                       "webgpu) or onnxruntime-web in a browser")
+                       f"webgpu) or onnxruntime-web in a browser; holds on: generic, tensorrt {NEWEST}, "
+                       "webgpu, openvino-gpu, fp16-accumulate (emulated on the samples)")
     assert _pasted(command) == 0
 
 

@@ -27,6 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     common.add_sample_args(p)
     for group in (Judging, Targeting):  # as convert and analyze take them
         common.add_group(p, group)
+    p.set_defaults(target=None)  # none named: the target the candidate records (CheckOptions.recorded_target)
     common.add_verbosity_args(
         p, quiet_help="print only the verdict line: passed/failed, the worst output and its statistic, the "
                       "candidate's 16-bit share (and errors)"
@@ -37,9 +38,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from .. import check as check_lib
 
+    named = args.target is not None  # --target: judged there, whatever the candidate records
+    args = argparse.Namespace(**{**vars(args), "target": args.target or "generic"})
     result = check_lib.check(args.model, args.candidate, common.sample_spec(args), oracle=args.oracle,
                              judging=common.group_of(args, Judging),
-                             targeting=common.group_of(args, Targeting))
+                             targeting=common.group_of(args, Targeting), recorded_target=not named)
     if args.json:  # before printing: a bad path fails with nothing half-done
         import json
 

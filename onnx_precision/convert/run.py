@@ -109,7 +109,8 @@ class ConvertResult:
             f"{self.output_path}: {_counts(plan, self.shares)}, "
             f"{self.rewrite.casts_added} Cast(s) added, {self.rewrite.initializers_converted} initializer(s) "
             f"converted, {self.rewrite.initializers_duplicated} kept in both precisions"]
-        nxt = [f"next: {self.next_step}"] if self.next_step else []
+        held = self.report.runtimes if self.report is not None else None  # where it was judged, it says
+        nxt = [f"next: {self.next_step}" + (f"; {held.short()}" if held else "")] if self.next_step else []
         if self.report is not None:  # static/auto: the report's summary says the rest
             from ..report import summary_lines
             return lines + summary_lines(self.report, self.report_paths) + [f"note: {n}" for n in

@@ -1,5 +1,6 @@
 """The written model checked, and the run's verdict: :func:`verify` runs the written model by the run's basis
-(emulated, natively on ``--oracle``'s runtime, loaded at onnxruntime's defaults, on held-out samples), and
+(emulated, natively on ``--oracle``'s runtime, emulated on every runtime of the registry, loaded at
+onnxruntime's defaults, on held-out samples), and
 :func:`conversion_status` and :func:`share_gate` decide the status from the search and the verification."""
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ OVERLAPPED_LOAD_BYTES = 1 << 30  # written models below this are loaded by onnxr
 def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: AutoResult,
            options: ConvertOptions, write: PhaseCost) -> Verification:
     """The written model read back (or written in memory, as a context) and checked: emulated,
-    natively on ``--oracle``'s runtime, and, when both pass, loaded by onnxruntime at its default
-    options in a child process."""
-    from .. import oracle
+    natively on ``--oracle``'s runtime, emulated on every runtime of the registry (:func:`..runtimes.judge`)
+    and, when the first two pass, loaded by onnxruntime at its default options in a child process."""
+    from .. import oracle, runtimes
 
     # A small model's default load runs in a child while this process verifies (a large one's after
     # it: two copies of its weights at once would double the run's memory); it is waited for only
@@ -48,6 +49,8 @@ def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: Aut
             verified, native, phases = oracle.verify_output(
                 staged_model, basis.samples.feeds, basis.references, basis.tolerances, options.oracle,
                 ctx.custom_op_libraries, ctx.target, basis.measured)
+            table = runtimes.judge(staged_model, ctx, basis, verified)
+        phases += (table.cost,)
         default_load = ""
         if loads and auto_result.passed and verified.passed and (native is None or native.passed):
             started = time.perf_counter()
@@ -62,7 +65,7 @@ def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: Aut
         started = time.perf_counter()
         validation, failure = _validate(ctx, staged_model, options.validation_inputs, basis)
         phases += (PhaseCost("validation", time.perf_counter() - started, sessions=2, probes=2),)
-    return Verification(verified, native, default_load, (write,) + phases, validation, failure)
+    return Verification(verified, native, default_load, (write,) + phases, validation, failure, table)
 
 
 def _validate(ctx: ModelContext, staged_model: str | ModelContext, inputs: str, basis: Basis,

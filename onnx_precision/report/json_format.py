@@ -12,6 +12,7 @@ from ..format import json_safe
 from ..judge import Comparison, Tolerance
 from ..oracle.inspection import NodeStats
 from ..plan import Precision, PrecisionPlan
+from ..runtimes import RuntimeTable
 from ..storage import write_text
 from ..tradeoff import PlanPoint, pareto_front
 
@@ -93,6 +94,9 @@ def to_json(report: RunReport) -> dict:
                 "picture": report.tradeoff_svg,
             },
             "outputs": {key: _comparison_json(c) for key, c in comparisons(report)},
+            # the written model emulated on every runtime of the registry: where the plan holds, where it
+            # fails and the first node there
+            "runtimes": None if report.runtimes is None else report.runtimes.to_json(),
             "cost": {
                 "sessions_built": report.sessions_built,
                 "helper_sessions": report.helper_sessions,
@@ -174,6 +178,7 @@ def from_json(obj: Mapping) -> RunReport:
         ort_fused=tuple(str(n) for n in obj.get("ort_fused", ())),
         integer_flops={str(k): float(v) for k, v in obj.get("integer_flops", {}).items()},
         quantization_gate=dict(obj.get("quantization_gate", {})),
+        runtimes=None if obj.get("runtimes") is None else RuntimeTable.from_json(obj["runtimes"]),
     )
 
 

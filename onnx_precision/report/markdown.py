@@ -135,6 +135,7 @@ def to_markdown(report: RunReport) -> str:
             )
         lines += [""] + [f"- by shape: {_cell(line)}" for line in _by_shape_lines(comparison)] \
             if comparison.by_shape else []
+    lines += _runtime_lines(report)
     if report.notes:
         lines += ["", "## Notes", ""] + [f"- {markdown_text(n)}" for n in report.notes]
     lines += _tradeoff_lines(report)
@@ -142,6 +143,20 @@ def to_markdown(report: RunReport) -> str:
         lines += ["", "## Cost", "", "| phase | seconds | sessions | probes |", "|---|---|---|---|"]
         lines += [f"| {_cell(p.name)} | {p.seconds:.3f} | {p.sessions} | {p.probes} |" for p in report.phases]
     return "\n".join(lines) + "\n"
+
+
+def _runtime_lines(report: RunReport) -> list[str]:
+    """The runtimes section: the written model emulated on each runtime of the registry, its verdict,
+    its worst output and, where it fails, the first node where the error appears."""
+    if report.runtimes is None:
+        return []
+    lines = ["", "## Runtimes: the written model emulated on each", "",
+             "| runtime | verdict | worst output | first failing node |", "|---|---|---|---|"]
+    for v in report.runtimes.verdicts:
+        verdict = ("pass" if v.passed else "FAIL") + (" (as this run judged it)" if v.as_run else "")
+        first = "" if v.first is None else _cell(v.first.describe())
+        lines.append(f"| {_cell(v.runtime)} | {verdict} | {_cell(v.worst)} | {first} |")
+    return lines
 
 
 def _tradeoff_lines(report: RunReport) -> list[str]:
@@ -210,6 +225,8 @@ def summary_lines(report: RunReport, report_paths: Sequence[str] = ()) -> list[s
         user_plan = key == "before" and not report.before_plan.startswith("all ")
         label = f"before ({report.before_plan})" if user_plan else key
         lines.append(f"{label}: {_comparison_line(comparison)}")
+    if report.runtimes is not None:
+        lines.append(f"runtimes: {report.runtimes.line()}")
     lines += [f"note: {n}" for n in report.notes]
     cost = (
         f"cost: {report.sessions_built} session(s){_helpers(report)}, {report.probes_run} probe(s), "

@@ -18,6 +18,7 @@ from ..oracle.inspection import NodeStats
 from ..outcome import ConversionOutcome, Verification
 from ..plan import Precision, PrecisionPlan
 from ..policy import underflow_headroom
+from ..runtimes import RuntimeTable
 from ..tradeoff import PlanPoint, error_statistic, tolerance_line
 from ..tradeoff_picture import Picture, front_svg
 from ..typing_rules.node_typing import FLOAT64_KEPT, computes_in_float64
@@ -81,6 +82,8 @@ class RunReport(PhaseTotals):
     # how the basis' tolerances were derived, on the written model (a quantized model's gate:
     # quant_reference.QuantGate.to_json); {} for the tolerance as given
     quantization_gate: Mapping[str, object] = field(default_factory=dict)
+    # the written model emulated on every runtime of the registry (None: none was written and verified)
+    runtimes: RuntimeTable | None = None
 
     @property
     def unpinned(self) -> frozenset[str]:
@@ -198,6 +201,7 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         ort_fused=tuple(quantized.of(ctx).ort_fused_nodes),
         integer_flops=integer_kernel_flops(ctx.model, shapes, quantized.of(ctx).integer_ops or ()),
         quantization_gate=basis.to_json(None if verification is None else verification.verified),
+        runtimes=None if verification is None else verification.runtimes,
     )
 
 

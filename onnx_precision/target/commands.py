@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from ..float_types import FP16, LOW_PRECISIONS, LowPrecision
-from ..graph import walk_nodes
+from ..float_types import FP16, LowPrecision
 from ..suggested import RunArgs, quoted
 
 
@@ -31,11 +30,12 @@ class Commands:
 
     def next_step(self, model: onnx.ModelProto, run: RunArgs) -> str:
         """What to do with the written ``model`` on the target, as one command line that runs when pasted,
-        its shell comment saying what it does: here the check on the GPU, judged as the run judged."""
-        types = "/".join(low.name for low in written_lows(model)) or self.low.name
+        its shell comment saying what it does: here the check on the GPU, judged as the run judged (which
+        runtimes the plan holds on is the run's to say, having judged it on each:
+        :mod:`onnx_precision.runtimes`)."""
         provider = {"cuda": "CUDA", "tensorrt": "TensorRT"}[run.native_oracle]
         return (f"{quoted(run.check_args(self.cli_args(), run.native_oracle))}  # checks it on the GPU "
-                f"(onnxruntime-gpu's {provider} provider) as this run judged it; any {types} runtime runs it")
+                f"(onnxruntime-gpu's {provider} provider) as this run judged it")
 
 
 @dataclass(frozen=True)
@@ -46,14 +46,3 @@ class NamedCommands(Commands):
 
     def cli_args(self) -> list[str]:
         return ["--target", self.name, *super().cli_args()]
-
-
-def written_lows(model: onnx.ModelProto) -> list[LowPrecision]:
-    """The 16-bit types a written model holds tensors in (what a runtime must run it in): those its Casts
-    write, its initializers and its I/O are in. A --fallback bf16 run whose plan put no node in BF16
-    writes FP16 alone."""
-    elems = {init.data_type for init in model.graph.initializer}
-    elems |= {vi.type.tensor_type.elem_type for vi in (*model.graph.input, *model.graph.output)}
-    elems |= {a.i for ref in walk_nodes(model.graph) if ref.node.op_type == "Cast"
-              for a in ref.node.attribute if a.name == "to"}
-    return [low for low in LOW_PRECISIONS.values() if low.elem_type in elems]
