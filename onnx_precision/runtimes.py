@@ -13,11 +13,12 @@ how it is made.
 The run's own target is judged as the run judged it (its basis' proofs: the sums the samples prove in
 range go unchecked), reusing the verification's comparison where the caller has it; every other runtime
 with every 16-bit sum checked, since a proof names the sums of the run's own target. One emulated session
-per runtime, and for a failing one the inspection's few: cheap next to a search.
+per runtime (one for the runtimes that spell the written model alike), and for a failing one the
+inspection's few: cheap next to a search.
 
-Each runtime's written model runs through a plan runner (:class:`WrittenRunner`), the seam a decoder's
-generation wraps (:class:`~onnx_precision.generation.GenerationRunner`); :func:`judged` runs one forward
-pass per sample, and is where a generation's runner, taught the basis' reference tokens, would be taken.
+Each runtime's written model runs through a plan runner (:class:`WrittenRunner`), which a decoder's
+generation wraps as the search's runners (:meth:`.basis.Basis.generation_runner`): :func:`judged` runs one
+forward pass per sample, or the generation over the search's horizon, teacher-forced.
 """
 
 from __future__ import annotations
