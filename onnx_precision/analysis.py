@@ -163,16 +163,20 @@ class AnalysisResult:
         counts = {v: sum(1 for r in self.rows if r.verdict == v) for v in VERDICT_ORDER}
         lines.append("verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n))
         near = self.nearest_limits()
-        if near:
-            shown = ", ".join(f"{r.node} ({_margin_text(r.margins)})" for r in near[:MARGINS_SHOWN]
-                              if r.margins)
-            more = f", and {len(near) - MARGINS_SHOWN} more" if len(near) > MARGINS_SHOWN else ""
-            lines.append(f"within one binade of the 16-bit limits on the samples: {shown}{more}")
+        # a node already past a limit on the samples is no node within one binade of it
+        past = [r for r in near if min(r.margins or (0.0, 0.0)) < 0]
+        for heading, rows in (("past", past), ("within one binade of", [r for r in near if r not in past])):
+            if rows:
+                shown = ", ".join(f"{r.node} ({_margin_text(r.margins)})" for r in rows[:MARGINS_SHOWN]
+                                  if r.margins)
+                more = f", and {len(rows) - MARGINS_SHOWN} more" if len(rows) > MARGINS_SHOWN else ""
+                lines.append(f"{heading} the 16-bit limits on the samples: {shown}{more}")
         return lines
 
     def nearest_limits(self) -> list[NodeRow]:
         """Nodes that can run in 16 bits whose outputs come within one binade of overflowing or
-        flushing on the samples (inputs twice as large, or half as small, would cross), nearest first."""
+        flushing on the samples (inputs twice as large, or half as small, would cross), or past it,
+        nearest first (the furthest past first)."""
         near = [r for r in self.rows
                 if r.margins is not None and r.forced_fp32 is None and min(r.margins) < 1]
         return sorted(near, key=lambda r: min(r.margins or (0.0, 0.0)))
