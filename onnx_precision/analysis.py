@@ -32,14 +32,14 @@ from typing import Any
 import onnx
 
 from . import oracle, policy, rules
-from .basis import judged, measured_model, sums
+from .basis import forward_samples, generation_of, generations, judged, measured_model, run_samples, sums
 from .context import ModelContext, load_model
-from .data import SampleSpec, SymbolicDimensions, load_samples
+from .data import SampleSpec, SymbolicDimensions
 from .errors import UsageError
 from .float_types import FP16, LowPrecision
 from .format import json_float, number
 from .judge import Comparison, OutputMetrics, Tolerance, compare_samples
-from .options import Composed, Judging
+from .options import Composed, GenerationOptions, Judging
 from .options import model_path as model_path_of
 from .oracle import NodeError, TensorStats
 from .plan import Precision, PrecisionPlan, Reason
@@ -371,6 +371,7 @@ class AnalyzeOptions(Composed):
     samples: SampleSpec = field(default_factory=SampleSpec)
     judging: Judging = field(default_factory=Judging)
     targeting: Targeting = field(default_factory=Targeting)
+    generation: GenerationOptions = field(default_factory=GenerationOptions)
 
     def __post_init__(self) -> None:
         if not isinstance(self.samples, SampleSpec):
@@ -396,10 +397,16 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
     ctx = measured_model(partial(load_model, model_path, targeting.custom_op_libraries), targeting, judging,
                          spec)
     tol.require_outputs([o.name for o in ctx.model.graph.output], model_path)
+    generation = generation_of(ctx, given.generation)
     try:
-        samples = load_samples(ctx.model, spec)
+        samples = run_samples(ctx, spec, generation)
     except SymbolicDimensions as e:  # nothing to run the model on: the static rules still say much
         return _static_only(ctx, tol, str(e), seconds)
+    if generation is not None:  # one forward pass at its first and last steps, as convert measures them
+        with oracle.blame(ctx, samples):
+            stepped = forward_samples(samples, generations(ctx, samples.feeds, generation).forward)
+        samples = replace(stepped, source=f"{samples.source}; the first and last steps of its generation "
+                                          f"({generation.summary()})")
     seconds["load"] = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -418,7 +425,7 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
     seconds["runs"] = time.perf_counter() - start - session.build_seconds
 
     start = time.perf_counter()
-    facts = rules.ModelFacts(ctx, reference.stats)
+    facts = rules.ModelFacts(ctx, reference.stats, generation)
     rule_run = rules.run_rules(facts)
     rows = build_rows(facts, rule_run.findings, plan, reference, layerwise)
     seconds["rules"] = time.perf_counter() - start

@@ -401,13 +401,15 @@ def measured_model(load: Load, targeting: Targeting, judging: Judging, samples: 
     """The model as a run measures it (requires: ``load`` gives the run's model for a target): loaded for
     the run's target, a BF16 run's opset raised to give its ops a bfloat16 type, or refused under
     ``judging.keep_opset`` (:func:`onnx_precision.opset_upgrade.for_run`, verified on ``samples``), float64
-    compute converted or kept (``judging.keep_float64``). ``convert``, ``check`` and ``analyze`` measure the
-    same model from the same options."""
+    compute converted or kept (``judging.keep_float64``), a decoder's mask sentinels written finite in the
+    target's type (:func:`onnx_precision.policy.rewrite_decoder_hazards`, said in its notes). ``convert``,
+    ``check`` and ``analyze`` measure the same model from the same options."""
     from . import opset_upgrade
 
     target = targeting.target
     upgrade = opset_upgrade.for_run(target, samples, targeting.custom_op_libraries, judging.keep_opset)
-    return replace(load(target, upgrade), keep_float64=judging.keep_float64)
+    loaded = replace(load(target, upgrade), keep_float64=judging.keep_float64)
+    return policy.rewrite_decoder_hazards(loaded).ctx
 
 
 def measure(ctx: ModelContext, samples: Samples, judging: Judging = AS_GIVEN,

@@ -13,20 +13,20 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
 
-from .basis import Basis, measure, measured_model
+from .basis import Basis, generation_of, measure, measured_model, run_samples, unused_generation
 from .context import ModelContext, load_model
-from .data import Samples, SampleSpec, load_samples
-from .errors import ModelLoadError, PrecisionError, UsageError
+from .data import Samples, SampleSpec
+from .errors import InternalError, ModelLoadError, PrecisionError, UsageError
 from .float_types import LOW_TYPES, low_of
 from .flops import flop_shares
 from .format import json_safe
-from .judge import Comparison, Tolerance, compare_samples, thin_pass_note
-from .options import Composed, Judging
+from .judge import Comparison, OutputMetrics, Tolerance, compare_samples, thin_pass_note
+from .options import Composed, GenerationOptions, Judging
 from .options import model_path as model_path_of
 from .plan import NodeDecision, Precision, PrecisionPlan
 from .runtimes import RuntimeTable, judged_as
@@ -35,6 +35,9 @@ from .target import Targeting
 from .tradeoff import share_text, worst_output_text
 from .typing_rules import elem_type
 from .vocab import OracleName
+
+if TYPE_CHECKING:
+    from .generation.verdict import GenerationVerdict
 
 CHECK_FORMAT = "onnx-precision-check/1"
 
@@ -144,10 +147,13 @@ class CheckResult:
     low_share_of: str = "of estimated FLOPs"  # what low_share is of (the non-quantized FLOPs, when quantized)
     target_source: str = ""  # why that target: given, recorded in the candidate, or the default
     runtimes: RuntimeTable | None = None  # the candidate emulated on every runtime of the registry
+    # a decoder's or streaming model's: the candidate over the generation (its failing step, bound, tokens)
+    generation: GenerationVerdict | None = None
 
     @property
     def passed(self) -> bool:
-        return self.comparison.passed
+        """Within tolerance (over every step of a generation, which also holds to its --max-length)."""
+        return self.comparison.passed and (self.generation is None or self.generation.holds)
 
     @property
     def samples(self) -> Samples:
@@ -191,6 +197,7 @@ class CheckResult:
             "low_share": {"label": self.low_label or None, "flops": self.low_share,
                           "flops_of": self.low_share_of[len("of "):]},  # as convert's fp16_share.flops_of
             "warnings": list(self.warnings),
+            **({"generation": self.generation.to_json()} if self.generation is not None else {}),
             **({"quantization_gate": gate} if (gate := self.basis.to_json(self.comparison)) else {})})
 
     @property
@@ -215,11 +222,24 @@ class CheckResult:
         out = [f"check {self.candidate} against {self.model}",
                f"oracle: {_oracle_text(self.oracle)}; target: {self.target} ({self.target_source})",
                f"samples: {len(self.samples.feeds)} ({self.samples.source})"]
-        out += [f"  {m.name}: {m.summary()}  {m.verdict()}"
-                for m in self.comparison.outputs]
+        listed = self._listed()
+        out += [f"  {m.name}: {m.summary()}  {m.verdict()}" for m in listed]
+        if len(listed) < len(self.comparison.outputs):
+            out.append(f"  ({len(self.comparison.outputs)} outputs compared over the generation's steps; -v "
+                       f"lists each)")
         out += [f"runtimes: {self.runtimes.line()}"] if self.runtimes is not None else []
+        out += self.generation.lines() if self.generation is not None else []
         out.append("PASS: within tolerance" if self.passed else "FAIL: out of tolerance or non-finite")
         return out + [f"note: {n}" for n in self.quant_notes] + ([f"note: {self.note}"] if self.note else [])
+
+    def _listed(self) -> list[OutputMetrics]:
+        """The outputs the terminal lists: each; a generation's, its first failing step's output or its
+        worst (one row for each of K + 1 steps says less than the one that decides)."""
+        outputs = list(self.comparison.outputs)
+        if self.generation is None:
+            return outputs
+        first = next((m for m in outputs if not m.passed), self.comparison.worst())
+        return [first] if first is not None else []
 
     @property
     def note(self) -> str:
@@ -237,6 +257,7 @@ class CheckOptions(Composed):
     samples: SampleSpec = field(default_factory=SampleSpec)
     judging: Judging = field(default_factory=Judging)
     targeting: Targeting = field(default_factory=Targeting)
+    generation: GenerationOptions = field(default_factory=GenerationOptions)
     oracle: OracleName = "emulate"
     # a generic target (the default) gives way to the one the candidate records (runtimes.judged_as); the
     # command line says False where --target names it
@@ -280,33 +301,60 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
     candidate = load_model(candidate_path, libraries, target)
     _check_outputs_match(reference.model, candidate.model, model_path, candidate_path)
     tol.require_outputs([o.name for o in reference.model.graph.output], model_path)
-    samples = load_samples(reference.model, spec)
+    # a decoder's or a streaming model's samples run over its generation, as convert judges it
+    generation = generation_of(reference, given.generation)
+    samples = run_samples(reference, spec, generation)
 
     with oracle_lib.blame(reference, samples):
         basis = measure(reference, samples, judging)
     if not tol.allow_fp32_nonfinite:
-        _refuse_fp32_nonfinite(reference, samples, basis.references)
+        _refuse_fp32_nonfinite(reference, basis.forward, basis.references)
     # after the reference ran: what is wrong with the model (or the samples) is the first thing to say
     _require_distinct(reference, candidate)
+    found = None
     try:
-        cands = oracle_lib.run_candidate(candidate, samples.feeds, given.oracle, basis.measured)
+        if basis.generation is None:
+            cands = oracle_lib.run_candidate(candidate, samples.feeds, given.oracle, basis.measured)
+            comparison = compare_samples(basis.references,
+                                         oracle_lib.verify.only_reference_outputs(cands, basis.references),
+                                         basis.tolerances, cands.oracle)
+        else:
+            comparison, found = _judge_generation(reference, candidate, basis, given.oracle)
     except Exception as e:
         if not oracle_lib.is_ort_error(e):
             raise
         # onnxruntime rejects the candidate (shapes, types, ops): the user's input, made by any tool
         raise ModelLoadError(f"{candidate_path}: onnxruntime cannot run the candidate on the samples: "
                              f"{oracle_lib.ort_message(e)}") from e
-    comparison = compare_samples(basis.references,
-                                 oracle_lib.verify.only_reference_outputs(cands, basis.references),
-                                 basis.tolerances, cands.oracle)
-    label, share, share_of = low_share(candidate, reference, samples.feeds[0] if samples.feeds else {})
-    warnings = () if label else (f"{candidate_path}: the candidate computes nothing in 16 bits (every float "
-                                 f"node is FP32): this check compared FP32 with FP32",)
+    forward = basis.forward.feeds
+    label, share, share_of = low_share(candidate, reference, forward[0] if forward else {})
+    warnings = unused_generation(given.generation, generation) + (() if label else (
+        f"{candidate_path}: the candidate computes nothing in 16 bits (every float node is FP32): this check "
+        f"compared FP32 with FP32",))
     with oracle_lib.blame(reference, samples):
         table = judge_runtimes(candidate, reference, basis, comparison if given.oracle == "emulate" else None)
     return CheckResult(model_path, candidate_path, comparison, basis, candidate.target.name, label, share,
-                       warnings, share_of, judging_target.source, table)
+                       warnings, share_of, judging_target.source, table, found)
 
+
+def _judge_generation(reference: ModelContext, candidate: ModelContext, basis: Basis, oracle: OracleName,
+                      ) -> tuple[Comparison, GenerationVerdict]:
+    """The candidate's generation of each sample on ``oracle``, judged by ``basis`` over the same steps as
+    ``convert`` judges its written model (teacher-forced, each sample stopped at its first failing step),
+    with its verdict (the bound of its 16-bit nodes, its tokens)."""
+    from .basis import Generated
+    from .generation.verdict import verdict
+    from .generation.written import judge, model_runner
+
+    generated = basis.reference
+    if not isinstance(generated, Generated):
+        raise InternalError("a generation's check of a basis judged on one forward pass")
+    runner = basis.generation_runner(model_runner(candidate, oracle, candidate.custom_op_libraries,
+                                                  candidate.target, basis.measured))
+    comparison, runs = judge(runner, None, basis.samples.feeds, basis.references, basis.tolerances)
+    plan = written_plan(candidate, reference)
+    return comparison, verdict(reference, plan, generated.generation, generated.runs, runs, comparison,
+                               reference.target.low)
 
 def _refuse_fp32_nonfinite(reference: ModelContext, samples: Samples,
                            refs: Sequence[Mapping[str, np.ndarray]]) -> None:

@@ -187,14 +187,18 @@ def written_context(ctx: ModelContext, plan: PrecisionPlan, reload: Callable[[Ta
     needs it (none is in a 16-bit type that its op takes only at the raised opset, as the Convs of a
     ``--fallback bf16`` run that all stay FP16): then the model as given, at its own opset (``reload``:
     loaded with the target it is given, not upgraded), with a note saying so in place of the
-    upgrade's, and ``plan`` for its nodes (the upgrade keeps every node's name; the nodes its adapters
-    added are left out), resolved again when written. The written model is verified as always. A
+    upgrade's (the reloaded model's own notes kept: a decoder's sentinels written finite), and ``plan``
+    for its nodes (the upgrade keeps every node's name; the nodes its adapters added are left out),
+    resolved again when written. The written model is verified as always. A
     ``--low-precision bf16`` run keeps ``ctx``: its 16-bit nodes are BF16."""
     if not ctx.notes or ctx.target.low.late_schemas:
         return ctx, plan
     # loaded for an FP16 target, which refuses nothing below BF16's Cast opset; the run's target is
-    # put back once the original is the model to write
-    original = reload(GENERIC)
+    # put back once the original is the model to write; its mask sentinels written finite, as the run
+    # measured it (basis.measured_model)
+    from .policy import rewrite_decoder_hazards
+
+    original = rewrite_decoder_hazards(reload(GENERIC)).ctx
     current, raised = onnx_opset(original.model), onnx_opset(ctx.model)
     if current == raised:
         return ctx, plan  # the upgrade was not applied (its note says why)
@@ -214,7 +218,7 @@ def written_context(ctx: ModelContext, plan: PrecisionPlan, reload: Callable[[Ta
     # a model with no node in the upgrade's type (BF16) is written, loaded and verified for the target's
     # own (FP16) alone (below opset 13 a BF16 target refuses it); every target is a frozen dataclass
     target = ctx.target if Precision(low.precision) in lows else replace(ctx.target, fallback=None)  # type: ignore[type-var]
-    kept = replace(original, target=target, keep_float64=ctx.keep_float64, notes=(note,))
+    kept = replace(original, target=target, keep_float64=ctx.keep_float64, notes=original.notes + (note,))
     return kept, PrecisionPlan({ref.name: plan.decisions[ref.name] for ref in original.nodes
                                 if ref.name in plan.decisions}, plan.fp16_io)
 

@@ -20,6 +20,7 @@ from .vocab import MeasuringMode, OracleName, Status
 
 if TYPE_CHECKING:  # only read here (importing them would load the sample readers and the search)
     from .basis import Basis
+    from .generation.verdict import GenerationVerdict
     from .oracle.inspection import NodeStats
     from .runtimes import RuntimeTable
     from .search.state import SearchOutcome
@@ -88,6 +89,7 @@ class Verification:
     validation: Comparison | None = None  # emulated, on held-out samples (--validation-inputs)
     validation_failure: str = ""  # which held-out sample fails, and how ("" when none does)
     runtimes: RuntimeTable | None = None  # emulated on every runtime of the registry
+    generation: GenerationVerdict | None = None  # a generation's: its bound, its tokens (emulated)
 
 
 @dataclass(frozen=True)

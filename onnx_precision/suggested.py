@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from .data import SampleSpec
 from .judge import Tolerance
-from .options import Judging
+from .options import GenerationOptions, Judging
 from .render import for_shell
 
 
@@ -33,8 +33,9 @@ class RunArgs:
     """What the commands a run suggests repeat of it: the model read and the model written, the sample
     data's options, what the run judged by (:class:`.options.Judging`: the tolerance, a quantized model's
     reference and margin, each spelled by its group), the custom op libraries, the oracle, the shape
-    profile given (``--trt-*-shapes``: input -> {"min"|"opt"|"max": shape}) and the shapes of the feeds
-    the run ran (input -> one shape per feed; None when it ran none)."""
+    profile given (``--trt-*-shapes``: input -> {"min"|"opt"|"max": shape}), the shapes of the feeds
+    the run ran (input -> one shape per feed; None when it ran none) and how it ran a generation
+    (:class:`.options.GenerationOptions`: the same steps judged)."""
 
     model_path: str
     output_path: str
@@ -44,6 +45,7 @@ class RunArgs:
     oracle: str = "emulate"
     trt_profile: Mapping[str, Mapping[str, tuple[int, ...]]] = field(default_factory=dict)
     sample_shapes: Mapping[str, Sequence[tuple[int, ...]]] | None = None
+    generation: GenerationOptions = field(default_factory=GenerationOptions)
 
     @property
     def tolerance(self) -> Tolerance:
@@ -74,7 +76,7 @@ class RunArgs:
         it (``target_args``: the target's options, :meth:`.Commands.cli_args`), on ``oracle``."""
         libraries = [arg for path in self.custom_op_libraries for arg in ("--ort-custom-op-library", path)]
         return ["onnx-precision", "check", self.model_path, self.output_path, *self.sample_args(),
-                *self.judging.cli_args(), *target_args, *libraries,
+                *self.judging.cli_args(), *self.generation.cli_args(), *target_args, *libraries,
                 *(["--oracle", oracle] if oracle != "emulate" else [])]
 
     @property

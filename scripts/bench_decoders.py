@@ -1,5 +1,5 @@
 """Decoders judged over a whole generation (issue 32): per decoder, what a plain onnxruntime generation
-costs and where naive FP16 breaks; the conversion's columns once convert runs generations.
+costs, where naive FP16 breaks, and what an auto conversion over K steps costs and writes.
 
     python scripts/bench_decoders.py                     # tiny_llama, growing_state, SmolLM2-135M; K = 64
     python scripts/bench_decoders.py --steps 32 --only smollm2_135m
@@ -23,9 +23,11 @@ scripts/bench_convert.py for why not ru_maxrss), so no run's memory is counted i
   every node were FP16). Seconds from loading the model to the end of the three generations (the
   details give the reference's and the FP16 one's); ``ref = plain`` says whether the emulation's FP32
   generation chose the plain one's tokens.
-* the conversion (auto, K steps): :func:`conversion`, the one function to fill once convert runs
-  generations: steps verified, the plan's 16-bit share and bound, seconds and peak MB. Until then
-  its columns print ``-``.
+* ``convert``: ``onnx-precision convert`` in auto mode (the library's :func:`~onnx_precision.convert.convert`)
+  of the model with its prefill sample alone, judged over K steps (``--steps``): the steps the written
+  model was verified over (K, or the step it fails at), the plan's 16-bit share of estimated FLOPs, its
+  bound (the summary's line), its tokens against FP32's, seconds from the call to the files written and
+  peak MB (the written model goes to a temporary folder).
 """
 
 from __future__ import annotations
@@ -95,12 +97,19 @@ class Conversion:
     bound: str
     seconds: float
     peak_mb: float
+    status: str = "passed"
+    tokens: str = ""  # the summary's tokens line (a decoder's)
+    phases: str = ""  # seconds per phase
 
 
 def conversion(decoder: Decoder, steps: int) -> Conversion | None:
-    """The auto conversion of ``decoder`` judged over ``steps`` steps; None while convert judges one
-    forward pass (the generation engine is not wired into convert yet)."""
-    return None
+    """The auto conversion of ``decoder`` judged over ``steps`` steps, in a fresh interpreter; None where
+    it failed to run (its error is printed)."""
+    found = run_child("convert", decoder, steps)
+    if "error" in found:
+        print(f"{decoder.name}: convert: {found['error']}")
+        return None
+    return Conversion(**found)
 
 
 # --- the children ---------------------------------------------------------------------------------------
@@ -172,7 +181,34 @@ def child_naive(decoder: Decoder, steps: int) -> Naive:
                  hold_bound(reference, position_input=generation.position_ids).describe())
 
 
-CHILDREN: dict[str, Callable[[Decoder, int], Plain | Naive]] = {"plain": child_plain, "naive": child_naive}
+def child_convert(decoder: Decoder, steps: int) -> Conversion:
+    import tempfile
+
+    from onnx_precision.convert import ConvertOptions, convert
+    from onnx_precision.data import SampleSpec
+    from onnx_precision.options import GenerationOptions
+
+    options = ConvertOptions(samples=SampleSpec(inputs=decoder.prefill),
+                             generation=GenerationOptions(steps=steps))
+    with tempfile.TemporaryDirectory(prefix="bench-decoders-") as folder:
+        start = time.perf_counter()
+        result = convert(decoder.model, os.path.join(folder, "model.onnx"), options)
+        seconds = time.perf_counter() - start
+    report = result.report
+    assert report is not None, decoder.model
+    verdict = report.generation
+    failing = verdict.get("failing_step")
+    lines = report.generation_lines
+    bound = next((line[len("generation: "):] for line in lines[1:] if line.startswith("generation: ")), "")
+    tokens = next((line[len("tokens: "):] for line in lines if line.startswith("tokens: ")), "")
+    phases = ", ".join(f"{p.name} {p.seconds:.1f}" for p in report.phases)
+    verified = failing if isinstance(failing, int) else steps
+    return Conversion(verified, report.fp16_flop_share(), bound, seconds, _peak_mb(), report.status, tokens,
+                      phases)
+
+
+CHILDREN: dict[str, Callable[[Decoder, int], Plain | Naive | Conversion]] = {
+    "plain": child_plain, "naive": child_naive, "convert": child_convert}
 
 
 def run_child(kind: str, decoder: Decoder, steps: int) -> dict:
@@ -228,8 +264,9 @@ def row(decoder: Decoder, steps: int) -> Mapping[str, str]:
                     "naive s": f"{naive['seconds']:.1f}", "naive MB": f"{naive['peak_mb']:.0f}"})
         if "error" not in plain:  # the emulation's FP32 generation is the plain one's, token for token
             out["ref = plain"] = "yes" if naive["reference_tokens"] == plain["tokens"] else "NO"
-    out.update({"steps verified": str(converted.steps_verified) if converted else "-",
-                "16-bit share": f"{converted.low_share:.0%}" if converted else "-",
+    out.update({"convert": converted.status if converted else "-",
+                "steps verified": str(converted.steps_verified) if converted else "-",
+                "16-bit share": f"{converted.low_share:.1%}" if converted else "-",
                 "convert s": f"{converted.seconds:.1f}" if converted else "-",
                 "convert MB": f"{converted.peak_mb:.0f}" if converted else "-"})
     details = [f"  naive FP16: {naive['failure'] or 'passes'}; emulated FP32 reference generation "
@@ -237,7 +274,9 @@ def row(decoder: Decoder, steps: int) -> Mapping[str, str]:
                if "error" not in naive else "",
                f"  FP16 bound (every node FP16, from the FP32 reference): {naive['bound']}"
                if "error" not in naive else "",
-               f"  plan bound: {converted.bound}" if converted else ""]
+               f"  plan: {converted.bound}" if converted else "",
+               f"  plan tokens: {converted.tokens}" if converted and converted.tokens else "",
+               f"  convert phases (s): {converted.phases}" if converted else ""]
     out["details"] = "\n".join(d for d in details if d)
     return out
 

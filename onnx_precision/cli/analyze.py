@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..options import Judging
+from ..options import GenerationOptions, Judging
 from ..target import Targeting
 from . import common
 
@@ -18,7 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", metavar="FILE", help="write the analysis as JSON")
     p.add_argument("--all", action="store_true", help="list every node, not only those at risk")
     common.add_sample_args(p)
-    for group in (Judging, Targeting):  # as convert and check take them
+    for group in (Judging, Targeting, GenerationOptions):  # as convert and check take them
         common.add_group(p, group)
     common.add_verbosity_args(p, quiet_help="print only the headline (verdict counts) and errors")
     p.set_defaults(run=run)
@@ -30,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
 
     spec = common.sample_spec(args)
     result = analysis.analyze(args.model, spec, judging=common.group_of(args, Judging),
-                              targeting=common.group_of(args, Targeting))
+                              targeting=common.group_of(args, Targeting),
+                              generation=common.group_of(args, GenerationOptions))
     if args.json:
         # Before printing: a bad path fails with nothing half-done.
         inputs = protected_paths(files=common.custom_op_libraries(args), samples=(spec.inputs,))

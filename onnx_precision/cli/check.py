@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..options import Judging
+from ..options import GenerationOptions, Judging
 from ..target import ORACLE_NAMES, Targeting
 from . import common
 
@@ -25,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", metavar="FILE",
                    help="also write the result as JSON (format onnx-precision-check/1)")
     common.add_sample_args(p)
-    for group in (Judging, Targeting):  # as convert and analyze take them
+    for group in (Judging, Targeting, GenerationOptions):  # as convert and analyze take them
         common.add_group(p, group)
     p.set_defaults(target=None)  # none named: the target the candidate records (CheckOptions.recorded_target)
     common.add_verbosity_args(
@@ -42,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     args = argparse.Namespace(**{**vars(args), "target": args.target or "generic"})
     result = check_lib.check(args.model, args.candidate, common.sample_spec(args), oracle=args.oracle,
                              judging=common.group_of(args, Judging),
-                             targeting=common.group_of(args, Targeting), recorded_target=not named)
+                             targeting=common.group_of(args, Targeting), recorded_target=not named,
+                             generation=common.group_of(args, GenerationOptions))
     if args.json:  # before printing: a bad path fails with nothing half-done
         import json
 

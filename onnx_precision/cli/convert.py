@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .. import convert as convert_lib
-from ..options import Judging, Output
+from ..options import GenerationOptions, Judging, Output
 from ..target import ORACLE_NAMES, Targeting
 from ..trt.layer_precisions import LayerFlags
 from ..vocab import MODES
@@ -92,7 +92,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--validation-inputs", metavar="DATA",
                    help="held-out samples (as --inputs) that the search never sees: the written model is "
                         "verified on them too, reported apart, and a failing one fails the run")
-    for group in (Judging, Targeting, Output):  # as check and analyze take them (but the files written)
+    for group in (Judging, Targeting, Output, GenerationOptions):  # as check and analyze (but the files)
         common.add_group(p, group)
     common.add_verbosity_args(p, quiet_help="print only the verdict line (and errors)")
     p.set_defaults(run=run)
@@ -112,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         judging=common.group_of(args, Judging),
         targeting=common.group_of(args, Targeting),
         output=common.group_of(args, Output),
+        generation=common.group_of(args, GenerationOptions),
         headroom=args.headroom,
         oracle=args.oracle,
         trt_profile=_profile(args),

@@ -17,12 +17,20 @@ if TYPE_CHECKING:
 
 def run_args(model_path: str, output_path: str, options: ConvertOptions,
               auto_result: AutoResult | None) -> RunArgs:
-    """What the commands the run suggests repeat of it (the shapes: the feeds it ran, if any)."""
+    """What the commands the run suggests repeat of it (the shapes: the feeds it ran, if any; a generation's,
+    its first and last steps', the range its steps span)."""
     from ..trt.flags import sample_shapes
 
-    shapes = sample_shapes(auto_result.basis.samples.feeds) if auto_result is not None else None
+    shapes = None
+    if auto_result is not None:
+        basis = auto_result.basis
+        feeds = basis.forward.feeds
+        # a generation's profile: its most common shape (TensorRT's opt) is a decode step's, one whole feed
+        # (K of them to one prefill), not each input's own most common, which need not run together
+        shapes = sample_shapes(feeds if basis.generation is None else (*feeds, *feeds[1::2]))
     return RunArgs(model_path, output_path, options.samples, options.judging,
-                   options.targeting.custom_op_libraries, options.oracle, options.trt_profile, shapes)
+                   options.targeting.custom_op_libraries, options.oracle, options.trt_profile, shapes,
+                   options.generation)
 
 
 def flags_caveats(ctx: ModelContext, plan: PrecisionPlan) -> list[str]:
@@ -61,11 +69,12 @@ def as_built_from_original(ctx: ModelContext, plan: PrecisionPlan) -> PrecisionP
 
 def stage_samples(auto_result: AutoResult, options: ConvertOptions, outputs: storage.Outputs) -> None:
     """--save-inputs/--save-outputs: the feeds and the FP32 reference, to hand a case to someone with
-    Polygraphy (``polygraphy run ... --load-inputs FEEDS --load-outputs REFERENCE``)."""
+    Polygraphy (``polygraphy run ... --load-inputs FEEDS --load-outputs REFERENCE``); a generation's are
+    its first and last steps' feeds (one forward pass each, as Polygraphy runs a model) and their outputs."""
     from ..data import polygraphy_feeds_json, polygraphy_outputs_json
 
     if options.output.save_inputs:
-        outputs.stage_text(options.output.save_inputs, polygraphy_feeds_json(auto_result.basis.samples.feeds))
+        outputs.stage_text(options.output.save_inputs, polygraphy_feeds_json(auto_result.basis.forward.feeds))
     if options.output.save_outputs:
         outputs.stage_text(options.output.save_outputs,
                            polygraphy_outputs_json(auto_result.reference_outputs, "onnx-precision-fp32"))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from ..data import SampleSpec, shape_problem
 from ..errors import UsageError
-from ..options import Composed, Judging, Output
+from ..options import Composed, GenerationOptions, Judging, Output
 from ..target import Targeting
 from ..trt.layer_precisions import LayerFlags
 from ..vocab import Mode, OracleName
@@ -19,8 +19,9 @@ from ..vocab import Mode, OracleName
 class ConvertOptions(Composed):
     """``convert``'s options (the CLI's help says what each does): its own, and the groups it shares with
     ``check`` and ``analyze`` (:mod:`..options`): the samples, what the run judges by, where the written
-    model runs, the files it writes. A group's field may also be given by its own name, as before the
-    groups: ``ConvertOptions(tolerance=..., target=...)``."""
+    model runs, the files it writes, how a decoder or streaming model is run over many steps. A group's
+    field may also be given by its own name, as before the groups: ``ConvertOptions(tolerance=...,
+    target=...)``."""
 
     mode: Mode = "auto"
     keep_fp32: tuple[str, ...] = ()  # regexes over node names
@@ -34,6 +35,7 @@ class ConvertOptions(Composed):
     judging: Judging = field(default_factory=Judging)
     targeting: Targeting = field(default_factory=Targeting)
     output: Output = field(default_factory=Output)
+    generation: GenerationOptions = field(default_factory=GenerationOptions)
     headroom: float = 2.0  # auto.DEFAULT_HEADROOM: one binade of margin over the samples (0: off)
     oracle: OracleName = "emulate"
     # the TensorRT shape profile per input, {"min"|"opt"|"max": shape} (--trt-*-shapes); else the samples'

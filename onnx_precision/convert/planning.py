@@ -39,15 +39,17 @@ def base_plan(ctx: ModelContext, options: ConvertOptions) -> tuple[PrecisionPlan
 def plan_to_write(
     ctx: ModelContext, plan: PrecisionPlan, options: ConvertOptions, progress: Progress | None = None
 ) -> tuple[PrecisionPlan, AutoResult | None]:
-    """The plan to write, resolved: ``plan`` itself in all-fp16 mode; static/auto modes load the samples and
-    ask :func:`.choose.choose_plan`, which measures the run's basis on them first (:mod:`..basis`) and
-    returns an AutoResult holding it (also returned)."""
+    """The plan to write, resolved: ``plan`` itself in all-fp16 mode; static/auto modes load the samples (a
+    generation's, where the model runs one: :func:`..basis.run_samples`) and ask
+    :func:`.choose.choose_plan`, which measures the run's basis on them first (:mod:`..basis`) and returns an
+    AutoResult holding it (also returned)."""
     if options.mode == "all-fp16":
         return policy.resolve(ctx, plan), None
-    from .. import data, oracle  # the oracle stack is only needed by the measuring modes
+    from .. import oracle  # the oracle stack is only needed by the measuring modes
+    from ..basis import generation_of, run_samples
     from . import choose as auto
 
-    samples = data.load_samples(ctx.model, options.samples)
+    samples = run_samples(ctx, options.samples, generation_of(ctx, options.generation))
     budget = auto.SearchBudget(options.max_probes, options.time_budget, options.exhaustive_minimise)
     with oracle.blame(ctx, samples):
         result = auto.choose_plan(ctx, plan, samples, options.judging, options.headroom, options.mode,
@@ -85,6 +87,10 @@ def planned(ctx: ModelContext, options: ConvertOptions, progress: Progress | Non
     if not measuring and options.oracle != "emulate":
         warnings.append(f"--oracle {options.oracle} applies to --mode static and auto (which verify); "
                         "not run")
+    if measuring:  # generation options for a model that runs none
+        from ..basis import generation_of, unused_generation
+
+        warnings += unused_generation(options.generation, generation_of(ctx, options.generation))
     try:
         plan, auto_result = plan_to_write(ctx, plan, options, progress)
     except CustomOpError as e:

@@ -12,17 +12,19 @@ from typing import TYPE_CHECKING
 from ..context import ModelContext
 from ..costs import PhaseCost
 from ..data import SampleSpec
+from ..errors import InternalError
 from ..float_types import low_of
 from ..flops import FlopShares
 from ..judge import Comparison
 from ..outcome import AutoResult, Verification
 from ..plan import PrecisionPlan
-from ..target import Target
+from ..target import UNMEASURED, Target
 from ..vocab import Status
 from .options import ConvertOptions
 
 if TYPE_CHECKING:
     from ..basis import Basis
+    from ..generation.verdict import GenerationVerdict
 
 OVERLAPPED_LOAD_BYTES = 1 << 30  # written models below this are loaded by onnxruntime during verification
 
@@ -44,11 +46,16 @@ def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: Aut
     early = loads and auto_result.passed and _stored_bytes(staged_model) < OVERLAPPED_LOAD_BYTES
     loading = oracle.DefaultLoad(staged_model, ctx.custom_op_libraries) if early else None
     basis = auto_result.basis
+    generation = None
     try:
         with oracle.blame(ctx, basis.samples):
-            verified, native, phases = oracle.verify_output(
-                staged_model, basis.samples.feeds, basis.references, basis.tolerances, options.oracle,
-                ctx.custom_op_libraries, ctx.target, basis.measured)
+            if basis.generation is None:
+                verified, native, phases = oracle.verify_output(
+                    staged_model, basis.samples.feeds, basis.references, basis.tolerances, options.oracle,
+                    ctx.custom_op_libraries, ctx.target, basis.measured)
+            else:
+                verified, native, phases, generation = _verify_generation(ctx, staged_model, auto_result,
+                                                                          options)
             table = runtimes.judge(staged_model, ctx, basis, verified)
         phases += (table.cost,)
         default_load = ""
@@ -65,21 +72,62 @@ def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: Aut
         started = time.perf_counter()
         validation, failure = _validate(ctx, staged_model, options.validation_inputs, basis)
         phases += (PhaseCost("validation", time.perf_counter() - started, sessions=2, probes=2),)
-    return Verification(verified, native, default_load, (write,) + phases, validation, failure, table)
+    return Verification(verified, native, default_load, (write,) + phases, validation, failure, table,
+                        generation)
+
+
+def _verify_generation(ctx: ModelContext, staged_model: str | ModelContext, auto_result: AutoResult,
+                       options: ConvertOptions,
+                       ) -> tuple[Comparison, Comparison | None, tuple[PhaseCost, ...], GenerationVerdict]:
+    """The written model judged over the basis' generation as every plan was (teacher-forced by the
+    reference's tokens, each sample stopped at its first failing step): emulated, and on ``--oracle``'s
+    runtime when one is named; with the verdict of the emulated run (its bound, its tokens)."""
+    from ..basis import Generated
+    from ..generation.verdict import verdict
+    from ..generation.written import judge, model_runner
+
+    basis = auto_result.basis
+    generation, references = basis.generation, basis.reference
+    if generation is None or not isinstance(references, Generated):
+        raise InternalError("a generation's verification of a basis judged on one forward pass")
+    phases = []
+    judged: dict[str, tuple[Comparison, tuple]] = {}
+    for oracle in dict.fromkeys(("emulate", options.oracle)):
+        started = time.perf_counter()
+        written = model_runner(staged_model, oracle, ctx.custom_op_libraries, ctx.target,
+                               basis.measured if oracle == "emulate" else UNMEASURED)
+        runner = basis.generation_runner(written)
+        judged[oracle] = judge(runner, None, basis.samples.feeds, basis.references, basis.tolerances)
+        phases.append(PhaseCost("verify" if oracle == "emulate" else f"native {oracle}",
+                                time.perf_counter() - started, sessions=1, probes=1))
+    verified, runs = judged["emulate"]
+    native = judged[options.oracle][0] if options.oracle != "emulate" else None
+    found = verdict(ctx, auto_result.plan, generation, references.runs, runs, verified, ctx.target.low)
+    return verified, native, tuple(phases), found
 
 
 def _validate(ctx: ModelContext, staged_model: str | ModelContext, inputs: str, basis: Basis,
               ) -> tuple[Comparison, str]:
     """The written model on the held-out samples ``inputs``, judged as ``basis`` judges the run's own
     (:meth:`..basis.Basis.held_out`: against the FP32 model ``ctx`` on them, or a quantized model's
-    reference, each held-out sample within its own bound)."""
-    from .. import data, oracle
+    reference, each held-out sample within its own bound; a generation's over it, every sum checked)."""
+    from .. import oracle
+    from ..basis import run_samples
 
-    held_out = data.load_samples(ctx.model, SampleSpec(inputs=inputs, option="--validation-inputs"))
+    held_out = run_samples(ctx, SampleSpec(inputs=inputs, option="--validation-inputs"), basis.generation)
     with oracle.blame(ctx, held_out):
         judged = basis.held_out(ctx, held_out)
-        comparison, failure = oracle.validate_written(staged_model, held_out.feeds, judged.references,
-                                                      judged.tolerances, ctx.custom_op_libraries, ctx.target)
+        if basis.generation is None:
+            comparison, failure = oracle.validate_written(staged_model, held_out.feeds, judged.references,
+                                                          judged.tolerances, ctx.custom_op_libraries,
+                                                          ctx.target)
+        else:
+            from ..generation.written import judge, model_runner
+
+            runner = judged.generation_runner(model_runner(staged_model, "emulate", ctx.custom_op_libraries,
+                                                           ctx.target, UNMEASURED))
+            comparison = judge(runner, None, held_out.feeds, judged.references, judged.tolerances)[0]
+            failure = "" if comparison.passed else comparison.failure()
     return comparison, failure and f"held-out {failure} ({inputs})"
 
 
@@ -106,6 +154,8 @@ def conversion_status(auto_result: AutoResult, verification: Verification | None
         return "failed", f"the written model fails on {native.oracle} (passes emulated)", ()
     if verification.validation_failure:
         return "failed", f"the written model fails {verification.validation_failure}", ()
+    if verification.generation is not None and not verification.generation.holds:
+        return "failed", verification.generation.length_text(), ()
     if verification.default_load:
         if target.onnxruntime_kernels(target.low):
             return "ort-load-failed", f"the written model passes, but {verification.default_load}", ()

@@ -85,6 +85,10 @@ def to_json(report: RunReport) -> dict:
             "notes": list(report.notes),
             # a quantized model's gate: reference, margin, quantization errors, each output's deciding sample
             **({"quantization_gate": dict(report.quantization_gate)} if report.quantization_gate else {}),
+            # a generation's (a decoder's, a streaming model's): its description, the steps judged, the
+            # bound, a decoder's tokens, and the summary's lines
+            **({"generation": {**report.generation, "lines": list(report.generation_lines)}}
+               if report.generation_lines else {}),
             "tradeoff": {
                 "statistic": statistic(report),
                 "points": [p.to_json() for p in report.points],
@@ -178,6 +182,8 @@ def from_json(obj: Mapping) -> RunReport:
         ort_fused=tuple(str(n) for n in obj.get("ort_fused", ())),
         integer_flops={str(k): float(v) for k, v in obj.get("integer_flops", {}).items()},
         quantization_gate=dict(obj.get("quantization_gate", {})),
+        generation={k: v for k, v in obj.get("generation", {}).items() if k != "lines"},
+        generation_lines=tuple(str(line) for line in obj.get("generation", {}).get("lines", ())),
         runtimes=None if obj.get("runtimes") is None else RuntimeTable.from_json(obj["runtimes"]),
     )
 

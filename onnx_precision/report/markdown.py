@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..float_types import low_of
 from ..format import cosine_text, number
+from ..generation.runner import failing_step
 from ..judge import Comparison, Tolerance
 from ..oracle.inspection import NodeStats
 from ..plan import Precision
@@ -136,6 +137,8 @@ def to_markdown(report: RunReport) -> str:
         lines += [""] + [f"- by shape: {_cell(line)}" for line in _by_shape_lines(comparison)] \
             if comparison.by_shape else []
     lines += _runtime_lines(report)
+    if report.generation_lines:
+        lines += ["", "## Generation", ""] + [f"- {markdown_text(line)}" for line in report.generation_lines]
     if report.notes:
         lines += ["", "## Notes", ""] + [f"- {markdown_text(n)}" for n in report.notes]
     lines += _tradeoff_lines(report)
@@ -224,9 +227,10 @@ def summary_lines(report: RunReport, report_paths: Sequence[str] = ()) -> list[s
     for key, comparison in comparisons(report):
         user_plan = key == "before" and not report.before_plan.startswith("all ")
         label = f"before ({report.before_plan})" if user_plan else key
-        lines.append(f"{label}: {_comparison_line(comparison)}")
+        lines.append(f"{label}: {_comparison_line(comparison, bool(report.generation_lines))}")
     if report.runtimes is not None:
         lines.append(f"runtimes: {report.runtimes.line()}")
+    lines += list(report.generation_lines)
     lines += [f"note: {n}" for n in report.notes]
     cost = (
         f"cost: {report.sessions_built} session(s){_helpers(report)}, {report.probes_run} probe(s), "
@@ -265,7 +269,10 @@ def _pins_line(report: RunReport, limit: int = 6) -> str:
     return f"({len(names)}): " + ", ".join(parts) + more
 
 
-def _comparison_line(comparison: Comparison) -> str:
+def _comparison_line(comparison: Comparison, generation: bool = False) -> str:
+    step = failing_step(comparison) if generation else None
+    if step is not None:  # a generation's: the step it fails at, and how (its later steps did not run)
+        return f"FAIL at step {step} ({comparison.failure()})"
     verdict = "pass" if comparison.passed else "FAIL"
     worst = comparison.worst()
     if worst is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,6 +24,9 @@ from ..tradeoff import PlanPoint, error_statistic, tolerance_line
 from ..tradeoff_picture import Picture, front_svg
 from ..typing_rules.node_typing import FLOAT64_KEPT, computes_in_float64
 from ..vocab import Mode, OracleName, Status
+
+if TYPE_CHECKING:
+    from ..basis import Basis
 
 REPORT_FORMAT = "onnx-precision-report/1"
 
@@ -82,6 +86,10 @@ class RunReport(PhaseTotals):
     # how the basis' tolerances were derived, on the written model (a quantized model's gate:
     # quant_reference.QuantGate.to_json); {} for the tolerance as given
     quantization_gate: Mapping[str, object] = field(default_factory=dict)
+    # a generation's (a decoder's, a streaming model's: :class:`~..generation.verdict.GenerationVerdict`):
+    # its summary lines (its description, the steps judged and the bound, its tokens) and its JSON
+    generation_lines: tuple[str, ...] = ()
+    generation: Mapping[str, object] = field(default_factory=dict)
     # the written model emulated on every runtime of the registry (None: none was written and verified)
     runtimes: RuntimeTable | None = None
 
@@ -202,7 +210,22 @@ def for_conversion(ctx: ModelContext, outcome: ConversionOutcome) -> RunReport:
         integer_flops=integer_kernel_flops(ctx.model, shapes, quantized.of(ctx).integer_ops or ()),
         quantization_gate=basis.to_json(None if verification is None else verification.verified),
         runtimes=None if verification is None else verification.runtimes,
+        **_generation(basis, verification),
     )
+
+
+def _generation(basis: Basis, verification: Verification | None) -> dict[str, Any]:
+    """A generation's lines and JSON: the written model's verdict, or, where nothing was written, its
+    description."""
+    found = None if verification is None else verification.generation
+    if found is not None:
+        return {"generation_lines": tuple(found.lines()), "generation": found.to_json()}
+    generation = basis.generation
+    if generation is None:
+        return {}
+    return {"generation_lines": (f"generation: {generation.summary()} ({generation.source})",),
+            "generation": {"description": generation.summary(), "kind": generation.kind,
+                           "source": generation.source, "steps": generation.steps}}
 
 
 def _quantized_notes(ctx: ModelContext) -> tuple[str, ...]:
