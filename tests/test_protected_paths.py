@@ -6,6 +6,8 @@ nothing written, every input byte for byte as it was."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
 import pytest
@@ -13,7 +15,7 @@ from onnx import TensorProto, helper
 from test_hostile_files import ends, external, model_of
 
 from onnx_precision.analysis import analyze
-from onnx_precision.convert import ConvertOptions, convert
+from onnx_precision.convert import ConvertOptions, convert, convert_model
 from onnx_precision.errors import OutputError
 from onnx_precision.run_inputs import protected_paths
 
@@ -76,6 +78,69 @@ def _inputs(directory) -> tuple[str, ...]:
     return tuple(sorted(str(p) for p in directory.iterdir()))
 
 
+SIDE_OUTPUTS = ["--save-plan", "--report", "--report-md", "--trt-flags", "--save-inputs", "--save-outputs"]
+
+
+@pytest.mark.parametrize("option", SIDE_OUTPUTS)
+def test_no_side_output_of_convert_overwrites_the_models_weights(models, out, capsys, option):
+    model = mlp(models)
+    weights = str(models / "w.bin")
+    line = ends(["convert", model, "-o", str(out / "o.onnx"), option, weights], capsys, out, _inputs(models))
+    assert line == f"{weights}: output path is the input file; choose another output"
+
+
+@pytest.mark.parametrize("location", ["sub.bin", "f.bin"])
+def test_the_data_files_of_subgraphs_and_functions_are_inputs_too(models, out, capsys, location):
+    model = nested(models)
+    target = str(models / location)
+    line = ends(["convert", model, "-o", str(out / "o.onnx"), "--mode", "all-fp16", "--save-plan", target],
+                capsys, out, _inputs(models))
+    assert line == f"{target}: output path is the input file; choose another output"
+
+
+@pytest.mark.parametrize("option", ["--plan", "--layer-precisions-file", "--genai-config",
+                                    "--ort-custom-op-library", "--validation-inputs"])
+def test_every_file_an_option_names_is_an_input(models, out, capsys, option):
+    """What the list held before (the plan, the layer-precisions file, the held-out samples), and what
+    it did not (a genai_config.json, a custom-op library): each refused as an output."""
+    model, given = mlp(models), models / "given"
+    given.write_bytes(b"what the option reads")
+    line = ends(["convert", model, "-o", str(out / "o.onnx"), option, str(given), "--save-plan", str(given)],
+                capsys, out, _inputs(models))
+    assert line == f"{given}: output path is the input file; choose another output"
+
+
+def test_the_reference_models_weights_are_inputs_too(models, out, capsys):
+    model, reference = mlp(models), mlp(models, "ref.onnx", "ref.bin")
+    target = str(models / "ref.bin")
+    line = ends(["convert", model, "-o", str(out / "o.onnx"), "--reference-model", reference, "--report",
+                 target], capsys, out, _inputs(models))
+    assert line == f"{target}: output path is the input file; choose another output"
+
+
+@pytest.mark.parametrize("given", ["--plan", "--inputs", "the model"])
+def test_the_written_models_data_file_may_be_no_input(models, out, capsys, given):
+    """``-o o.onnx`` writes its weights to o.onnx.data: refused before any work where that is an input,
+    whether or not this run writes a data file (the model's own data named so was caught only when
+    its weights were written, after the search)."""
+    if given == "the model":
+        model, extra = mlp(models, location="o.onnx.data"), []
+    else:
+        model = mlp(models)
+        data = models / "o.onnx.data"
+        if given == "--plan":
+            data.write_text('{"format": "onnx-precision-plan/1", "fp16_io": false, "nodes": {}}')
+        else:
+            np.savez(data.with_suffix(".npz"), x=np.ones((1, 16), np.float32))
+            data.with_suffix(".npz").rename(data)
+        extra = [given, str(data)]
+    output = str(models / "o.onnx")
+    line = ends(["convert", model, "-o", output, "--mode", "all-fp16", *extra], capsys, models,
+                _inputs(models))
+    assert line == (f"{output}: its weights would be written to '{models / 'o.onnx.data'}', a file this run "
+                    f"reads ({models / 'o.onnx.data'}); choose another output")
+
+
 @pytest.mark.parametrize("command", ["analyze", "check"])
 def test_the_json_of_check_and_analyze_overwrites_no_weights(models, out, capsys, command):
     model = mlp(models)
@@ -87,6 +152,23 @@ def test_the_json_of_check_and_analyze_overwrites_no_weights(models, out, capsys
         args = [command, model] + ([candidate] if command == "check" else []) + ["--json", target, "-q"]
         line = ends(args, capsys, out, _inputs(models) + _inputs(out))
         assert line == f"{target}: output path is the input file; choose another output"
+
+
+def test_the_python_api_protects_the_same_files(models, out):
+    model = mlp(models)
+    weights = str(models / "w.bin")
+    before = open(weights, "rb").read()
+    feeds = str(models / "feeds.npz")
+    np.savez(feeds, x=np.ones((1, 16), np.float32))
+    converted = convert_model(model, feeds, ConvertOptions(mode="all-fp16"))
+    with pytest.raises(OutputError, match="output path is the input file"):
+        converted.save(feeds)
+    proto = onnx.load(model, load_external_data=False)
+    in_memory = convert_model(proto, options=ConvertOptions(mode="all-fp16"), base_dir=models)
+    with pytest.raises(OutputError, match="output path is the input file"):
+        in_memory.save(weights)
+    assert open(weights, "rb").read() == before
+    assert sorted(os.listdir(models)) == ["feeds.npz", "m.onnx", "w.bin"]
 
 
 def test_one_list_holds_every_file_a_run_reads(models):

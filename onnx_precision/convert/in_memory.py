@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 
 from .. import storage
-from ..context import IN_MEMORY, ModelContext, Upgrade, in_memory_context, load_model
+from ..context import ModelContext, Upgrade, in_memory_context, load_model
 from ..data import SampleSpec, in_memory_spec
 from ..errors import SearchError, UsageError
 from ..plan import PrecisionPlan
@@ -71,6 +71,7 @@ class ConvertedModel:
     auto: AutoResult | None = None  # static/auto modes: the search's result
     warnings: tuple[str, ...] = ()
     external_data: bool | None = None  # save's default layout (ConvertOptions.external_data)
+    inputs: tuple[str, ...] = ()  # the files the conversion read (:func:`_inputs`): save overwrites none
 
     @cached_property
     def model(self) -> onnx.ModelProto:
@@ -110,9 +111,8 @@ class ConvertedModel:
         are streamed from there, never held whole; the input's files are never overwritten.
         """
         layout = self.external_data if external_data is None else external_data
-        inputs = (self.source,) if self.source != IN_MEMORY else ()
         return storage.save_model(self.rewrite.model, os.fspath(path), source_dir=self.base_dir,
-                                  external_data=layout, input_paths=inputs)
+                                  external_data=layout, input_paths=self.inputs)
 
 
 def convert_model(model: onnx.ModelProto | str | os.PathLike[str], samples: SampleInput = None,
@@ -132,6 +132,7 @@ def convert_model(model: onnx.ModelProto | str | os.PathLike[str], samples: Samp
     if base_dir is not None and not isinstance(base_dir, (str, os.PathLike)):
         raise UsageError(f"base_dir {base_dir!r}: expected the directory of the model's data files (a path)")
     options = replace(checked, samples=_sample_spec(samples, checked))
+    inputs = _inputs(model, base_dir, options)
     if options.mode != "all-fp16":
         from .. import oracle
 
@@ -141,7 +142,17 @@ def convert_model(model: onnx.ModelProto | str | os.PathLike[str], samples: Samp
     if done.rewrite is None:
         raise SearchError(f"{done.unwritten} (nothing converted)")
     return ConvertedModel(done.rewrite.plan, done.rewrite, done.ctx.path, done.ctx.base_dir, done.report,
-                          done.auto, done.warnings, True if options.output.external_data else None)
+                          done.auto, done.warnings, True if options.output.external_data else None, inputs)
+
+
+def _inputs(model: object, base_dir: Path | None, options: run.ConvertOptions) -> tuple[str, ...]:
+    """The files a conversion of ``model`` reads (:func:`.run.input_paths`), a ModelProto's data files
+    under ``base_dir`` in place of a model file and its own."""
+    if isinstance(model, (str, os.PathLike)):
+        return run.input_paths(os.fspath(model), options)
+    own = (storage.external_files(model, os.path.abspath(base_dir))
+           if isinstance(model, onnx.ModelProto) and base_dir is not None else ())
+    return own + run.input_paths(None, options)
 
 
 def _checked_options(options: object) -> run.ConvertOptions:

@@ -22,12 +22,12 @@ from .. import options as options_lib
 from ..basis import Load, measured_model
 from ..context import ModelContext, load_model
 from ..costs import PhaseCost
-from ..data import SampleSpec, sample_files
 from ..errors import InternalError, SearchError, UsageError
 from ..flops import FlopShares, estimate_flops, flop_shares
 from ..outcome import ConversionOutcome, Verification
 from ..plan import Precision, PrecisionPlan
 from ..rewriter import RewriteResult, rewrite
+from ..run_inputs import check_data_file, protected_paths
 from ..suggested import quoted
 from ..target import GENERIC, UNMEASURED, Target
 from ..trt.flags import trt_flags_text
@@ -144,12 +144,13 @@ def _counts(plan: PrecisionPlan, shares: FlopShares) -> str:
                      for i, (n, name) in enumerate(counts)) + apart
 
 
-def _input_paths(model_path: str, options: ConvertOptions) -> tuple[str, ...]:
-    """Every file the run reads (the model, --plan, the sample data): no output may overwrite one."""
-    given = (options.plan_path, options.layer_flags.file, options.judging.reference_model)
-    plan = tuple(p for p in given if p)
-    held_out = sample_files(SampleSpec(inputs=options.validation_inputs)) if options.validation_inputs else ()
-    return (model_path,) + plan + sample_files(options.samples) + held_out
+def input_paths(model_path: str | None, options: ConvertOptions) -> tuple[str, ...]:
+    """Every file a run of ``model_path`` (None: a model in memory) reads, the models' data files
+    included (:func:`..run_inputs.protected_paths`): no output may overwrite one."""
+    return protected_paths(models=(model_path, options.judging.reference_model),
+                           files=(options.plan_path, options.layer_flags.file,
+                                  options.generation.genai_config, *options.targeting.custom_op_libraries),
+                           samples=(options.samples.inputs, options.validation_inputs))
 
 
 def _output_paths(output_path: str, options: ConvertOptions) -> list[str]:
@@ -192,10 +193,11 @@ def convert(model_path: str, output_path: str, options: ConvertOptions = DEFAULT
         files = options.output
         report_json, report_md = report_lib.default_paths(output_path, files.report_json, files.report_md)
         options = replace(options, output=replace(files, report_json=report_json, report_md=report_md))
-    inputs = _input_paths(model_path, options)
+    inputs = input_paths(model_path, options)
     with storage.Outputs(inputs) as outputs:
         for path in _output_paths(output_path, options):
             outputs.reserve(path)
+        check_data_file(output_path, inputs)
         return _convert(model_path, output_path, options, progress, outputs)
 
 
