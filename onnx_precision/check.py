@@ -24,7 +24,7 @@ from .data import Samples, SampleSpec
 from .errors import InternalError, ModelLoadError, PrecisionError, UsageError
 from .float_types import LOW_TYPES, low_of
 from .flops import flop_shares
-from .format import json_safe
+from .format import json_safe, percent
 from .judge import Comparison, OutputMetrics, Tolerance, compare_samples, thin_pass_note
 from .options import Composed, GenerationOptions, Judging
 from .options import model_path as model_path_of
@@ -32,7 +32,7 @@ from .plan import NodeDecision, Precision, PrecisionPlan
 from .runtimes import RuntimeTable, judged_as
 from .runtimes import judge as judge_runtimes
 from .target import Targeting
-from .tradeoff import share_text, worst_output_text
+from .tradeoff import worst_output_text
 from .typing_rules import elem_type
 from .vocab import OracleName
 
@@ -177,7 +177,7 @@ class CheckResult:
     def verdict_line(self) -> str:
         """The one line ``check -q`` prints: the verdict, the worst output and its statistic, and
         the candidate's 16-bit share."""
-        share = f"{self.low_label}: {share_text(self.low_share)} {self.low_share_of}" if self.low_label else \
+        share = f"{self.low_label}: {percent(self.low_share)} {self.low_share_of}" if self.low_label else \
             "no 16-bit compute"
         return (f"{self.candidate} against {self.model}: {'passed' if self.passed else 'failed'}; "
                 f"{worst_output_text(self.comparison, self.tolerance)}; {share}")

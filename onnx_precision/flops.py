@@ -11,6 +11,7 @@ import onnx
 
 from . import policy, quantized
 from .float_types import LOW_TYPES
+from .format import percent
 from .graph import attr, graphs, has_subgraphs, is_onnx_domain, subgraphs, walk_nodes
 from .inferred_shapes import Inferred, infer
 from .plan import Precision, PrecisionPlan
@@ -452,7 +453,8 @@ class FlopShares:
         if gaps:
             first, why = next(iter(gaps.items()))
             return (f"the 16-bit share cannot be held to --min-16bit-share {minimum:g}: "
-                    f"{_unknown_text(gaps)}, e.g. '{first}' ({why}); the share of the rest is {share:.1f}%")
+                    f"{_unknown_text(gaps)}, e.g. '{first}' ({why}); the share of the rest is "
+                    f"{percent(self.low(plan))}")
         if share >= minimum:
             return ""
         digits = 1  # as many as keep the share printed below the bound (49.96% is not "50.0%")

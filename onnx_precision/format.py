@@ -16,6 +16,20 @@ def number(x: float | None, digits: int = 4) -> str:
     return f"{x:.{digits}g}" if math.isfinite(x) else str(x)
 
 
+def percent(share: float) -> str:
+    """A share (0 to 1) as a percentage to one decimal, or to the decimals that keep a share short of 100%
+    (or above 0%) from reading as 100.0% (0.0%): 99.95%. Past four decimals a share that near says so
+    ("> 99.9999%", "< 0.0001%"): the one spelling of a share ``convert`` and ``check`` print alike."""
+    share = float(share) + 0.0  # -0.0 reads 0.0%
+    digits = 1
+    while digits < 4 and 0.0 < share < 1.0 and float(f"{100 * share:.{digits}f}") in (0.0, 100.0):
+        digits += 1
+    text = f"{100 * share:.{digits}f}"
+    if 0.0 < share < 1.0 and float(text) in (0.0, 100.0):
+        return f"< {0.1 ** digits:.{digits}f}%" if share < 0.5 else f"> {100 - 0.1 ** digits:.{digits}f}%"
+    return f"{text}%"
+
+
 def cosine_text(x: float, minimum: float | None = None) -> str:
     """Cosines live near 1: six decimals tell 0.999999 from 0.999. A cosine below ``minimum`` gets
     the digits it takes to print below it (0.99999994 against 1, never "1.000000")."""

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .format import json_safe, number
+from .format import json_safe, number, percent
 from .judge import Comparison, Tolerance, statistic
 from .render import for_markdown
 
@@ -103,18 +103,9 @@ def front_table(points: Sequence[PlanPoint], flops: Mapping[str, float] | None =
         more = f" (+{len(pins) - listed})" if len(pins) > listed else ""
         label = f"**{p.index} (chosen)**" if p.index == chosen else str(p.index)
         listed_pins = ", ".join(for_markdown(n, cell=True) for n in pins[:listed]) + more
-        lines.append(f"| {label} | {share_text(p.fp16_flop_share)} | {number(p.worst_error)} | "
+        lines.append(f"| {label} | {percent(p.fp16_flop_share)} | {number(p.worst_error)} | "
                      f"{'yes' if p.passed else 'no'} | {listed_pins or '-'} |")
     return lines
-
-
-def share_text(share: float) -> str:
-    """A share as a percentage to one decimal, or to the decimals that keep a share short of 100%
-    (or above 0%) from reading as 100.0% (0.0%): 99.97%."""
-    digits = 1
-    while digits < 4 and 0.0 < share < 1.0 and float(f"{100 * share:.{digits}f}") in (0.0, 100.0):
-        digits += 1
-    return f"{100 * share:.{digits}f}%"
 
 
 def costliest_first(nodes: Sequence[str], flops: Mapping[str, float]) -> list[str]:

@@ -15,9 +15,9 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .format import number
+from .format import number, percent
 from .render import for_svg
-from .tradeoff import ALL_LISTED, PlanPoint, ToleranceLine, pareto_front, share_text
+from .tradeoff import ALL_LISTED, PlanPoint, ToleranceLine, pareto_front
 
 WIDTH, HEIGHT = 800, 470
 LEFT, TOP, RIGHT, BOTTOM = 78, 92, 570, 410  # the plot's frame
@@ -155,7 +155,7 @@ def _subtitle(picture: Picture) -> list[str]:
     if not chosen:
         return [first, "no plan passes: none chosen"]
     c = chosen[0]
-    return [first, f"chosen: point {c.index}, {share_text(c.fp16_flop_share)} {picture.low}, "
+    return [first, f"chosen: point {c.index}, {percent(c.fp16_flop_share)} {picture.low}, "
                    f"{picture.statistic} {number(c.worst_error)}{'' if c.passed else ' (out of tolerance)'}"]
 
 
@@ -208,7 +208,7 @@ def _front_line(frame: _Frame, front: Sequence[PlanPoint]) -> list[str]:
 
 
 def _point(frame: _Frame, p: PlanPoint, low: str) -> str:
-    tip = (f"point {p.index}: {share_text(p.fp16_flop_share)} {low}, error {number(p.worst_error)}, "
+    tip = (f"point {p.index}: {percent(p.fp16_flop_share)} {low}, error {number(p.worst_error)}, "
            f"{'passes' if p.passed else 'fails'}, {len(p.pinned)} FP32 pin(s)")
     colour = PASSED_COLOUR if p.passed else FAILED_COLOUR
     return (f'<g><title>{for_svg(tip)}</title><circle cx="{frame.x(p.fp16_flop_share):.1f}" '

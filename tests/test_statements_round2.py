@@ -36,3 +36,30 @@ def test_analyze_says_past_the_maximum_apart_from_within_one_binade(tmp_path, ca
     out = capsys.readouterr().out.splitlines()
     assert "past the 16-bit limits on the samples: square (0.46 binade(s) past the maximum)" in out
     assert "within one binade of the 16-bit limits on the samples: halve (0.54 binade(s) to overflow)" in out
+
+
+def _wide_matmul_softmax(path: str, data: str) -> None:
+    """x (2x1024) -> MatMul (1024x512) -> Softmax: the Softmax is 0.05% of the estimated FLOPs."""
+    rng = np.random.default_rng(0)
+    w = onnx.numpy_helper.from_array(rng.uniform(-0.05, 0.05, (1024, 512)).astype(np.float32), "w")
+    nodes = [N("MatMul", ["x", "w"], ["h"], name="mm"), N("Softmax", ["h"], ["y"], name="sm", axis=-1)]
+    onnx.save(_model(nodes, [_vi("x", [2, 1024])], [_vi("y", [2, 512])], [w]), path)
+    np.savez(data, x=rng.uniform(-1, 1, (2, 1024)).astype(np.float32))
+
+
+def test_convert_and_check_print_the_same_share_of_the_same_file(tmp_path, capsys):
+    """The Softmax kept FP32: 99.95% of the FLOPs are FP16. convert printed "100.0%", check "99.95%"."""
+    path, data, out = str(tmp_path / "m.onnx"), str(tmp_path / "d.npz"), str(tmp_path / "o.onnx")
+    _wide_matmul_softmax(path, data)
+    assert main(["convert", path, "-o", out, "--inputs", data, "--keep-fp32-op", "Softmax", "-q"]) == 0
+    converted = capsys.readouterr().out
+    assert converted.endswith("; FP16: 1/2 nodes (50.0%), 99.95% of estimated FLOPs\n"), converted
+    assert main(["check", path, out, "--inputs", data, "-q"]) == 0
+    assert capsys.readouterr().out.endswith("; FP16: 99.95% of estimated FLOPs\n")
+
+
+def test_a_share_never_reads_100_or_0_percent_unless_it_is():
+    from onnx_precision.format import percent
+
+    assert [percent(s) for s in (0.0, 1.0, 0.5, 0.9995, 0.999_999_99, 1e-9, 0.123_45)] == \
+        ["0.0%", "100.0%", "50.0%", "99.95%", "> 99.9999%", "< 0.0001%", "12.3%"]

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..float_types import low_of
-from ..format import cosine_text, number
+from ..format import cosine_text, number, percent
 from ..generation.runner import failing_step
 from ..judge import Comparison, Tolerance
 from ..oracle.inspection import NodeStats
@@ -36,13 +36,13 @@ def _share_text(report: RunReport) -> str:
     if report.nothing_to_convert:
         return f"nothing to convert: {report.nothing_to_convert}"
     shares = report.flop_shares()
-    lows = [f"{p.name} {_pct(shares[p.value])}" for p in Precision if p.is_low and p.value in shares]
+    lows = [f"{p.name} {percent(shares[p.value])}" for p in Precision if p.is_low and p.value in shares]
     both = f" ({', '.join(lows)})" if len(lows) > 1 else ""
     quantized = shares_text(report.quantized, report.node_flops, report.plan.decisions, report.integer_flops)
     unknown = report.shares.unknown_note(report.plan)  # how much of the compute the share could not weigh
     flops = f"{report.shares.of}{both}" + "".join(f"; {part}" for part in (quantized, unknown) if part)
     return (f"{len(report.low_nodes())}/{len(report.counted_nodes())} {report.nodes_of} "
-            f"({_pct(report.fp16_node_share())}), {_pct(report.fp16_flop_share())} {flops}")
+            f"({percent(report.fp16_node_share())}), {percent(report.fp16_flop_share())} {flops}")
 
 
 _COMPARISON_TITLES = {
@@ -302,10 +302,6 @@ def _by_shape_lines(comparison: Comparison) -> list[str]:
                          f"{number(worst.rel_rms_err)}, max abs err {number(worst.max_abs_err)}, "
                          f"{'pass' if c.passed else 'FAIL'}")
     return lines
-
-
-def _pct(share: float) -> str:
-    return f"{100 * share:.1f}%"
 
 
 def _helpers(report: RunReport) -> str:
