@@ -63,3 +63,30 @@ def test_a_share_never_reads_100_or_0_percent_unless_it_is():
 
     assert [percent(s) for s in (0.0, 1.0, 0.5, 0.9995, 0.999_999_99, 1e-9, 0.123_45)] == \
         ["0.0%", "100.0%", "50.0%", "99.95%", "> 99.9999%", "< 0.0001%", "12.3%"]
+
+
+def _casts(model: onnx.ModelProto) -> int:
+    from onnx_precision.graph import walk_nodes
+
+    return sum(1 for ref in walk_nodes(model.graph) if ref.node.op_type == "Cast")
+
+
+def test_the_casts_added_are_those_the_file_holds(tmp_path, capsys):
+    """Under --target webgpu a mean over symbolic H x W is written as a sum of pre-scaled terms, its scale
+    computed from the input's shape with Casts of its own: the first line counted the 2 Casts between
+    precisions ("2 Cast(s) added") where the file holds 8 and the original none."""
+    rng = np.random.default_rng(0)
+    w = onnx.numpy_helper.from_array(rng.uniform(-1, 1, (4, 3, 3, 3)).astype(np.float32), "w")
+    model = _model([N("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+                    N("GlobalAveragePool", ["c"], ["g"], name="gap"),
+                    N("ReduceMean", ["c"], ["m"], name="mean", axes=[2, 3], keepdims=1),
+                    N("Add", ["g", "m"], ["y"], name="add")],
+                   [_vi("x", [1, 3, "H", "W"])], [_vi("y", [1, 4, 1, 1])], [w])
+    path, data, out = str(tmp_path / "m.onnx"), str(tmp_path / "d.npz"), str(tmp_path / "o.onnx")
+    onnx.save(model, path)
+    np.savez(data, x=rng.uniform(0, 1, (1, 3, 64, 64)).astype(np.float32))
+    assert main(["convert", path, "-o", out, "--inputs", data, "--target", "webgpu"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    written = _casts(onnx.load(out))
+    assert written > 2 and _casts(model) == 0
+    assert f", {written} Cast(s) added, " in first, first

@@ -44,6 +44,7 @@ import onnx
 from .. import policy
 from ..context import ModelContext
 from ..float_types import low_of
+from ..graph import is_onnx_domain, walk_nodes
 from ..plan import PrecisionPlan, Reason
 from ..target import UNMEASURED, Measured
 from .graph_writer import GraphWriter
@@ -56,7 +57,7 @@ class RewriteResult:
 
     model: onnx.ModelProto
     plan: PrecisionPlan  # the resolved plan that was written
-    casts_added: int
+    casts_added: int  # the Casts the written model holds that the original did not (:func:`_cast_count`)
     initializers_converted: int  # converted in place
     initializers_duplicated: int  # one copy per type, because consumers of both kinds exist
     notes: tuple[str, ...] = ()
@@ -127,7 +128,15 @@ def rewrite(ctx: ModelContext, plan: PrecisionPlan, fuse_layer_norms: bool = Tru
                    rewriter.rewritten, rewriter.retyped))
     if changed or not any(p.key.startswith(PROVENANCE) for p in out.metadata_props):
         _stamp(out, written, ctx)  # a model converted again and left as it was keeps its stamp
-    return RewriteResult(out, written, casts.count, constants.converted, constants.duplicated, tuple(notes))
+    added = _cast_count(out) - _cast_count(ctx.model)
+    return RewriteResult(out, written, added, constants.converted, constants.duplicated, tuple(notes))
+
+
+def _cast_count(model: onnx.ModelProto) -> int:
+    """The Casts of ``model``, its bodies' included: those between precisions are not all the rewriter
+    writes (a mean rewritten for a target that sums in FP16 casts its scale, computed from a shape)."""
+    return sum(1 for ref in walk_nodes(model.graph)
+               if ref.node.op_type == "Cast" and is_onnx_domain(ref.node.domain))
 
 
 def _as_written(plan: PrecisionPlan, reads_wide: Mapping[str, tuple[str, int]], ctx: ModelContext,
