@@ -20,7 +20,7 @@ from onnx import TensorProto, helper
 import models
 from models import compute
 from onnx_precision.cli import main
-from onnx_precision.flops import FlopShares, NodeFlops, estimate_flops, unknown_cost
+from onnx_precision.flops import FlopShares, NodeFlops, estimate_flops, integer_kernel_flops, unknown_cost
 from onnx_precision.plan import Precision, PrecisionPlan, Reason, uniform_plan
 
 
@@ -83,6 +83,30 @@ def test_a_recurrent_op_costs_its_gates_at_every_step(kind):
     assert flops["conv"] == 2 * (32 * 8 * 64) * 9 and flops["head"] == 2 * 64 * 37 * 128
 
 
+def test_a_dynamically_quantized_lstm_costs_an_lstm_as_int8_compute():
+    # com.microsoft DynamicQuantizeLSTM (int8 W [2, 32, 256], R [2, 64, 256]): ONNX infers nothing of
+    # it, so its cost was its input's size and every shape after it unknown (2 048 and 1 FLOP)
+    example = compute.quantized_lstm()
+    flops = estimate_flops(example.model, _shapes(example))
+    lstm = 64 * 2 * 4 * 64 * (2 * (32 + 64) + 3)
+    assert flops["rnn"] == lstm == 6_389_760
+    assert flops["join_directions"] == 64 * 2 * 64  # its output's shape declared as an LSTM's
+    assert integer_kernel_flops(example.model, _shapes(example), {"rnn"}) == {"rnn": lstm}
+    assert unknown_cost(flops) == {}
+
+
+def test_a_run_counts_a_dynamically_quantized_lstm_as_int8(tmp_path, capsys):
+    # it was float compute planned FP32 (onnxruntime's kernel takes float32 only), at 2 048 FLOPs:
+    # "FP16: 6/7 nodes (85.7%)" of a model whose compute is mostly the int8 LSTM's
+    example = compute.quantized_lstm()
+    path, data = str(tmp_path / "q.onnx"), str(tmp_path / "x.npz")
+    onnx.save(example.model, path)
+    np.savez(data, **example.feeds[0])
+    assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--inputs", data]) == 0
+    assert ("FP16: 6/6 non-quantized nodes (100.0%), 100.0% of the non-quantized estimated FLOPs; 87.1% of "
+            "all FLOPs are INT8") in capsys.readouterr().out.splitlines()
+
+
 def _value(name: str, shape: list, elem: int = TensorProto.FLOAT) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, elem, shape)
 
@@ -124,7 +148,7 @@ def test_a_loop_whose_trip_count_is_not_a_constant_is_compute_of_unknown_cost():
     assert unknown_cost(flops) == {"step": "MatMul in Loop 'loop', whose trip count is not a constant"}
 
 
-def test_a_run_says_how_much_compute_its_share_could_not_weigh(tmp_path, capsys):
+def test_a_run_says_how_much_compute_its_share_could_not_weigh_and_the_gate_refuses_it(tmp_path, capsys):
     path, data = str(tmp_path / "loop.onnx"), str(tmp_path / "x.npz")
     onnx.save(_loop_model(None), path)
     np.savez(data, x=np.random.default_rng(0).uniform(-1, 1, (4, 16)).astype(np.float32))
@@ -133,6 +157,11 @@ def test_a_run_says_how_much_compute_its_share_could_not_weigh(tmp_path, capsys)
     assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--inputs", data]) == 0
     assert f"FP16: 2/2 nodes (100.0%), 100.0% of estimated FLOPs; {unknown}, each counted 1 FLOP" in \
         capsys.readouterr().out.splitlines()
+    assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--inputs", data,
+                 "--min-16bit-share", "50"]) == 1  # exit 0: the guess was 100%
+    assert capsys.readouterr().out.splitlines()[1].endswith(
+        f": failed (the 16-bit share cannot be held to --min-16bit-share 50: {unknown}, e.g. 'step' (MatMul "
+        f"in Loop 'loop', whose trip count is not a constant); the share of the rest is 100.0%)")
 
 
 def test_a_scan_body_counts_once_per_step():

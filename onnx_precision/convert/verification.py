@@ -169,14 +169,10 @@ def conversion_status(auto_result: AutoResult, verification: Verification | None
 
 def share_gate(status: Status, message: str, plan: PrecisionPlan, shares: FlopShares,
                minimum: float | None) -> tuple[Status, str]:
-    """--min-16bit-share: a plan that passes with less of its estimated FLOPs in 16 bits than
-    ``minimum`` percent (the share the summary gives, ``shares``) fails, and its message says so."""
-    share = 100 * shares.low(plan)
-    if minimum is None or status not in ("passed", "ort-load-failed") or share >= minimum:
+    """--min-16bit-share: a plan that passes with less of its estimated FLOPs in 16 bits than ``minimum``
+    percent (the share the summary gives, ``shares``), or whose share counts compute of unknown cost, fails,
+    and its message says why (:meth:`..flops.FlopShares.short_of`)."""
+    if minimum is None or status not in ("passed", "ort-load-failed"):
         return status, message
-    digits = 1  # as many as keep the share printed below the bound (49.96% is not "50.0%")
-    while digits < 6 and float(f"{share:.{digits}f}") >= minimum:
-        digits += 1
-    of = "of the non-quantized FLOPs" if shares.quantized else "of FLOPs"
-    why = f"16-bit share {share:.{digits}f}% {of} is below --min-16bit-share {minimum:g}"
-    return "failed", why + (f"; {message}" if message else "")
+    why = shares.short_of(plan, minimum)
+    return ("failed", why + (f"; {message}" if message else "")) if why else (status, message)
