@@ -20,6 +20,8 @@ them under pressure and reads them again, so they are not held.
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 NO_LIMIT = 1 << 62  # cgroup v1 writes "no limit" as a page-rounded 2**63 - 1
@@ -166,6 +168,90 @@ class OomWatch:
         if machine_oom_kills() > self.machine:
             return OomKill(None, _fields("/proc/meminfo").get("MemTotal", 0) * 1024, peak)
         return None
+
+
+SAMPLE_S = 0.1  # how often a Watch reads this process's anonymous memory
+_watches: set[Watch] = set()  # those started and not stopped
+_watches_lock = threading.Lock()
+
+
+def note_child(peak: int) -> None:
+    """Record the peak resident memory of a child this process waited for (a default load), in each
+    :class:`Watch` running."""
+    with _watches_lock:
+        for watch in _watches:
+            watch.children = max(watch.children, peak)
+
+
+def anonymous_bytes(pid: int | str = "self") -> int:
+    """A process's anonymous resident memory now (``RssAnon``): what the kernel cannot reclaim from it."""
+    return _fields(f"/proc/{pid}/status").get("RssAnon", 0) * 1024
+
+
+@dataclass(frozen=True)
+class RunMemory:
+    """What a run had and used: ``budget`` (given, else what was available when it started), ``held``
+    (the peak of its anonymous memory, sampled every :data:`SAMPLE_S`), ``resident`` (its ``VmHWM``:
+    resident pages at their peak, the pages of the weights it maps included, which the kernel reclaims),
+    ``children`` (the largest peak of a child it waited for: a default load), and the ``model``'s bytes
+    (the file and its external data)."""
+
+    budget: int
+    held: int
+    resident: int
+    children: int
+    model: int
+
+    @property
+    def text(self) -> str:
+        """How the summary says it: ``budget 8.00 GB, held at most 2.10 GB (...); the model 27.0 GB``."""
+        child = f"; a default-load child reached {gigabytes(self.children)}" if self.children else ""
+        return (f"budget {gigabytes(self.budget)}, held at most {gigabytes(self.held)} (resident "
+                f"{gigabytes(self.resident)}, the mapped weights' pages included){child}; the model "
+                f"{gigabytes(self.model)}")
+
+    @property
+    def over(self) -> bool:
+        """Whether the run held more than its budget."""
+        return self.held > self.budget
+
+
+class Watch:
+    """Samples this process's anonymous memory while it is entered (a daemon thread, every
+    :data:`SAMPLE_S`), and the peaks of the children :func:`note_child` is told of meanwhile."""
+
+    def __init__(self, budget: int | None = None) -> None:
+        self.budget = available_bytes() if budget is None else budget
+        self.peak = anonymous_bytes()
+        self.children = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="onnx-precision-memory", daemon=True)
+
+    def __enter__(self) -> Watch:
+        with _watches_lock:
+            _watches.add(self)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        with _watches_lock:
+            _watches.discard(self)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(SAMPLE_S):
+            self.peak = max(self.peak, anonymous_bytes())
+
+    def figures(self, model_bytes: int) -> RunMemory:
+        """The figures of the run so far, ``model_bytes`` its model's."""
+        self.peak = max(self.peak, anonymous_bytes())
+        return RunMemory(self.budget, self.peak, peak_rss(), self.children, model_bytes)
+
+
+def files_bytes(paths: Iterable[str]) -> int:
+    """The bytes of the files at ``paths`` that exist (a model file and its data files)."""
+    return sum(os.path.getsize(p) for p in dict.fromkeys(paths) if os.path.isfile(p))
 
 
 def gigabytes(n: int) -> str:

@@ -133,6 +133,27 @@ def optional_count_problem(value: object) -> str:
     return "" if value is None else count_problem(value)
 
 
+_UNITS = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+def memory_size(text: str) -> int:
+    """``--memory-budget``'s text as bytes: a number with an optional unit, decimal as the run prints
+    its figures (``8G`` and ``8GB`` are 8e9 bytes, ``512M``) or binary (``3.5GiB``); a ValueError where
+    it is none."""
+    spelled = text.strip().upper()
+    binary = spelled.endswith("IB")
+    spelled = spelled.removesuffix("IB" if binary else "B")
+    unit = spelled[-1:] if spelled[-1:] in _UNITS and spelled[-1:] else ""
+    number = float(spelled[:len(spelled) - len(unit)])
+    scale = 1024 ** " KMGT".index(unit or " ") if binary else _UNITS[unit]
+    return int(number * scale)
+
+
+def budget_problem(value: object) -> str:
+    ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 10**6)
+    return "" if ok else "a memory size of at least 1M (8G, 512M, 3.5GiB), or None"
+
+
 def feedback_problem(pair: object) -> str:
     """What a ``--feedback`` pair should be ("" when it has the form ``OUT=IN``; which ``=`` splits it is
     decided against the model, :func:`onnx_precision.generation.split_pair`: a tensor name may hold one)."""
@@ -145,8 +166,9 @@ class Judging(Group):
     """What a run judges by, and the model it measures: the tolerance; for a quantized model, the reference
     its 16-bit remainder is judged against (its unquantized original, else the model with its activation
     quantizers bypassed) and what the remainder may add to the quantization error (:mod:`.quant_reference`);
-    and the model as measured: a BF16 run's opset raised or kept (:mod:`.opset_upgrade`), its float64
-    compute converted or kept."""
+    the model as measured: a BF16 run's opset raised or kept (:mod:`.opset_upgrade`), its float64
+    compute converted or kept; and the memory a run may hold (:mod:`.memory`: the default load's budget,
+    and the figure the summary holds the run's peak to)."""
 
     title: ClassVar[str] = "judging"
 
@@ -169,6 +191,12 @@ class Judging(Group):
         "--keep-float64", problem=switch_problem,
         help="leave every node that computes in float64 as it is (by default float64 compute is converted "
              "and verified like float32 compute)"))
+    memory_budget: int | None = field(default=None, metadata=flag(
+        "--memory-budget", metavar="SIZE", parse=memory_size, problem=budget_problem,
+        help="the memory a run may hold (8G, 512M; weights are mapped from their files, not held): convert "
+             "stops its load at onnxruntime's default options past it and says that load was not checked, "
+             "and its memory note holds the run's peak to it (default: what the machine, and this process's "
+             "cgroup, have available when the run starts); check and analyze do not read it yet"))
 
     def __post_init__(self) -> None:
         if not isinstance(self.tolerance, Tolerance):

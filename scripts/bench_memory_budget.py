@@ -2,7 +2,7 @@
 
     python scripts/bench_memory_budget.py llama-1b --limit-gb 3          # both runs, then the figures
     python scripts/bench_memory_budget.py llama-7b --runs free -- --memory-budget 8G
-    python scripts/bench_memory_budget.py llama-1b --runs limited --limit-gb 3
+    python scripts/bench_memory_budget.py llama-7b --runs limited --limit-gb 8 --tag fp16 -- --mode all-fp16
 
 Each run is ``onnx-precision convert MODEL -o OUT --inputs sample.npz --report OUT.report.json`` (and
 what follows ``--``) in a fresh interpreter, on the models of ``scripts/llama_models.py`` (built when
@@ -174,17 +174,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", default=llama_models.DEFAULT_DIR)
     parser.add_argument("--limit-gb", type=float, default=3.0)
     parser.add_argument("--runs", default="free,limited", help="free, limited or both (comma-separated)")
-    parser.add_argument("extra", nargs="*", help="more convert options (after --)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--tag", default="", help="added to the output files' names (OUT/MODEL-RUN-TAG.onnx)")
+    argv = sys.argv[1:] if argv is None else argv
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []  # more convert options
+    args = parser.parse_args(argv[:len(argv) - len(extra) - (1 if extra else 0)])
     model = llama_models.build(args.dir, args.model)
     sample = os.path.join(os.path.dirname(model), "sample.npz")
     out = os.path.join(args.dir, "out")
     os.makedirs(out, exist_ok=True)
     runs = []
     for kind in args.runs.split(","):
-        prefix = os.path.join(out, f"{args.model}-{kind}")
+        prefix = os.path.join(out, f"{args.model}-{kind}" + (f"-{args.tag}" if args.tag else ""))
         convert = ["convert", model, "-o", prefix + ".onnx", "--inputs", sample, "--report",
-                   prefix + ".onnx.report.json", *args.extra]
+                   prefix + ".onnx.report.json", *extra]
         limit = int(args.limit_gb * 1e9) if kind == "limited" else None
         for path in (model, model + ".data"):
             evict(path)

@@ -20,6 +20,8 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 from onnx_precision import memory
+from onnx_precision.errors import UsageError
+from onnx_precision.options import Judging, memory_size
 from onnx_precision.oracle import default_load, forkserver
 from onnx_precision.oracle.default_load import DEFAULT, LoadFailure, default_load_problem
 
@@ -118,3 +120,63 @@ def test_a_child_the_kernel_kills_at_a_cgroup_limit_is_reported_as_memory(tmp_pa
     assert said.startswith("the load at onnxruntime's default session options was not checked: the kernel "
                            f"killed it for memory at the 0.05 GB memory limit of its cgroup ({folder}), "
                            "after it had reached ")
+
+
+def test_a_memory_size_is_read_as_the_figures_are_printed():
+    assert [memory_size(t) for t in ("8G", "8GB", "512M", "3.5GiB", "2MiB", "4000000000")] == \
+        [8_000_000_000, 8_000_000_000, 512_000_000, 3_758_096_384, 2_097_152, 4_000_000_000]
+    for bad in ("x", "G", "", "8Q"):
+        with pytest.raises(ValueError):
+            memory_size(bad)
+
+
+@pytest.mark.parametrize("given", [0, 999_999, -(10**9), 1.5e9, True])
+def test_a_budget_below_a_megabyte_or_not_a_size_is_refused_naming_the_flag(given):
+    with pytest.raises(UsageError, match=r"^--memory-budget .*: expected a memory size of at least 1M"):
+        Judging(memory_budget=given)
+
+
+def test_the_cgroups_of_this_process_are_read_from_its_own_to_the_root():
+    groups = memory.cgroups()
+    if not groups:
+        pytest.skip("no memory cgroup mounted here")
+    assert all(os.path.isdir(g.path) for g in groups)
+    assert [len(g.path) for g in groups if g.version == 1] == sorted(
+        (len(g.path) for g in groups if g.version == 1), reverse=True)  # its own first, then each parent
+    limit, group = memory.limit_bytes()
+    assert limit > 0 and (group is None or group.limit == limit)
+
+
+def test_a_watch_holds_the_peak_of_anonymous_memory_and_of_the_children_it_was_told():
+    with memory.Watch(budget=10**9) as watch:
+        block = np.ones(64 << 20, np.uint8)  # 67 MB touched, then freed
+        time.sleep(3 * memory.SAMPLE_S)
+        held = memory.anonymous_bytes()
+        del block
+        memory.note_child(2_000_000_000)
+        figures = watch.figures(4_750_000_000)
+    memory.note_child(9_000_000_000)  # after the run: not its child
+    assert watch.children == 2_000_000_000
+    assert figures.held >= held > 64 << 20 and figures.children == 2_000_000_000
+    assert figures.budget == 10**9 and figures.model == 4_750_000_000 and not figures.over
+    assert figures.text == (f"budget 1.00 GB, held at most {memory.gigabytes(figures.held)} (resident "
+                            f"{memory.gigabytes(figures.resident)}, the mapped weights' pages included); a "
+                            "default-load child reached 2.00 GB; the model 4.75 GB")
+
+
+def test_a_conversion_whose_default_load_is_killed_for_memory_passes_with_a_warning(tmp_path, capsys,
+                                                                                   monkeypatch):
+    from onnx_precision.cli import main
+
+    path = _matmul(tmp_path, 16)
+    _killed(monkeypatch, memory.OomKill(memory.Cgroup("/sys/fs/cgroup/memory/limited", 1), 3_000_000_000))
+    out = tmp_path / "o.onnx"
+    assert main(["convert", path, "-o", str(out), "--memory-budget", "2G"]) == 0
+    said = capsys.readouterr()
+    assert f"{path} -> {out}: passed" in said.out
+    assert ("onnx-precision: warning: the load at onnxruntime's default session options was not checked: "
+            "the kernel killed it for memory at the 3.00 GB memory limit of its cgroup") in said.err
+    note = next(line for line in said.out.splitlines() if line.startswith("note: memory: "))
+    assert note.startswith("note: memory: budget 2.00 GB, held at most ")
+    assert note.endswith(f"; the model {memory.gigabytes(os.path.getsize(path))}")
+    assert "ORT_ENABLE_BASIC" not in said.out + said.err and "SIGKILL" not in said.out + said.err

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
-from .. import helper_sessions, opset_upgrade, quantized, storage
+from .. import helper_sessions, memory, opset_upgrade, quantized, storage
 from .. import options as options_lib
 from ..basis import Load, measured_model
 from ..context import ModelContext, load_model
@@ -110,7 +110,9 @@ class ConvertResult:
             f"{self.rewrite.casts_added} Cast(s) added, {self.rewrite.initializers_converted} initializer(s) "
             f"converted, {self.rewrite.initializers_duplicated} kept in both precisions"]
         held = self.report.runtimes if self.report is not None else None  # where it was judged, it says
-        nxt = [f"next: {self.next_step}" + (f"; {held.short()}" if held else "")] if self.next_step else []
+        # a model written as it was read has nothing to check: check refuses a copy of its reference
+        nxt = [f"next: {self.next_step}" + (f"; {held.short()}" if held else "")] \
+            if self.next_step and self.rewrite.changed else []
         if self.report is not None:  # static/auto: the report's summary says the rest
             from ..report import summary_lines
             return lines + summary_lines(self.report, self.report_paths) + [f"note: {n}" for n in
@@ -250,8 +252,15 @@ def conversion(load: Load, options: ConvertOptions, destination: Destination,
                progress: Progress | None = None) -> Conversion:
     """The conversion both front doors run, :func:`convert` on files and :func:`.convert_model` in
     memory: load, plan (and search), write to ``destination``, verify, remedy a model onnxruntime
-    cannot load at its default options, decide the outcome and make the report. The files besides
-    the model (reports, plan, flags, samples) are the front door's to write."""
+    cannot load at its default options, decide the outcome and make the report, whose notes say the
+    memory it held (:class:`..memory.Watch`). The files besides the model (reports, plan, flags,
+    samples) are the front door's to write."""
+    with memory.Watch(options.judging.memory_budget) as watch:
+        return _conversion(load, options, destination, progress, watch)
+
+
+def _conversion(load: Load, options: ConvertOptions, destination: Destination, progress: Progress | None,
+                watch: memory.Watch) -> Conversion:
     helpers_before = helper_sessions.built()
     if progress is not None:
         progress("load", 0, 0, None)
@@ -287,9 +296,18 @@ def conversion(load: Load, options: ConvertOptions, destination: Destination,
                      "(a bug: please report it%s)", destination.output_path,
                      f" with {options.output.report_json}" if options.output.report_json else "")
     warnings += destination.unchecked_load(result, verification)
+    auto_result = replace(auto_result, notes=auto_result.notes + (_memory_note(ctx, watch),))
     outcome = _outcome(auto_result, result.plan, options, verification, tuple(warnings),
                        helper_sessions.built() - helpers_before, destination.output_path, ctx.target)
     return Conversion(ctx, result, outcome.warnings, auto_result, verification, _report(ctx, outcome))
+
+
+def _memory_note(ctx: ModelContext, watch: memory.Watch) -> str:
+    """What the run held, against its budget: the weights are mapped from their files, never held, so
+    what it holds is activations and what a node computes from a weight (its 16-bit rounding)."""
+    figures = watch.figures(memory.files_bytes([ctx.path, *storage.external_files(ctx.model, ctx.base_dir)]))
+    over = ", over its budget" if figures.over else ""
+    return f"memory: {figures.text}{over}"
 
 
 def _convert(model_path: str, output_path: str, options: ConvertOptions, progress: Progress | None,

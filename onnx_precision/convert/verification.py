@@ -44,7 +44,8 @@ def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: Aut
     loads = all(low_of(d.precision).cpu_kernels
                 for d in auto_result.plan.decisions.values() if d.precision.is_low)
     early = loads and auto_result.passed and _stored_bytes(staged_model) < OVERLAPPED_LOAD_BYTES
-    loading = oracle.DefaultLoad(staged_model, ctx.custom_op_libraries) if early else None
+    budget = options.judging.memory_budget
+    loading = oracle.DefaultLoad(staged_model, ctx.custom_op_libraries, budget) if early else None
     basis = auto_result.basis
     generation = None
     try:
@@ -61,7 +62,7 @@ def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: Aut
         default_load = ""
         if loads and auto_result.passed and verified.passed and (native is None or native.passed):
             started = time.perf_counter()
-            loading = loading or oracle.DefaultLoad(staged_model, ctx.custom_op_libraries)
+            loading = loading or oracle.DefaultLoad(staged_model, ctx.custom_op_libraries, budget)
             default_load = loading.problem()
             phases += (PhaseCost("default load", time.perf_counter() - started),)
     finally:
@@ -143,7 +144,8 @@ def conversion_status(auto_result: AutoResult, verification: Verification | None
                       ) -> tuple[Status, str, tuple[str, ...]]:
     """The run's status and message, and warnings to add: the search's, unless the written model
     fails the emulated check (a bug), fails natively, or, where the target runs on onnxruntime,
-    cannot be loaded at onnxruntime's default options (elsewhere that is a warning)."""
+    cannot be loaded at onnxruntime's default options (elsewhere that is a warning; a load not checked
+    for want of memory is a warning everywhere)."""
     status, message = auto_result.status, auto_result.message
     if status != "passed" or verification is None:
         return status, message, ()
@@ -157,11 +159,14 @@ def conversion_status(auto_result: AutoResult, verification: Verification | None
     if verification.generation is not None and not verification.generation.holds:
         return "failed", verification.generation.length_text(), ()
     if verification.default_load:
-        if target.onnxruntime_kernels(target.low):
-            return "ort-load-failed", f"the written model passes, but {verification.default_load}", ()
         from ..oracle.default_load import LoadFailure
 
-        cpu_only = LoadFailure.of(verification.default_load).cpu_only
+        failure = LoadFailure.of(verification.default_load)
+        if failure.for_memory:  # not checked for want of memory: no failure of the model
+            return status, message, (verification.default_load,)
+        if target.onnxruntime_kernels(target.low):
+            return "ort-load-failed", f"the written model passes, but {verification.default_load}", ()
+        cpu_only = failure.cpu_only
         return status, message, (f"{verification.default_load} ({target.title} builds the model; "
                                  f"onnxruntime is not the target{', and ' + cpu_only if cpu_only else ''})",)
     return status, message, ()

@@ -184,6 +184,7 @@ def _outcome(child: _Child) -> str:
     child.release()
     code = child.process.returncode
     assert code is not None  # communicate() waited for it
+    memory.note_child(child.process.peak_rss)
     if code == 0:
         return ""
     if code == OVER_BUDGET and stdout.startswith("memory "):
