@@ -31,9 +31,11 @@ from .options import model_path as model_path_of
 from .plan import NodeDecision, Precision, PrecisionPlan
 from .runtimes import RuntimeTable, judged_as
 from .runtimes import judge as judge_runtimes
+from .storage import read_array
 from .target import Targeting
 from .tradeoff import worst_output_text
 from .typing_rules import elem_type
+from .typing_rules.inference import weightless
 from .vocab import OracleName
 
 if TYPE_CHECKING:
@@ -126,12 +128,35 @@ def low_share(ctx: ModelContext, original: ModelContext, feed: Mapping[str, np.n
 
 
 def _require_distinct(reference: ModelContext, candidate: ModelContext) -> None:
-    """Refuse a candidate that is the reference file itself. A copy of it (another file with the same
-    graph: a conversion that kept every node FP32 writes one) is a candidate with no 16-bit compute,
-    which the check runs and warns of."""
+    """Refuse a candidate that is the reference file itself, or a copy of it (another file with the same
+    graph and weights: a gate that passes it passes a pipeline whose conversion wrote nothing new). A
+    candidate with no 16-bit compute that differs from the reference is checked, and warned of."""
     if os.path.samefile(reference.path, candidate.path):
         raise UsageError(f"{candidate.path}: the candidate is the FP32 model {reference.path} itself (the "
                          f"same file); check compares a 16-bit candidate with its FP32 model")
+    if _same_graph_and_weights(reference, candidate):
+        raise UsageError(f"{candidate.path}: the candidate has the graph and weights of the FP32 model "
+                         f"{reference.path} (a copy: nothing in it computes in 16 bits); check compares a "
+                         f"16-bit candidate with its FP32 model")
+
+
+def _same_graph_and_weights(a: ModelContext, b: ModelContext) -> bool:
+    """Whether ``b`` holds ``a``'s graph and weights, its file, metadata, producer and opset aside: the
+    graphs alike without their large weights' values, then those values alike, bit for bit."""
+    if weightless(a.model).graph.SerializeToString() != weightless(b.model).graph.SerializeToString():
+        return False
+    pairs = zip(a.model.graph.initializer, b.model.graph.initializer)
+    return all(_same_values(read_array(x, a.base_dir), read_array(y, b.base_dir)) for x, y in pairs)
+
+
+def _same_values(x: np.ndarray, y: np.ndarray, step: int = 1 << 24) -> bool:
+    """Bit for bit (a NaN is its own), a slice at a time: a mapped weight is never read whole."""
+    if x.dtype != y.dtype or x.shape != y.shape:
+        return False
+    if x.dtype == object:  # strings
+        return bool(np.array_equal(x, y))
+    a, b = x.reshape(-1).view(np.uint8), y.reshape(-1).view(np.uint8)
+    return all(np.array_equal(a[i:i + step], b[i:i + step]) for i in range(0, a.size, step))
 
 
 @dataclass(frozen=True)

@@ -74,16 +74,16 @@ def test_check_of_a_model_against_itself_is_refused(fp32, tmp_path, capsys):
                                   f"model")
 
 
-def test_check_of_a_copy_of_the_reference_runs_and_warns(fp32, tmp_path, capsys):
-    # a conversion that keeps every node FP32 writes such a copy: it is checked, and said to be FP32
+def test_check_of_a_copy_of_the_reference_is_refused(fp32, tmp_path, capsys):
+    # other bytes, the same graph and weights: as the file itself (issue 33 item 7; it passed, with a warning)
     copy = str(tmp_path / "copy.onnx")
     model = onnx.load(fp32)
-    model.producer_name = "another tool"  # other bytes, the same graph
+    model.producer_name = "another tool"
     onnx.save(model, copy)
-    assert main(["check", fp32, copy, "--inputs", _data(tmp_path), "-q"]) == 0
-    assert capsys.readouterr().out.strip().endswith("; no 16-bit compute")
-    assert main(["check", fp32, copy, "--inputs", _data(tmp_path)]) == 0
-    assert f"{copy}: the candidate computes nothing in 16 bits" in capsys.readouterr().err
+    assert main(["check", fp32, copy, "--inputs", _data(tmp_path), "-q"]) == 2
+    assert _one_error(capsys).endswith(f"{copy}: the candidate has the graph and weights of the FP32 model "
+                                       f"{fp32} (a copy: nothing in it computes in 16 bits); check compares "
+                                       f"a 16-bit candidate with its FP32 model")
 
 
 def test_check_with_the_arguments_swapped_is_refused(fp32, fp16, tmp_path, capsys):

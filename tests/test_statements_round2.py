@@ -90,3 +90,55 @@ def test_the_casts_added_are_those_the_file_holds(tmp_path, capsys):
     written = _casts(onnx.load(out))
     assert written > 2 and _casts(model) == 0
     assert f", {written} Cast(s) added, " in first, first
+
+
+def _attention_like(path: str, data: str) -> None:
+    """x (2x8) -> MatMul (8x8) -> Softmax -> y, with one sample."""
+    rng = np.random.default_rng(0)
+    w = onnx.numpy_helper.from_array(rng.uniform(-1, 1, (8, 8)).astype(np.float32), "w")
+    nodes = [N("MatMul", ["x", "w"], ["h"], name="mm"), N("Softmax", ["h"], ["y"], name="sm", axis=-1)]
+    onnx.save(_model(nodes, [_vi("x", [2, 8])], [_vi("y", [2, 8])], [w]), path)
+    np.savez(data, x=rng.uniform(-1, 1, (2, 8)).astype(np.float32))
+
+
+def _one_error(capsys) -> str:
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("onnx-precision: error: ") and captured.out == "", captured
+    return err[0][len("onnx-precision: error: "):]
+
+
+def test_a_candidate_with_the_graph_and_weights_of_the_reference_is_refused(tmp_path, capsys):
+    """docs/ci-gate.md: exit 2 for a candidate that is MODEL, "the same file, or the same graph and
+    weights". A byte-identical copy passed ("passed; ... no 16-bit compute", exit 0): a CI job whose
+    conversion step wrote nothing new went green."""
+    path, data = str(tmp_path / "m.onnx"), str(tmp_path / "d.npz")
+    _attention_like(path, data)
+    copies = {"copy.onnx": onnx.load(path), "renamed.onnx": onnx.load(path)}
+    copies["renamed.onnx"].producer_name = "another tool"  # other bytes, the same graph and weights
+    for name, model in copies.items():
+        copy = str(tmp_path / name)
+        onnx.save(model, copy)
+        assert main(["check", path, copy, "--inputs", data, "-q"]) == 2
+        assert _one_error(capsys) == (f"{copy}: the candidate has the graph and weights of the FP32 model "
+                                      f"{path} (a copy: nothing in it computes in 16 bits); check compares "
+                                      f"a 16-bit candidate with its FP32 model")
+    other = onnx.load(path)  # the same graph, one weight changed: a candidate, FP32 and checked
+    other.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(
+        onnx.numpy_helper.to_array(other.graph.initializer[0]) * np.float32(1.0001), "w"))
+    onnx.save(other, tmp_path / "other.onnx")
+    assert main(["check", path, str(tmp_path / "other.onnx"), "--inputs", data, "-q"]) == 0
+    assert capsys.readouterr().out.endswith("; no 16-bit compute\n")
+
+
+def test_a_conversion_that_changes_nothing_suggests_no_check(tmp_path, capsys):
+    """Every node pinned FP32: the model is written as it was read, and the next: line suggested checking
+    it, a check that refuses it."""
+    path, data, out = str(tmp_path / "m.onnx"), str(tmp_path / "d.npz"), str(tmp_path / "o.onnx")
+    _attention_like(path, data)
+    assert main(["convert", path, "-o", out, "--inputs", data, "--keep-fp32", ".*"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (f"{out}: 0 node(s) FP16, 2 FP32, 0 Cast(s) added, 0 initializer(s) converted, 0 kept "
+                        f"in both precisions")
+    assert not [line for line in lines if line.startswith("next: ")]
+    assert main(["check", path, out, "--inputs", data]) == 2

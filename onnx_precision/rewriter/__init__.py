@@ -61,6 +61,7 @@ class RewriteResult:
     initializers_converted: int  # converted in place
     initializers_duplicated: int  # one copy per type, because consumers of both kinds exist
     notes: tuple[str, ...] = ()
+    changed: bool = True  # False: the graph and weights written as they were read (the stamp aside)
 
 
 PROVENANCE = "onnx_precision."  # the prefix of the written model's metadata keys
@@ -129,7 +130,8 @@ def rewrite(ctx: ModelContext, plan: PrecisionPlan, fuse_layer_norms: bool = Tru
     if changed or not any(p.key.startswith(PROVENANCE) for p in out.metadata_props):
         _stamp(out, written, ctx)  # a model converted again and left as it was keeps its stamp
     added = _cast_count(out) - _cast_count(ctx.model)
-    return RewriteResult(out, written, added, constants.converted, constants.duplicated, tuple(notes))
+    return RewriteResult(out, written, added, constants.converted, constants.duplicated, tuple(notes),
+                         changed)
 
 
 def _cast_count(model: onnx.ModelProto) -> int:
