@@ -142,3 +142,24 @@ def test_a_conversion_that_changes_nothing_suggests_no_check(tmp_path, capsys):
                         f"in both precisions")
     assert not [line for line in lines if line.startswith("next: ")]
     assert main(["check", path, out, "--inputs", data]) == 2
+
+
+def test_json_to_standard_output(tmp_path, capsys):
+    """check and analyze --json - answered "-: writing a model to standard output is not supported": the
+    JSON now goes to standard output alone (a pipe reads it), the lines the command prints to stderr."""
+    import json
+
+    path, data = str(tmp_path / "m.onnx"), str(tmp_path / "d.npz")
+    _attention_like(path, data)
+    cand = str(tmp_path / "c.onnx")
+    assert main(["convert", path, "-o", cand, "--inputs", data, "--mode", "all-fp16", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["check", path, cand, "--inputs", data, "--json", "-", "-q"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["format"] == "onnx-precision-check/1"
+    assert captured.err.startswith(f"{cand} against {path}: passed; ")
+    assert main(["analyze", path, "--inputs", data, "--json", "-", "-q"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["model"] == path and captured.err.startswith(f"model: {path}\n")
+    assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--report", "-"]) == 2
+    assert _one_error(capsys) == "-: standard output is no file to write to; give a file name"

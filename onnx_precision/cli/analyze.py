@@ -15,7 +15,8 @@ from . import common
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("analyze", help="show numerically risky nodes, value ranges and FP16 errors")
     p.add_argument("model", help="the FP32 ONNX model")
-    p.add_argument("--json", metavar="FILE", help="write the analysis as JSON")
+    p.add_argument("--json", metavar="FILE", help="write the analysis as JSON; - for standard output (the "
+                                                  "lines then go to standard error)")
     p.add_argument("--all", action="store_true", help="list every node, not only those at risk")
     common.add_sample_args(p)
     for group in (Judging, Targeting, GenerationOptions):  # as convert and check take them
@@ -32,15 +33,16 @@ def run(args: argparse.Namespace) -> int:
     result = analysis.analyze(args.model, spec, judging=common.group_of(args, Judging),
                               targeting=common.group_of(args, Targeting),
                               generation=common.group_of(args, GenerationOptions))
+    out = None
     if args.json:
         # Before printing: a bad path fails with nothing half-done.
         inputs = protected_paths(files=common.custom_op_libraries(args), samples=(spec.inputs,))
-        result.write_json(args.json, inputs)
+        out = common.write_json(args.json, result.dumps(), lambda: result.write_json(args.json, inputs))
     if args.quiet:
-        common.show(result.headline())
+        common.show(result.headline(), out)
     else:
-        common.show(result.table_lines(all_rows=args.all or args.verbose > 0))
+        common.show(result.table_lines(all_rows=args.all or args.verbose > 0), out)
         if args.verbose:
-            common.show(result.skipped_lines())
+            common.show(result.skipped_lines(), out)
     common.print_warnings(result.warnings, args)
     return 0

@@ -23,7 +23,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
              "onnx.reference with FP16 arithmetic inside every op (reference: slow, pessimistic)",
     )
     p.add_argument("--json", metavar="FILE",
-                   help="also write the result as JSON (format onnx-precision-check/1)")
+                   help="also write the result as JSON (format onnx-precision-check/1); - for standard "
+                        "output (the lines then go to standard error)")
     common.add_sample_args(p)
     for group in (Judging, Targeting, GenerationOptions):  # as convert and analyze take them
         common.add_group(p, group)
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
                              judging=common.group_of(args, Judging),
                              targeting=common.group_of(args, Targeting), recorded_target=not named,
                              generation=common.group_of(args, GenerationOptions))
+    out = None
     if args.json:  # before printing: a bad path fails with nothing half-done
         import json
 
@@ -53,9 +55,10 @@ def run(args: argparse.Namespace) -> int:
         inputs = protected_paths(models=(args.model, args.candidate, args.reference_model),
                                  files=common.custom_op_libraries(args),
                                  samples=(common.sample_spec(args).inputs,))
-        write_text(args.json, json.dumps(result.to_json(result.tolerance), indent=2) + "\n", inputs)
-    common.show([result.verdict_line()] if args.quiet else result.lines())
+        text = json.dumps(result.to_json(result.tolerance), indent=2) + "\n"
+        out = common.write_json(args.json, text, lambda: write_text(args.json, text, inputs))
+    common.show([result.verdict_line()] if args.quiet else result.lines(), out)
     if args.verbose:
-        common.show(result.detail_lines(result.tolerance))
+        common.show(result.detail_lines(result.tolerance), out)
     common.print_warnings(result.all_warnings, args)
     return 0 if result.passed else 1

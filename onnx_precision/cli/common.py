@@ -385,6 +385,18 @@ _READ: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argp
 }
 
 
+def write_json(path: str, text: str, write: Callable[[], None]) -> TextIO | None:
+    """``--json PATH``: ``write()`` writes the JSON ``text`` to the file, or for ``-`` it goes to standard
+    output alone, where a pipe reads it. Returns where the command's own lines go then: standard error
+    for ``-``, else None (standard output)."""
+    if path != "-":
+        write()
+        return None
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    return sys.stderr
+
+
 def show(lines: Iterable[str], file: TextIO | None = None) -> None:
     """Print each of ``lines`` as one line of the terminal (:func:`..render.for_terminal`), on stdout
     or ``file``: every line the commands print passes here, since a name from the model, and any

@@ -52,7 +52,7 @@ def check_output_path(path: str, input_paths: tuple[str, ...]) -> str:
     someone (the link's target changes, or the link silently becomes a file).
     """
     if path == "-":
-        raise OutputError("-: writing a model to standard output is not supported; give a file name")
+        raise OutputError("-: standard output is no file to write to; give a file name")
     target = os.path.abspath(path)
     for src in input_paths:
         same = os.path.abspath(src) == target or (
