@@ -21,7 +21,7 @@ import onnx
 from .basis import Basis, generation_of, measure, measured_model, run_samples, unused_generation
 from .context import ModelContext, load_model
 from .data import Samples, SampleSpec
-from .errors import InternalError, ModelLoadError, PrecisionError, UsageError
+from .errors import InternalError, ModelLoadError, PrecisionError, ReferenceFailure, UsageError
 from .float_types import LOW_TYPES, low_of
 from .flops import flop_shares
 from .format import json_safe, percent
@@ -345,6 +345,8 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
                                          basis.tolerances, cands.oracle)
         else:
             comparison, found = _judge_generation(reference, candidate, basis, given.oracle)
+    except ReferenceFailure as e:  # onnx.reference's own: on the candidate only, or the FP32 model too
+        raise _reference_failure(e, reference, candidate, samples.feeds[:1]) from e
     except Exception as e:
         if not oracle_lib.is_ort_error(e):
             raise
@@ -380,6 +382,21 @@ def _judge_generation(reference: ModelContext, candidate: ModelContext, basis: B
     plan = written_plan(candidate, reference)
     return comparison, verdict(reference, plan, generated.generation, generated.runs, runs, comparison,
                                reference.target.low)
+
+def _reference_failure(failure: ReferenceFailure, reference: ModelContext, candidate: ModelContext,
+                       feeds: Sequence[Mapping[str, np.ndarray]]) -> ReferenceFailure:
+    """``failure`` (onnx.reference cannot run the candidate) with whether it runs the FP32 model on the first
+    sample: where it cannot either, the failure is onnx.reference's alone, not the candidate's."""
+    from .oracle.runs import run_reference
+
+    try:
+        run_reference(reference, feeds)
+    except ReferenceFailure:
+        return ReferenceFailure(f"the candidate {candidate.path}, nor the FP32 model {reference.path}",
+                                failure.detail, "of the models or of onnx-precision")
+    return ReferenceFailure(f"the candidate {candidate.path} (it runs the FP32 model {reference.path})",
+                            failure.detail)
+
 
 def _refuse_fp32_nonfinite(reference: ModelContext, samples: Samples,
                            refs: Sequence[Mapping[str, np.ndarray]]) -> None:

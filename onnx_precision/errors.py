@@ -65,6 +65,17 @@ class OracleUnavailable(PrecisionError):
     """The requested oracle cannot run here (e.g. its onnxruntime provider is not installed)."""
 
 
+class ReferenceFailure(PrecisionError):
+    """onnx.reference, the ``reference`` oracle, cannot run a model (an op it lacks, a failure of its own):
+    that implementation is the failing party, named as such in one line. ``detail`` is its own error;
+    ``whose`` says whose limit it is not (onnx-precision's, and the models' where it fails on both)."""
+
+    def __init__(self, what: str, detail: str, whose: str = "of onnx-precision") -> None:
+        super().__init__(f"onnx.reference (--oracle reference) cannot run {what}: {detail}; that is a limit "
+                         f"of onnx.reference, not {whose}: judge with --oracle emulate")
+        self.detail = detail
+
+
 class InternalError(Exception):
     """Something that cannot happen did: a bug in onnx-precision, never the user's input.
 

@@ -163,3 +163,23 @@ def test_json_to_standard_output(tmp_path, capsys):
     assert json.loads(captured.out)["model"] == path and captured.err.startswith(f"model: {path}\n")
     assert main(["convert", path, "-o", str(tmp_path / "o.onnx"), "--report", "-"]) == 2
     assert _one_error(capsys) == "-: standard output is no file to write to; give a file name"
+
+
+def test_onnx_reference_is_named_where_it_cannot_run_the_model(tmp_path, capsys):
+    """onnx.reference has no com.microsoft Gelu, which onnxruntime runs: check --oracle reference printed
+    "internal error (a bug in onnx-precision, not in your input): NotImplementedError: ..." (exit 1)."""
+    w = onnx.numpy_helper.from_array(np.random.default_rng(0).uniform(-1, 1, (8, 8)).astype(np.float32), "w")
+    model = _model([N("MatMul", ["x", "w"], ["h"], name="mm"),
+                    N("Gelu", ["h"], ["y"], name="gelu", domain="com.microsoft")],
+                   [_vi("x", [2, 8])], [_vi("y", [2, 8])], [w])
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    path, cand = str(tmp_path / "m.onnx"), str(tmp_path / "c.onnx")
+    onnx.save(model, path)
+    assert main(["convert", path, "-o", cand, "--mode", "all-fp16", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["check", path, cand, "--oracle", "reference"]) == 2
+    assert _one_error(capsys) == (
+        f"onnx.reference (--oracle reference) cannot run the candidate {cand}, nor the FP32 model {path}: "
+        f"NotImplementedError: Node type 'Gelu' from domain 'com.microsoft' is unknown, known functions: []; "
+        f"that is a limit of onnx.reference, not of the models or of onnx-precision: judge with --oracle "
+        f"emulate")

@@ -12,7 +12,8 @@ on a provider, or in ``onnx.reference``; each gives an :class:`OracleRun` over s
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +21,7 @@ import onnx
 import onnxruntime as ort
 
 from ..context import ModelContext, read_written
+from ..errors import ReferenceFailure
 from ..storage import is_external, model_tensors, read_array
 from ..target import GENERIC, UNMEASURED, Measured, Target
 from ..target import NATIVE_PROVIDERS as NATIVE_PROVIDERS  # each runtime's (the registry of targets)
@@ -121,7 +123,8 @@ def reference_executor(ctx: ModelContext) -> Executor:
     too (BatchNormalization's statistics, reductions numpy upcasts), so it is not pessimistic
     everywhere; it needs the weights in memory (fine for models well under the machine's memory).
     LayerNormalization and RMSNormalization compute their statistics in ``stash_type``, as the
-    specification says and onnx.reference does not (:mod:`.reference_ops`)."""
+    specification says and onnx.reference does not (:mod:`.reference_ops`). What it cannot build or run
+    (a contrib op it does not implement, a failure of its own) raises :class:`..errors.ReferenceFailure`."""
     # onnx.reference is 12 MB of every run's memory once imported: only this oracle loads it
     from onnx.reference import ReferenceEvaluator
 
@@ -135,12 +138,27 @@ def reference_executor(ctx: ModelContext) -> Executor:
             if is_external(tensor):
                 tensor.CopyFrom(onnx.numpy_helper.from_array(np.array(read_array(tensor, ctx.base_dir)),
                                                              tensor.name))
-    evaluator = ReferenceEvaluator(model, new_ops=list(SPEC_OPS))
+    what = ctx.path or "the model written for a plan"
+    with _failing_alone(what):
+        evaluator = ReferenceEvaluator(model, new_ops=list(SPEC_OPS))
     dtypes = input_dtypes(model)
     names = [o.name for o in model.graph.output]
 
     def run(feed: Feed) -> dict[str, np.ndarray]:
-        with np.errstate(all="ignore"):
+        with _failing_alone(what), np.errstate(all="ignore"):
             values = evaluator.run(None, cast_feed(feed, dtypes))
         return dict(zip(names, (np.asarray(v) for v in values)))
     return run
+
+
+@contextmanager
+def _failing_alone(what: str) -> Iterator[None]:
+    """What onnx.reference raises building or running ``what`` (an op it does not implement, a failure of its
+    own, whatever the error's type) as a :class:`ReferenceFailure` naming it; not a want of memory."""
+    try:
+        yield
+    except MemoryError:
+        raise
+    except Exception as e:
+        lines = str(e).strip().splitlines()
+        raise ReferenceFailure(what, type(e).__name__ + (f": {lines[0].rstrip('.')}" if lines else "")) from e
