@@ -141,9 +141,11 @@ def _require_distinct(reference: ModelContext, candidate: ModelContext) -> None:
 
 
 def _same_graph_and_weights(a: ModelContext, b: ModelContext) -> bool:
-    """Whether ``b`` holds ``a``'s graph and weights, its file, metadata, producer and opset aside: the
-    graphs alike without their large weights' values, then those values alike, bit for bit."""
-    if weightless(a.model).graph.SerializeToString() != weightless(b.model).graph.SerializeToString():
+    """Whether ``b`` holds ``a``'s graph, functions and weights, its file, metadata, producer and opset aside:
+    the graphs alike without their large weights' values, then those values alike, bit for bit."""
+    shells = weightless(a.model), weightless(b.model)
+    if len({(s.graph.SerializeToString(), tuple(f.SerializeToString() for f in s.functions))
+            for s in shells}) > 1:
         return False
     pairs = zip(a.model.graph.initializer, b.model.graph.initializer)
     return all(_same_values(read_array(x, a.base_dir), read_array(y, b.base_dir)) for x, y in pairs)
