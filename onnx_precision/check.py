@@ -202,12 +202,16 @@ class CheckResult:
         return self.warnings + tuple(self.samples.warnings)
 
     def verdict_line(self) -> str:
-        """The one line ``check -q`` prints: the verdict, the worst output and its statistic, and
-        the candidate's 16-bit share."""
+        """The one line ``check -q`` prints: the verdict, what changes what it means (a target other than
+        generic, and why that one; data the run made up), the worst output and its statistic, and the
+        candidate's 16-bit share."""
         share = f"{self.low_label}: {percent(self.low_share)} {self.low_share_of}" if self.low_label else \
             "no 16-bit compute"
-        return (f"{self.candidate} against {self.model}: {'passed' if self.passed else 'failed'}; "
-                f"{worst_output_text(self.comparison, self.tolerance)}; {share}")
+        why = self.target_source.split(",")[0]  # "recorded in the candidate", "given"
+        under = f" under {self.target} ({why})" if self.target != "generic" else ""
+        made_up = " on synthetic data (no --inputs)" if self.samples.synthetic else ""
+        return (f"{self.candidate} against {self.model}: {'passed' if self.passed else 'failed'}{under}"
+                f"{made_up}; {worst_output_text(self.comparison, self.tolerance)}; {share}")
 
     def to_json(self, tol: Tolerance) -> dict:
         """The result as ``check --json`` writes it: format ``onnx-precision-check/1``, the two

@@ -183,3 +183,22 @@ def test_onnx_reference_is_named_where_it_cannot_run_the_model(tmp_path, capsys)
         f"NotImplementedError: Node type 'Gelu' from domain 'com.microsoft' is unknown, known functions: []; "
         f"that is a limit of onnx.reference, not of the models or of onnx-precision: judge with --oracle "
         f"emulate")
+
+
+def test_check_q_says_synthetic_data_the_recorded_target_and_keeps_the_warnings(tmp_path, capsys):
+    """check -q without --inputs printed "C against M: passed; worst ...; FP16 ..." with nothing saying the
+    data was synthetic or that the candidate was judged under the target it records, and -q dropped every
+    warning (here: --steps asked for a generation of a model that runs one forward pass)."""
+    path, data, cand = str(tmp_path / "m.onnx"), str(tmp_path / "d.npz"), str(tmp_path / "c.onnx")
+    _attention_like(path, data)
+    assert main(["convert", path, "-o", cand, "--inputs", data, "--target", "webgpu", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["check", path, cand, "-q", "--steps", "4"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith(f"{cand} against {path}: passed under webgpu (recorded in the candidate) "
+                                   f"on synthetic data (no --inputs); worst y: rel RMS err ")
+    assert captured.err == ("onnx-precision: warning: --steps: the model feeds no output back as an input "
+                            "(no generation is inferred: --feedback OUT=IN names one), so it is judged on "
+                            "one forward pass\n")
+    assert main(["check", path, cand, "-q", "--inputs", data, "--target", "generic"]) == 0
+    assert capsys.readouterr().out.startswith(f"{cand} against {path}: passed; worst y: rel RMS err ")

@@ -60,5 +60,5 @@ def run(args: argparse.Namespace) -> int:
     common.show([result.verdict_line()] if args.quiet else result.lines(), out)
     if args.verbose:
         common.show(result.detail_lines(result.tolerance), out)
-    common.print_warnings(result.all_warnings, args)
+    common.print_warnings(result.all_warnings, args, quiet_too=True)  # each qualifies what the verdict says
     return 0 if result.passed else 1

@@ -412,9 +412,10 @@ class TerminalFormatter(logging.Formatter):
         return for_terminal(super().formatMessage(record))
 
 
-def print_warnings(warnings: Sequence[str], args: argparse.Namespace) -> None:
-    """Each warning once, on stderr (stdout holds the results), unless -q."""
-    if not args.quiet:
+def print_warnings(warnings: Sequence[str], args: argparse.Namespace, quiet_too: bool = False) -> None:
+    """Each warning once, on stderr (stdout holds the results), unless -q; ``quiet_too``: under -q as well
+    (warnings that change what the verdict means)."""
+    if quiet_too or not args.quiet:
         show((f"onnx-precision: warning: {w}" for w in dict.fromkeys(warnings)), sys.stderr)
 
 
