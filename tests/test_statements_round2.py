@@ -202,3 +202,30 @@ def test_check_q_says_synthetic_data_the_recorded_target_and_keeps_the_warnings(
                             "one forward pass\n")
     assert main(["check", path, cand, "-q", "--inputs", data, "--target", "generic"]) == 0
     assert capsys.readouterr().out.startswith(f"{cand} against {path}: passed; worst y: rel RMS err ")
+
+
+def _dynamic_conv(path: str) -> None:
+    """x (1x3xHxW, any size, as rapidocr feeds it) -> Conv 3x3 -> Relu."""
+    weights = np.random.default_rng(0).uniform(-1, 1, (4, 3, 3, 3)).astype(np.float32)
+    w = onnx.numpy_helper.from_array(weights, "w")
+    onnx.save(_model([N("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+                      N("Relu", ["c"], ["y"], name="relu")],
+                     [_vi("x", [1, 3, "H", "W"])], [_vi("y", [1, 4, "H", "W"])], [w]), path)
+
+
+def test_the_tensorrt_next_step_says_its_profile_is_the_samples(tmp_path, capsys):
+    """The next: line's trtexec command fixed min = opt = max to the one sample's 1x3x32x32 for a model that
+    takes any size; only the flags file said an engine so built rejects every other shape."""
+    path, data, out = str(tmp_path / "m.onnx"), str(tmp_path / "d.npz"), str(tmp_path / "o.onnx")
+    _dynamic_conv(path)
+    np.savez(data, x=np.random.default_rng(1).uniform(0, 1, (1, 3, 32, 32)).astype(np.float32))
+    assert main(["convert", path, "-o", out, "--inputs", data, "--target", "tensorrt"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("next: trtexec "))
+    assert ("--minShapes=x:1x3x32x32 --optShapes=x:1x3x32x32 --maxShapes=x:1x3x32x32  # TensorRT 9.0 and "
+            "later builds it as written (--trt-flags for older); its shape profile is the samples' ('x' "
+            "1x3x32x32 alone: min = opt = max): an engine built on it rejects every other shape: give the "
+            "deployment's with --trt-min-shapes/--trt-opt-shapes/--trt-max-shapes") in line
+    assert main(["convert", path, "-o", out, "--inputs", data, "--target", "tensorrt", "--trt-min-shapes",
+                 "x:1x3x16x16", "--trt-max-shapes", "x:1x3x2048x2048"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("next: trtexec "))
+    assert "shape profile is the samples'" not in line and "--maxShapes=x:1x3x2048x2048" in line

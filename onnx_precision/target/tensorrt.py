@@ -127,7 +127,7 @@ class TrtCommands(Commands):
 
     def next_step(self, model: onnx.ModelProto, run: RunArgs) -> str:
         args, profile = strongly_typed_build(model, run)
-        missing = "".join(f"; {p}" for p in profile.problems)
+        missing = "".join(f"; {p}" for p in (*profile.problems, profile.sampled_range()) if p)
         return (f"{quoted(args)}  # TensorRT 9.0 and later builds it as written (--trt-flags for older)"
                 f"{missing}")
 

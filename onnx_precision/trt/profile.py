@@ -25,6 +25,7 @@ PROFILE = ("min", "opt", "max")
 _SAMPLED = {"min": "smallest", "opt": "most common", "max": "largest"}
 # input -> {"min"|"opt"|"max": shape}: a profile as the user gives it (--trt-min-shapes ...)
 GivenProfile = Mapping[str, Mapping[str, tuple[int, ...]]]
+GIVE_PROFILE = "give the deployment's with --trt-min-shapes/--trt-opt-shapes/--trt-max-shapes"
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,23 @@ class ShapeProfile:
             parts.append(text)
         lines = [f"# Shape profile: {'; '.join(parts)}."]
         if any(w != "opt" for taken in sampled.values() for w in taken):
-            lines.append("# An engine built on a range read off the samples rejects every shape outside it: "
-                         "give the deployment's with --trt-min-shapes/--trt-opt-shapes/--trt-max-shapes.")
+            lines.append(f"# An engine built on a range read off the samples rejects every shape outside it: "
+                         f"{GIVE_PROFILE}.")
         return lines
+
+    def sampled_range(self) -> str:
+        """Where a dynamic input's min or max was read off the samples, what an engine built on it accepts,
+        for the command that builds one: "" where every range was given."""
+        sampled = dict(self.from_samples)
+        ranges = [(name, lo, hi) for name, (lo, _, hi) in self.inputs
+                  if any(w != "opt" for w in sampled.get(name, ()))]
+        if not ranges:
+            return ""
+        alone = all(lo == hi for _, lo, hi in ranges)
+        listed = ", ".join(f"'{name}' {_dims(lo)} alone: min = opt = max" if lo == hi else
+                           f"'{name}' {_dims(lo)} to {_dims(hi)}" for name, lo, hi in ranges)
+        return (f"its shape profile is the samples' ({listed}): an engine built on it rejects every "
+                f"{'other shape' if alone else 'shape outside it'}: {GIVE_PROFILE}")
 
     def trtexec_args(self) -> list[str]:
         if not self.inputs:
