@@ -81,6 +81,12 @@ rows along the last axis whose FP32 top-1 class is among the candidate's top k m
 Where FP32 itself is non-finite the FP32 model is at fault, not FP16: such an output fails unless
 ``allow_fp32_nonfinite``, which compares only where FP32 is finite.
 
+Over several samples a tolerance may hold its ``rms`` bounds over the samples together
+(``sample_ceiling`` above 1: a quantized model's gate, where each sample's error is the quantization noise
+drawn again): :func:`judged` holds each sample alone to ``sample_ceiling`` times its own bounds, and
+:func:`pooled`, when the samples' comparisons are merged, holds the root mean square over them of the rel
+RMS err (and of the worst slice's) to that of their own bounds.
+
 A pass is *thin* (:func:`room`, :func:`thin_pass_note`) when the clause that decided it is within
 10% of its bound (rel RMS err 0.0451 against 0.05): a pitch tracker that passed so on one sample
 failed at 0.163 on the same audio at 10% volume. Bounds of the form "at least" (cosine, top-k
@@ -96,8 +102,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from ..format import number
-from .metrics import Comparison, OutputMetrics
-from .statistics import Term, room_share, statistic
+from .metrics import Comparison, OutputMetrics, Pool
+from .statistics import Check, Term, room_share, statistic
 from .tolerance import Tolerance, clauses
 
 # A pass with less than this share of its bound left says so: another input can tip it.
@@ -164,6 +170,63 @@ def failures(m: OutputMetrics, tol: Tolerance) -> tuple[str, ...]:
         out += failed
     out += [t.failure for t in m.tasks if not t.passed]
     return tuple(out)
+
+
+def judged(m: OutputMetrics, tol: Tolerance) -> OutputMetrics:
+    """Output ``m`` (one sample's) with its verdict under ``tol`` (already chosen for this output): its
+    failures, or the clause it passes under and its room. Where ``tol``'s rms bounds hold over the samples
+    together (``sample_ceiling`` above 1) the sample alone is held to the ceiling, and its part in the
+    bounds (:class:`.metrics.Pool`) is kept for the merge of the samples, which judges them
+    (:func:`pooled`)."""
+    pool = None
+    if tol.sample_ceiling != 1 and "max_rel_rms" in statistic(tol).settings:
+        error, slice_error = m.rel_rms_err, m.worst_slice_rel_rms
+        if atol_floor(m, tol):  # its errors do not count: at most its own bounds
+            error, slice_error = min(error, tol.max_rel_rms), min(slice_error, tol.max_slice_rel_rms)
+        ceiling = tol.sample_ceiling
+        pool = Pool(1, ceiling, error, tol.max_rel_rms, slice_error, tol.max_slice_rel_rms)
+        tol = replace(tol, max_rel_rms=ceiling * tol.max_rel_rms,
+                      max_slice_rel_rms=ceiling * tol.max_slice_rel_rms, sample_ceiling=1.0)
+    why = failures(m, tol)
+    if why:
+        return replace(m, failures=why, pool=pool)
+    share, clause = room(m, tol)
+    return replace(m, passed=True, passed_by=passed_by(m, tol), room=share, room_clause=clause, pool=pool)
+
+
+def pooled(merged: OutputMetrics, group: Sequence[OutputMetrics]) -> OutputMetrics:
+    """``merged`` (the worst case of ``group``, one output's metrics on several samples) judged by the
+    bounds the samples whose tolerance pools them hold together (:func:`judged`; any other sample is
+    judged alone, as it was): it fails where the root mean square over them of its rel RMS err or of its
+    worst slice's passes that of their own bounds. A pass's room and clause are the pool's: a sample's
+    ceiling catches breakage, the pool is the bound."""
+    pools = [m.pool for m in group if m.pool is not None]
+    if not pools:
+        return merged
+    pool = Pool.merged(pools)
+    checks = _pool_checks(pool)
+    failed = tuple(c.failure for c in checks if not c.holds)
+    if failed or not merged.passed:
+        return replace(merged, pool=pool, passed=False, passed_by="", room=math.inf, room_clause="",
+                       failures=merged.failures + failed)
+    share, clause = min(c.term for c in checks)
+    together = f" over the {pool.samples} samples together (root mean square)" if pool.samples > 1 else ""
+    passed = (f"rel RMS err <= {number(pool.bound)}, every slice <= {number(pool.slice_bound)}{together}, "
+              f"each sample within {pool.ceiling:g} x its own")
+    return replace(merged, pool=pool, passed_by=passed, room=share, room_clause=clause)
+
+
+def _pool_checks(pool: Pool) -> tuple[Check, Check]:
+    together = f" over the {pool.samples} samples together" if pool.samples > 1 else ""
+    mean = " (root mean square)" if pool.samples > 1 else ""
+    return (Check(pool.rel_rms, pool.bound, pool.rel_rms <= pool.bound,
+                  f"rel RMS err{together}{mean} {number(pool.rel_rms)} > {number(pool.bound)}",
+                  f"rel RMS err{together} {number(pool.rel_rms)} against {number(pool.bound)}"),
+            Check(pool.slice_rel_rms, pool.slice_bound, pool.slice_rel_rms <= pool.slice_bound,
+                  f"worst slice rel RMS err{together}{mean} {number(pool.slice_rel_rms)} > "
+                  f"{number(pool.slice_bound)}",
+                  f"worst slice rel RMS err{together} {number(pool.slice_rel_rms)} against "
+                  f"{number(pool.slice_bound)}"))
 
 
 def room(m: OutputMetrics, tol: Tolerance) -> Term:

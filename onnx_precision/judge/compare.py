@@ -2,13 +2,15 @@
 
 :func:`compare_array` computes every statistic of one output in one vectorised pass (max, mean and
 quantiles of ``|err|``, relative RMS error over the output and over its slices, cosine, elements
-outside ``atol + rtol·|ref|``, new NaN/Inf) and asks :func:`.acceptance.failures` whether it
+outside ``atol + rtol·|ref|``, new NaN/Inf) and asks :func:`.acceptance.judged` whether it
 passes; :mod:`.acceptance` says why the default check is what it is.
 
 Where FP32 itself is non-finite the FP32 model is at fault, not FP16: those elements are left out
 of every statistic and counted in ``fp32_nonfinite``. Non-float outputs (indices, masks) must match
 exactly. Over several samples each statistic is the worst case (counts are summed) and an output
-passes only if it passes on every sample.
+passes only if it passes on every sample, and, where its tolerance holds its rms bounds over the samples
+together (``Tolerance.sample_ceiling``), only if the root mean square over them does
+(:func:`.acceptance.pooled`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import ml_dtypes
 import numpy as np
 
 from . import task_checks
-from .acceptance import failures, passed_by, room
+from .acceptance import judged, pooled
 from .metrics import Comparison, OutputMetrics
 from .task_checks import TaskResult
 from .tolerance import SLICE_MIN_ELEMENTS, Tolerance
@@ -122,11 +124,7 @@ def compare_array(name: str, ref: np.ndarray, cand: np.ndarray, tol: Tolerance) 
         fp32_nonfinite=fp32_nonfinite,
         tasks=_tasks(ref, cand, tol),
     )
-    why = failures(metrics, tol)
-    if why:
-        return replace(metrics, failures=why)
-    share, clause = room(metrics, tol)
-    return replace(metrics, passed=True, passed_by=passed_by(metrics, tol), room=share, room_clause=clause)
+    return judged(metrics, tol)
 
 
 def _extremes(a: np.ndarray, compared: np.ndarray | None) -> tuple[float, float]:
@@ -247,7 +245,8 @@ def shapes_key(feed: Mapping[str, np.ndarray]) -> str:
 
 Outputs = Sequence[Mapping[str, np.ndarray]]  # one mapping per sample
 # one tolerance for every sample, or one per sample (a quantized model's gate: each sample's bound is
-# relative to its own quantization error, :mod:`onnx_precision.quant_reference`)
+# relative to its own quantization error, and the samples are judged together,
+# :mod:`onnx_precision.quant_reference`)
 Tolerances = Union[Tolerance, Sequence[Tolerance]]
 
 
@@ -297,13 +296,17 @@ def merge_comparisons(per_sample: Sequence[Comparison], oracle: str) -> Comparis
     if not per_sample:
         return Comparison((), True, oracle, 0)
     merged = [_merge_output([c.outputs[i] for c in per_sample]) for i in range(len(per_sample[0].outputs))]
-    return Comparison(tuple(merged), all(c.passed for c in per_sample), oracle, len(per_sample),
-                      per_sample=tuple(per_sample))
+    return Comparison(tuple(merged), all(c.passed for c in per_sample) and all(m.passed for m in merged),
+                      oracle, len(per_sample), per_sample=tuple(per_sample))
 
 
 def _merge_output(group: Sequence[OutputMetrics]) -> OutputMetrics:
-    if len(group) == 1:
-        return group[0]
+    """The worst case of one output's metrics on several samples, judged by the bounds they hold together
+    where they do (:func:`.acceptance.pooled`)."""
+    return pooled(group[0] if len(group) == 1 else _worst(group), group)
+
+
+def _worst(group: Sequence[OutputMetrics]) -> OutputMetrics:
     worst_slice = max(group, key=lambda m: _sortable(m.worst_slice_rel_rms))
     thinnest = min(group, key=lambda m: m.room)  # the sample nearest a bound
     failures = [f"sample {i}: {why}" for i, m in enumerate(group) for why in m.failures]

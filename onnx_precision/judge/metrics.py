@@ -7,12 +7,38 @@ round-trip through JSON (reports are read back by ``--plan REPORT.json@K`` and b
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..format import json_float, number
 from .task_checks import TaskResult
+
+
+@dataclass(frozen=True)
+class Pool:
+    """An output's part in rms bounds held over several samples together (``Tolerance.sample_ceiling``
+    above 1): over ``samples`` samples, the root mean square of its rel RMS err and of its worst slice's,
+    and of each sample's own bounds on them (each sample alone held to ``ceiling`` times its own). A sample
+    within ``atol`` (whose errors do not count) counts at most its own bounds."""
+
+    samples: int
+    ceiling: float
+    rel_rms: float
+    bound: float
+    slice_rel_rms: float
+    slice_bound: float
+
+    @staticmethod
+    def merged(pools: Sequence[Pool]) -> Pool:
+        """The pool of the samples of ``pools`` together (each weighed by its samples)."""
+        count = sum(p.samples for p in pools)
+
+        def rms(value: Callable[[Pool], float]) -> float:
+            return math.sqrt(math.fsum(p.samples * value(p) ** 2 for p in pools) / count)
+
+        return Pool(count, max(p.ceiling for p in pools), rms(lambda p: p.rel_rms), rms(lambda p: p.bound),
+                    rms(lambda p: p.slice_rel_rms), rms(lambda p: p.slice_bound))
 
 
 @dataclass(frozen=True)
@@ -53,6 +79,9 @@ class OutputMetrics:
     # (acceptance.room); inf and "" when it fails or no bound measures it
     room: float = math.inf
     room_clause: str = ""
+    # where its rms bounds hold over the samples together, its part in them (in memory only, not in the
+    # JSON: the merge of samples pools them, and its verdict and failures say what came of it)
+    pool: Pool | None = field(default=None, compare=False, repr=False)
 
     @property
     def outside_fraction(self) -> float:
@@ -94,6 +123,8 @@ class OutputMetrics:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name == "pool":
+                continue
             if f.name == "tasks":
                 value = [t.to_json() for t in value]
             elif isinstance(value, tuple):

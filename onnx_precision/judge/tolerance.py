@@ -31,6 +31,7 @@ BOUNDS: dict[str, tuple[float, float, str]] = {
     "min_top_k_agreement": (0.0, 1.0, "a number between 0 and 1"),
     "threshold": (-_INF, _INF, "a finite number"),
     "min_iou": (0.0, 1.0, "a number between 0 and 1"),
+    "sample_ceiling": (1.0, _INF, "a finite number >= 1"),
 }
 
 
@@ -71,6 +72,12 @@ class Tolerance:
     threshold: float | None = None  # None: no thresholded-map check
     min_iou: float = 0.99
     allow_fp32_nonfinite: bool = False
+    # 1: each sample within max_rel_rms and max_slice_rel_rms. Above 1, those bounds hold over the samples
+    # judged together (the root mean square over them of each rel RMS err against that of each sample's
+    # own bounds: merge_comparisons), each sample alone within this many times its own: where a sample's
+    # error is noise drawn again (a quantized model's remainder, quant_reference), one draw can pass its
+    # bound while the samples together do not move
+    sample_ceiling: float = 1.0
     per_output: tuple[tuple[str, Tolerance], ...] = ()
     accept: Accept | None = None  # judges every sample's outputs together, after the statistics
 
@@ -130,7 +137,7 @@ class Tolerance:
         """The command-line options that give this tolerance (settings at their default left out)."""
         out: list[str] = []
         for f in fields(self):
-            if f.name in ("per_output", "allow_fp32_nonfinite", "accept"):
+            if f.name in ("per_output", "allow_fp32_nonfinite", "accept", "sample_ceiling"):  # no flags
                 continue
             flag = "--" + f.name.replace("_", "-")
             if getattr(self, f.name) != getattr(_DEFAULT, f.name):
@@ -177,6 +184,8 @@ def applied(tol: Tolerance) -> tuple[str, ...]:
     """The settings the verdict applies under ``tol`` (:func:`.acceptance.failures`): those of its
     statistic (:attr:`.statistics.ErrorStatistic.settings`) and of the task checks asked for."""
     names = statistic(tol).settings
+    if tol.sample_ceiling != 1 and "max_rel_rms" in names:
+        names += ("sample_ceiling",)
     if tol.top_k:
         names += ("top_k", "min_top_k_agreement")
     if tol.threshold is not None:
@@ -190,6 +199,9 @@ def clauses(tol: Tolerance) -> tuple[str, str]:
     first."""
     row = statistic(tol)
     main = row.clause(tol)
+    if "sample_ceiling" in applied(tol):
+        main += (f" over the samples together (root mean square), each sample within "
+                 f"{tol.sample_ceiling:g} x its own")
     if tol.top_k:
         main += f", top-{tol.top_k} agreement >= {tol.min_top_k_agreement:g}"
     if tol.threshold is not None:

@@ -119,9 +119,11 @@ def validate_written(output_path: str | ModelContext, feeds: Sequence[Feed],
     per_sample = [compare_outputs(ref, cand, t, run.oracle) for ref, cand, t in
                   zip(reference_outputs, only_reference_outputs(run, reference_outputs),
                       each_sample(tol, len(reference_outputs)))]
+    merged = merge_comparisons(per_sample, run.oracle)  # judged together, it may fail where no sample does
     failing = next((i for i, c in enumerate(per_sample) if not c.passed), None)
-    failure = "" if failing is None else per_sample[failing].failure(failing, len(per_sample))
-    return merge_comparisons(per_sample, run.oracle), failure
+    if failing is not None:
+        return merged, per_sample[failing].failure(failing, len(per_sample))
+    return merged, "" if merged.passed else merged.failure()
 
 
 def _written(model: str | ModelContext, custom_op_libraries: tuple[str, ...], target: Target) -> ModelContext:

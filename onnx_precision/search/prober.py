@@ -3,8 +3,10 @@
 A :class:`Prober` runs plans on one :class:`~onnx_precision.oracle.PlanRunner` (the emulation, a
 native provider, onnx.reference: it never asks which). It stops at the first failing sample and
 tries that sample first next time (the sample that broke the last probe is the likeliest to break
-the next), and it remembers the last probe's per-output errors, so every probe can become a
-trade-off point, and the comparison of the last plan that passed, which the full comparison of the same
+the next); where every sample passes alone, the samples are judged together too (the bounds a
+quantized model's gate holds over them: :func:`onnx_precision.judge.merge_comparisons`). It
+remembers the last probe's per-output errors, so every probe can become a trade-off point, and the
+comparison of the last plan that passed, which the full comparison of the same
 precisions takes rather than running it again (a decoder's generation: seconds). :meth:`Prober.on`
 carries that state over to another runner (the one a search runs on).
 """
@@ -73,8 +75,11 @@ class Prober:
                 self.order.insert(0, i)
                 self.last_detail = comparison.failure(i, len(self.feeds))
                 return False, self.last_detail
-        self._passed = (_precisions(plan), merge_ran([per_sample[i] for i in sorted(per_sample)],
-                                                     self.runner.oracle))
+        merged = merge_ran([per_sample[i] for i in sorted(per_sample)], self.runner.oracle)
+        if not merged.passed:  # each sample within its own ceiling, not the samples together
+            self.last_detail = merged.failure()
+            return False, self.last_detail
+        self._passed = (_precisions(plan), merged)
         return True, ""
 
     def comparison(self, plan: PrecisionPlan) -> Comparison:
@@ -85,9 +90,12 @@ class Prober:
         self.last_errors, self._passed = {}, None
         per_sample = [self._compare(plan, i) for i in range(len(self.feeds))]
         failing = [i for i, c in enumerate(per_sample) if not c.passed]
+        merged = merge_ran(per_sample, self.runner.oracle)
         if failing:
             self.last_detail = per_sample[failing[0]].failure(failing[0], len(self.feeds))
-        return merge_ran(per_sample, self.runner.oracle)
+        elif not merged.passed:
+            self.last_detail = merged.failure()
+        return merged
 
 
 def _precisions(plan: PrecisionPlan) -> frozenset:
