@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
@@ -229,3 +231,46 @@ def test_the_tensorrt_next_step_says_its_profile_is_the_samples(tmp_path, capsys
                  "x:1x3x16x16", "--trt-max-shapes", "x:1x3x2048x2048"]) == 0
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("next: trtexec "))
     assert "shape profile is the samples'" not in line and "--maxShapes=x:1x3x2048x2048" in line
+
+
+def _branching(path: str) -> None:
+    """An If on a boolean input: its then_branch squares x, its else_branch (Mul, Exp) scales and exps it,
+    and a Loop whose trip count is an input runs a body that adds 1 that many times."""
+    then = helper.make_graph([N("Mul", ["x", "x"], ["t"], name="then_square")], "then", [],
+                             [_vi("t", [2, 8])])
+    other = helper.make_graph([N("Mul", ["x", "half"], ["e0"], name="else_scale"),
+                               N("Exp", ["e0"], ["e"], name="else_exp")], "else", [], [_vi("e", [2, 8])])
+    body = helper.make_graph([N("Identity", ["c_in"], ["c_out"], name="loop_cond"),
+                              N("Add", ["acc", "one"], ["acc_out"], name="loop_add")], "body",
+                             [_vi("i", [], TensorProto.INT64), _vi("c_in", [], TensorProto.BOOL),
+                              _vi("acc", [2, 8])],
+                             [_vi("c_out", [], TensorProto.BOOL), _vi("acc_out", [2, 8])])
+    inits = [helper.make_tensor("half", TensorProto.FLOAT, [], [0.5]),
+             helper.make_tensor("one", TensorProto.FLOAT, [], [1.0]),
+             helper.make_tensor("go", TensorProto.BOOL, [], [True])]
+    onnx.save(_model([N("If", ["flag"], ["b"], name="branch", then_branch=then, else_branch=other),
+                      N("Loop", ["trips", "go", "b"], ["y"], name="repeat", body=body)],
+                     [_vi("x", [2, 8]), _vi("flag", [], TensorProto.BOOL),
+                      _vi("trips", [], TensorProto.INT64)],
+                     [_vi("y", [2, 8])], inits), path)
+
+
+def test_bodies_no_sample_runs_are_said(tmp_path, capsys):
+    """The samples take the then_branch and run no iteration of the Loop: the else_branch and the Loop's body
+    were converted and the run said "verified: pass" with no word of them."""
+    path, data, out = str(tmp_path / "m.onnx"), str(tmp_path / "d.npz"), str(tmp_path / "o.onnx")
+    _branching(path)
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 8)).astype(np.float32)
+    np.savez(data, x=x, flag=np.array(True), trips=np.array(0, np.int64))
+    assert main(["convert", path, "-o", out, "--inputs", data]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert ("note: no sample runs 2 bodies of the model's control flow: the else_branch of If 'branch' (2 "
+            "nodes, 2 FP16), the body of Loop 'repeat' (2 nodes, 1 FP16): converted, but nothing verified "
+            "them; give samples that run them (--inputs)") in lines
+    taken = str(tmp_path / "both.npz")  # a second sample takes the else_branch and runs the Loop twice
+    np.savez(taken, x=x, flag=np.array(False), trips=np.array(2, np.int64))
+    os.makedirs(tmp_path / "samples")
+    for name in ("d.npz", "both.npz"):
+        os.replace(tmp_path / name, tmp_path / "samples" / name)
+    assert main(["convert", path, "-o", out, "--inputs", str(tmp_path / "samples")]) == 0
+    assert not [line for line in capsys.readouterr().out.splitlines() if "no sample runs" in line]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
-from .. import helper_sessions, memory, opset_upgrade, quantized, storage
+from .. import coverage, helper_sessions, memory, opset_upgrade, quantized, storage
 from .. import options as options_lib
 from ..basis import Load, measured_model
 from ..context import ModelContext, load_model
@@ -289,7 +289,10 @@ def _conversion(load: Load, options: ConvertOptions, destination: Destination, p
     result, verification, auto_result = _load_remedy(ctx, result, verification, auto_result, options,
                                                      destination)
     judged = auto_result.basis.notes(verification.verified)  # a quantized model's: its gate's
-    auto_result = replace(auto_result, notes=auto_result.notes + judged)
+    # what the verification never saw: the bodies of the model's control flow no sample runs
+    unrun = coverage.unrun_note(coverage.unrun_bodies(ctx.model, auto_result.basis.forward.feeds),
+                                auto_result.shares.precisions(result.plan))
+    auto_result = replace(auto_result, notes=auto_result.notes + judged + ((unrun,) if unrun else ()))
     if auto_result.passed and not verification.verified.passed:
         # Written all the same: the model and its report are the bug report (status: failed, exit 1).
         logger.error("the plan passed the emulated search but the written model %s fails the emulated check "
