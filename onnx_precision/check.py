@@ -20,6 +20,7 @@ import onnx
 
 from .basis import Basis, generation_of, measure, measured_model, run_samples, unused_generation
 from .context import ModelContext, load_model
+from .coverage import unrun_bodies, unrun_note
 from .data import Samples, SampleSpec
 from .errors import InternalError, ModelLoadError, PrecisionError, ReferenceFailure, UsageError
 from .float_types import LOW_TYPES, low_of
@@ -176,6 +177,7 @@ class CheckResult:
     runtimes: RuntimeTable | None = None  # the candidate emulated on every runtime of the registry
     # a decoder's or streaming model's: the candidate over the generation (its failing step, bound, tokens)
     generation: GenerationVerdict | None = None
+    unrun: str = ""  # the bodies of the candidate's control flow no sample runs (coverage.unrun_note)
 
     @property
     def passed(self) -> bool:
@@ -227,7 +229,7 @@ class CheckResult:
             "tolerance": tol.to_json(), "comparison": self.comparison.to_json(), "note": self.note or None,
             "low_share": {"label": self.low_label or None, "flops": self.low_share,
                           "flops_of": self.low_share_of[len("of "):]},  # as convert's fp16_share.flops_of
-            "warnings": list(self.warnings),
+            "warnings": list(self.warnings), "unrun": self.unrun or None,
             **({"generation": self.generation.to_json()} if self.generation is not None else {}),
             **({"quantization_gate": gate} if (gate := self.basis.to_json(self.comparison)) else {})})
 
@@ -261,7 +263,8 @@ class CheckResult:
         out += [f"runtimes: {self.runtimes.line()}"] if self.runtimes is not None else []
         out += self.generation.lines() if self.generation is not None else []
         out.append("PASS: within tolerance" if self.passed else "FAIL: out of tolerance or non-finite")
-        return out + [f"note: {n}" for n in self.quant_notes] + ([f"note: {self.note}"] if self.note else [])
+        notes = (*self.quant_notes, self.unrun, self.note)
+        return out + [f"note: {n}" for n in notes if n]
 
     def _listed(self) -> list[OutputMetrics]:
         """The outputs the terminal lists: each; a generation's, its first failing step's output or its
@@ -361,13 +364,15 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
                              f"{oracle_lib.ort_message(e)}") from e
     forward = basis.forward.feeds
     label, share, share_of = low_share(candidate, reference, forward[0] if forward else {})
+    lows = {name: Precision(why.precision) for name, why in low_compute(candidate).items()}
+    unrun = unrun_note(unrun_bodies(candidate.model, forward), lows)
     warnings = unused_generation(given.generation, generation) + (() if label else (
         f"{candidate_path}: the candidate computes nothing in 16 bits (every float node is FP32): this check "
         f"compared FP32 with FP32",))
     with oracle_lib.blame(reference, samples):
         table = judge_runtimes(candidate, reference, basis, comparison if given.oracle == "emulate" else None)
     return CheckResult(model_path, candidate_path, comparison, basis, candidate.target.name, label, share,
-                       warnings, share_of, judging_target.source, table, found)
+                       warnings, share_of, judging_target.source, table, found, unrun)
 
 
 def _judge_generation(reference: ModelContext, candidate: ModelContext, basis: Basis, oracle: OracleName,

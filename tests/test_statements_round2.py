@@ -267,6 +267,10 @@ def test_bodies_no_sample_runs_are_said(tmp_path, capsys):
     assert ("note: no sample runs 2 bodies of the model's control flow: the else_branch of If 'branch' (2 "
             "nodes, 2 FP16), the body of Loop 'repeat' (2 nodes, 1 FP16): converted, but nothing verified "
             "them; give samples that run them (--inputs)") in lines
+    assert main(["check", path, out, "--inputs", data]) == 0  # and check, of the model written
+    assert ("note: no sample runs 2 bodies of the model's control flow: the else_branch of If 'branch' (2 "
+            "nodes, 2 FP16), the body of Loop 'repeat' (2 nodes, 1 FP16): converted, but nothing verified "
+            "them; give samples that run them (--inputs)") in capsys.readouterr().out.splitlines()
     taken = str(tmp_path / "both.npz")  # a second sample takes the else_branch and runs the Loop twice
     np.savez(taken, x=x, flag=np.array(False), trips=np.array(2, np.int64))
     os.makedirs(tmp_path / "samples")
