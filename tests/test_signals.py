@@ -27,29 +27,31 @@ from onnx_precision.storage import Outputs
 
 SAFETY_S = 300
 
-# A CLI run that, running the Loop model in onnxruntime (a session fed its input 'loop_seed'), says
-# "in onnxruntime" once its main thread is inside onnxruntime's C++ run: its innermost Python frame
-# onnxruntime's run(), and 50 ms of CPU spent there (those Python lines take microseconds). A line
-# printed just before the call would not do: a busy machine may hold the child between the two, and
-# then Python's handler sees the signal (SIGTERM passed so before the change). Its last line says that
-# main() returned: a forced end (os._exit) runs no atexit function.
-_CLI = """
-import atexit, sys, threading, time
+# CLI runs, one after another in one process, each into its own output (the arguments after the
+# model), each of which, running the Loop model in onnxruntime (a session fed its input 'loop_seed'),
+# says "in onnxruntime" once its main thread is inside onnxruntime's C++ run: its innermost Python
+# frame onnxruntime's run(), and 50 ms of CPU spent there (those Python lines take microseconds). A
+# line printed just before the call would not do: a busy machine may hold the child between the two,
+# and then Python's handler sees the signal (SIGTERM passed so before the change). Each run then says
+# what main() returned (a forced end, os._exit, would say nothing), and marks its start on stderr, so
+# that each run's last line there can be told apart. The process exits with the last run's code.
+_RUN = "-- next run --"
+_CLI = f"RUN = {_RUN!r}\n" + """
+import sys, threading, time
 import onnxruntime as ort
-atexit.register(print, "main() returned", flush=True)
 run = ort.InferenceSession.run
 entering = threading.Event()
 def inside(main=threading.main_thread()):
-    entering.wait()
-    clock, since = time.pthread_getcpuclockid(main.ident), None
+    clock = time.pthread_getcpuclockid(main.ident)
     while True:
-        frame = sys._current_frames()[main.ident]
-        if frame.f_code is run.__code__:
-            since = time.clock_gettime(clock) if since is None else since
-            if time.clock_gettime(clock) - since >= 0.05:
-                print("in onnxruntime", flush=True)
-                return
-        time.sleep(0.01)
+        entering.wait()
+        entering.clear()
+        since = None
+        while since is None or time.clock_gettime(clock) - since < 0.05:
+            time.sleep(0.01)
+            if sys._current_frames()[main.ident].f_code is run.__code__:
+                since = time.clock_gettime(clock) if since is None else since
+        print("in onnxruntime", flush=True)
 threading.Thread(target=inside, daemon=True).start()
 def said(self, *args, **kwargs):
     if any(i.name == "loop_seed" for i in self.get_inputs()):
@@ -57,7 +59,11 @@ def said(self, *args, **kwargs):
     return run(self, *args, **kwargs)
 ort.InferenceSession.run = said
 from onnx_precision.cli import main
-sys.exit(main(sys.argv[1:]))
+for out in sys.argv[2:]:
+    print(RUN, file=sys.stderr, flush=True)
+    code = main(["convert", sys.argv[1], "-o", out])
+    print(f"main() returned {code}", flush=True)
+sys.exit(code)
 """
 
 # A run, its outputs staged, that swallows the interrupt its signal raises: only the watcher thread
@@ -160,32 +166,49 @@ def out(tmp_path):
 
 
 def _line(child: subprocess.Popen) -> str:
-    """The first line ``child`` prints on stdout, or, if it ends first, what it said on stderr."""
+    """The next line ``child`` prints on stdout, or, if it ends first, what it said on stderr. Read a
+    byte at a time from the pipe: a buffered read could take the line after it too, which select()
+    would then wait for in vain."""
     assert child.stdout is not None
-    ready, _, _ = select.select([child.stdout.fileno()], [], [], SAFETY_S)
-    assert ready, f"the child printed nothing in {SAFETY_S} s"
-    return child.stdout.readline() or child.communicate()[1]
+    line = b""
+    while not line.endswith(b"\n"):
+        ready, _, _ = select.select([child.stdout.fileno()], [], [], SAFETY_S)
+        assert ready, f"the child printed nothing in {SAFETY_S} s"
+        byte = os.read(child.stdout.fileno(), 1)
+        if not byte:
+            return line.decode() or child.communicate()[1]
+        line += byte
+    return line.decode()
 
 
 def _staging(directory) -> list[str]:
     return sorted(f for f in os.listdir(directory) if f.startswith(".onnx-precision-"))
 
 
-@pytest.mark.parametrize("name", SIGNALLED)
-def test_a_signal_stops_a_run_inside_onnxruntime_as_ctrl_c_does(start, tmp_path, out, name):
+def test_a_signal_stops_a_run_inside_onnxruntime_as_ctrl_c_does(start, tmp_path):
     """Inside a Loop of 2**62 trips, each signal ends the run with its shell exit code, its line, and
     no staging folder (before: SIGINT and SIGTERM went on at full CPU, SIGHUP and SIGQUIT left the
-    staged folder)."""
-    child = start(_CLI, "convert", _loop_model(str(tmp_path)), "-o", str(out / "o.onnx"))
-    assert _line(child) == "in onnxruntime\n"
-    assert _staging(out)  # the run is under way
-    signum = getattr(signal, name)
-    child.send_signal(signum)
+    staged folder). One child runs a conversion per signal, one after another (each the same path,
+    with the handlers main() puts back between them): a child each cost 1.3 s of CPU."""
+    outs = [tmp_path / name for name in SIGNALLED]
+    for out in outs:
+        out.mkdir()
+    child = start(_CLI, _loop_model(str(tmp_path)), *(str(out / "o.onnx") for out in outs))
+    for name, out in zip(SIGNALLED, outs):
+        assert _line(child) == "in onnxruntime\n", name
+        assert _staging(out)  # the run is under way
+        signum = getattr(signal, name)
+        child.send_signal(signum)
+        # onnxruntime ended the run and main() returned: no forced end
+        assert _line(child) == f"main() returned {128 + signum}\n", name
+        assert os.listdir(out) == [], name
     printed, err = child.communicate(timeout=SAFETY_S)
-    said = {"SIGINT": "interrupted", "SIGTERM": "terminated"}.get(name, f"terminated ({name})")
-    assert (child.returncode, err.strip().splitlines()[-1]) == (128 + signum, f"onnx-precision: {said}")
-    assert printed.splitlines() == ["main() returned"]  # onnxruntime ended the run: no forced end
-    assert os.listdir(out) == []
+    # the last run's code, as the process's exit code
+    assert (printed, child.returncode) == ("", 128 + getattr(signal, SIGNALLED[-1]))
+    last = [run.strip().splitlines()[-1] for run in err.split(f"{_RUN}\n")[1:]]  # each run's last line
+    said = [{"SIGINT": "interrupted", "SIGTERM": "terminated"}.get(name, f"terminated ({name})")
+            for name in SIGNALLED]
+    assert last == [f"onnx-precision: {s}" for s in said]
 
 
 def test_a_run_that_does_not_unwind_is_ended_and_its_staging_folder_removed(start, out):
