@@ -13,9 +13,12 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx_precision import policy
 from onnx_precision.cli import main
 from onnx_precision.context import ModelContext
+from onnx_precision.judge import Tolerance
 from onnx_precision.oracle import EmulationSession, Emulator, inspect_plan
+from onnx_precision.oracle.blame import Decisions
 from onnx_precision.oracle.rounding import elem_types
 from onnx_precision.oracle.twin import resizable
+from onnx_precision.search.prober import Prober
 
 # 3.4995 rounds to 3 in FP32; its FP16 value is 3.5, which rounds (half to even) to 4: 11 frames, not 10
 PHONEMES = np.array([[3.4995, 2.2, 1.1, 4.0]], np.float32)
@@ -114,3 +117,92 @@ def test_check_fails_an_output_whose_shape_differs_with_every_figure_saying_so(t
     assert line == ("  y: max abs err inf, max rel err inf, rel RMS err inf (worst slice inf), p99 inf, "
                     "p99.9 inf, cosine 0.000000, 10/18 outside bound, top-1 agreement 0 (top-1 0, 1/2 rows "
                     "differ) [sample 1: shape [11] is not FP32's [10]]  FAIL")
+
+
+def two_lengths_model() -> onnx.ModelProto:
+    """Frames from the rounded durations (MatMul -> Round -> Cast(int64) -> ReduceSum -> Range -> Cast) added
+    to frames of a fixed length (Range(0, 10) -> Cast): where FP16 rounds a duration the other way, the 16-bit
+    run's Add meets 11 frames and 10, which onnxruntime refuses to broadcast: the run itself stops."""
+    inits = [numpy_helper.from_array(np.eye(4, dtype=np.float32), "w"),
+             numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array(10, np.int64), "ten")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["durations"], name="predictor"),
+             helper.make_node("Round", ["durations"], ["rounded"], name="round"),
+             helper.make_node("Cast", ["rounded"], ["frames_each"], name="to_int", to=TensorProto.INT64),
+             helper.make_node("ReduceSum", ["frames_each"], ["frames"], name="total", keepdims=0),
+             helper.make_node("Range", ["zero", "frames", "one"], ["index"], name="range"),
+             helper.make_node("Cast", ["index"], ["index_f"], name="to_float", to=TensorProto.FLOAT),
+             helper.make_node("Range", ["zero", "ten", "one"], ["fixed"], name="fixed_range"),
+             helper.make_node("Cast", ["fixed"], ["fixed_f"], name="fixed_float", to=TensorProto.FLOAT),
+             helper.make_node("Add", ["index_f", "fixed_f"], ["y"], name="add")]
+    graph = helper.make_graph(nodes, "two_lengths",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["frames"])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+TEN = np.array([[3.2, 2.2, 1.1, 4.0]], np.float32)  # 10 frames either way, as the fixed path's
+STOPS = ("its 16-bit run stops on shapes that differ from FP32's: the decision of 'round' (Round) flipped (1 "
+         "of 4 elements), and what follows it no longer fits together (onnxruntime: Attempting to broadcast "
+         "an axis by a dimension other than 1. 10 by 11)")
+
+
+@pytest.mark.parametrize("searching", [False, True], ids=["baked", "switch graph"])
+def test_a_plan_whose_run_stops_on_a_flipped_decision_is_a_failing_candidate(searching):
+    # before: onnxruntime's broadcast error out of the probe, "internal error: onnxruntime rejects a graph
+    # derived from ..."
+    ctx = ModelContext.of(two_lengths_model())
+    plan = policy.resolve(ctx, ctx.all_low_plan())
+    emulator = Emulator(ctx)
+    runner = emulator.searching() if searching else emulator
+    reference = emulator.run(None, {"x": PHONEMES})
+    prober = Prober(runner, [{"x": TEN}, {"x": PHONEMES}], [emulator.run(None, {"x": TEN}), reference],
+                    Tolerance())
+    assert prober.passes(plan) == (False, f"sample 1, output 'y' {STOPS}")
+    assert prober.last_errors == {"y": float("inf")}
+    fp32 = plan.with_fp32(["predictor", "round", "to_int"])
+    assert prober.passes(fp32) == (True, "")
+
+
+def test_a_run_that_fails_where_no_decision_flipped_is_not_said_to_have_diverged():
+    ctx = ModelContext.of(two_lengths_model())
+    plan = policy.resolve(ctx, ctx.all_low_plan())
+    decisions = Decisions(ctx, Emulator)
+    assert decisions.diverged(plan, {"x": PHONEMES}, RuntimeError("not onnxruntime's")) is None
+    assert decisions.flipped(plan, {"x": TEN}) == ()  # no duration near a .5
+    flips = decisions.flipped(plan, {"x": PHONEMES})
+    assert [(f.node, f.differ, f.size) for f in flips] == [("round", 1, 4)]
+    assert decisions.feeding(flips) == ("predictor",)
+
+
+@pytest.mark.parametrize("how", ["twin", "captured"])
+def test_the_layerwise_run_of_a_plan_that_stops_names_the_decision_that_flipped(how):
+    # before: the twin graph's run (or the captured one's) ended in onnxruntime's broadcast error
+    ctx = ModelContext.of(two_lengths_model())
+    plan = policy.resolve(ctx, ctx.all_low_plan())
+    emulator = Emulator(ctx)
+    session = emulator if how == "twin" else EmulationSession(ctx, diagnose=emulator.diverged)
+    reference, layer = inspect_plan(session, plan, [{"x": TEN}, {"x": PHONEMES}])
+    (change,) = layer.shape_changes
+    assert (change.sample, change.decisions, change.feeding) == (1, (("round", "Round"),), ("predictor",))
+    assert change.describe() == ("the 16-bit run stops on sample 1 where shapes differ from FP32's "
+                                 "(onnxruntime: Attempting to broadcast an axis by a dimension other than 1. "
+                                 "10 by 11): the decision of 'round' (Round) flipped")
+    assert layer.first_divergence == ("round",) and layer.ranked() == ("predictor",)
+    assert reference.outputs[1]["y"].shape == (10,)  # FP32's own run, measured all the same
+
+
+def test_the_default_convert_pins_what_flips_the_rounding_where_the_16bit_run_stops(tmp_path, capsys):
+    # before: exit 1, "internal error: onnxruntime rejects a graph derived from ...: ... 10 by 11"
+    path, out = str(tmp_path / "d.onnx"), str(tmp_path / "o.onnx")
+    onnx.save(two_lengths_model(), path)
+    np.savez(tmp_path / "x.npz", x=PHONEMES)
+    assert main(["convert", path, "-o", out, "--inputs", str(tmp_path / "x.npz")]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert f"{path} -> {out}: passed" in printed
+    assert "FP32 pins (3): predictor (search), round (search), to_int (type)" in printed
+    assert any(line.startswith("before: FAIL") and line.endswith(f"{STOPS})") for line in printed)

@@ -19,6 +19,7 @@ from .compare import (
     compare_samples,
     each_sample,
     merge_comparisons,
+    not_run,
 )
 from .metrics import Comparison, OutputMetrics
 from .statistics import ERROR_STATS, STATISTICS, ErrorStatistic, statistic
@@ -28,6 +29,6 @@ from .tolerance import SLICE_MIN_ELEMENTS, Tolerance, ToleranceError, bound_prob
 __all__ = [
     "ERROR_STATS", "SLICE_MIN_ELEMENTS", "STATISTICS", "Comparison", "ErrorStatistic", "OutputMetrics",
     "Tolerance", "ToleranceError", "Tolerances", "bound_problem", "compare_array", "compare_by_shape",
-    "compare_outputs", "compare_samples", "each_sample", "merge_comparisons", "statistic", "statistics_help",
-    "thin_pass_note",
+    "compare_outputs", "compare_samples", "each_sample", "merge_comparisons", "not_run", "statistic",
+    "statistics_help", "thin_pass_note",
 ]

@@ -238,6 +238,12 @@ def compare_outputs(
     return Comparison(tuple(metrics), all(m.passed for m in metrics), oracle, 1)
 
 
+def not_run(reference: Mapping[str, np.ndarray], why: str, oracle: str) -> Comparison:
+    """A candidate whose run did not complete on one sample (``why``), against that sample's
+    ``reference``: every output fails for that reason."""
+    return Comparison(tuple(_failed(name, why) for name in reference), False, oracle, 1)
+
+
 def shapes_key(feed: Mapping[str, np.ndarray]) -> str:
     """A feed's input shapes, as reports name a group of samples: "x:1x3x256x256, mask:1x256"."""
     return ", ".join(f"{name}:{'x'.join(str(d) for d in np.shape(v))}" for name, v in sorted(feed.items()))

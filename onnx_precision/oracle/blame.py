@@ -1,4 +1,4 @@
-"""Whose fault is an onnxruntime failure: the user's model, the user's data, or onnx-precision's?
+"""Whose fault is an onnxruntime failure: the user's model, the user's data, onnx-precision's, or the plan's?
 
 The oracle's sessions run graphs derived from the user's model (the switch graph, emulations).
 When onnxruntime rejects one, or fails while running it, :func:`blame` asks onnxruntime about the
@@ -6,18 +6,37 @@ user's model itself, as it is: if it fails to load, or fails on the same sample,
 the user's and becomes one line (exit 2) saying what onnxruntime said, and for a model that only
 fails on the synthetic feed, which input to give a shape. If the model itself loads and runs, the
 derived graph is at fault: an :class:`~onnx_precision.errors.InternalError`.
+
+Or the plan is: where its 16-bit rounding flips a decision that sets a shape (3.4995 rounds to 3, its FP16
+value 3.5 to 4, and a Range over the rounded durations is 11 frames long, not 10), two tensors after it no
+longer broadcast and onnxruntime stops the plan's run. The emulation asks :class:`Decisions` (the model's
+first such decisions, run apart from what follows them) whether one flipped, and raises
+:class:`ShapesDiverged`: a failing candidate, which the prober fails so that the search pins what flips
+it, and which the layerwise inspection names.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import Protocol
+
+import numpy as np
+import onnx
+from onnx import helper
 
 from ..context import ModelContext
 from ..data import Samples
 from ..errors import CustomOpError, DataError, InternalError, ModelLoadError, PrecisionError
-from ..graph import is_onnx_domain
-from .sessions import make_session, ort_message, run_session
+from ..graph import is_onnx_domain, reads
+from ..plan import PrecisionPlan
+from .rounding import elem_types
+from .sessions import Feed, make_session, ort_message, ort_text, run_session
+from .twin import is_decision, resizable, sets_shapes
 
 
 def is_ort_error(e: BaseException) -> bool:
@@ -93,3 +112,165 @@ def run_error(ctx: ModelContext, samples: Samples, index: int, e: BaseException)
                          f"give real data with --inputs, or --input-range and --input-shape")
     where = f" (feed {index})" if len(samples.feeds) > 1 else ""
     return DataError(f"{samples.source}{where}: onnxruntime cannot run the model on this sample: {message}")
+
+
+class ShapesDiverged(InternalError):
+    """A plan's 16-bit run that onnxruntime stopped because a decision flipped: a duration rounded the other
+    way sets the length of a Range, and two tensors downstream no longer broadcast. A failing candidate,
+    which the prober fails with :attr:`why` so that the search pins what flips it; anywhere else it is
+    still an internal error (nothing should run such a plan)."""
+
+    def __init__(self, flips: tuple[Flip, ...], feeding: tuple[str, ...], message: str, feed: Feed) -> None:
+        self.flips = flips
+        self.feeding = feeding  # the nodes upstream of the flipped decisions, nearest first
+        self.message = message  # onnxruntime's innermost status
+        self.feed = feed  # the sample the run stopped on
+        super().__init__(self.why)
+
+    @property
+    def why(self) -> str:
+        """'its 16-bit run stops on shapes that differ from FP32's: the decision of 'round' (Round) flipped (1
+        of 4 elements), and what follows it no longer fits together (onnxruntime: ...)'."""
+        flipped = ", ".join(f"'{f.node}' ({f.op_type}) flipped ({f.differ} of {f.size} elements)"
+                            for f in self.flips)
+        return (f"its 16-bit run stops on shapes that differ from FP32's: the decision of {flipped}, and "
+                f"what follows it no longer fits together (onnxruntime: {self.message})")
+
+
+@dataclass(frozen=True)
+class Flip:
+    """A decision whose outputs differ between FP32 and a plan on one feed."""
+
+    node: str
+    op_type: str
+    differ: int  # elements of its outputs that differ from FP32's (all of one whose shape differs)
+    size: int
+
+
+class Runs(Protocol):
+    """What runs plans of one model (an emulator of it): the outputs of ``plan`` (None: FP32) on ``feed``."""
+
+    def run(self, plan: PrecisionPlan | None, feed: Feed) -> Mapping[str, np.ndarray]: ...
+
+
+class Decisions:
+    """The first decisions of ``ctx``'s model that can change shapes (:func:`.twin.sets_shapes`: none
+    upstream of them does), run apart from what follows them: the model cut to them and the nodes feeding
+    them, run by ``emulate`` (the emulation every plan runs on, given the cut model). Where a plan's run
+    fails, a decision among them whose outputs differ from FP32's is why: what follows computes on other
+    shapes. One per emulator: a search meets such a plan at every probe that leaves the decision's inputs
+    16-bit."""
+
+    _busy = False  # a diagnosis under way: a failure of its own runs is not diagnosed again
+
+    def __init__(self, ctx: ModelContext, emulate: Callable[[ModelContext], Runs]) -> None:
+        self.ctx = ctx
+        self.emulate = emulate
+
+    @cached_property
+    def _first(self) -> tuple[onnx.NodeProto, ...]:
+        elems = elem_types(self.ctx.model, self.ctx.types)
+        after = resizable(self.ctx.model.graph, elems)
+        return tuple(n for n in self.ctx.model.graph.node
+                     if sets_shapes(n, elems) and not any(i in after for i in n.input))
+
+    @cached_property
+    def _cut(self) -> Runs:
+        """The runs of the model cut to its first decisions, loaded as the run loaded the model (its
+        target's 16-bit type, its float64 kept or not)."""
+        cut = cut_to(self.ctx.model, [o for n in self._first for o in n.output if o])
+        ctx = ModelContext.of(cut, self.ctx.base_dir, self.ctx.path, self.ctx.custom_op_libraries)
+        return self.emulate(replace(ctx, target=self.ctx.target, keep_float64=self.ctx.keep_float64))
+
+    def flipped(self, plan: PrecisionPlan, feed: Feed) -> tuple[Flip, ...]:
+        """The first decisions whose outputs differ between FP32 and ``plan`` on ``feed``: a whole-number
+        rounding, a comparison or an index by its values, an op whose shape values set by its shape."""
+        if not self._first:
+            return ()
+        fp32, low = self._cut.run(None, feed), self._cut.run(plan, feed)
+        flips = []
+        for node in self._first:
+            outputs = [o for o in node.output if o in fp32]
+            differ = sum(_differ(fp32[o], low[o], exact=is_decision(node) and (
+                node.op_type in _WHOLE or not np.issubdtype(fp32[o].dtype, np.floating))) for o in outputs)
+            if differ:
+                flips.append(Flip(node.name, node.op_type, differ, sum(int(fp32[o].size) for o in outputs)))
+        return tuple(flips)
+
+    def feeding(self, flips: Sequence[Flip]) -> tuple[str, ...]:
+        """The nodes upstream of ``flips``' decisions, nearest first (any error on them can flip one)."""
+        producers = {o: n for n in self.ctx.model.graph.node for o in n.output if o}
+        made = {n.name: n for n in self.ctx.model.graph.node}
+        found: dict[str, None] = {}
+        queue = deque(made[f.node] for f in flips)
+        while queue:
+            for name in queue.popleft().input:
+                node = producers.get(name)
+                if node is not None and node.name not in found:
+                    found[node.name] = None
+                    queue.append(node)
+        return tuple(found)
+
+    def diverged(self, plan: PrecisionPlan | None, feed: Feed, error: BaseException) -> ShapesDiverged | None:
+        """Why a run of ``plan`` (a graph derived from the model for it) on ``feed`` failed with ``error``,
+        where onnxruntime raised it because one of the first decisions flipped; None where it did not (the
+        FP32 model's run, another error, no decision flipped, the decisions themselves do not run): the
+        failure is another's, :func:`blame` tells whose."""
+        if plan is None or not is_ort_error(error) or Decisions._busy:
+            return None
+        Decisions._busy = True
+        try:
+            flips = self.flipped(plan, feed)
+        except Exception as e:
+            if not is_ort_error(e):
+                raise
+            return None
+        finally:
+            Decisions._busy = False
+        if not flips:
+            return None
+        return ShapesDiverged(flips, self.feeding(flips), _status(ort_message(error)), feed)
+
+
+# decisions whose float outputs are whole numbers, equal between FP32 and a plan unless they flipped (a
+# TopK's values are rounded as any float: its indices say whether it chose otherwise)
+_WHOLE = frozenset({"Round", "Ceil", "Floor"})
+
+
+def _differ(fp32: np.ndarray, low: np.ndarray, exact: bool) -> int:
+    """How many elements of ``low`` differ from ``fp32``: all where the shapes differ, else (``exact``)
+    those not equal; 0 where only the shape is compared."""
+    if np.shape(fp32) != np.shape(low):
+        return max(int(np.size(fp32)), 1)
+    return int(np.count_nonzero(fp32 != low)) if exact else 0
+
+
+def _status(message: str) -> str:
+    """The innermost status of onnxruntime's ``message`` (a node's failure inside an If's branch inside
+    the graph the oracle built, whose names are its own), without its source location and the check that
+    failed: "Attempting to broadcast an axis by a dimension other than 1. 10 by 11"."""
+    inner = ort_text(message.rpartition("Status Message: ")[2])
+    return re.sub(r"^.*? was false\. ", "", inner) or message
+
+
+def cut_to(model: onnx.ModelProto, outputs: Sequence[str]) -> onnx.ModelProto:
+    """``model`` cut to the nodes that ``outputs`` need (their bodies' outer-scope reads included), with
+    those as its outputs and only the initializers the kept nodes read."""
+    producers = {o: n for n in model.graph.node for o in n.output if o}
+    needed: set[str] = set()
+    queue = deque(outputs)
+    while queue:
+        node = producers.get(queue.popleft())
+        if node is not None and node.name not in needed:
+            needed.add(node.name)
+            queue.extend(reads(node))
+    kept = [n for n in model.graph.node if n.name in needed]
+    read = {name for n in kept for name in reads(n)}
+    elems = elem_types(model)
+    cut = onnx.ModelProto()
+    cut.CopyFrom(model)
+    del cut.graph.node[:], cut.graph.output[:], cut.graph.initializer[:]
+    cut.graph.node.extend(kept)
+    cut.graph.initializer.extend(t for t in model.graph.initializer if t.name in read)
+    cut.graph.output.extend(helper.make_tensor_value_info(o, elems.get(o, 0), None) for o in outputs)
+    return cut

@@ -23,7 +23,7 @@ relative to the model's own directory, whatever the working directory.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -38,6 +38,7 @@ from ..policy.resolution import dequantize_copies, group_pins
 from ..target import UNMEASURED, Measured
 from ..typing_rules import is_tensor
 from .baked import build_baked_model
+from .blame import ShapesDiverged
 from .inspection import Chunks, Inspector
 from .sessions import Feed, cast_feed, input_dtypes, make_session, session_options
 from .switch import EmulationSource, build_switch_model
@@ -45,6 +46,9 @@ from .switch_graph import SwitchModel
 from .written import emulate_model
 
 EMULATE = "emulate"
+# Why a plan's run (plan, feed) failed with onnxruntime's error, where a flipped decision made shapes that
+# no longer fit together (:class:`.blame.Decisions`); None: another failure
+Diagnose = Callable[[PrecisionPlan, Feed, BaseException], ShapesDiverged | None]
 
 
 class EmulationSession:
@@ -70,13 +74,16 @@ of ``baked`` that :func:`~onnx_precision.policy.always_fp32` holds computes in i
 emulator names such a node only in a type that holds its constants);
     with ``fp32_model`` it is no plan's but the FP32 model itself (nothing in a written form).
     ``measured``: what the run measured of the target's sums (:class:`~onnx_precision.target.Measured`).
+    ``diagnose`` tells a plan's run that onnxruntime stopped because a decision flipped
+    (:meth:`.emulator.Emulator.diverged`), which :meth:`run` raises as such.
     """
 
     def __init__(self, ctx: ModelContext, capture_intermediates: bool | Iterable[str] = True,
                  threads: int | None = None, group_size: int | None = None,
                  baked: Mapping[str, LowPrecision] | None = None, fp32_model: bool = False,
-                 measured: Measured = UNMEASURED) -> None:
+                 measured: Measured = UNMEASURED, diagnose: Diagnose | None = None) -> None:
         self.ctx = ctx
+        self._diagnose = diagnose
         self.model = model = ctx.model
         base_dir = ctx.base_dir
         self.typing = ctx.typing
@@ -155,7 +162,15 @@ emulator names such a node only in a type that holds its constants);
         full = self.switch_feed(plan)
         for name, value in cast_feed(feed, self._dtypes).items():
             full[name] = self.fed_value(plan, name, value)
-        values = cancel.run(self.session, list(names), full)
+        try:
+            values = cancel.run(self.session, list(names), full)
+        except Exception as e:
+            # a plan whose rounding flipped a decision, so that shapes downstream no longer fit together, is
+            # a failing candidate (blame.ShapesDiverged), not a fault of the emulation
+            diverged = None if plan is None or self._diagnose is None else self._diagnose(plan, feed, e)
+            if diverged is None:
+                raise
+            raise diverged from e
         self.probes_run += 1
         result = dict(zip(names, values))
         if fp16_io:

@@ -34,6 +34,7 @@ from ..policy.resolution import dequantize_copies, group_pins
 from ..storage import element_count, model_tensors
 from ..target import UNMEASURED, Measured
 from ..typing_rules import tensor_types
+from .blame import Decisions, ShapesDiverged
 from .emulation import EMULATE, EmulationSession, FloatIO, as_fp32
 from .inspection import Chunks, Inspector
 from .rounding import FLOAT, elem_types
@@ -96,7 +97,7 @@ class Emulator:
         self._baked.clear()
         start = time.perf_counter()
         self._switched = EmulationSession(self.ctx, capture_intermediates=False, threads=self.threads,
-                                          measured=self.measured)
+                                          measured=self.measured, diagnose=self.diverged)
         self.build_seconds += time.perf_counter() - start
         self.sessions_built += 1
         return self._switched
@@ -138,6 +139,17 @@ class Emulator:
         (:func:`~onnx_precision.policy.held_in`: a constant the target's type cannot hold, this one can)."""
         return {low.precision: held_in(self.ctx, low) for low in LOW_TYPES.values()}
 
+    @cached_property
+    def _decisions(self) -> Decisions:
+        # the model cut to its first decisions, emulated as this model is (its sums spelled alike)
+        return Decisions(self.ctx, lambda cut: Emulator(cut, self.threads, self.measured))
+
+    def diverged(self, plan: PrecisionPlan, feed: Feed, error: BaseException) -> ShapesDiverged | None:
+        """Why ``plan``'s run on ``feed`` failed with ``error``, where onnxruntime stopped because one of
+        the model's first decisions flipped and the shapes after it no longer fit together
+        (:class:`.blame.Decisions`: a failing candidate); None where that is not why."""
+        return self._decisions.diverged(plan, feed, error)
+
     def mixed(self, plan: PrecisionPlan | None) -> bool:
         """Whether ``plan`` has 16-bit nodes in a type other than the target's: the switch graph
         rounds every node in that one type, so such a plan runs on a baked session of its own."""
@@ -168,7 +180,7 @@ class Emulator:
         start = time.perf_counter()
         built = EmulationSession(self.ctx, capture_intermediates=capture, threads=self.threads,
                                  baked={} if fp16 is None else _types(fp16), fp32_model=fp16 is None,
-                                 measured=self.measured)
+                                 measured=self.measured, diagnose=self.diverged)
         self._baked_builds.append(time.perf_counter() - start)
         self.build_seconds += self._baked_builds[-1]
         self.sessions_built += 1
@@ -243,7 +255,7 @@ class Emulator:
         del given
         self.build_seconds += time.perf_counter() - start
         self.sessions_built += 1
-        return TwinSession(model, session, self, dtypes)
+        return TwinSession(model, session, self, dtypes, plan)
 
     @cached_property
     def _budget(self) -> int:
@@ -295,16 +307,23 @@ class TwinSession:
     compared tensor whole or summarised (see :class:`.twin.TwinModel`)."""
 
     def __init__(self, twin: TwinModel, session: ort.InferenceSession, emulator: Emulator,
-                 dtypes: Mapping[str, np.dtype]) -> None:
+                 dtypes: Mapping[str, np.dtype], plan: PrecisionPlan | None = None) -> None:
         self.twin = twin  # without its weights (:meth:`.TwinModel.without_weights`): the session has them
         self.session = session
         self.emulator = emulator
         self._dtypes = dtypes  # its inputs' (:class:`.sessions.Io`)
         self._fetches = twin.fetches()
+        self.plan = plan  # the plan twinned with FP32 (None: the FP32 model alone)
 
     def run(self, feed: Feed) -> dict[str, np.ndarray]:
         self.emulator.probes_run += 1
-        values = cancel.run(self.session, self._fetches, cast_feed(feed, self._dtypes))
+        try:
+            values = cancel.run(self.session, self._fetches, cast_feed(feed, self._dtypes))
+        except Exception as e:  # the plan's side stopped where a flipped decision changed its shapes
+            diverged = None if self.plan is None else self.emulator.diverged(self.plan, feed, e)
+            if diverged is None:
+                raise
+            raise diverged from e
         return dict(zip(self._fetches, values))
 
 

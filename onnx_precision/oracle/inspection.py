@@ -12,7 +12,9 @@
   candidates. A tensor whose shape differs from FP32's (a duration rounded the other way sets the
   length of a Range) is a divergence too: the first node whose output is reshaped is named with the
   decision upstream that flipped (:data:`.twin.DECISIONS`), which joins the first candidates, and the
-  nodes feeding that decision come first in the widening order.
+  nodes feeding that decision come first in the widening order. Where the plan's run itself stops on
+  such shapes (two tensors no longer broadcast), no node's error is measured: the decisions that
+  flipped (:class:`.blame.Decisions`) are named and are the first candidates.
 
 Both run on an :class:`Inspectable`: a runner that can expose its intermediates (the emulation,
 :class:`.emulator.Emulator` or :class:`.emulation.EmulationSession`); a runner offers them as its
@@ -39,6 +41,7 @@ from ..float_types import FP16, LowPrecision
 from ..format import json_float
 from ..judge import Tolerance
 from ..plan import PrecisionPlan
+from .blame import ShapesDiverged
 from .sessions import Feed, owned
 from .twin import FLOATS, INTS, TwinModel, is_decision
 
@@ -210,13 +213,19 @@ class ShapeChange:
     sample: int
     decisions: tuple[tuple[str, str], ...]  # (node, op type), nearest first; () where none was found
     feeding: tuple[str, ...]                # the nodes upstream of those decisions, nearest first
+    # onnxruntime's error where the plan's run stopped on the shapes that differ, which no node was then
+    # seen to have (``node`` is the first decision that flipped: blame.Decisions); "" where it ran
+    stopped: str = ""
 
     def describe(self) -> str:
+        flipped = ", ".join(f"'{name}' ({op})" for name, op in self.decisions)
+        if self.stopped:
+            return (f"the 16-bit run stops on sample {self.sample} where shapes differ from FP32's "
+                    f"(onnxruntime: {self.stopped}): the decision of {flipped} flipped")
         where = (f"the output shape of node '{self.node}' ({self.op_type}) differs from FP32's on sample "
                  f"{self.sample}")
         if not self.decisions:
             return f"{where}; no rounding, comparison or index choice upstream was found to have flipped"
-        flipped = ", ".join(f"'{name}' ({op})" for name, op in self.decisions)
         return f"{where}: the decision of {flipped} flipped, its inputs within tolerance"
 
 
@@ -233,7 +242,7 @@ class LayerwiseResult:
         changed a shape (nearest first: any error on that chain can flip it): the search's widening order."""
         def badness(name: str) -> tuple[int, float]:
             return -self.nodes[name].new_nonfinite, -self.nodes[name].max_rel_err
-        feeding = [n for change in self.shape_changes for n in change.feeding if n in self.nodes]
+        feeding = [n for change in self.shape_changes for n in change.feeding]
         return tuple(dict.fromkeys(feeding + sorted(self.nodes, key=badness)))
 
 
@@ -346,10 +355,11 @@ def _inspect(session: Inspectable, plan: PrecisionPlan | None, feeds: Sequence[F
     is none, each chunk of tensors (:meth:`Inspectable.chunks`) captured by one FP32 run per sample
     (and one of ``plan``); values are reduced to numbers and dropped."""
     twin = session.twin(plan, feeds[0] if feeds else None)
-    if twin is not None:
-        seen = _twin_runs(session, twin, plan, feeds)
-    else:
-        seen = _captured_runs(session, plan, feeds)
+    try:
+        seen = (_twin_runs(session, twin, plan, feeds) if twin is not None else
+                _captured_runs(session, plan, feeds))
+    except ShapesDiverged as e:  # the plan's run stops where a flipped decision changed its shapes
+        return _inspect(session, None, feeds, tol)[0], _stopped(e, feeds, session.model.graph.node)
     nodes = list(session.model.graph.node)
     order = {n.name: k for k, n in enumerate(nodes)}
     first_bad = [bad for bad in (_first_nonfinite(nodes, f) for f in seen.finite) if bad is not None]
@@ -375,6 +385,19 @@ def _inspect(session: Inspectable, plan: PrecisionPlan | None, feeds: Sequence[F
     for change in shape_changes:
         log.info("note: %s", change.describe())
     return reference, LayerwiseResult(ordered, first, outputs=seen.plan_outputs, shape_changes=shape_changes)
+
+
+def _stopped(diverged: ShapesDiverged, feeds: Sequence[Feed], nodes: Sequence[onnx.NodeProto],
+             ) -> LayerwiseResult:
+    """The layerwise result of a plan whose run stops on a sample (``diverged``) because one of the first
+    decisions flipped: no node's error is measured, the decisions that flipped are the first candidates
+    and the nodes feeding them come first in the widening order."""
+    sample = next((i for i, feed in enumerate(feeds) if feed is diverged.feed), 0)
+    decisions = tuple((f.node, f.op_type) for f in diverged.flips)
+    change = ShapeChange(*decisions[0], sample, decisions, diverged.feeding, stopped=diverged.message)
+    log.info("note: %s", change.describe())
+    flipped = {name for name, _ in decisions}
+    return LayerwiseResult({}, tuple(n.name for n in nodes if n.name in flipped), shape_changes=(change,))
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..float_types import LowPrecision
-from ..graph import graphs, onnx_opset, subgraphs
+from ..graph import graphs, has_subgraphs, onnx_opset, subgraphs
 from ..typing_rules import WIDE
 from .baked import BakedBuilder
 from .rounding import FLOAT, Names, elem_types, round_nodes
@@ -174,16 +174,20 @@ def is_decision(node: onnx.NodeProto) -> bool:
     return node.op_type in DECISIONS
 
 
+def sets_shapes(node: onnx.NodeProto, elems: Mapping[str, int]) -> bool:
+    """Whether a plan's rounding can change the shape of what ``node`` and the nodes after it compute: a
+    decision on float inputs, an op whose output shape float values set, or an op with bodies."""
+    floats_in = any(elems.get(i) in WIDE for i in node.input if i)
+    return (floats_in and (is_decision(node) or node.op_type in _SIZED_BY_VALUES)) or has_subgraphs(node)
+
+
 def resizable(graph: onnx.GraphProto, elems: Mapping[str, int]) -> frozenset[str]:
     """The main-graph tensors whose shape may differ between FP32 and a plan: those downstream of a
-    decision on float inputs, of an op whose output shape float values set, or of an op with bodies.
-    Every other tensor's shape follows from the graph inputs' alone, the same in both runs."""
+    node that :func:`sets_shapes`. Every other tensor's shape follows from the graph inputs' alone, the
+    same in both runs."""
     found: set[str] = set()
     for node in graph.node:
-        floats_in = any(elems.get(i) in WIDE for i in node.input if i)
-        if (any(i in found for i in node.input) or (floats_in and (is_decision(node) or node.op_type
-                                                                   in _SIZED_BY_VALUES))
-                or any(True for _ in subgraphs(node))):
+        if any(i in found for i in node.input) or sets_shapes(node, elems):
             found.update(o for o in node.output if o)
     return frozenset(found)
 

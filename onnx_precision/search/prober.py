@@ -19,8 +19,9 @@ import numpy as np
 
 from ..errors import InternalError
 from ..generation.runner import merge_ran
-from ..judge import Comparison, Tolerance, Tolerances, compare_outputs, each_sample
+from ..judge import Comparison, Tolerance, Tolerances, compare_outputs, each_sample, not_run
 from ..oracle import PlanRunner
+from ..oracle.blame import ShapesDiverged
 from ..plan import PrecisionPlan
 from ..tradeoff import output_errors
 
@@ -51,11 +52,17 @@ class Prober:
                       self.last_detail)
 
     def _compare(self, plan: PrecisionPlan, i: int) -> Comparison:
-        values = self.runner.run(plan, self.feeds[i])
+        ref = self.refs[i]
+        try:
+            values = self.runner.run(plan, self.feeds[i])
+        except ShapesDiverged as e:  # a decision flipped, and what follows it no longer fits together
+            comparison = not_run({name: ref[name] for name in self.runner.outputs if name in ref}, e.why,
+                                 self.runner.oracle)
+            self.last_errors.update(output_errors(comparison, self.tolerance))
+            return comparison
         # the runner's outputs, of those it ran: a generation stops at its first failing step
         # (:class:`~onnx_precision.generation.GenerationRunner`), and its later steps are not compared
         ran = [name for name in self.runner.outputs if name in values]
-        ref = self.refs[i]
         comparison = compare_outputs({name: ref[name] for name in ran}, {name: values[name] for name in ran},
                                      self.tolerances[i], self.runner.oracle)
         if comparison.passed and len(ran) < len(self.runner.outputs):
