@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import weakref
@@ -15,8 +16,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnx_precision import policy
 from onnx_precision.context import ModelContext, load_model
-from onnx_precision.data import SampleSpec, load_samples
+from onnx_precision.data import Samples, SampleSpec, load_samples
 from onnx_precision.oracle import EmulationSession, Emulator
+from onnx_precision.plan import PrecisionPlan
 from onnx_precision.target import FP16, GENERIC, TensorRTTarget
 from onnx_precision.trt.versions import TrtVersion
 
@@ -115,10 +117,8 @@ def test_a_chunked_capture_gives_the_statistics_and_errors_of_a_whole_one(monkey
     from onnx_precision.oracle import emulator as emulator_module
     from onnx_precision.oracle import inspect_plan, inspection
 
-    ctx = load_model(os.path.join(ROOT, "models", "deep_cnn.onnx"))
-    samples = load_samples(ctx.model, SampleSpec(os.path.join(ROOT, "models", "deep_cnn.npz")))
-    plan = policy.resolve(ctx, ctx.all_low_plan())
-    whole_ref, whole_layer = inspect_plan(EmulationSession(ctx), plan, samples)
+    ctx, samples, (plan, _, _) = _inspected("deep_cnn")
+    whole_ref, whole_layer = _captured("deep_cnn")[0]
     monkeypatch.setattr(inspection, "FIRST_CHUNK", 3)
     # 4 MiB of deep_cnn's 25 MiB of intermediates per run: 7 chunks, each a session of its own for
     # FP32 and one for the plan (1 MiB made 26 chunks, 52 sessions, 5.4 s of CPU for the same checks)
@@ -145,29 +145,51 @@ def _same_inspection(got, want) -> None:
         assert all(np.array_equal(ours[k], theirs[k], equal_nan=True) for k in ours)
 
 
-@pytest.mark.parametrize("budget", [0, 1 << 30])  # every tensor summarised in the graph / fetched whole
-# deep_cnn is slow: 6.7 s of CPU with every tensor summarised, 3 s fetched whole (its 106 nodes' twin
-# graph, built twice per plan, takes onnxruntime 0.6-0.9 s to build each time)
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "deep_cnn" else n
-                                  for n in EXAMPLES + ("log_underflow", "fp32_nan", "softmax_nomax")])
-def test_the_twin_graph_sees_what_capturing_every_tensor_sees(name, budget):
-    from onnx_precision.oracle import inspect_plan
-
+def _inspected(name: str) -> tuple[ModelContext, Samples, tuple[PrecisionPlan, ...]]:
+    """An example's context, samples and three plans: all FP16, a random mix, all FP16 with FP16 I/O."""
     ctx = load_model(os.path.join(ROOT, "models", f"{name}.onnx"))
     samples = load_samples(ctx.model, SampleSpec(os.path.join(ROOT, "models", f"{name}.npz")))
     all_fp16, mixed = _plans(ctx, 1)
-    for plan in (all_fp16, mixed, policy.resolve(ctx, replace(all_fp16, fp16_io=True, resolved=False))):
+    fp16_io = policy.resolve(ctx, replace(all_fp16, fp16_io=True, resolved=False))
+    return ctx, samples, (all_fp16, mixed, fp16_io)
+
+
+@functools.cache
+def _captured(name: str) -> list:
+    """inspect_plan of each of :func:`_inspected`'s plans on one switch graph capturing every tensor:
+    what a twin graph must see, whatever its budget (deep_cnn: 0.5 s of CPU a switch graph)."""
+    from onnx_precision.oracle import inspect_plan
+
+    ctx, samples, plans = _inspected(name)
+    switch = EmulationSession(ctx)
+    return [inspect_plan(switch, plan, samples) for plan in plans]
+
+
+@pytest.mark.parametrize("budget", [0, 1 << 30])  # every tensor summarised in the graph / fetched whole
+# deep_cnn is slow: 3.2 s of CPU with every tensor summarised (its switch graph's captures included, 1 s),
+# 1 s fetched whole (its 106 nodes' twin graph takes onnxruntime 0.6-0.9 s to build)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "deep_cnn" else n
+                                  for n in EXAMPLES + ("log_underflow", "fp32_nan", "softmax_nomax")])
+def test_the_twin_graph_sees_what_capturing_every_tensor_sees(name, budget, monkeypatch):
+    from onnx_precision.oracle import inspect_plan
+
+    ctx, samples, plans = _inspected(name)
+    for plan, captured in zip(plans, _captured(name)):
         emulator = Emulator(ctx)
         emulator.__dict__["_budget"] = budget
-        twin = emulator.twin(plan, samples.feeds[0])
-        assert twin is not None
-        exposed = [o.name for o in twin.twin.model.graph.output]
+        twins: list = []  # the twin graphs the inspection builds
+
+        def twin(plan, feed=None, built=emulator.twin, twins=twins):
+            twins.append(built(plan, feed))
+            return twins[-1]
+        monkeypatch.setattr(emulator, "twin", twin)
+        _same_inspection(inspect_plan(emulator, plan, samples), captured)
+        assert emulator.sessions_built == 1 and len(twins) == 1  # one twin per inspection, no baked session
+        assert twins[0] is not None
+        exposed = [o.name for o in twins[0].twin.model.graph.output]
         assert len(exposed) == len(set(exposed))
-        fetched_whole = set(twin.twin.whole) - set(twin.twin.outputs)  # graph outputs always are
-        assert bool(fetched_whole) == bool(budget) and bool(twin.twin.summaries) != bool(budget)
-        _same_inspection(inspect_plan(emulator, plan, samples),
-                         inspect_plan(EmulationSession(ctx), plan, samples))
-        assert emulator.sessions_built == 2  # one twin per inspection, no baked session
+        fetched_whole = set(twins[0].twin.whole) - set(twins[0].twin.outputs)  # graph outputs always are
+        assert bool(fetched_whole) == bool(budget) and bool(twins[0].twin.summaries) != bool(budget)
 
 
 def test_the_twin_graph_compares_each_tensor_right_after_the_node_that_makes_it():
