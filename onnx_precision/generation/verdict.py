@@ -250,7 +250,7 @@ def length_pins(ctx: ModelContext, plan: PrecisionPlan, generation: Generation,
     length = generation.max_length
     if length is None:
         return {}
-    from ..rules.decoder import state_paths
+    from ..rules.decoder.states import state_paths
 
     paths = {path.output: path for path in state_paths(ctx, generation).values()}
     wide = wide_tensors(ctx, plan, generation)

@@ -25,6 +25,7 @@ from .. import rules
 from ..context import ModelContext
 from ..plan import PrecisionPlan, Reason
 from ..rules import decoder
+from ..rules.decoder.common import generation_of
 
 if TYPE_CHECKING:
     from ..generation.description import Generation
@@ -39,7 +40,7 @@ def decoder_pins(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping | None =
     FP32 ranges where recorded; ``generation``: the run's, where it knows one, for its max length)."""
     facts = rules.ModelFacts(ctx, stats, generation)
     # a model run once (no generation) has no later steps for the samples to hide: its ranges decide
-    always = ALWAYS if decoder.generation_of(facts) is not None else frozenset()
+    always = ALWAYS if generation_of(facts) is not None else frozenset()
     pins: dict[str, Reason] = {}
     for found in rules.run_rules(facts, PINNING).findings:
         if plan.is_low(found.node) and found.node not in pins and (found.rule in always or found.active):

@@ -1,6 +1,6 @@
 """Decoder fixes that rewrite the model before anything is pinned: each mask sentinel the 16-bit type makes
--inf (the ``mask-sentinel`` rule, :mod:`onnx_precision.rules.decoder`) written finite, as a quarter of the
-type's lowest finite value (-16376 in FP16, :func:`~onnx_precision.rules.decoder.written_sentinel`).
+-inf (the ``mask-sentinel`` rule, :mod:`onnx_precision.rules.decoder.masks`) written finite, as a quarter of
+the type's lowest finite value (-16376 in FP16, :func:`~onnx_precision.rules.decoder.masks.written_sentinel`).
 
 FP16 makes float32's minimum and -1e9 -inf. The partly masked rows of a Softmax survive that; a fully
 masked one (a left-padded batch's padding rows, whose query sees no key) is all -inf and its softmax NaN,
@@ -34,7 +34,7 @@ from onnx import numpy_helper
 from .. import rules
 from ..context import ModelContext
 from ..errors import InternalError
-from ..rules.decoder import mask_sentinel, sentinel_finding, sentinels, written_sentinel
+from ..rules.decoder.masks import mask_sentinel, sentinel_finding, sentinels, written_sentinel
 from ..storage import read_array
 from ..typing_rules import constant_tensor
 
@@ -67,8 +67,8 @@ class DecoderRewrite:
 
 def rewrite_decoder_hazards(ctx: ModelContext) -> DecoderRewrite:
     """Each mask sentinel of the main graph that the ``mask-sentinel`` rule flags, written finite in the
-    target's type (:func:`~onnx_precision.rules.decoder.written_sentinel`), in a copy of the model (``ctx``'s
-    is left as it is)."""
+    target's type (:func:`~onnx_precision.rules.decoder.masks.written_sentinel`), in a copy of the model
+    (``ctx``'s is left as it is)."""
     facts = rules.ModelFacts(ctx)
     sites = [(ref.node, found) for ref in ctx.nodes if not ref.graph_path and mask_sentinel.applies_to(
         ref.node.op_type) for found in sentinels(facts, ref.node)]

@@ -96,7 +96,7 @@ def _text(value: object) -> str:
 class ModelFacts:
     """Read-only facts about one model that rules share: constants, shapes, consumers, ranges, and the
     generation it runs where the caller knows it (``generation``; None: the decoder rules tell it from the
-    model's names, :func:`.decoder.generation_of`)."""
+    model's names, :func:`.decoder.common.generation_of`)."""
 
     def __init__(self, ctx: ModelContext, stats: Mapping[str, Stats] | None = None,
                  generation: Generation | None = None) -> None:
