@@ -225,3 +225,12 @@ def test_what_a_conversion_holds_does_not_grow_with_its_weights(tmp_path):
     more = os.path.getsize(large + ".data") - os.path.getsize(small + ".data")
     grown = _held_over(large, str(tmp_path / "large.onnx")) - _held_over(small, str(tmp_path / "small.onnx"))
     assert more > 100e6 and grown < more / 2
+
+
+def test_a_default_load_child_gets_the_run_s_budget_less_what_the_run_holds(monkeypatch):
+    monkeypatch.setattr(memory, "available_bytes", lambda: 10_000_000_000)
+    monkeypatch.setattr(memory, "anonymous_bytes", lambda pid="self": 1_500_000_000)
+    assert default_load.child_budget(8_000_000_000) == 6_500_000_000
+    assert default_load.child_budget(None) == 10_000_000_000  # MemAvailable counts this process already
+    assert default_load.child_budget(20_000_000_000) == 10_000_000_000  # never more than is available
+    assert default_load.child_budget(1_000_000_000) == 1  # the run holds it all: the child stops at once

@@ -204,6 +204,15 @@ def _try(model: Model, attempt: Attempt, libraries: Sequence[str], budget: int |
     return _outcome(_Child(model, attempt, libraries, memory.available_bytes() if budget is None else budget))
 
 
+def child_budget(run_budget: int | None) -> int:
+    """What a default-load child may take: the run's budget less what this process holds now (the run's
+    budget covers its children), never more than is available (None: what is available)."""
+    available = memory.available_bytes()
+    if run_budget is None:
+        return available
+    return max(1, min(available, run_budget - memory.anonymous_bytes()))
+
+
 def _model_bytes(model: Model) -> int:
     """The model's bytes: in memory, or on disk with the data file a written model has beside it."""
     if isinstance(model, bytes):
@@ -254,9 +263,10 @@ def _signal_name(number: int) -> str:
 
 class DefaultLoad:
     """The model at ``path`` (or written in memory, as a context) being loaded with default session
-    options in a child, started now; :meth:`problem` waits for it, :meth:`cancel` stops it (nothing
-    is asked of it any more). A model in memory that is not :func:`loadable_in_memory` is not
-    loaded: its problem is "" and the caller says it was not checked."""
+    options in a child, started now, within the run's ``budget`` (:func:`child_budget`); :meth:`problem`
+    waits for it, :meth:`cancel` stops it (nothing is asked of it any more). A model in memory that is
+    not :func:`loadable_in_memory` is not loaded: its problem is "" and the caller says it was not
+    checked."""
 
     def __init__(self, path: str | ModelContext, libraries: Sequence[str] = (), budget: int | None = None,
                  ) -> None:
@@ -265,8 +275,7 @@ class DefaultLoad:
         self.libraries = tuple(libraries)
         self._child: _Child | None = None
         if self.model is not None:
-            self._child = _Child(self.model, DEFAULT, libraries,
-                                 memory.available_bytes() if budget is None else budget)
+            self._child = _Child(self.model, DEFAULT, libraries, child_budget(budget))
 
     def problem(self) -> str:
         """As :func:`default_load_problem`."""
