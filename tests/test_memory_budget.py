@@ -84,7 +84,7 @@ def test_a_load_past_the_budget_is_stopped_and_said_with_its_figures(tmp_path):
     said = default_load._try(path, DEFAULT, (), budget=1)
     assert said.startswith("the load at onnxruntime's default session options was not checked: it had "
                            "taken ")
-    assert ", past the 0.00 GB of memory this run had available, and was stopped; the model is 0.02 GB" \
+    assert ", past the 0.00 GB of memory the run could give it, and was stopped; the model is 0.02 GB" \
         in said
     assert default_load._try(path, DEFAULT, (), budget=0) == ""  # no budget: it loads
 

@@ -239,7 +239,7 @@ class MemoryShort:
             why = f"the kernel killed it for memory at {self.killed.where}{reached}"
         else:
             why = (f"it had taken {memory.gigabytes(self.reached)}, past the {memory.gigabytes(self.budget)} "
-                   f"of memory this run had available, and was stopped")
+                   f"of memory the run could give it, and was stopped")
         return (f"{NOT_CHECKED}{why}; the model is {size}, and at its default options onnxruntime's CPU "
                 f"provider holds an FP32 copy of each FP16 MatMul weight; load it where more memory is free "
                 f"to check it")
