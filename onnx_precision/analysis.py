@@ -34,7 +34,8 @@ import onnx
 from . import oracle, policy, rules
 from .basis import forward_samples, generation_of, generations, judged, measured_model, run_samples, sums
 from .context import ModelContext, load_model
-from .data import SampleSpec, SymbolicDimensions
+from .data import SampleSpec
+from .data.synthetic import SymbolicDimensions
 from .errors import UsageError
 from .float_types import FP16, LowPrecision
 from .format import json_float, number

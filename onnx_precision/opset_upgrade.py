@@ -260,11 +260,12 @@ def _verified(original: onnx.ModelProto, upgraded: onnx.ModelProto, base_dir: st
     """The largest relative difference between the two models' FP32 outputs on the samples, or None
     and why it is no match (or could not be measured)."""
     from . import data
+    from .data.synthetic import SymbolicDimensions
     from .oracle.sessions import make_session, ort_message, run_session
 
     try:
         feeds = data.load_samples(original, spec).feeds
-    except data.SymbolicDimensions as e:
+    except SymbolicDimensions as e:
         return None, f"no samples to verify it on ({e})"
     shared: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
     outputs = []

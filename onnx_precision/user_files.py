@@ -46,7 +46,7 @@ MODEL = FileKind("", "model", None, ModelLoadError)  # read by onnx, its weights
 PLAN = FileKind("--plan", "plan JSON", 256 * _MiB, PlanError)
 LAYER_PRECISIONS = FileKind("--layer-precisions-file", "layer-precisions file", 64 * _MiB, UsageError)
 # An .npz is read member by member (each array's header checked before it is allocated); what its
-# arrays expand to is bounded apart (data.MAX_SAMPLE_BYTES), this only what it weighs.
+# arrays expand to is bounded apart (data.files.MAX_SAMPLE_BYTES), this only what it weighs.
 NPZ = FileKind("--inputs", ".npz of sample data", 16 * _GiB, DataError)
 POLYGRAPHY_JSON = FileKind("--inputs", "Polygraphy JSON of sample data", 1 * _GiB, DataError)
 

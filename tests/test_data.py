@@ -73,7 +73,7 @@ def test_other_symbolic_dimensions_are_never_invented():
     """A detector with dynamic H and W verified on a 1x3x1x1 image is not verified: refused, naming each."""
     from onnx import TensorProto, helper
 
-    from onnx_precision.data import SymbolicDimensions
+    from onnx_precision.data.synthetic import SymbolicDimensions
 
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Relu", ["t"], ["u"])], "g",

@@ -241,7 +241,7 @@ def _polygraphy_json(path, feeds: list[dict[str, bytes | str]]) -> None:
 @pytest.fixture
 def small_bound(monkeypatch):
     """MAX_SAMPLE_BYTES at 64 KiB, and no array read past the checks: a refusal must come first."""
-    from onnx_precision import data
+    from onnx_precision.data import files as data
     monkeypatch.setattr(data, "MAX_SAMPLE_BYTES", 64 << 10)
     return data
 
@@ -289,7 +289,7 @@ def test_sample_files_are_bounded_by_what_they_expand_to(tmp_path, capsys, out, 
 def test_a_bzip2_or_lzma_member_is_refused_unread(tmp_path, capsys, out, monkeypatch, method, name, form):
     # zipfile expands a bzip2 member's chunk whole even to read its header: a 1 017-byte .npz of one
     # honest 1 GiB array reached 7.8 GB, a 1 409-byte Polygraphy JSON carrying it 3.5 GB
-    from onnx_precision import data as data_module
+    from onnx_precision.data import files as data_module
 
     model = _mlp(tmp_path, batch="N")
     payload = _npz_bytes({"x": np.zeros((2, 4), np.float32)}, method)

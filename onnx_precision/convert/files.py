@@ -71,7 +71,7 @@ def stage_samples(auto_result: AutoResult, options: ConvertOptions, outputs: sto
     """--save-inputs/--save-outputs: the feeds and the FP32 reference, to hand a case to someone with
     Polygraphy (``polygraphy run ... --load-inputs FEEDS --load-outputs REFERENCE``); a generation's are
     its first and last steps' feeds (one forward pass each, as Polygraphy runs a model) and their outputs."""
-    from ..data import polygraphy_feeds_json, polygraphy_outputs_json
+    from ..data.files import polygraphy_feeds_json, polygraphy_outputs_json
 
     if options.output.save_inputs:
         outputs.stage_text(options.output.save_inputs, polygraphy_feeds_json(auto_result.basis.forward.feeds))

@@ -131,7 +131,7 @@ class SwitchBuilder:
         # (it is serialized for onnxruntime); past that, weights are rounded at run time.
         self.copy_budget = PROTO_LIMIT - model.ByteSize()
         # An initializer also listed as a graph input (IR < 4 models) is still a constant here:
-        # sample feeds never override it (data.model_inputs leaves it out).
+        # sample feeds never override it (data.inputs.model_inputs leaves it out).
         self.init_graph: dict[str, onnx.GraphProto] = {}
         self.inits: dict[str, onnx.TensorProto] = {}  # by name: a scan per weight was quadratic
         for graph in graphs(model.graph):
