@@ -484,5 +484,17 @@ def flop_shares(ctx: ModelContext, input_shapes: Mapping[str, Sequence[int]],
     its quantized compute apart, each node counted where the written file computes it (a node that reads
     its input as written, a decomposed LayerNorm written as one)."""
     counted_as = {**flexible_readers(ctx), **policy.fused_names(policy.decomposed_layer_norms(ctx))}
-    return FlopShares(estimate_flops(ctx.model, input_shapes, input_values), quantized.of(ctx).compute,
-                      counted_as)
+    node_flops = (shapeless_flops(ctx) if not input_shapes and input_values is None
+                  else estimate_flops(ctx.model, input_shapes, input_values))
+    return FlopShares(node_flops, quantized.of(ctx).compute, counted_as)
+
+
+def shapeless_flops(ctx: ModelContext) -> NodeFlops:
+    """:func:`estimate_flops` of ``ctx``'s model with no sample, once per context: a run that measures
+    nothing (``--mode all-fp16``) reads it for its notes and its shares, and each estimate infers every
+    shape of the model again (a sixth of such a run of deep_cnn)."""
+    return ctx.memo(_shapeless_flops)
+
+
+def _shapeless_flops(ctx: ModelContext) -> NodeFlops:
+    return estimate_flops(ctx.model, {})

@@ -23,7 +23,7 @@ from ..basis import Load, measured_model
 from ..context import ModelContext, load_model
 from ..costs import PhaseCost
 from ..errors import InternalError, SearchError, UsageError
-from ..flops import FlopShares, estimate_flops, flop_shares
+from ..flops import FlopShares, flop_shares, shapeless_flops
 from ..outcome import ConversionOutcome, Verification
 from ..plan import Precision, PrecisionPlan
 from ..rewriter import RewriteResult, rewrite
@@ -390,7 +390,7 @@ def with_notes(ctx: ModelContext, result: RewriteResult, auto_result: AutoResult
     report's notes otherwise (:func:`_report`)."""
     if auto_result is not None:
         return result
-    notes = opset_upgrade.run_notes(ctx, result.plan, estimate_flops(ctx.model, {}))
+    notes = opset_upgrade.run_notes(ctx, result.plan, shapeless_flops(ctx))
     return replace(result, notes=notes + result.notes) if notes else result
 
 
