@@ -414,7 +414,7 @@ def _refuse_fp32_nonfinite(reference: ModelContext, samples: Samples,
     """Raise FP32NonFinite naming the first node that turns non-finite, as convert refuses."""
     from . import oracle as oracle_lib
 
-    bad = oracle_lib.inspection.first_nonfinite_output(refs)
+    bad = oracle_lib.ranges.first_nonfinite_output(refs)
     if bad is None:
         return
     node = oracle_lib.reference_stats(oracle_lib.Emulator(reference), samples).first_nonfinite

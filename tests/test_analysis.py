@@ -246,12 +246,12 @@ def _node(op: str) -> onnx.NodeProto:
 
 
 def _error(diverges: bool, rel: float = 0.5, nonfinite: int = 0):
-    from onnx_precision.oracle.inspection import NodeError
+    from onnx_precision.oracle.layerwise_error import NodeError
     return NodeError("n", "Op", rel, rel, nonfinite, 0.0, diverges)
 
 
 def _stats(max_abs: float, flush: float = 0.0):
-    from onnx_precision.oracle.inspection import TensorStats
+    from onnx_precision.oracle.ranges import TensorStats
     return TensorStats(max_abs, 1e-3, flush, 0, 0, 16)
 
 

@@ -243,7 +243,9 @@ SUMMARISED = {
 
 @pytest.mark.parametrize("case", SUMMARISED)
 def test_a_summary_computed_in_the_graph_equals_numpys(case):
-    from onnx_precision.oracle.inspection import _summarised, _tensor_error, tensor_stats
+    from onnx_precision.oracle.inspection import _summarised
+    from onnx_precision.oracle.layerwise_error import tensor_error
+    from onnx_precision.oracle.ranges import tensor_stats
     from onnx_precision.oracle.rounding import Names
     from onnx_precision.oracle.twin import _Constants, summary_nodes
 
@@ -266,7 +268,7 @@ def test_a_summary_computed_in_the_graph_equals_numpys(case):
         session = ort.InferenceSession(summary.SerializeToString(), providers=["CPUExecutionProvider"])
         stats, error = _summarised(*session.run(None, {"r": ref, "c": plan}))
         assert stats == tensor_stats(ref)
-        assert error == (_tensor_error(ref, plan) if with_plan else None)
+        assert error == (tensor_error(ref, plan) if with_plan else None)
 
 
 def test_a_plan_probes_session_goes_when_the_next_plan_is_probed():

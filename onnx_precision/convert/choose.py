@@ -67,7 +67,8 @@ from ..generation.verdict import length_pins
 from ..judge import Comparison, Tolerance
 from ..options import Judging
 from ..oracle import Emulator, Inspection, LayerwiseResult, PlanRunner, ReferenceResult
-from ..oracle.inspection import NodeStats, first_nonfinite_output
+from ..oracle.inspection import NodeStats
+from ..oracle.ranges import first_nonfinite_output
 from ..outcome import FAILED, FP32_NONFINITE, PASSED, AutoResult
 from ..plan import Precision, PrecisionPlan, Reason
 from ..search.driver import (

@@ -7,7 +7,8 @@
 - :mod:`.rounding`: the Cast pairs every emulation is made of.
 - :mod:`.switch`, :mod:`.switch_graph`, :mod:`.baked`, :mod:`.twin`: the graphs those sessions run.
 - :mod:`.written`: the emulation of a written FP16/mixed model.
-- :mod:`.inspection`: FP32 ranges per tensor and FP16 error per node (an emulating runner's capability).
+- :mod:`.inspection`: FP32 ranges per tensor (:mod:`.ranges`) and FP16 error per node
+  (:mod:`.layerwise_error`), an emulating runner's capability.
 - :mod:`.runs`: whole-model runs (FP32, emulated, native, reference).
 - :mod:`.verify`: oracles by name (:data:`ORACLES`), and verifying a written model.
 - :mod:`.sessions`, :mod:`.weights`: onnxruntime sessions as the oracle builds them.
@@ -21,20 +22,9 @@ from .blame import blame, is_ort_error
 from .default_load import DefaultLoad, default_load_problem
 from .emulation import EMULATE, EmulationSession, as_fp32
 from .emulator import Emulator
-from .inspection import (
-                      Inspection,
-                      Inspector,
-                      LayerwiseResult,
-                      NodeError,
-                      NodeStats,
-                      ReferenceResult,
-                      TensorStats,
-                      first_nonfinite_output,
-                      inspect_plan,
-                      layerwise,
-                      reference_stats,
-                      tensor_stats,
-)
+from .inspection import Inspection, Inspector, NodeStats, inspect_plan, layerwise, reference_stats
+from .layerwise_error import LayerwiseResult, NodeError
+from .ranges import ReferenceResult, TensorStats, first_nonfinite_output, tensor_stats
 from .rounding import round_fp16
 from .runners import PlanRunner, WrittenPlanRunner, native_runner, plan_runner, reference_runner
 from .runs import (

@@ -23,13 +23,17 @@ Both run on an :class:`Inspectable`: a runner that can expose its intermediates 
 soon as they are made. Otherwise each run's tensors are reduced to numbers here and dropped before
 the next run, so memory holds one run's (or one chunk's) intermediates at a time, whatever the
 number of samples.
+
+This module runs the inspection; what it finds, and how a tensor's numbers become it, are
+:mod:`.ranges` (:class:`.ranges.TensorStats`, :class:`.ranges.ReferenceResult`) and
+:mod:`.layerwise_error` (:class:`.layerwise_error.NodeError`, :class:`.layerwise_error.ShapeChange`,
+:class:`.layerwise_error.LayerwiseResult`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -37,13 +41,32 @@ import numpy as np
 import onnx
 
 from ..errors import InternalError
-from ..float_types import FP16, LowPrecision
-from ..format import json_float
+from ..float_types import LowPrecision
 from ..judge import Tolerance
 from ..plan import PrecisionPlan
 from .blame import ShapesDiverged
+from .layerwise_error import (
+    CLOSE,
+    RESHAPED,
+    LayerwiseResult,
+    NodeError,
+    ShapeChange,
+    TensorError,
+    changed_shapes,
+    merge_errors,
+    tensor_error,
+)
+from .ranges import (
+    ReferenceResult,
+    TensorStats,
+    first_nonfinite,
+    is_float,
+    merge_stats,
+    merge_worst,
+    tensor_stats,
+)
 from .sessions import Feed, owned
-from .twin import FLOATS, INTS, TwinModel, is_decision
+from .twin import FLOATS, INTS, TwinModel
 
 log = logging.getLogger(__name__)
 
@@ -107,195 +130,6 @@ class NodeStats:
     layerwise_error: float | None = None  # emulated FP16 error of the node's output vs FP32
 
 
-@dataclass(frozen=True)
-class TensorStats:
-    """FP32 value range of one tensor (worst case over samples)."""
-
-    max_abs: float          # over non-NaN values; inf if any Inf
-    min_nonzero_abs: float  # inf when every value is zero
-    flush_fraction: float   # nonzero values that FP16 flushes to zero, as a fraction of nonzero values
-    nan_count: int
-    inf_count: int
-    size: int
-
-    @property
-    def finite(self) -> bool:
-        return self.nan_count == 0 and self.inf_count == 0
-
-    @property
-    def overflows_fp16(self) -> bool:
-        return self.overflows(FP16)
-
-    def overflows(self, low: LowPrecision) -> bool:
-        return bool(np.isfinite(self.max_abs) and self.max_abs > low.max)
-
-    def worst(self, other: TensorStats) -> TensorStats:
-        return TensorStats(max(self.max_abs, other.max_abs), min(self.min_nonzero_abs, other.min_nonzero_abs),
-                           max(self.flush_fraction, other.flush_fraction),
-                           max(self.nan_count, other.nan_count), max(self.inf_count, other.inf_count),
-                           max(self.size, other.size))
-
-    def to_json(self) -> dict:
-        return {"max_abs": json_float(self.max_abs), "min_nonzero_abs": json_float(self.min_nonzero_abs),
-                "flush_fraction": self.flush_fraction, "nan_count": self.nan_count,
-                "inf_count": self.inf_count, "size": self.size}
-
-
-def tensor_stats(values: np.ndarray, flush: float = FP16.flush) -> TensorStats:
-    """The range of ``values``; ``flush``: |x| at or below it rounds to zero in the 16-bit type. A
-    float64 tensor is judged in float64: its values past float32's range are finite, not Inf."""
-    values = np.asarray(values)
-    a = np.abs(values if values.dtype == np.float64 else values.astype(np.float32, copy=False)).ravel()
-    size = int(a.size)
-    if not size:
-        return TensorStats(0.0, float("inf"), 0.0, 0, 0, 0)
-    top = a.max()  # NaN if any NaN: the common all-finite case then needs no further counting
-    nan_count = inf_count = 0
-    if not np.isfinite(top):
-        nan = np.isnan(a)
-        nan_count = int(np.count_nonzero(nan))
-        if nan_count:
-            a = a[~nan]
-        inf_count = int(np.count_nonzero(np.isinf(a)))
-        if not a.size:
-            return TensorStats(0.0, float("inf"), 0.0, nan_count, 0, size)
-        top = a.max()
-    positive = a > 0
-    nonzero = int(np.count_nonzero(positive))
-    min_nonzero = float(np.min(a, where=positive, initial=np.inf))
-    tiny = int(np.count_nonzero(positive & (a <= flush))) if min_nonzero <= flush else 0
-    flush = tiny / nonzero if nonzero else 0.0
-    return TensorStats(float(top), min_nonzero, flush, nan_count, inf_count, size)
-
-
-@dataclass(frozen=True)
-class ReferenceResult:
-    """The FP32 reference: ranges of every captured tensor and the FP32 model's own NaN/Inf."""
-
-    stats: Mapping[str, TensorStats]        # graph inputs and main-graph float node outputs
-    producers: Mapping[str, str]            # tensor -> producing node
-    first_nonfinite: str | None             # first node (topological) non-finite from finite inputs
-    outputs: tuple[dict[str, np.ndarray], ...]  # the FP32 graph outputs, per sample
-    oracle: str = "emulate"
-
-    def node_stats(self, node: onnx.NodeProto) -> list[TensorStats]:
-        return [self.stats[o] for o in node.output if o in self.stats]
-
-
-@dataclass(frozen=True)
-class NodeError:
-    """A node's emulated FP16 output against FP32 (worst case over its outputs and the samples)."""
-
-    node: str
-    op_type: str
-    max_abs_err: float
-    max_rel_err: float      # max |err| / max |FP32 value|
-    new_nonfinite: int      # NaN/Inf where FP32 is finite
-    input_rel_err: float    # the worst max_rel_err among its inputs (0 for graph inputs, constants)
-    diverges: bool          # the error appears here (see module docstring)
-    reshaped: bool = False  # an output's shape differs from FP32's (its errors are then inf)
-
-    def to_json(self) -> dict:
-        return {"node": self.node, "op_type": self.op_type, "max_abs_err": json_float(self.max_abs_err),
-                "max_rel_err": json_float(self.max_rel_err), "new_nonfinite": self.new_nonfinite,
-                "input_rel_err": json_float(self.input_rel_err), "diverges": self.diverges,
-                "reshaped": self.reshaped}
-
-
-@dataclass(frozen=True)
-class ShapeChange:
-    """The first node whose output shape differs between FP32 and the plan (its float inputs' shapes
-    agree), and the decisions upstream that flipped: each one's float inputs within tolerance, its
-    output (where it is a float tensor) not."""
-
-    node: str
-    op_type: str
-    sample: int
-    decisions: tuple[tuple[str, str], ...]  # (node, op type), nearest first; () where none was found
-    feeding: tuple[str, ...]                # the nodes upstream of those decisions, nearest first
-    # onnxruntime's error where the plan's run stopped on the shapes that differ, which no node was then
-    # seen to have (``node`` is the first decision that flipped: blame.Decisions); "" where it ran
-    stopped: str = ""
-
-    def describe(self) -> str:
-        flipped = ", ".join(f"'{name}' ({op})" for name, op in self.decisions)
-        if self.stopped:
-            return (f"the 16-bit run stops on sample {self.sample} where shapes differ from FP32's "
-                    f"(onnxruntime: {self.stopped}): the decision of {flipped} flipped")
-        where = (f"the output shape of node '{self.node}' ({self.op_type}) differs from FP32's on sample "
-                 f"{self.sample}")
-        if not self.decisions:
-            return f"{where}; no rounding, comparison or index choice upstream was found to have flipped"
-        return f"{where}: the decision of {flipped} flipped, its inputs within tolerance"
-
-
-@dataclass(frozen=True)
-class LayerwiseResult:
-    nodes: Mapping[str, NodeError]          # main-graph nodes with float outputs, topological order
-    first_divergence: tuple[str, ...]       # nodes where error appears, topological order
-    oracle: str = "emulate"
-    outputs: tuple[dict[str, np.ndarray], ...] = ()  # the plan's graph outputs, per sample
-    shape_changes: tuple[ShapeChange, ...] = ()     # where the plan's shapes part from FP32's
-
-    def ranked(self) -> tuple[str, ...]:
-        """Node names by decreasing error (non-finite first), after the nodes feeding a decision that
-        changed a shape (nearest first: any error on that chain can flip it): the search's widening order."""
-        def badness(name: str) -> tuple[int, float]:
-            return -self.nodes[name].new_nonfinite, -self.nodes[name].max_rel_err
-        feeding = [n for change in self.shape_changes for n in change.feeding]
-        return tuple(dict.fromkeys(feeding + sorted(self.nodes, key=badness)))
-
-
-@dataclass(frozen=True)
-class _TensorError:
-    abs_err: float
-    rel_err: float
-    new_nonfinite: int
-    cand_nonfinite: bool
-    reshaped: bool = False
-
-    def within(self, threshold: float) -> bool:
-        return not (self.reshaped or self.new_nonfinite) and self.rel_err <= threshold
-
-
-_CLOSE = _TensorError(0.0, 0.0, 0, False)
-# the plan's tensor has another shape than FP32's: no elementwise error exists, and none is bounded
-_RESHAPED = _TensorError(float("inf"), float("inf"), 0, False, reshaped=True)
-
-
-def _tensor_error(ref: np.ndarray, cand: np.ndarray) -> _TensorError:
-    if np.shape(ref) != np.shape(cand):
-        return _RESHAPED
-    finite = np.isfinite(ref)
-    all_finite = bool(finite.all())
-    r = ref if all_finite else ref[finite]
-    c = cand if all_finite else cand[finite]
-    c_finite = np.isfinite(c)
-    new_nonfinite = int(c.size - np.count_nonzero(c_finite))
-    if new_nonfinite:
-        r, c = r[c_finite], c[c_finite]
-    if not r.size:
-        return _TensorError(0.0, 0.0, new_nonfinite, not bool(np.isfinite(cand).all()))
-    # float32, as the twin graph's Sub computes it (the float64 difference, rounded once)
-    err = float(np.float32(np.max(np.abs(c.astype(np.float64) - r))))
-    scale = float(np.max(np.abs(r)))
-    rel = err / scale if scale > 0 else (0.0 if err == 0 else float("inf"))
-    return _TensorError(err, rel, new_nonfinite, bool(new_nonfinite) or not bool(np.isfinite(cand).all()))
-
-
-def _float_inputs(node: onnx.NodeProto, known: Iterable[str]) -> list[str]:
-    known = set(known)
-    return [i for i in node.input if i in known]
-
-
-def _first_nonfinite(nodes: Sequence[onnx.NodeProto], finite: Mapping[str, bool]) -> str | None:
-    for node in nodes:
-        outs = [o for o in node.output if o in finite]
-        if outs and not all(finite[o] for o in outs) and all(finite[i] for i in _float_inputs(node, finite)):
-            return node.name
-    return None
-
-
 def _captured(session: Inspectable, plan: PrecisionPlan | None, feed: Feed, chunk: tuple[str, ...] | None,
               first: bool) -> dict[str, np.ndarray]:
     """The tensors of ``chunk`` (None: every tensor the session exposes), with the graph outputs
@@ -303,24 +137,9 @@ def _captured(session: Inspectable, plan: PrecisionPlan | None, feed: Feed, chun
     values = session.run(plan, feed, intermediates=True if chunk is None else chunk)
     if first:
         for name, value in feed.items():
-            if _is_float(value):
+            if is_float(value):
                 values.setdefault(name, session.fed_value(plan, name, value))
     return values
-
-
-def _is_float(value: np.ndarray) -> bool:
-    return np.issubdtype(np.asarray(value).dtype, np.floating)
-
-
-def _merge_stats(acc: dict[str, TensorStats], values: Mapping[str, np.ndarray], flush: float) -> None:
-    for name, value in values.items():
-        if not _is_float(value):
-            continue
-        _merge_worst(acc, name, tensor_stats(value, flush))
-
-
-def _merge_worst(acc: dict[str, TensorStats], name: str, stats: TensorStats) -> None:
-    acc[name] = acc[name].worst(stats) if name in acc else stats
 
 
 def reference_stats(session: Inspectable, samples) -> ReferenceResult:
@@ -362,7 +181,7 @@ def _inspect(session: Inspectable, plan: PrecisionPlan | None, feeds: Sequence[F
         return _inspect(session, None, feeds, tol)[0], _stopped(e, feeds, session.model.graph.node)
     nodes = list(session.model.graph.node)
     order = {n.name: k for k, n in enumerate(nodes)}
-    first_bad = [bad for bad in (_first_nonfinite(nodes, f) for f in seen.finite) if bad is not None]
+    first_bad = [bad for bad in (first_nonfinite(nodes, f) for f in seen.finite) if bad is not None]
     first_node = min(first_bad, key=order.__getitem__) if first_bad else None
     reference = ReferenceResult(seen.stats, dict(session.producers), first_node, seen.outputs)
     if plan is None:
@@ -372,8 +191,8 @@ def _inspect(session: Inspectable, plan: PrecisionPlan | None, feeds: Sequence[F
     made = {n.name: n for n in nodes}
     producers = {t: made[n] for t, n in session.producers.items() if n in made}
     for sample, tensor_errors in enumerate(seen.errors):
-        _merge_errors(merged, nodes, tensor_errors, tol.rtol)
-        for change in _shape_changes(nodes, producers, tensor_errors, tol.rtol, sample):
+        merge_errors(merged, nodes, tensor_errors, tol.rtol)
+        for change in changed_shapes(nodes, producers, tensor_errors, tol.rtol, sample):
             changes.setdefault(change.node, change)
     ordered = {n.name: merged[n.name] for n in nodes if n.name in merged}
     shape_changes = tuple(sorted(changes.values(), key=lambda c: order[c.node]))
@@ -406,7 +225,7 @@ class _Seen:
 
     stats: dict[str, TensorStats]
     finite: list[dict[str, bool]]
-    errors: list[dict[str, _TensorError]]
+    errors: list[dict[str, TensorError]]
     outputs: tuple[dict[str, np.ndarray], ...]
     plan_outputs: tuple[dict[str, np.ndarray], ...]
 
@@ -416,7 +235,7 @@ def _captured_runs(session: Inspectable, plan: PrecisionPlan | None, feeds: Sequ
     outputs: list[dict[str, np.ndarray]] = [{} for _ in feeds]
     cand_outputs: list[dict[str, np.ndarray]] = [{} for _ in feeds]
     finite: list[dict[str, bool]] = [{} for _ in feeds]
-    errors: list[dict[str, _TensorError]] = [{} for _ in feeds]
+    errors: list[dict[str, TensorError]] = [{} for _ in feeds]
     chunks = session.chunks(feeds[0] if feeds else None)
     flush = session.low.flush
     first = True
@@ -424,14 +243,14 @@ def _captured_runs(session: Inspectable, plan: PrecisionPlan | None, feeds: Sequ
         for i, feed in enumerate(feeds):
             ref = _captured(session, None, feed, chunk, first)
             chunks.observed(ref)
-            _merge_stats(stats, ref, flush)
+            merge_stats(stats, ref, flush)
             if first:
                 outputs[i] = {name: owned(ref[name]) for name in session.outputs if name in ref}
-            finite[i].update((name, bool(np.isfinite(v).all())) for name, v in ref.items() if _is_float(v))
+            finite[i].update((name, bool(np.isfinite(v).all())) for name, v in ref.items() if is_float(v))
             if plan is not None:
                 cand = _captured(session, plan, feed, chunk, first)
-                errors[i].update((name, _tensor_error(ref[name], cand[name])) for name in ref
-                                 if name in cand and _is_float(ref[name]))
+                errors[i].update((name, tensor_error(ref[name], cand[name])) for name in ref
+                                 if name in cand and is_float(ref[name]))
                 if first:
                     cand_outputs[i] = {name: owned(cand[name]) for name in session.outputs if name in cand}
                 del cand
@@ -446,24 +265,24 @@ def _twin_runs(session: Inspectable, run: TwinRun, plan: PrecisionPlan | None, f
     flush = session.low.flush
     stats: dict[str, TensorStats] = {}
     finite: list[dict[str, bool]] = []
-    errors: list[dict[str, _TensorError]] = []
+    errors: list[dict[str, TensorError]] = []
     outputs, plan_outputs = [], []
     for feed in feeds:
         values = run.run(feed)
-        seen: dict[str, tuple[TensorStats, _TensorError | None]] = {}
+        seen: dict[str, tuple[TensorStats, TensorError | None]] = {}
         for name in twin.compared:
             if name in twin.whole:
                 copy = twin.whole[name]
                 seen[name] = (tensor_stats(values[name], flush),
-                              None if copy is None else _tensor_error(values[name], values[copy]))
+                              None if copy is None else tensor_error(values[name], values[copy]))
             else:
                 seen[name] = _summarised(*(values[n] for n in twin.summaries[name]))
         for name, value in feed.items():  # the float graph inputs, as each plan feeds them
-            if _is_float(value):
+            if is_float(value):
                 fed = None if plan is None else session.fed_value(plan, name, value)
-                seen[name] = (tensor_stats(value, flush), None if fed is None else _tensor_error(value, fed))
+                seen[name] = (tensor_stats(value, flush), None if fed is None else tensor_error(value, fed))
         for name, (ref_stats, _) in seen.items():
-            _merge_worst(stats, name, ref_stats)
+            merge_worst(stats, name, ref_stats)
         finite.append({name: ref_stats.finite for name, (ref_stats, _) in seen.items()})
         errors.append({name: error for name, (_, error) in seen.items() if error is not None})
         outputs.append({name: owned(values[name]) for name in twin.outputs})
@@ -472,7 +291,7 @@ def _twin_runs(session: Inspectable, run: TwinRun, plan: PrecisionPlan | None, f
     return _Seen(stats, finite, errors, tuple(outputs), tuple(plan_outputs) if plan else ())
 
 
-def _summarised(floats: np.ndarray, ints: np.ndarray) -> tuple[TensorStats, _TensorError | None]:
+def _summarised(floats: np.ndarray, ints: np.ndarray) -> tuple[TensorStats, TensorError | None]:
     """The statistics and the error of a tensor the twin graph summarised (see twin.summary_nodes)."""
     if (len(floats), len(ints)) not in ((2, 5), (4, 8)):
         raise InternalError(f"a twin summary has {len(floats)} floats and {len(ints)} counts")
@@ -481,7 +300,7 @@ def _summarised(floats: np.ndarray, ints: np.ndarray) -> tuple[TensorStats, _Ten
     size = n["size"]
     resized = "plan_size" in n and n["plan_size"] != size
     if not size and not resized:
-        return TensorStats(0.0, float("inf"), 0.0, 0, 0, 0), (_CLOSE if "both_finite" in n else None)
+        return TensorStats(0.0, float("inf"), 0.0, 0, 0, 0), (CLOSE if "both_finite" in n else None)
     nan = size - n["finite"] - n["inf"]
     tiny = n["nonzero"] - n["above_flush"]
     # No finite nonzero value: the smallest nonzero is Inf (or none; the short path gives FLOAT32_MAX).
@@ -491,103 +310,14 @@ def _summarised(floats: np.ndarray, ints: np.ndarray) -> tuple[TensorStats, _Ten
     if "both_finite" not in n:
         return ref, None
     if resized:
-        return ref, _RESHAPED
+        return ref, RESHAPED
     new_nonfinite = n["finite"] - n["both_finite"]
     plan_nonfinite = bool(new_nonfinite) or n["plan_finite"] < size
     if not n["both_finite"]:
-        return ref, _TensorError(0.0, 0.0, new_nonfinite, plan_nonfinite)
+        return ref, TensorError(0.0, 0.0, new_nonfinite, plan_nonfinite)
     err, scale = f["max_abs_err"], f["err_scale"]
     rel = err / scale if scale > 0 else (0.0 if err == 0 else float("inf"))
-    return ref, _TensorError(err, rel, new_nonfinite, plan_nonfinite)
-
-
-def _merge_errors(acc: dict[str, NodeError], nodes: Sequence[onnx.NodeProto],
-                  tensor_err: Mapping[str, _TensorError], threshold: float) -> None:
-    for node in nodes:
-        outs = [tensor_err[o] for o in node.output if o in tensor_err]
-        if not outs:
-            continue
-        ins = [tensor_err.get(i, _CLOSE) for i in node.input if i]
-        # An input already non-finite carries unbounded error, whatever its finite part says.
-        in_rel = max((float("inf") if e.new_nonfinite else e.rel_err for e in ins), default=0.0)
-        in_bad = any(e.cand_nonfinite for e in ins)
-        new_nf = sum(e.new_nonfinite for e in outs)
-        rel = max(e.rel_err for e in outs)
-        reshaped = any(e.reshaped for e in outs)
-        # Inf/NaN made from finite inputs is where an overflow happens, however far upstream
-        # error had already moved those inputs; a finite error only counts where it appears. A shape
-        # that differs is a flipped decision's doing (see _shape_changes).
-        diverges = not (in_bad or reshaped) and (new_nf > 0 or (rel > threshold and in_rel <= threshold))
-        err = NodeError(node.name, node.op_type, max(e.abs_err for e in outs), rel, new_nf, in_rel, diverges,
-                        reshaped)
-        old = acc.get(node.name)
-        if old is not None:
-            err = NodeError(node.name, node.op_type, max(old.max_abs_err, err.max_abs_err),
-                            max(old.max_rel_err, err.max_rel_err), max(old.new_nonfinite, err.new_nonfinite),
-                            max(old.input_rel_err, err.input_rel_err), old.diverges or err.diverges,
-                            old.reshaped or err.reshaped)
-        acc[node.name] = err
-
-
-def _shape_changes(nodes: Sequence[onnx.NodeProto], producers: Mapping[str, onnx.NodeProto],
-                   tensor_err: Mapping[str, _TensorError], threshold: float, sample: int,
-                   ) -> list[ShapeChange]:
-    """The nodes of one sample whose output shape differs from FP32's while their float inputs' shapes
-    agree, each with the decisions that flipped upstream (:func:`_flipped`)."""
-    changes = []
-    for node in nodes:
-        if any(tensor_err[o].reshaped for o in node.output if o in tensor_err) and not any(
-                tensor_err[i].reshaped for i in node.input if i in tensor_err):
-            decisions, feeding = _flipped(node, producers, tensor_err, threshold)
-            changes.append(ShapeChange(node.name, node.op_type, sample, decisions, feeding))
-    return changes
-
-
-def _flipped(start: onnx.NodeProto, producers: Mapping[str, onnx.NodeProto],
-             tensor_err: Mapping[str, _TensorError], threshold: float,
-             ) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
-    """The decisions upstream of ``start`` (breadth-first, nearest first) whose float inputs are within
-    ``threshold`` and whose float output, where there is one, is not: where the plan's values part from
-    FP32's by a whole unit. Past a decision whose inputs already differ the walk goes on up; a decision
-    whose output agrees ends its path. With none found, the nearest decision. Also the nodes upstream of
-    the decisions, nearest first."""
-    found: list[onnx.NodeProto] = []
-    nearest: onnx.NodeProto | None = None
-    seen = {start.name}
-    queue = deque(producers[i] for i in start.input if i in producers)
-    while queue:
-        node = queue.popleft()
-        if node.name in seen:
-            continue
-        seen.add(node.name)
-        if is_decision(node):
-            nearest = nearest or node
-            ins = [tensor_err[i] for i in node.input if i in tensor_err]
-            outs = [tensor_err[o] for o in node.output if o in tensor_err]
-            if ins and all(e.within(threshold) for e in ins):
-                if not outs or not all(e.within(threshold) for e in outs):
-                    found.append(node)
-                continue
-        queue.extend(producers[i] for i in node.input if i in producers)
-    decisions = found or ([nearest] if nearest is not None else [])
-    feeding: dict[str, None] = {}
-    queue = deque(decisions)
-    while queue:
-        node = queue.popleft()
-        for i in node.input:
-            if i in producers and producers[i].name not in feeding:
-                feeding[producers[i].name] = None
-                queue.append(producers[i])
-    return tuple((d.name, d.op_type) for d in decisions), tuple(feeding)
-
-
-def first_nonfinite_output(outputs: Sequence[Mapping[str, np.ndarray]]) -> tuple[int, str] | None:
-    """(sample, output name) of the first float output holding NaN/Inf, or None."""
-    for i, out in enumerate(outputs):
-        for name, value in out.items():
-            if np.issubdtype(value.dtype, np.floating) and not np.isfinite(value).all():
-                return i, name
-    return None
+    return ref, TensorError(err, rel, new_nonfinite, plan_nonfinite)
 
 
 class Chunks:
