@@ -106,10 +106,10 @@ class ModelContext:
             for ref in self.nodes:
                 t = typing[ref.name]
                 domain = "" if ref.node.domain == "ai.onnx" else ref.node.domain
-                blocker = None if t.fp16_blocker or not t.has_float else self.target.kernel_blocker(
+                blocker = None if t.low_blocker or not t.has_float else self.target.kernel_blocker(
                     ref.node, low, opsets.get(domain, 0))
                 if blocker:
-                    typing[ref.name] = replace(t, fp16_blocker=blocker)
+                    typing[ref.name] = replace(t, low_blocker=blocker)
             self._typings[low.elem_type] = typing
         return self._typings[low.elem_type]
 

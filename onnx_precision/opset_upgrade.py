@@ -101,7 +101,7 @@ def needed_opset(model: onnx.ModelProto, target: Target, low: LowPrecision) -> N
             # a com.microsoft Q/DQ in float16 is loaded as the ai.onnx one: onnxruntime's QDQ fusions
             # (MatMulAddFusion's bias DQ) write ai.onnx Q/DQ in its type, which take float16 from 19 only
             node = onnx.helper.make_node(node.op_type, node.input, node.output, node.name)
-        if low.late_schemas and not typing_rules.schema_typing(node, opsets, types, low).fp16_blocker:
+        if low.late_schemas and not typing_rules.schema_typing(node, opsets, types, low).low_blocker:
             continue
         # a DQ before 19 has no blocker, only a float output that cannot convert
         if not low.late_schemas and (not quantized.is_qdq(node) or _takes_low(node, opsets, current, types,
@@ -118,7 +118,7 @@ def needed_opset(model: onnx.ModelProto, target: Target, low: LowPrecision) -> N
 def _takes_low(node: onnx.NodeProto, opsets: Mapping[str, int], opset: int,
                types: Mapping[str, onnx.TypeProto], target: Target, low: LowPrecision) -> bool:
     typing = typing_rules.schema_typing(node, {**opsets, "": opset}, types, low)
-    return (typing.fp16_blocker is None and typing.has_float
+    return (typing.low_blocker is None and typing.has_float
             and target.kernel_blocker(node, low, opset) is None)
 
 
@@ -317,7 +317,7 @@ def run_notes(ctx: ModelContext, plan: PrecisionPlan, flops: Mapping[str, float]
     newest = onnx.defs.onnx_opset_version()
     groups: dict[str, list[str]] = {}
     for ref in ctx.nodes:
-        blocker = typing[ref.name].fp16_blocker
+        blocker = typing[ref.name].low_blocker
         if blocker and ref.name in plan.decisions and not plan.is_low(ref.name):
             # a target without the kernel at any opset is the reason, rather than the opset's schema
             why = ctx.target.kernel_blocker(ref.node, low, newest) or blocker

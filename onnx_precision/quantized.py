@@ -217,11 +217,11 @@ def of(ctx: ModelContext) -> Quantization:
 
 def fp32_integer_ops(ctx: ModelContext) -> tuple[str, ...]:
     """The integer ops (:attr:`Quantization.integer_ops`) that take no 16-bit type where they
-    read or write a float (their typing's ``fp16_blocker``: DynamicQuantizeLinear's float32 input), in
+    read or write a float (their typing's ``low_blocker``: DynamicQuantizeLinear's float32 input), in
     the model's order: quantized compute that stays FP32 whatever a plan says (policy.node_blockers),
     so no pin; the summaries count them apart, as the fused dequantization's nodes."""
     integer, typing = of(ctx).integer_ops or {}, ctx.typing
-    return tuple(ref.name for ref in ctx.nodes if ref.name in integer and typing[ref.name].fp16_blocker)
+    return tuple(ref.name for ref in ctx.nodes if ref.name in integer and typing[ref.name].low_blocker)
 
 
 def fp32_integer_ops_note(ctx: ModelContext) -> str:
@@ -232,7 +232,7 @@ def fp32_integer_ops_note(ctx: ModelContext) -> str:
         by_op.setdefault(ctx.node_ops[name], []).append(name)
     if not by_op:
         return ""
-    listed = ", ".join(f"{len(nodes)} {op} ({ctx.typing[nodes[0]].fp16_blocker})"
+    listed = ", ".join(f"{len(nodes)} {op} ({ctx.typing[nodes[0]].low_blocker})"
                        for op, nodes in sorted(by_op.items(), key=lambda item: (-len(item[1]), item[0])))
     return (f"{sum(map(len, by_op.values()))} integer op(s) of quantized compute take no 16-bit type and "
             f"stay FP32, counted apart and not listed as pins: {listed}")

@@ -30,7 +30,7 @@ class PlanPoint:
 
     index: int  # the probe's index in the search (the point id a user replays with --plan)
     pinned: tuple[str, ...]  # every node the plan keeps FP32 (sorted): replaying these gives the plan
-    fp16_flop_share: float  # the 16-bit share of the plan as written (:class:`.search.driver.FlopShare`)
+    low_flop_share: float  # the 16-bit share of the plan as written (:class:`.search.driver.FlopShare`)
     passed: bool
     errors: Mapping[str, float]  # output -> worst error statistic over the samples probed
     bf16: tuple[str, ...] = ()  # the nodes in BF16 in a plan that also has FP16 ones (--fallback bf16)
@@ -40,8 +40,10 @@ class PlanPoint:
         return max(self.errors.values(), default=0.0)
 
     def to_json(self) -> dict:
+        # "fp16_flop_share": the key saved reports and replayed points hold, named before BF16; it is the
+        # share of every 16-bit type (low_flop_share)
         out = {"point": self.index, "pinned": list(self.pinned), "passed": self.passed,
-               "fp16_flop_share": self.fp16_flop_share, "errors": dict(self.errors)}
+               "fp16_flop_share": self.low_flop_share, "errors": dict(self.errors)}
         return json_safe({**out, "bf16": list(self.bf16)} if self.bf16 else out)
 
     @staticmethod
@@ -72,7 +74,7 @@ def pareto_front(points: Sequence[PlanPoint]) -> list[PlanPoint]:
     """The points no other point dominates (a larger FP16 share and no larger error, or the same
     share and a smaller error), by FP16 share, largest first; duplicates of a pinned set once."""
     unique = {p.pinned: p for p in sorted(points, key=lambda p: p.index)}.values()
-    ordered = sorted(unique, key=lambda p: (-p.fp16_flop_share, p.worst_error, p.index))
+    ordered = sorted(unique, key=lambda p: (-p.low_flop_share, p.worst_error, p.index))
     front: list[PlanPoint] = []
     best = math.inf
     for p in ordered:
@@ -103,7 +105,7 @@ def front_table(points: Sequence[PlanPoint], flops: Mapping[str, float] | None =
         more = f" (+{len(pins) - listed})" if len(pins) > listed else ""
         label = f"**{p.index} (chosen)**" if p.index == chosen else str(p.index)
         listed_pins = ", ".join(for_markdown(n, cell=True) for n in pins[:listed]) + more
-        lines.append(f"| {label} | {percent(p.fp16_flop_share)} | {number(p.worst_error)} | "
+        lines.append(f"| {label} | {percent(p.low_flop_share)} | {number(p.worst_error)} | "
                      f"{'yes' if p.passed else 'no'} | {listed_pins or '-'} |")
     return lines
 

@@ -123,9 +123,9 @@ def fit_frame(points: Sequence[PlanPoint], tolerance: ToleranceLine | None, chos
     """Axes fitted to ``points``: the shares from the front's last point (or the chosen one, if
     lower) up, on nice steps and at least 1% wide; the finite non-zero errors and the tolerance,
     at least a decade tall."""
-    floor = min((p.fp16_flop_share for p in pareto_front(points) + [p for p in points if p.index == chosen]),
-                default=min(p.fp16_flop_share for p in points))
-    shares = [p.fp16_flop_share for p in points if p.fp16_flop_share >= floor]
+    floor = min((p.low_flop_share for p in pareto_front(points) + [p for p in points if p.index == chosen]),
+                default=min(p.low_flop_share for p in points))
+    shares = [p.low_flop_share for p in points if p.low_flop_share >= floor]
     lo, hi = min(shares), max(shares)
     if hi - lo < MIN_SHARE_SPAN:
         lo = min(max(0.0, (lo + hi - MIN_SHARE_SPAN) / 2), 1.0 - MIN_SHARE_SPAN)
@@ -155,7 +155,7 @@ def _subtitle(picture: Picture) -> list[str]:
     if not chosen:
         return [first, "no plan passes: none chosen"]
     c = chosen[0]
-    return [first, f"chosen: point {c.index}, {percent(c.fp16_flop_share)} {picture.low}, "
+    return [first, f"chosen: point {c.index}, {percent(c.low_flop_share)} {picture.low}, "
                    f"{picture.statistic} {number(c.worst_error)}{'' if c.passed else ' (out of tolerance)'}"]
 
 
@@ -203,15 +203,15 @@ def _tolerance(frame: _Frame, tolerance: ToleranceLine) -> list[str]:
 def _front_line(frame: _Frame, front: Sequence[PlanPoint]) -> list[str]:
     if len(front) < 2:
         return []
-    path = " ".join(f"{frame.x(p.fp16_flop_share):.1f},{frame.y(p.worst_error):.1f}" for p in front)
+    path = " ".join(f"{frame.x(p.low_flop_share):.1f},{frame.y(p.worst_error):.1f}" for p in front)
     return [f'<polyline points="{path}" fill="none" stroke="{FRONT_COLOUR}" stroke-width="1.5"/>']
 
 
 def _point(frame: _Frame, p: PlanPoint, low: str) -> str:
-    tip = (f"point {p.index}: {percent(p.fp16_flop_share)} {low}, error {number(p.worst_error)}, "
+    tip = (f"point {p.index}: {percent(p.low_flop_share)} {low}, error {number(p.worst_error)}, "
            f"{'passes' if p.passed else 'fails'}, {len(p.pinned)} FP32 pin(s)")
     colour = PASSED_COLOUR if p.passed else FAILED_COLOUR
-    return (f'<g><title>{for_svg(tip)}</title><circle cx="{frame.x(p.fp16_flop_share):.1f}" '
+    return (f'<g><title>{for_svg(tip)}</title><circle cx="{frame.x(p.low_flop_share):.1f}" '
             f'cy="{frame.y(p.worst_error):.1f}" r="4" fill="{colour}"/></g>')
 
 
@@ -220,13 +220,13 @@ def _labels(frame: _Frame, front: Sequence[PlanPoint], points: Sequence[PlanPoin
     """The chosen plan's ring, and the number of the chosen point and of each point of the front
     (of every point, where there are few) beside it where it covers no other label."""
     marked = [p for p in points if p.index == chosen]
-    out = [f'<circle cx="{frame.x(p.fp16_flop_share):.1f}" cy="{frame.y(p.worst_error):.1f}" r="8" '
+    out = [f'<circle cx="{frame.x(p.low_flop_share):.1f}" cy="{frame.y(p.worst_error):.1f}" r="8" '
            f'fill="none" stroke="{CHOSEN_COLOUR}" stroke-width="2.5"/>' for p in marked]
     placed: list[tuple[float, float, float, float]] = []
     on_front = {p.index for p in front}
     numbered = points if len(points) <= ALL_LISTED else [p for p in points if p.index in on_front]
     for p in sorted(numbered, key=lambda p: (p.index != chosen, p.index not in on_front, p.index)):
-        box = _free_box(frame.x(p.fp16_flop_share), frame.y(p.worst_error), str(p.index), placed)
+        box = _free_box(frame.x(p.low_flop_share), frame.y(p.worst_error), str(p.index), placed)
         if box is not None:
             placed.append(box)
             mark = p.index == chosen

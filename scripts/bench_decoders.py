@@ -203,7 +203,7 @@ def child_convert(decoder: Decoder, steps: int) -> Conversion:
     tokens = next((line[len("tokens: "):] for line in lines if line.startswith("tokens: ")), "")
     phases = ", ".join(f"{p.name} {p.seconds:.1f}" for p in report.phases)
     verified = failing if isinstance(failing, int) else steps
-    return Conversion(verified, report.fp16_flop_share(), bound, seconds, _peak_mb(), report.status, tokens,
+    return Conversion(verified, report.low_flop_share(), bound, seconds, _peak_mb(), report.status, tokens,
                       phases)
 
 

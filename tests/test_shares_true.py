@@ -327,7 +327,7 @@ def test_a_quantized_models_points_picture_json_and_gate_count_the_summarys_shar
     assert report["fp16_share"]["flops_of"] == "the non-quantized estimated FLOPs"
     assert [p["fp16_flop_share"] for p in report["tradeoff"]["points"]] == [pytest.approx(0.96)]
     assert report["quantized"] == {"matmul0": "INT8", "matmul1": "INT8"}
-    assert from_json(report).fp16_flop_share() == pytest.approx(0.96)  # read back, the same share
+    assert from_json(report).low_flop_share() == pytest.approx(0.96)  # read back, the same share
     with open(tmp_path / "o.report.md", encoding="utf-8") as f:
         markdown = f.read()
     assert "| point | FP16 share of the non-quantized estimated FLOPs | worst error |" in markdown

@@ -109,10 +109,10 @@ def test_onnxruntime_cpu_kernels_bind_the_plan_only_where_the_target_runs_on_onn
     generic.target = GENERIC
     trt = ModelContext.of(_scatter_add())
     trt.target = TensorRTTarget(NEWEST)
-    assert generic.typing["scatter"].fp16_blocker == ("onnxruntime has no float16 ScatterND kernel with "
+    assert generic.typing["scatter"].low_blocker == ("onnxruntime has no float16 ScatterND kernel with "
                                                       "reduction 'add'")
     assert policy.resolve(generic, generic.all_low_plan()).fp32_nodes == ("scatter",)
-    assert trt.typing["scatter"].fp16_blocker is None
+    assert trt.typing["scatter"].low_blocker is None
     assert policy.resolve(trt, trt.all_low_plan()).fp32_nodes == ()
 
 

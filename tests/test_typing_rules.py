@@ -25,7 +25,7 @@ g (float[1,1,2,2] x, float[8] roi, float[4] scales) => (float[1,1,4,4] y) {
     assert t.convertible_inputs == (0, 1)  # data and roi (roi converts with the data it slices)
     assert t.convertible_outputs == (0,)
     assert 2 not in t.convertible_inputs + t.flexible_inputs  # scales: tensor(float) in the schema
-    assert t.fp16_blocker is None
+    assert t.low_blocker is None
 
 
 def test_layernorm_mean_and_invstddev_stay_fp32():
@@ -57,7 +57,7 @@ g (int64[2] a) => (int64[2] b) { b = Add(a, a) }""")["node_of_b"]
 def test_custom_domain_without_schema_is_blocked():
     t = typing_of("""<ir_version: 8, opset_import: ["": 17, "acme": 1]>
 g (float[2] x) => (float[2] y) { y = acme.Widget(x) }""")["node_of_y"]
-    assert t.fp16_blocker == "no schema for acme::Widget at opset 1"
+    assert t.low_blocker == "no schema for acme::Widget at opset 1"
 
 
 def test_contrib_schema_from_onnxruntime():
@@ -70,14 +70,14 @@ def test_scatternd_reduction_has_no_onnxruntime_fp16_kernel():
     text = """<ir_version: 8, opset_import: ["": 18]>
 g (float[4] x, int64[1,1] i, float[1] u) => (float[4] y) { y = ScatterND<REDUCTION>(x, i, u) }"""
     blocked = typing_of(text.replace("<REDUCTION>", '<reduction="add">'))["node_of_y"]
-    assert blocked.fp16_blocker == "onnxruntime has no float16 ScatterND kernel with reduction 'add'"
-    assert typing_of(text.replace("<REDUCTION>", ""))["node_of_y"].fp16_blocker is None
+    assert blocked.low_blocker == "onnxruntime has no float16 ScatterND kernel with reduction 'add'"
+    assert typing_of(text.replace("<REDUCTION>", ""))["node_of_y"].low_blocker is None
 
 
 def test_eyelike_blocked_by_probe_in_opset_22():
     t = typing_of("""<ir_version: 10, opset_import: ["": 22]>
 g (int32[3,3] x) => (float[3,3] y) { y = EyeLike<dtype=1>(x) }""", ir_version=10)["node_of_y"]
-    assert t.fp16_blocker is not None and "EyeLike in float16: onnxruntime cannot load it" in t.fp16_blocker
+    assert t.low_blocker is not None and "EyeLike in float16: onnxruntime cannot load it" in t.low_blocker
 
 
 def test_bitcast_and_constant_convert_nothing():
@@ -186,11 +186,11 @@ def test_node_signatures_are_probed_in_one_session_when_all_load(monkeypatch):
     typing = typing_of(MANY_OPS.replace("    e = EyeLike<dtype=1>(s)\n", "").replace(", float[3,3] e", ""),
                        10)
     assert helper_sessions.built() - before == 1
-    assert all(t.fp16_blocker is None for t in typing.values())
+    assert all(t.low_blocker is None for t in typing.values())
 
 
 def test_one_node_that_fails_in_fp16_is_still_found_among_many(monkeypatch):
     monkeypatch.setattr(kernels, "_PROBES", {})
     typing = typing_of(MANY_OPS, 10)
-    assert "EyeLike in float16: onnxruntime cannot load it" in typing["node_of_e"].fp16_blocker
-    assert [n for n, t in typing.items() if t.fp16_blocker] == ["node_of_e"]
+    assert "EyeLike in float16: onnxruntime cannot load it" in typing["node_of_e"].low_blocker
+    assert [n for n, t in typing.items() if t.low_blocker] == ["node_of_e"]

@@ -74,9 +74,9 @@ class BakedBuilder(SwitchBuilder):
             self.switched.difference_update(node.output)
             self.rounded_outputs.update((node.output[i], low.elem_type) for i in self._outputs(node))
             return
-        fp16 = onnx.NodeProto()
-        fp16.CopyFrom(node)
-        self._fp16_nodes(node, fp16, scopes, out, out, {}, {}, self.rounded_outputs)
+        low_copy = onnx.NodeProto()
+        low_copy.CopyFrom(node)
+        self._low_nodes(node, low_copy, scopes, out, out, {}, {}, self.rounded_outputs)
 
     def _always(self) -> str:
         """A constant true condition in the main graph (made once)."""

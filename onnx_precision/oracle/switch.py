@@ -149,7 +149,7 @@ class SwitchBuilder:
     def switchable(self, node: onnx.NodeProto) -> bool:
         """Whether the node's precision changes anything (then it has a switch, or is baked)."""
         t = self.typing.get(node.name)
-        if node.name in self.fixed or t is None or t.fp16_blocker is not None:
+        if node.name in self.fixed or t is None or t.low_blocker is not None:
             return False
         return bool(self._inputs(node) or self._outputs(node))
 
@@ -299,19 +299,19 @@ class SwitchBuilder:
         fp32, fp32_names = self._copies(run, "fp32")
         fp32_graph = self._branch_graph([copy for _, copy, _ in fp32], fp32_names, exposed, "fp32")
 
-        fp16, fp16_names = self._copies(run, "fp16")
-        fp16_nodes: list[onnx.NodeProto] = []
-        fp16_scopes = scopes + [{}]
+        low_copies, low_names = self._copies(run, "fp16")
+        low_nodes: list[onnx.NodeProto] = []
+        low_scopes = scopes + [{}]
         local: dict[str, str] = {}
         rounded: dict[str, int] = {}
-        for node, copy, _ in fp16:
-            self._fp16_nodes(node, copy, fp16_scopes, fp16_nodes, fp16_nodes, local, fp16_names, rounded)
-        fp16_graph = self._branch_graph(fp16_nodes, fp16_names, exposed, "fp16")
+        for node, copy, _ in low_copies:
+            self._low_nodes(node, copy, low_scopes, low_nodes, low_nodes, local, low_names, rounded)
+        low_graph = self._branch_graph(low_nodes, low_names, exposed, "fp16")
 
         uniform_names = {o: self.names.fresh(o + "__uniform") for o in exposed}
         uniform_if = helper.make_node("If", [on_in], [uniform_names[o] for o in exposed],
                                       name=self.names.fresh(f"{names}__uniform"),
-                                      then_branch=fp16_graph, else_branch=fp32_graph)
+                                      then_branch=low_graph, else_branch=fp32_graph)
         uniform_graph = self._branch_graph([uniform_if], uniform_names, exposed, "uniform")
 
         mixed, mixed_names = self._copies(run, "mixed")
@@ -350,18 +350,18 @@ class SwitchBuilder:
         """
         fp32, else_outs = self._branch_copy(node, "__fp32")
         else_graph = helper.make_graph([fp32], node.name + "__fp32", [], else_outs)
-        then_graph = self._fp16_graph(node, scopes, out)
+        then_graph = self._low_graph(node, scopes, out)
         self.switched.update(o for o in node.output if o)
         return helper.make_node("If", [switch], [o for o in node.output if o], name=node.name,
                                 then_branch=then_graph, else_branch=else_graph)
 
-    def _fp16_graph(self, node: onnx.NodeProto, scopes: Scopes, out: list[onnx.NodeProto],
+    def _low_graph(self, node: onnx.NodeProto, scopes: Scopes, out: list[onnx.NodeProto],
                     ) -> onnx.GraphProto:
         """The node as FP16 computes it: convertible inputs and outputs rounded."""
-        fp16, outs = self._branch_copy(node, "__fp16")
+        low_copy, outs = self._branch_copy(node, "__fp16")
         nodes: list[onnx.NodeProto] = []
-        self._fp16_nodes(node, fp16, scopes, out, nodes, {}, {}, {})
-        return helper.make_graph(nodes, fp16.name, [], outs)
+        self._low_nodes(node, low_copy, scopes, out, nodes, {}, {}, {})
+        return helper.make_graph(nodes, low_copy.name, [], outs)
 
     def _branch_copy(self, node: onnx.NodeProto, suffix: str,
                      ) -> tuple[onnx.NodeProto, list[onnx.ValueInfoProto]]:
@@ -377,10 +377,10 @@ class SwitchBuilder:
                 outs.append(self._value_info(copy.output[i], o))
         return copy, outs
 
-    def _fp16_nodes(self, node: onnx.NodeProto, fp16: onnx.NodeProto, scopes: Scopes,
+    def _low_nodes(self, node: onnx.NodeProto, low_copy: onnx.NodeProto, scopes: Scopes,
                     out: list[onnx.NodeProto], nodes: list[onnx.NodeProto], local: dict[str, str],
                     renamed: Mapping[str, str], rounded: dict[str, int]) -> None:
-        """Append ``fp16`` (a copy of ``node``, outputs already named) to ``nodes`` on rounded
+        """Append ``low_copy`` (a copy of ``node``, outputs already named) to ``nodes`` on rounded
         convertible inputs, its convertible outputs rounded into the names it had, all in the
         node's type (:meth:`low_for`).
 
@@ -407,22 +407,22 @@ class SwitchBuilder:
                 # under TensorRT): unknown, the node would be emulated as one op, unlike the
                 # model written (oracle/written.py spells it on the model's own names)
                 self._alias(local[key], src)
-            fp16.input[i] = local[key]
+            low_copy.input[i] = local[key]
         convertible = self._outputs(node)
         rounded.update((node.output[i], low.elem_type) for i in convertible)
         if node.op_type in _VALUE_PRESERVING and is_onnx_domain(node.domain):
-            nodes.append(fp16)
+            nodes.append(low_copy)
             return
         rounds: list[onnx.NodeProto] = []
         for i in convertible:
-            name = fp16.output[i]
+            name = low_copy.output[i]
             exact = self.names.fresh(name + "_exact")
-            fp16.output[i] = exact
+            low_copy.output[i] = exact
             rounds.extend(round_nodes(exact, name, self.names, low, self.wide(node.output[i])))
         # spelled under the node's own name, by which the target knows it (a sum proven in range), and
         # the copy's name given back
-        copy_name, fp16.name = fp16.name, node.name
-        spelled = self.layers.spell(fp16, low)
+        copy_name, low_copy.name = low_copy.name, node.name
+        spelled = self.layers.spell(low_copy, low)
         for step in spelled:
             step.name = copy_name if step.name == node.name else step.name
         nodes.extend(spelled + rounds)
@@ -436,7 +436,7 @@ class SwitchBuilder:
         copy, _ = self._branch_copy(dq, f"__{low.precision}")
         copy.input[0] = renamed.get(dq.input[0], dq.input[0])
         rounded = copy.output[0]
-        self._fp16_nodes(dq, copy, scopes, out, nodes, {}, renamed, {})  # renames the copy's output
+        self._low_nodes(dq, copy, scopes, out, nodes, {}, renamed, {})  # renames the copy's output
         return rounded
 
     def _form(self, node: onnx.NodeProto, outputs: Sequence[str]) -> onnx.NodeProto:

@@ -23,8 +23,8 @@ from .layer_norm import (
 from .pins import (
                    FLUSH_SHARE,
                    flagged,
-                   fp16_holders,
                    headroom_pins,
+                   low_holders,
                    range_flags,
                    rule_pins,
                    target_reasons,
@@ -37,7 +37,7 @@ from .shape_headroom import SizeBound, accumulation_pins, largest, shape_headroo
 
 __all__ = ["DecomposedLayerNorm", "always_fp32", "decomposed_layer_norms", "fused_names", "layer_norm_pins",
            "tied", "written_forms", "layer_norm_prescales", "rewrite_reasons", "rewritten", "sum_rewrites",
-           "FLUSH_SHARE", "fp16_holders", "flagged", "headroom_pins", "range_flags", "rule_pins",
+           "FLUSH_SHARE", "low_holders", "flagged", "headroom_pins", "range_flags", "rule_pins",
            "target_reasons", "underflow_headroom", "unmeasured_static_plan", "with_flags", "NodeBlockers",
            "blockers", "forced_fp32", "held_in", "node_blockers", "resolve", "resolve_plan", "largest",
            "shape_headroom_pins", "SizeBound", "accumulation_pins", "size_bounds", "decoder_pins",

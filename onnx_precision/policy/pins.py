@@ -34,18 +34,18 @@ MEASURED = ("search", "range", "rule", "headroom")
 Flags = dict[str, list[Reason]]  # node -> reasons, in the order found
 
 
-def fp16_holders(ctx: ModelContext) -> Mapping[str, tuple[str, ...]]:
-    """Tensor -> the nodes that would hold it in FP16 when FP16 (its producer and consumers), in
-    node order; computed once per context."""
-    return ctx.memo(_fp16_holders)
+def low_holders(ctx: ModelContext) -> Mapping[str, tuple[str, ...]]:
+    """Tensor -> the nodes that would hold it in their 16-bit type when 16-bit (its producer and
+    consumers), in node order; computed once per context."""
+    return ctx.memo(_low_holders)
 
 
-def _fp16_holders(ctx: ModelContext) -> dict[str, tuple[str, ...]]:
+def _low_holders(ctx: ModelContext) -> dict[str, tuple[str, ...]]:
     holders: dict[str, list[str]] = {}
     for ref in ctx.nodes:
         node, t = ref.node, ctx.typing[ref.name]
-        fp16 = [node.input[i] for i in t.convertible_inputs] + [node.output[i] for i in t.convertible_outputs]
-        for tensor in dict.fromkeys(fp16):
+        low = [node.input[i] for i in t.convertible_inputs] + [node.output[i] for i in t.convertible_outputs]
+        for tensor in dict.fromkeys(low):
             holders.setdefault(tensor, []).append(ref.name)
     return {k: tuple(v) for k, v in holders.items()}
 
@@ -59,7 +59,7 @@ def headroom_pins(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping, headro
     pins: dict[str, Reason] = {}
     if headroom == 0:
         return pins
-    for tensor, holders in fp16_holders(ctx).items():
+    for tensor, holders in low_holders(ctx).items():
         s = stats.get(tensor)
         if s is None or not np.isfinite(s.max_abs) or s.max_abs <= ctx.target.low.max / headroom:
             continue
@@ -128,7 +128,7 @@ def range_flags(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping) -> Flags
     """FP16 nodes holding a tensor that flushes to zero (:data:`FLUSH_SHARE` of its nonzero values)
     or passes the type's maximum on the samples."""
     flags: Flags = {}
-    for tensor, holders in fp16_holders(ctx).items():
+    for tensor, holders in low_holders(ctx).items():
         s = stats.get(tensor)
         if s is None:
             continue

@@ -58,8 +58,8 @@ def node_blockers(ctx: ModelContext, low: LowPrecision | None = None) -> NodeBlo
         if node.name in qlinear:  # the same: a group whose QLinear* fusion fails to load in 16 bits
             forced[node.name] = Reason("type", qlinear[node.name].fusion_reason(low.name))
             continue
-        if t.fp16_blocker:
-            forced[node.name] = Reason("type", t.fp16_blocker)
+        if t.low_blocker:
+            forced[node.name] = Reason("type", t.low_blocker)
             continue
         if quantized.is_qdq(node) and node.op_type == quantized.DEQUANTIZE and 0 not in t.convertible_outputs:
             # computes in float32 whatever the plan says; planned 16-bit, the shares would count it so
@@ -141,7 +141,7 @@ def _non_tensor_conflicts(
     if not edges:
         return out
     low = {n: plan.precision(n) for n in plan.decisions
-           if plan.is_low(n) and n in typing and not typing[n].fp16_blocker}
+           if plan.is_low(n) and n in typing and not typing[n].low_blocker}
     changed = True
     while changed:
         changed = False
@@ -250,7 +250,7 @@ def _dequantize_copies(ctx: ModelContext) -> frozenset[str]:
         t = typing[node.name]
         held = node.name in forced and node.name not in fused  # a scale FP16 cannot hold, ...
         readers = ctx.index.consumers.get(node.output[0], ())
-        if not (t.fp16_blocker or 0 not in t.convertible_outputs or held or node.output[0] in outputs
+        if not (t.low_blocker or 0 not in t.convertible_outputs or held or node.output[0] in outputs
                 or len(readers) < 2 or any(r.graph_path for r in readers)):
             candidates[node.name] = tuple(r.name for r in readers)
     # FP32 in every plan: the blocked nodes, and each group with such a member (not a candidate: a
@@ -290,7 +290,7 @@ def _split_groups(plan: PrecisionPlan, ctx: ModelContext, groups: tuple[QuantGro
 
     def fixed_fp32(member: str) -> bool:
         t = typing[member]
-        return bool(t.fp16_blocker) or (member in dequantize and 0 not in t.convertible_outputs)
+        return bool(t.low_blocker) or (member in dequantize and 0 not in t.convertible_outputs)
 
     out: dict[str, Reason] = {}
     changed = True

@@ -24,7 +24,7 @@ from ..graph import attr, onnx_opset
 from ..plan import PrecisionPlan, Reason
 from ..typing_rules import tensor_types_at
 from .accumulation_fix import sum_rewrites
-from .pins import fp16_holders
+from .pins import low_holders
 
 # How an op's output grows with the length it sums over (a factor of the lengths' ratio).
 GROWTH = {"ReduceSum": 1.0, "ReduceSumSquare": 1.0, "ReduceL1": 1.0, "ReduceL2": 0.5, "CumSum": 1.0,
@@ -45,7 +45,7 @@ def shape_headroom_pins(ctx: ModelContext, plan: PrecisionPlan, stats: Mapping, 
     limit = low.max / headroom
     at_samples = _facts_at(ctx, sample_shapes)
     at_max = _facts_at(ctx, {**sample_shapes, **max_shapes})
-    holders = fp16_holders(ctx)
+    holders = low_holders(ctx)
     for ref in ctx.nodes:
         node = ref.node
         growth = GROWTH.get(node.op_type)

@@ -43,9 +43,11 @@ def to_json(report: RunReport) -> dict:
             "warnings": list(report.warnings),
             "tolerance": None if report.tolerance is None else report.tolerance.to_json(),
             "headroom": report.headroom,
+            # "fp16_share": the key saved reports hold, named before BF16; its shares are of every 16-bit
+            # type (low_node_share, low_flop_share)
             "fp16_share": None if report.output is None or report.nothing_to_convert else {
-                "nodes": report.fp16_node_share(),
-                "flops": report.fp16_flop_share(),
+                "nodes": report.low_node_share(),
+                "flops": report.low_flop_share(),
                 "flops_of": report.shares.of[len("of "):],  # "estimated FLOPs", or the non-quantized ones
                 # every 16-bit node (FP16 and BF16); fp16_nodes: the FP16 ones (it counted BF16 too)
                 "16bit_nodes": len(report.low_nodes()),

@@ -42,7 +42,7 @@ def _share_text(report: RunReport) -> str:
     unknown = report.shares.unknown_note(report.plan)  # how much of the compute the share could not weigh
     flops = f"{report.shares.of}{both}" + "".join(f"; {part}" for part in (quantized, unknown) if part)
     return (f"{len(report.low_nodes())}/{len(report.counted_nodes())} {report.nodes_of} "
-            f"({percent(report.fp16_node_share())}), {percent(report.fp16_flop_share())} {flops}")
+            f"({percent(report.low_node_share())}), {percent(report.low_flop_share())} {flops}")
 
 
 _COMPARISON_TITLES = {

@@ -131,7 +131,7 @@ class RunReport(PhaseTotals):
         """What its node counts are of, as the summary says it ("2/2 non-quantized nodes")."""
         return "non-quantized nodes" if self.quantized else "nodes"
 
-    def fp16_node_share(self) -> float:
+    def low_node_share(self) -> float:
         """The 16-bit share of :meth:`counted_nodes`."""
         total = len(self.counted_nodes())
         return len(self.low_nodes()) / total if total else 0.0
@@ -141,7 +141,7 @@ class RunReport(PhaseTotals):
         """What its shares of compute count: the estimated FLOPs, but quantized compute's."""
         return FlopShares(self.node_flops, self.quantized, self.counted_as)
 
-    def fp16_flop_share(self) -> float:
+    def low_flop_share(self) -> float:
         """The 16-bit (FP16 and BF16) share of estimated FLOPs (of the non-quantized ones in a quantized
         model)."""
         return self.shares.low(self.plan)

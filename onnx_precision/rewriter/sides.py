@@ -46,7 +46,7 @@ class Sides:
             return None
         low = low_of(decision.precision)
         typing = self.ctx.typing_in(low).get(name)
-        return low if typing is not None and not typing.fp16_blocker else None
+        return low if typing is not None and not typing.low_blocker else None
 
     def converts_to(self, node: onnx.NodeProto) -> int | None:
         low = self.low_type(node.name)

@@ -162,7 +162,7 @@ def run_search(prober: Prober, session: Counted, clock: Clock, space: SearchSpac
                               dict(prober.last_errors))
             points.append(point)
             if passed:
-                best = point.fp16_flop_share if best is None else max(best, point.fp16_flop_share)
+                best = point.low_flop_share if best is None else max(best, point.low_flop_share)
             if progress is not None:
                 progress("search", search.probes_run, search.remaining, best)
             if deadline is not None and time.perf_counter() > deadline:

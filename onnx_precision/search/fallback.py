@@ -101,7 +101,7 @@ def fallback_candidates(ctx: ModelContext, plan: PrecisionPlan, low: LowPrecisio
     past = headroom_pins(ctx, trial, stats, headroom or 1.0)
     out, untried = [], {}
     for name in numerical:
-        blocker = typing[name].fp16_blocker
+        blocker = typing[name].low_blocker
         if blocker:
             untried[name] = blocker
         elif name in own:  # a constant (its detail names the type)

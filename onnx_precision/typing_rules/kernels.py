@@ -44,7 +44,7 @@ def node_typing(node: onnx.NodeProto, opsets: Mapping[str, int],
     schema typing, ``probe``: its rank probe, when the caller has them already; ``onnxruntime``:
     whether onnxruntime's CPU kernels bind it)."""
     typing = schema_typing(node, opsets, types, low) if typing is None else typing
-    if typing.fp16_blocker is not None:
+    if typing.low_blocker is not None:
         return typing
     blocker = ort_blocker(node, typing, types, model, probe, onnxruntime, low)
     if blocker is not None:
@@ -288,7 +288,7 @@ def _probe_together(
         node, typing = ref.node, typings[ref.name]
         if has_subgraphs(node):
             continue
-        if typing.fp16_blocker or not (
+        if typing.low_blocker or not (
             typing.convertible_inputs or typing.convertible_outputs or typing.flexible_inputs
         ):
             continue

@@ -19,7 +19,7 @@ class NodeTyping:
 
     convertible_inputs: tuple[int, ...]  # become float16 (a Cast is inserted if the tensor is wide)
     convertible_outputs: tuple[int, ...]  # become float16
-    fp16_blocker: str | None  # why the node cannot be FP16 at all (None: it can)
+    low_blocker: str | None  # why the node cannot be 16-bit at all (None: it can)
     flexible_inputs: tuple[int, ...] = ()  # taken in whatever precision the tensor has (no Cast)
 
     @property
