@@ -188,6 +188,9 @@ def anonymous_bytes(pid: int | str = "self") -> int:
     return _fields(f"/proc/{pid}/status").get("RssAnon", 0) * 1024
 
 
+SAID_FROM = 1 / 16  # of its budget: a model this large has its run's memory figures in the summary
+
+
 @dataclass(frozen=True)
 class RunMemory:
     """What a run had and used: ``budget`` (given, else what was available when it started), ``held``
@@ -214,6 +217,12 @@ class RunMemory:
     def over(self) -> bool:
         """Whether the run held more than its budget."""
         return self.held > self.budget
+
+    def worth_saying(self, budget_given: bool) -> bool:
+        """Whether the summary states these figures: where memory was a question (a budget given, a run
+        over it, or a model of at least :data:`SAID_FROM` of its budget); a model of a few MB run in
+        gigabytes has nothing to say of it."""
+        return budget_given or self.over or self.model >= self.budget * SAID_FROM
 
 
 class Watch:

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 import onnx
@@ -206,7 +207,7 @@ def _held_over(path: str, out: str) -> float:
 
     ctypes.CDLL("libc.so.6").malloc_trim(0)  # what an earlier run freed, returned: not counted before
     before = memory.anonymous_bytes()
-    assert main(["convert", path, "-o", out, "-q"]) == 0
+    assert main(["convert", path, "-o", out, "-q", "--memory-budget", "20G"]) == 0  # the figures said
     notes = json.loads(open(out.removesuffix(".onnx") + ".report.json").read())["notes"]
     note = next(n for n in notes if n.startswith("memory: "))
     return float(note.split("held at most ")[1].split(" GB")[0]) * 1e9 - before
@@ -234,3 +235,18 @@ def test_a_default_load_child_gets_the_run_s_budget_less_what_the_run_holds(monk
     assert default_load.child_budget(None) == 10_000_000_000  # MemAvailable counts this process already
     assert default_load.child_budget(20_000_000_000) == 10_000_000_000  # never more than is available
     assert default_load.child_budget(1_000_000_000) == 1  # the run holds it all: the child stops at once
+
+
+def test_the_summary_states_the_memory_figures_only_where_memory_was_a_question(tmp_path, capsys):
+    from onnx_precision.cli import main
+
+    path, out = _matmul(tmp_path, 16), str(tmp_path / "o.onnx")
+    assert main(["convert", path, "-o", out]) == 0  # a model of a few KB run in gigabytes
+    assert not any(line.startswith("note: memory: ") for line in capsys.readouterr().out.splitlines())
+    assert main(["convert", path, "-o", out, "--memory-budget", "2G"]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("note: memory: budget 2.00 GB, ") for line in said)
+    small = memory.RunMemory(budget=16 << 30, held=1 << 20, resident=2 << 20, children=0, model=(1 << 30) - 1)
+    assert not small.worth_saying(False)
+    assert replace(small, model=1 << 30).worth_saying(False)  # 1/16 of the budget
+    assert replace(small, held=17 << 30).worth_saying(False)  # over it

@@ -299,16 +299,20 @@ def _conversion(load: Load, options: ConvertOptions, destination: Destination, p
                      "(a bug: please report it%s)", destination.output_path,
                      f" with {options.output.report_json}" if options.output.report_json else "")
     warnings += destination.unchecked_load(result, verification)
-    auto_result = replace(auto_result, notes=auto_result.notes + (_memory_note(ctx, watch),))
+    said = _memory_note(ctx, watch, options.judging.memory_budget is not None)
+    auto_result = replace(auto_result, notes=auto_result.notes + ((said,) if said else ()))
     outcome = _outcome(auto_result, result.plan, options, verification, tuple(warnings),
                        helper_sessions.built() - helpers_before, destination.output_path, ctx.target)
     return Conversion(ctx, result, outcome.warnings, auto_result, verification, _report(ctx, outcome))
 
 
-def _memory_note(ctx: ModelContext, watch: memory.Watch) -> str:
-    """What the run held, against its budget: the weights are mapped from their files, never held, so
-    what it holds is activations and what a node computes from a weight (its 16-bit rounding)."""
+def _memory_note(ctx: ModelContext, watch: memory.Watch, budget_given: bool) -> str:
+    """What the run held, against its budget, where that is worth saying (:meth:`..memory.RunMemory.
+    worth_saying`; else ""): the weights are mapped from their files, never held, so what it holds is
+    activations and what a node computes from a weight (its 16-bit rounding)."""
     figures = watch.figures(memory.files_bytes([ctx.path, *storage.external_files(ctx.model, ctx.base_dir)]))
+    if not figures.worth_saying(budget_given):
+        return ""
     over = ", over its budget" if figures.over else ""
     return f"memory: {figures.text}{over}"
 
