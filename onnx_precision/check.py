@@ -398,7 +398,7 @@ def _reference_failure(failure: ReferenceFailure, reference: ModelContext, candi
                        feeds: Sequence[Mapping[str, np.ndarray]]) -> ReferenceFailure:
     """``failure`` (onnx.reference cannot run the candidate) with whether it runs the FP32 model on the first
     sample: where it cannot either, the failure is onnx.reference's alone, not the candidate's."""
-    from .oracle.runs import run_reference
+    from .oracle.whole_runs import run_reference
 
     try:
         run_reference(reference, feeds)

@@ -4,6 +4,6 @@ examples: a tolerance handed to convert, convert_model and check), so callers' c
 
 from __future__ import annotations
 
-from .judge.tolerance import Tolerance, ToleranceError
+from .judge.settings import Tolerance, ToleranceError
 
 __all__ = ["Tolerance", "ToleranceError"]

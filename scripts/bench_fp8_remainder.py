@@ -70,7 +70,7 @@ from test_fp8_remainder import quantized, samples, vit_block  # noqa: E402
 
 from onnx_precision.cli import main as cli  # noqa: E402
 from onnx_precision.judge import Tolerance, compare_array  # noqa: E402
-from onnx_precision.oracle.runs import run_emulated_file  # noqa: E402
+from onnx_precision.oracle.whole_runs import run_emulated_file  # noqa: E402
 
 # (label, options of convert --mode all-fp16)
 PLANS = [

@@ -63,7 +63,7 @@ BOUNDS = {"all-fp16": 0.5, "auto": 1.3}  # what a conversion may hold, as a shar
 
 # (module, constant): the package's byte thresholds that stand for protobuf's 2 GB or for memory
 SCALED = (("onnx_precision.storage.saving", "PROTO_LIMIT"),
-          ("onnx_precision.oracle.switch", "PROTO_LIMIT"),
+          ("onnx_precision.oracle.switch_builder", "PROTO_LIMIT"),
           ("onnx_precision.convert.verification", "OVERLAPPED_LOAD_BYTES"),
           ("onnx_precision.oracle.emulator", "MIN_CAPTURE_BYTES"),
           ("onnx_precision.storage.external_data", "CHUNK_BYTES"))

@@ -11,7 +11,7 @@ prints, as the best of ``--repeat`` runs (the least disturbed by other processes
   * one reference run fetching every intermediate and reducing it to TensorStats,
   * the time to build each session, sessions built, probes run, and peak RSS.
 Target (issue 4): a probe costs at most 2x one plain FP32 run. ``--group-size`` overrides
-oracle.switch.GROUP_SIZE (1: one If per node, no groups) to compare group sizes.
+oracle.switch_builder.GROUP_SIZE (1: one If per node, no groups) to compare group sizes.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from models import transformer  # noqa: E402
 from onnx_precision.context import ModelContext  # noqa: E402
 from onnx_precision.graph import name_nodes, walk_nodes  # noqa: E402
 from onnx_precision.oracle import EmulationSession, reference_stats  # noqa: E402
-from onnx_precision.oracle.switch import GROUP_SIZE  # noqa: E402
+from onnx_precision.oracle.switch_builder import GROUP_SIZE  # noqa: E402
 from onnx_precision.plan import Precision, Reason, uniform_plan  # noqa: E402
 
 

@@ -438,9 +438,9 @@ def _fake_gpu(monkeypatch, providers):
     """CUDA "available", its sessions made on the CPU provider; ``providers`` records the requests."""
     import onnxruntime as ort
 
-    from onnx_precision.oracle import runners, runs
+    from onnx_precision.oracle import runners, whole_runs
 
-    real = runs.native_executor
+    real = whole_runs.native_executor
 
     def executor(ctx, provider):
         providers.append(provider)
@@ -448,7 +448,7 @@ def _fake_gpu(monkeypatch, providers):
 
     monkeypatch.setattr(ort, "get_available_providers",
                         lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
-    monkeypatch.setattr(runs, "native_executor", executor)
+    monkeypatch.setattr(whole_runs, "native_executor", executor)
     monkeypatch.setattr(runners, "native_executor", executor)
 
 

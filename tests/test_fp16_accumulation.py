@@ -318,7 +318,7 @@ def test_sums_the_samples_prove_in_range_drop_their_check_in_the_search_and_the_
 @pytest.mark.parametrize("in_memory", [False, True])
 def test_the_written_model_is_verified_with_the_sums_proven_in_the_search(tmp_path, monkeypatch, in_memory):
     from onnx_precision.convert import ConvertOptions, convert_model
-    from onnx_precision.oracle import runs
+    from onnx_precision.oracle import whole_runs
     model, _, feeds = _proven_case()
     spelled = []
 
@@ -326,7 +326,7 @@ def test_the_written_model_is_verified_with_the_sums_proven_in_the_search(tmp_pa
         spelled.append((target, kwargs.get("measured")))
         return emulate_model(written, base_dir, target, **kwargs)
 
-    monkeypatch.setattr(runs, "emulate_model", emulate)
+    monkeypatch.setattr(whole_runs, "emulate_model", emulate)
     if in_memory:
         assert convert_model(model, feeds, ConvertOptions(target=WebGpuTarget())).passed
     else:

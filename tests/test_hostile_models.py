@@ -154,7 +154,7 @@ def test_the_rewriter_failing_the_full_check_is_an_internal_error(tmp_path, monk
 
 
 def test_only_the_derived_graph_failing_in_onnxruntime_is_an_internal_error(tmp_path, monkeypatch, capsys):
-    from onnx_precision.oracle import emulation as session_module
+    from onnx_precision.oracle import emulation_session as session_module
 
     real = session_module.make_session
 

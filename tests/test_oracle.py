@@ -202,14 +202,14 @@ def test_groups_of_nodes_give_the_bits_of_one_if_per_node(monkeypatch):
     """Runs of consecutive nodes share one If per uniform plan (all FP16 / all FP32) and fall back
     to one If per node when mixed: every output and intermediate keeps the bits of per-node Ifs."""
     from models import transformer
-    from onnx_precision.oracle import switch
+    from onnx_precision.oracle import switch_builder
     ex = transformer(layers=1, d_model=16, heads=2, seq=4, ff=32)
     model = ex.model
     name_nodes(model)
     nodes = [r.name for r in walk_nodes(model.graph)]
     grouped = EmulationSession(ModelContext.of(model))
-    size = switch.GROUP_SIZE
-    monkeypatch.setattr(switch, "GROUP_SIZE", 1)
+    size = switch_builder.GROUP_SIZE
+    monkeypatch.setattr(switch_builder, "GROUP_SIZE", 1)
     single = EmulationSession(ModelContext.of(model))
     groups = grouped.switch_model.groups
     assert single.switch_model.groups == () and len(groups) >= 2
@@ -237,7 +237,7 @@ def test_groups_of_nodes_give_the_bits_of_one_if_per_node(monkeypatch):
 def test_external_data_models_and_weights_rounded_at_run_time(tmp_path, monkeypatch):
     from models import transformer
     from onnx_precision.context import load_model
-    from onnx_precision.oracle import switch
+    from onnx_precision.oracle import switch_builder
     ex = transformer(layers=1, d_model=16, heads=2, seq=4, ff=32)
     path = str(tmp_path / "t.onnx")
     external = onnx.ModelProto()
@@ -248,8 +248,8 @@ def test_external_data_models_and_weights_rounded_at_run_time(tmp_path, monkeypa
     want_fp32 = run_fp32(loaded, ex.feeds).outputs[0]["y"]
     written = rewrite(ModelContext.of(ex.model), plan_of(ex.model), fuse_layer_norms=False).model
     want_fp16 = run_emulated(ModelContext.of(written), ex.feeds).outputs[0]["y"]
-    for limit in (switch.PROTO_LIMIT, 0):  # 0: no room for precomputed rounded weights
-        monkeypatch.setattr(switch, "PROTO_LIMIT", limit)
+    for limit in (switch_builder.PROTO_LIMIT, 0):  # 0: no room for precomputed rounded weights
+        monkeypatch.setattr(switch_builder, "PROTO_LIMIT", limit)
         session = EmulationSession(loaded, capture_intermediates=False)
         rounded_inits = [i.name for i in session.switch_model.model.graph.initializer
                          if i.name.endswith("__rounded")]

@@ -258,7 +258,7 @@ def positive_int(text: str) -> int:
 
 def _setting(name: str) -> Callable[[str], float]:
     """An argparse type for Tolerance setting ``name``: a number within its bounds
-    (:data:`~onnx_precision.judge.tolerance.BOUNDS`, which Tolerance checks too)."""
+    (:data:`~onnx_precision.judge.settings.BOUNDS`, which Tolerance checks too)."""
     def parse(text: str) -> float:
         try:
             value = float(text)

@@ -17,8 +17,9 @@ import numpy as np
 
 from ..context import ModelContext, load_model, read_written
 from ..judge import Comparison, Tolerance, compare_outputs
-from ..oracle.emulation import EMULATE
-from ..oracle.runs import (
+from ..oracle.emulation_session import EMULATE
+from ..oracle.sessions import handed, make_session, run_session
+from ..oracle.whole_runs import (
     NATIVE_PROVIDERS,
     REFERENCE,
     Executor,
@@ -26,7 +27,6 @@ from ..oracle.runs import (
     native_oracle,
     reference_executor,
 )
-from ..oracle.sessions import handed, make_session, run_session
 from ..oracle.written import emulate_model
 from ..plan import PrecisionPlan
 from ..target import Measured, Target
@@ -75,7 +75,7 @@ def model_runner(model: str | ModelContext, oracle: OracleName, custom_op_librar
 def _emulated(model: str | ModelContext, custom_op_libraries: tuple[str, ...], target: Target,
               measured: Measured) -> ModelRunner:
     """The emulated model's session, built once (a file read for it alone, as
-    :func:`onnx_precision.oracle.runs.run_emulated_file` reads one)."""
+    :func:`onnx_precision.oracle.whole_runs.run_emulated_file` reads one)."""
     if isinstance(model, ModelContext):
         base_dir = model.base_dir
         given = handed(emulate_model(model.model, base_dir, target, measured=measured), base_dir,

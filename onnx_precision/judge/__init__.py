@@ -1,6 +1,6 @@
 """Judging one output against the FP32 reference: everything that decides whether a candidate passes.
 
-* :mod:`.tolerance`: the settings, one frozen value (:class:`Tolerance`);
+* :mod:`.settings`: the settings, one frozen value (:class:`Tolerance`);
 * :mod:`.statistics`: the error statistics a tolerance can name, one row each (add one there);
 * :mod:`.compare`: every statistic of an output in one pass, and the comparison of samples;
 * :mod:`.acceptance`: whether an output's metrics pass under the tolerance, and how near they came;
@@ -22,9 +22,9 @@ from .compare import (
     not_run,
 )
 from .metrics import Comparison, OutputMetrics
+from .settings import SLICE_MIN_ELEMENTS, Tolerance, ToleranceError, bound_problem
 from .statistics import ERROR_STATS, STATISTICS, ErrorStatistic, statistic
 from .statistics import help_text as statistics_help
-from .tolerance import SLICE_MIN_ELEMENTS, Tolerance, ToleranceError, bound_problem
 
 __all__ = [
     "ERROR_STATS", "SLICE_MIN_ELEMENTS", "STATISTICS", "Comparison", "ErrorStatistic", "OutputMetrics",

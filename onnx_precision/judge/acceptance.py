@@ -103,8 +103,8 @@ from dataclasses import replace
 
 from ..format import number
 from .metrics import Comparison, OutputMetrics, Pool
+from .settings import Tolerance, clauses
 from .statistics import Check, Term, room_share, statistic
-from .tolerance import Tolerance, clauses
 
 # A pass with less than this share of its bound left says so: another input can tip it.
 THIN = 0.1

@@ -25,8 +25,8 @@ import numpy as np
 from . import task_checks
 from .acceptance import judged, pooled
 from .metrics import Comparison, OutputMetrics
+from .settings import SLICE_MIN_ELEMENTS, Tolerance
 from .task_checks import TaskResult
-from .tolerance import SLICE_MIN_ELEMENTS, Tolerance
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:

@@ -2,7 +2,7 @@
 :data:`STATISTICS`.
 
 A row says everything the rest of the package asks of a statistic: its name, the phrase ``--help``
-gives it, the tolerance settings it applies (reports list those, :func:`.tolerance.applied`), its clause
+gives it, the tolerance settings it applies (reports list those, :func:`.settings.applied`), its clause
 in the words reports use, how it is measured on one output's metrics (:class:`Check`: the bound, whether
 it holds, the failure and the room in words; :mod:`.acceptance` judges from them), whether every
 element within ``atol`` passes an output anyway, and the headline a trade-off point plots.
@@ -10,7 +10,7 @@ element within ``atol`` passes an output anyway, and the headline a trade-off po
 Add a statistic: write its checks (a function of the metrics and the tolerance, as
 :func:`_rms_checks`; a statistic of ``|err|`` bounded like the max is one :func:`_abs_err` call)
 and add its row. Its default bounds are the tolerance's settings it reads
-(:class:`.tolerance.Tolerance`); the metrics it reads are computed in one pass by
+(:class:`.settings.Tolerance`); the metrics it reads are computed in one pass by
 :func:`.compare.compare_array`.
 """
 
@@ -30,7 +30,7 @@ COSINE_SLACK = 4 * 2.0**-24
 
 
 class Settings(Protocol):
-    """The tolerance settings statistics read (:class:`.tolerance.Tolerance` has them; this module
+    """The tolerance settings statistics read (:class:`.settings.Tolerance` has them; this module
     sits below it, which validates its ``error_stat`` against :data:`STATISTICS`)."""
 
     @property

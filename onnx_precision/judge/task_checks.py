@@ -3,7 +3,7 @@ agreement) and maps that are thresholded downstream (IoU of the thresholded map)
 
 A statistic says how far FP16 moved the numbers; these say whether the decision the application
 takes from them changed. They are reported beside the statistics and gate the output when asked
-for (:class:`.tolerance.Tolerance` ``top_k`` / ``threshold``).
+for (:class:`.settings.Tolerance` ``top_k`` / ``threshold``).
 """
 
 from __future__ import annotations

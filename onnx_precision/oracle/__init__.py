@@ -3,13 +3,15 @@
 - :mod:`.runners`: :class:`PlanRunner`, what the search probes through; the native and reference runners.
 - :mod:`.emulator`: :class:`Emulator`, the emulation's runner: a baked session per plan until a
   search needs the switch graph.
-- :mod:`.emulation`: :class:`EmulationSession`, one session of the switch graph or of a baked plan.
+- :mod:`.emulation_session`: :class:`EmulationSession`, one session of the switch graph or of a baked plan.
 - :mod:`.rounding`: the Cast pairs every emulation is made of.
-- :mod:`.switch`, :mod:`.switch_graph`, :mod:`.baked`, :mod:`.twin`: the graphs those sessions run.
+- :mod:`.switch_builder` (the builder of emulation graphs), :mod:`.switch_graph` (the switch graph as a
+  value), :mod:`.baked`, :mod:`.twin`: the graphs those sessions run.
 - :mod:`.written`: the emulation of a written FP16/mixed model.
 - :mod:`.inspection`: FP32 ranges per tensor (:mod:`.ranges`) and FP16 error per node
   (:mod:`.layerwise_error`), an emulating runner's capability.
-- :mod:`.runs`: whole-model runs (FP32, emulated, native, reference).
+- :mod:`.whole_runs`: whole-model runs (FP32, emulated, native, reference), where :mod:`.runners` runs
+  plans for the search.
 - :mod:`.verify`: oracles by name (:data:`ORACLES`), and verifying a written model.
 - :mod:`.sessions`, :mod:`.weights`: onnxruntime sessions as the oracle builds them.
 - :mod:`.blame`: an onnxruntime failure told apart as the user's model, the user's data, or a bug.
@@ -20,14 +22,18 @@ from __future__ import annotations
 
 from .blame import blame, is_ort_error
 from .default_load import DefaultLoad, default_load_problem
-from .emulation import EMULATE, EmulationSession, as_fp32
+from .emulation_session import EMULATE, EmulationSession, as_fp32
 from .emulator import Emulator
 from .inspection import Inspection, Inspector, NodeStats, inspect_plan, layerwise, reference_stats
 from .layerwise_error import LayerwiseResult, NodeError
 from .ranges import ReferenceResult, TensorStats, first_nonfinite_output, tensor_stats
 from .rounding import round_fp16
 from .runners import PlanRunner, WrittenPlanRunner, native_runner, plan_runner, reference_runner
-from .runs import (
+from .sessions import Feed, make_session, ort_message, session_options
+from .switch_builder import EmulationSource, build_switch_model
+from .switch_graph import SwitchGroup, SwitchModel
+from .verify import ORACLES, require_oracle, run_candidate, validate_written, verify_output, verify_written
+from .whole_runs import (
                       NATIVE_PROVIDERS,
                       REFERENCE,
                       OracleRun,
@@ -37,10 +43,6 @@ from .runs import (
                       run_native,
                       run_reference,
 )
-from .sessions import Feed, make_session, ort_message, session_options
-from .switch import EmulationSource, build_switch_model
-from .switch_graph import SwitchGroup, SwitchModel
-from .verify import ORACLES, require_oracle, run_candidate, validate_written, verify_output, verify_written
 from .written import emulate_model
 
 __all__ = [

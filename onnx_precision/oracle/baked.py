@@ -1,6 +1,6 @@
 """Baked emulation graphs: ONE plan's rounding in place, no switch.
 
-The switch graph (:mod:`.switch`) runs any plan, at the price of an If around every node (its
+The switch graph (:mod:`.switch_builder`) runs any plan, at the price of an If around every node (its
 session builds 20x slower than the model's on a 26 000-node graph). A graph baked for one plan
 holds the same Casts on the same values as the branches that plan takes in the switch graph, so
 its outputs are bit-identical, and its session builds about as fast as the model's. A tensor that
@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ..float_types import LowPrecision
 from ..graph import subgraphs
 from .rounding import round_nodes
-from .switch import EmulationSource, Scopes, SwitchBuilder, assemble
+from .switch_builder import EmulationSource, Scopes, SwitchBuilder, assemble
 from .switch_graph import SwitchModel
 
 
@@ -92,7 +92,7 @@ class BakedBuilder(SwitchBuilder):
 def build_baked_model(source: EmulationSource, lows: Mapping[str, LowPrecision],
                       capture_intermediates: bool | Iterable[str] = True) -> SwitchModel:
     """``source.model`` with the nodes of ``lows`` computing in their 16-bit type, emulated (the
-    others are :func:`.switch.build_switch_model`'s), and each node of ``source.forms`` computing
+    others are :func:`.switch_builder.build_switch_model`'s), and each node of ``source.forms`` computing
     the form written in its place (give none for the FP32 model itself); it has no switch input."""
     def builder(out: onnx.ModelProto, type_protos: Mapping[str, onnx.TypeProto], keep: tuple[str, ...],
                 ) -> SwitchBuilder:

@@ -1,6 +1,6 @@
 """Emulating precision plans with the cheapest sessions for the work asked.
 
-The switch graph (:func:`.switch.build_switch_model`) runs any plan without a rebuild, but it puts
+The switch graph (:func:`.switch_builder.build_switch_model`) runs any plan without a rebuild, but it puts
 every node behind Ifs: on a 26 000-node graph its onnxruntime session takes 35 s to build where the
 model's own takes 1.6 s. Most conversions never need it: the FP32 reference, the caller's plan and
 the plan with headroom pins are three plans, and when that plan passes nothing is searched.
@@ -35,11 +35,11 @@ from ..storage import element_count, model_tensors
 from ..target import UNMEASURED, Measured
 from ..typing_rules import tensor_types
 from .blame import Decisions, ShapesDiverged
-from .emulation import EMULATE, EmulationSession, FloatIO, as_fp32
+from .emulation_session import EMULATE, EmulationSession, FloatIO, as_fp32
 from .inspection import Chunks, Inspector
 from .rounding import FLOAT, elem_types
 from .sessions import Feed, cast_feed, handed, make_session, session_options
-from .switch import EmulationSource, SwitchBuilder
+from .switch_builder import EmulationSource, SwitchBuilder
 from .switch_graph import captured
 from .twin import TwinModel, TwinUnavailable, build_twin_model
 

@@ -17,7 +17,7 @@
   flipped (:class:`.blame.Decisions`) are named and are the first candidates.
 
 Both run on an :class:`Inspectable`: a runner that can expose its intermediates (the emulation,
-:class:`.emulator.Emulator` or :class:`.emulation.EmulationSession`); a runner offers them as its
+:class:`.emulator.Emulator` or :class:`.emulation_session.EmulationSession`); a runner offers them as its
 ``inspection`` (:class:`Inspector`), an optional capability. Where the runner has a twin graph
 (:mod:`.twin`), one run per sample gives both, large tensors reduced to numbers inside the graph as
 soon as they are made. Otherwise each run's tensors are reduced to numbers here and dropped before

@@ -6,7 +6,7 @@ their function bodies cast X to ``stash_type`` first, normalise there, and cast 
 before the scale (and bias). With FP16 inputs that squares and sums rows in FP16, so a row whose
 RMS deviation passes sqrt(65504 / H) gets an infinite variance that no runtime computes (onnxruntime's
 CUDA kernels and TensorRT's normalization layer compute these statistics in FP32). These classes
-follow the function bodies; :func:`.runs.reference_executor` registers them.
+follow the function bodies; :func:`.whole_runs.reference_executor` registers them.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ built and ran. The search, the prober and the report never ask which runner they
 runner can do besides running is a capability it offers or not (``inspection``: FP32 ranges and
 per-node error, which only an emulation can see).
 
-* the emulation (:class:`.emulator.Emulator`, and the switch-graph :class:`.emulation.EmulationSession`
-  it searches on): onnxruntime's CPU provider with every FP16 tensor rounded, the default;
+* the emulation (:class:`.emulator.Emulator`, and the switch-graph
+  :class:`.emulation_session.EmulationSession` it searches on): onnxruntime's CPU provider with every
+  FP16 tensor rounded, the default;
 * :func:`native_runner`: the plan written and run on an onnxruntime provider (CUDA, TensorRT), the
   real target, one session per plan;
 * :func:`reference_runner`: the plan written and run in ``onnx.reference`` (numpy FP16 inside ops).
@@ -29,8 +30,15 @@ from ..policy import always_fp32
 from ..rewriter import rewrite
 from ..storage import is_external, model_tensors, save_model
 from .inspection import Inspection
-from .runs import NATIVE_PROVIDERS, REFERENCE, Executor, native_executor, native_oracle, reference_executor
 from .sessions import Feed
+from .whole_runs import (
+    NATIVE_PROVIDERS,
+    REFERENCE,
+    Executor,
+    native_executor,
+    native_oracle,
+    reference_executor,
+)
 
 
 class PlanRunner(Protocol):

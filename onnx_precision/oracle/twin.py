@@ -28,7 +28,7 @@ from ..graph import graphs, has_subgraphs, onnx_opset, subgraphs
 from ..typing_rules import WIDE
 from .baked import BakedBuilder
 from .rounding import FLOAT, Names, elem_types, round_nodes
-from .switch import EmulationSource, assemble
+from .switch_builder import EmulationSource, assemble
 from .switch_graph import captured
 from .weights import without_initializers
 

@@ -19,8 +19,15 @@ from ..errors import OracleUnavailable
 from ..judge import Comparison, Tolerances, compare_by_shape, compare_outputs, each_sample, merge_comparisons
 from ..target import GENERIC, UNMEASURED, Measured, Target
 from ..vocab import OracleName
-from .runs import NATIVE_PROVIDERS, OracleRun, run_emulated, run_emulated_file, run_native, run_reference
 from .sessions import Feed
+from .whole_runs import (
+    NATIVE_PROVIDERS,
+    OracleRun,
+    run_emulated,
+    run_emulated_file,
+    run_native,
+    run_reference,
+)
 
 # A candidate's outputs on the feeds, under one oracle; the emulation spells the sums the run measured in
 # range unchecked (its basis' Measured), a runtime computes its sums itself
@@ -137,7 +144,7 @@ def _written(model: str | ModelContext, custom_op_libraries: tuple[str, ...], ta
 def _emulated(model: str | ModelContext, feeds: Sequence[Feed], custom_op_libraries: tuple[str, ...],
               target: Target, measured: Measured) -> OracleRun:
     """The written model (:func:`_written`) emulated, the sums ``measured`` proves in range unchecked; a
-    file is read back for that run alone (:func:`.runs.run_emulated_file`)."""
+    file is read back for that run alone (:func:`.whole_runs.run_emulated_file`)."""
     if isinstance(model, ModelContext):
         return run_emulated(_written(model, custom_op_libraries, target), feeds, measured)
     return run_emulated_file(model, feeds, custom_op_libraries, target, measured)

@@ -25,7 +25,7 @@ from ..errors import ReferenceFailure
 from ..storage import is_external, model_tensors, read_array
 from ..target import GENERIC, UNMEASURED, Measured, Target
 from ..target import NATIVE_PROVIDERS as NATIVE_PROVIDERS  # each runtime's (the registry of targets)
-from .emulation import EMULATE, as_fp32
+from .emulation_session import EMULATE, as_fp32
 from .sessions import Feed, Handed, cast_feed, handed, input_dtypes, make_session, run_session
 from .written import emulate_model
 

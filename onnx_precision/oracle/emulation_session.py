@@ -2,7 +2,7 @@
 
 A plan's FP16 tensors are rounded through ``Cast(FLOAT16) -> Cast(FLOAT)`` pairs in an FP32 graph,
 which onnxruntime honours (its own FP16 kernels on CPU compute in FP32 and hide overflow). One
-session of the switch graph (:mod:`.switch`) runs any plan: the FP32 reference, every probe and
+session of the switch graph (:mod:`.switch_builder`) runs any plan: the FP32 reference, every probe and
 the layerwise run are runs of it with different switches.
 
 A plan is fed as one boolean vector (:meth:`SwitchModel.switch_vector`); nodes the resolved plan
@@ -41,7 +41,7 @@ from .baked import build_baked_model
 from .blame import ShapesDiverged
 from .inspection import Chunks, Inspector
 from .sessions import Feed, cast_feed, input_dtypes, make_session, session_options
-from .switch import EmulationSource, build_switch_model
+from .switch_builder import EmulationSource, build_switch_model
 from .switch_graph import SwitchModel
 from .written import emulate_model
 
@@ -58,7 +58,7 @@ class EmulationSession:
     the plan makes FP16. ``sessions_built`` and ``probes_run`` count the work for reports.
 
     ``capture_intermediates`` (True, False or tensor names, see
-    :func:`onnx_precision.oracle.switch.build_switch_model`) decides which main-graph tensors
+    :func:`onnx_precision.oracle.switch_builder.build_switch_model`) decides which main-graph tensors
     ``run(..., intermediates=True)`` returns; a capturing session holds them all during each run
     (fetched or not), and its probes cost ~10-20% more than a session without capture
     (scripts/bench_oracle.py), so a search with many probes may prefer a second session built
@@ -66,7 +66,7 @@ class EmulationSession:
     first (:func:`as_fp32`). The nodes every written model computes in FP32
     (:func:`onnx_precision.policy.always_fp32`) get no switch: one that would never be turned on only
     costs an If. ``threads`` caps onnxruntime's intra-op threads. ``group_size`` is
-    :func:`.switch.build_switch_model`'s: groups make each probe cheaper and the session slower
+    :func:`.switch_builder.build_switch_model`'s: groups make each probe cheaper and the session slower
     to build, so a caller with only a couple of runs (``analyze``) passes 1. ``baked`` (the 16-bit
     nodes of one plan and their types) builds :func:`.baked.build_baked_model` instead: no switch,
     no If, every run is that plan whatever ``run`` is given (see :class:`.emulator.Emulator`; a node
