@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from .data import SampleSpec
 from .judge import Tolerance
+from .native_oracles import CUDA, NATIVE_ORACLES, NativeOracle
 from .options import GenerationOptions, Judging
 from .render import for_shell
 
@@ -80,6 +81,7 @@ class RunArgs:
                 *(["--oracle", oracle] if oracle != "emulate" else [])]
 
     @property
-    def native_oracle(self) -> str:
-        """The runtime a check on the GPU runs the model on: the run's own native oracle, else CUDA."""
-        return self.oracle if self.oracle in ("cuda", "tensorrt") else "cuda"
+    def native_oracle(self) -> NativeOracle:
+        """The oracle a check on the GPU runs the model on: the run's own, where onnxruntime-gpu has it,
+        else CUDA."""
+        return next((o for o in NATIVE_ORACLES if o.name == self.oracle and o.in_gpu_build), CUDA)

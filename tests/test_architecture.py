@@ -196,6 +196,18 @@ def test_ci_runs_mypy_after_the_tests_and_fails_on_its_errors():
     assert "\n- `mypy` (no arguments" in development
 
 
+def test_a_native_oracle_is_one_row():
+    """The onnxruntime providers the native oracles run on are named in native_oracles.py alone: the
+    registry of runtimes, the oracles by name and the commands a run suggests read its rows."""
+    from onnx_precision.native_oracles import NATIVE_ORACLES
+    from onnx_precision.target import NATIVE_PROVIDERS
+    assert NATIVE_PROVIDERS == {o.name: o.provider for o in NATIVE_ORACLES}
+    providers = {o.provider for o in NATIVE_ORACLES}
+    naming = {module for module, path in _modules().items()
+              if any(isinstance(n, ast.Constant) and n.value in providers for n in ast.walk(_tree(path)))}
+    assert naming == {"onnx_precision.native_oracles"}
+
+
 def test_a_16bit_type_is_one_row():
     """A new 16-bit type is a row of float_types (its limits, names, Cast opset) plus its kernel facts:
     plans' precisions are the rows', trtexec's releases are known for each, and no module but the

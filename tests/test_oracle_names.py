@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+import onnx
 import pytest
 
 from models import generate
@@ -15,6 +16,20 @@ from onnx_precision.target import ORACLE_NAMES
 
 def test_every_oracle_name_has_one_runner():
     assert set(ORACLES) == set(ORACLE_NAMES) == {"emulate", "reference", "cuda", "tensorrt", "webgpu"}
+
+
+def test_the_check_on_the_gpu_names_its_oracle_from_the_table():
+    """The check a run suggests on the GPU runs on the run's own native oracle where onnxruntime-gpu has it,
+    else CUDA's (WebGPU's is no onnxruntime-gpu provider), oracle and provider read from one table."""
+    from onnx_precision.native_oracles import CUDA, TENSORRT
+    from onnx_precision.suggested import RunArgs
+    from onnx_precision.target import GENERIC
+
+    chosen = {o: RunArgs("m.onnx", "o.onnx", oracle=o).native_oracle for o in ORACLE_NAMES}
+    assert chosen == {"emulate": CUDA, "cuda": CUDA, "tensorrt": TENSORRT, "webgpu": CUDA, "reference": CUDA}
+    line = GENERIC.commands.next_step(onnx.ModelProto(), RunArgs("m.onnx", "o.onnx", oracle="tensorrt"))
+    assert line == ("onnx-precision check m.onnx o.onnx --oracle tensorrt  # checks it on the GPU "
+                    "(onnxruntime-gpu's TensorRT provider) as this run judged it")
 
 
 def test_convert_and_check_with_the_reference_oracle(tmp_path, capsys):

@@ -33,9 +33,9 @@ class Commands:
         its shell comment saying what it does: here the check on the GPU, judged as the run judged (which
         runtimes the plan holds on is the run's to say, having judged it on each:
         :mod:`onnx_precision.runtimes`)."""
-        provider = {"cuda": "CUDA", "tensorrt": "TensorRT"}[run.native_oracle]
-        return (f"{quoted(run.check_args(self.cli_args(), run.native_oracle))}  # checks it on the GPU "
-                f"(onnxruntime-gpu's {provider} provider) as this run judged it")
+        oracle = run.native_oracle
+        return (f"{quoted(run.check_args(self.cli_args(), oracle.name))}  # checks it on the GPU "
+                f"(onnxruntime-gpu's {oracle.title} provider) as this run judged it")
 
 
 @dataclass(frozen=True)

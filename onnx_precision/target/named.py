@@ -11,13 +11,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..float_types import FP16, LowPrecision
+from ..native_oracles import CUDA, TENSORRT, WEBGPU, NativeOracle
 from ..trt.versions import NEWEST, TrtVersion
 from .base import Target
 from .fp16_accumulate import Fp16AccumulateTarget
 from .generic import GenericTarget
 from .openvino_gpu import OpenVinoGpuTarget
 from .tensorrt import TensorRTTarget
-from .webgpu import WEBGPU_PROVIDER, WebGpuTarget
+from .webgpu import WebGpuTarget
 
 
 @dataclass(frozen=True)
@@ -25,20 +26,19 @@ class Runtime:
     kind: str  # --target
     summary: str  # what it assumes, for --target's help
     make: Callable[[TrtVersion, LowPrecision, LowPrecision | None], Target]
-    oracle: str | None = None  # --oracle: its native provider's name, where onnxruntime has one
-    provider: str | None = None
+    oracle: NativeOracle | None = None  # --oracle: its native provider, where onnxruntime has one
 
 
 RUNTIMES: tuple[Runtime, ...] = (
     Runtime("generic", "every op computes in FP32 and stores FP16, as GPU kernels that accumulate in FP32 "
             "do (onnxruntime's CUDA provider)", lambda _, low, fallback: GenericTarget(low, fallback),
-            "cuda", "CUDAExecutionProvider"),
+            CUDA),
     Runtime("tensorrt", "ops its ONNX parser builds from several layers, e.g. ReduceL2, LogSoftmax, "
             "CumSum, are emulated layer by layer, each layer storing FP16", TensorRTTarget,
-            "tensorrt", "TensorrtExecutionProvider"),
+            TENSORRT),
     Runtime("webgpu", "onnxruntime's WebGPU provider: MatMul, Gemm, Conv, reductions, average pools, "
             "Softmax and CumSum sum in FP16, their overflow emulated",
-            lambda _, low, fallback: WebGpuTarget(low, fallback), "webgpu", WEBGPU_PROVIDER),
+            lambda _, low, fallback: WebGpuTarget(low, fallback), WEBGPU),
     Runtime("openvino-gpu", "OpenVINO's GPU plugin (its OpenCL kernels): MatMul, Gemm, Conv, Softmax and "
             "CumSum sum in FP16, reductions, average pools and normalisations in FP32",
             lambda _, low, fallback: OpenVinoGpuTarget(low, fallback)),
@@ -48,7 +48,7 @@ RUNTIMES: tuple[Runtime, ...] = (
 )
 KINDS = tuple(runtime.kind for runtime in RUNTIMES)
 # The oracles a user can ask for by name: the emulation, each runtime's native provider, onnx.reference
-NATIVE_PROVIDERS: Mapping[str, str] = {r.oracle: r.provider for r in RUNTIMES if r.oracle and r.provider}
+NATIVE_PROVIDERS: Mapping[str, str] = {r.oracle.name: r.oracle.provider for r in RUNTIMES if r.oracle}
 ORACLE_NAMES: tuple[str, ...] = ("emulate", *NATIVE_PROVIDERS, "reference")
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import onnx
 
 from ..float_types import LowPrecision
+from ..native_oracles import WEBGPU
 from ..suggested import RunArgs, quoted
 from .accumulation import SumsInFp16
 from .base import Accumulation
@@ -95,7 +96,6 @@ WEBGPU_ACCUMULATION: Mapping[str, Accumulation] = {
 # map is 256×256 = 65536 terms: onnxruntime issue 29130's all-zero PP-OCR map above ~2048 px fits this.
 # AveragePool divides the same way by its window's count, which no real window reaches: not emulated.
 WEBGPU_COUNTS_IN_FP16 = frozenset({"ReduceMean", "GlobalAveragePool"})
-WEBGPU_PROVIDER = "WebGpuExecutionProvider"
 
 
 @dataclass(frozen=True)
@@ -131,10 +131,10 @@ class WebGpuCommands(NamedCommands):
 
         # --oracle webgpu stops at once where this onnxruntime has no WebGPU provider (the usual builds):
         # the command offered is one that runs here, and the comment says where the native run needs
-        if WEBGPU_PROVIDER in ort.get_available_providers():
-            return (f"{quoted(run.check_args(self.cli_args(), 'webgpu'))}  # checks it on onnxruntime's "
-                    f"WebGPU provider as this run judged it")
+        if WEBGPU.provider in ort.get_available_providers():
+            return (f"{quoted(run.check_args(self.cli_args(), WEBGPU.name))}  # checks it on onnxruntime's "
+                    f"{WEBGPU.title} provider as this run judged it")
         return (f"{quoted(run.check_args(self.cli_args()))}  # judges it again as this run did, WebGPU's "
-                f"FP16 sums emulated; the native run needs onnxruntime built with {WEBGPU_PROVIDER} (not "
-                f"this one; then add --oracle webgpu) or onnxruntime-web in a browser")
+                f"FP16 sums emulated; the native run needs onnxruntime built with {WEBGPU.provider} (not "
+                f"this one; then add --oracle {WEBGPU.name}) or onnxruntime-web in a browser")
 

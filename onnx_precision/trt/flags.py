@@ -36,6 +36,7 @@ import onnx
 
 from ..float_types import LOW_PRECISIONS, LOW_TYPES
 from ..graph import walk_nodes
+from ..native_oracles import TENSORRT
 from ..plan import Precision, PrecisionPlan
 from ..render import shell_script
 from ..suggested import RunArgs, quoted
@@ -425,8 +426,8 @@ def _check_lines(run: RunArgs, target_args: Sequence[str], constraints: Sequence
     (shown, not offered, when its pins cannot build the plan measured: ``unheld``)."""
     tol = run.tolerance
     lines = [f"# Check the written model built by TensorRT with the verdict the conversion used "
-             f"({tol.describe()}), through onnxruntime's TensorRT provider:",
-             quoted(run.check_args(target_args, "tensorrt"))]
+             f"({tol.describe()}), through onnxruntime's {TENSORRT.title} provider:",
+             quoted(run.check_args(target_args, TENSORRT.name))]
     if tol.error_stat != "rms" or tol.per_output:
         return lines + [f"# Polygraphy has no check that agrees with this one: its {tol.error_stat} "
                         f"check passes an element (elemwise) or an output (max, mean, median, quantile) "
