@@ -307,9 +307,9 @@ def _conversion(load: Load, options: ConvertOptions, destination: Destination, p
 
 
 def _memory_note(ctx: ModelContext, watch: memory.Watch, budget_given: bool) -> str:
-    """What the run held, against its budget, where that is worth saying (:meth:`..memory.RunMemory.
-    worth_saying`; else ""): the weights are mapped from their files, never held, so what it holds is
-    activations and what a node computes from a weight (its 16-bit rounding)."""
+    """What the run held, against its budget, where that is worth saying
+    (:meth:`..memory.RunMemory.worth_saying`; else ""): the weights are mapped from their files, never
+    held, so what it holds is activations and what a node computes from a weight (its 16-bit rounding)."""
     figures = watch.figures(memory.files_bytes([ctx.path, *storage.external_files(ctx.model, ctx.base_dir)]))
     if not figures.worth_saying(budget_given):
         return ""
