@@ -1,5 +1,5 @@
-"""Shared test set-up: the repo root on sys.path (for ``models``), a tiny-model helper, and the CLI's
-progress log kept off the wall clock."""
+"""Shared test set-up: the repo root on sys.path (for ``models``), a tiny-model helper, the CLI's
+progress log kept off the wall clock, and onnxruntime's sessions on one thread each."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 
 import onnx
 import onnx.parser
+import onnxruntime as ort
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -34,6 +35,24 @@ def unfused(model: onnx.ModelProto) -> onnx.ModelProto:
         if opset.domain in ("", "ai.onnx"):
             opset.version = 16
     return copy
+
+
+class _OneThread(ort.SessionOptions):
+    """Session options whose intra-op threads are one until the caller sets them."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.intra_op_num_threads = 1
+
+
+def pytest_configure(config):
+    """Every onnxruntime session the suite builds with options runs its ops on one thread, unless the
+    code building it sets a number: pytest-xdist already runs a test per core, and onnxruntime's default
+    pool adds a thread per core that spins for work after each op, CPU that a busy machine's other
+    processes wait for (tests/test_auto.py, test_oracle.py and test_fp16_accumulation.py: 23 s of CPU
+    with it, 15 s without, all passing). The outputs do not depend on it; child processes keep the
+    default (tests/conformance_harness.py's sessions set one thread themselves, for scripts/ too)."""
+    ort.SessionOptions = _OneThread
 
 
 QUICK_SAMPLE = 8  # the quick loop runs every 8th case of a battery of many
