@@ -1,12 +1,13 @@
 """Decoders judged over a whole generation (issue 32): per decoder, what a plain onnxruntime generation
 costs, where naive FP16 breaks, and what an auto conversion over K steps costs and writes.
 
-    python scripts/bench_decoders.py                     # tiny_llama, growing_state, SmolLM2-135M; K = 64
+    python scripts/bench_decoders.py     # tiny_llama, growing_state, SmolLM2-135M, Whisper tiny.en; K = 64
     python scripts/bench_decoders.py --steps 32 --only smollm2_135m
 
-The decoders: models/decoders' ``tiny_llama`` and ``growing_state`` (committed), and SmolLM2-135M-Instruct
-as scripts/decoder_models.py writes it under ``--dir`` (it needs ``pip install gguf``; without it that
-row is left out, and the script says so).
+The decoders: models/decoders' ``tiny_llama`` and ``growing_state`` (committed), SmolLM2-135M-Instruct
+as scripts/decoder_models.py writes it under ``--dir`` (it needs ``pip install gguf``), and Whisper
+tiny.en's decoder with its spoken prefill as scripts/whisper_models.py writes it there (it needs
+espeak-ng to speak the sample once); a real decoder whose script cannot run is left out, saying so.
 
 Each measurement runs in a fresh interpreter that reports its own peak RSS (VmHWM: see
 scripts/bench_convert.py for why not ru_maxrss), so no run's memory is counted in another's:
@@ -36,6 +37,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -51,6 +53,7 @@ sys.path.insert(0, ROOT)
 from models.decoders.generate import model_path, prefill_path  # noqa: E402
 
 TEST_DECODERS = ("tiny_llama", "growing_state")
+SMOLLM2, WHISPER = "smollm2_135m", "whisper_tiny_en"
 RESULT = "result: "
 
 
@@ -225,14 +228,27 @@ def run_child(kind: str, decoder: Decoder, steps: int) -> dict:
 # --- the table ------------------------------------------------------------------------------------------
 
 def decoders(directory: str, only: str | None) -> list[Decoder]:
+    """The decoders of the table (``only``: the one of that name), the real ones built under
+    ``directory`` where their scripts can (what they need missing: left out, saying so)."""
     found = [Decoder(n, model_path(n), prefill_path(n)) for n in TEST_DECODERS]
-    if importlib.util.find_spec("gguf") is None:
-        print("smollm2_135m left out: scripts/decoder_models.py needs the gguf package (pip install gguf)")
-    else:
-        import decoder_models
+    if only in (None, SMOLLM2):
+        if importlib.util.find_spec("gguf") is None:
+            print(f"{SMOLLM2} left out: scripts/decoder_models.py needs the gguf package (pip install gguf)")
+        else:
+            import decoder_models
 
-        smol = decoder_models.smollm2(directory)
-        found.append(Decoder(smol.name, smol.model, smol.prefill))
+            smol = decoder_models.smollm2(directory)
+            found.append(Decoder(smol.name, smol.model, smol.prefill))
+    if only in (None, WHISPER):
+        spoken = os.path.exists(os.path.join(directory, WHISPER, "prefill.npz"))  # built: no espeak-ng needed
+        if shutil.which("espeak-ng") is None and not spoken:
+            print(f"{WHISPER} left out: scripts/whisper_models.py speaks its sample with espeak-ng "
+                  f"(apt-get install espeak-ng)")
+        else:
+            import whisper_models
+
+            whisper = whisper_models.whisper_tiny_en(directory)
+            found.append(Decoder(whisper.name, whisper.model, whisper.prefill))
     return [d for d in found if only in (None, d.name)]
 
 
