@@ -164,12 +164,25 @@ class Generations:
     """What a generation's FP32 reference run measured (:func:`generations`): per sample its generation
     (``runs``) and the feeds one forward pass is measured on (``forward``: each sample's first and last
     steps' feeds: a KV cache of the whole length, a state grown over every step), with the sessions it
-    built."""
+    built. ``stepped``: each sample's feeds at ``steps`` (the first, the quarters, the last:
+    :func:`~onnx_precision.generation.inside.measured_steps`), where the ranges and the sums are measured,
+    whose trend the generation's bound extrapolates (:meth:`measured` gives it the runs)."""
 
     generation: Generation
     runs: tuple[GenerationRun, ...]
     forward: tuple[dict[str, np.ndarray], ...]
     sessions: int
+    stepped: tuple[dict[str, np.ndarray], ...] = ()
+    steps: tuple[int, ...] = ()
+
+    def measured(self, ctx: ModelContext, peaks: Sequence[Mapping[str, float]],
+                 sums: Sequence[Mapping[str, float]] = ()) -> Generations:
+        """Each run with what was measured inside ``ctx``'s model at its steps: ``peaks`` (the ranges') and
+        ``sums`` (the target's 16-bit sums') per feed of :attr:`stepped`."""
+        from .generation.inside import step_ranges
+
+        inside = step_ranges(ctx, len(self.runs), self.steps, peaks, sums)
+        return replace(self, runs=tuple(replace(run, inside=r) for run, r in zip(self.runs, inside)))
 
 
 def forward_samples(samples: Samples, feeds: Sequence[dict[str, np.ndarray]]) -> Samples:
@@ -182,15 +195,19 @@ def generations(ctx: ModelContext, feeds: Sequence[Mapping[str, np.ndarray]], ge
     """The FP32 generation of each of ``feeds`` (samples of ``generation``, as :func:`run_samples` loads
     them), emulated as every plan is, on one session (requires ``ctx`` as the run measures it)."""
     from .generation import GenerationRunner
+    from .generation.inside import measured_steps
     from .oracle import Emulator
 
     runner = GenerationRunner(Emulator(ctx), generation)
-    runs, forward = [], []
+    steps = measured_steps(generation.steps)
+    runs, forward, stepped = [], [], []
     for feed in feeds:
-        run = runner.reference(feed, keep=(0, generation.steps))
-        forward += [dict(kept) for _, kept in run.feeds]
+        run = runner.reference(feed, keep=steps)
+        kept = [(step, dict(fed)) for step, fed in run.feeds]
+        stepped += [fed for _, fed in kept]
+        forward += [fed for step, fed in kept if step in (0, generation.steps)]
         runs.append(replace(run, feeds=()))  # the basis keeps what it compares, not the steps' caches
-    return Generations(generation, tuple(runs), tuple(forward), runner.sessions_built)
+    return Generations(generation, tuple(runs), tuple(forward), runner.sessions_built, tuple(stepped), steps)
 
 
 @dataclass(frozen=True)
@@ -202,24 +219,26 @@ class Sums:
     bounds: Mapping[str, float] = field(default_factory=dict)  # node -> its accumulator's largest bound
     measured: Measured = UNMEASURED
     sessions: int = 0  # built to measure the bounds (one where the target sums in FP16, else none)
+    each: tuple[Mapping[str, float], ...] = ()  # per sample, node -> its accumulator's bound on it
 
 
 def sums(ctx: ModelContext, samples: Samples, headroom: float = DEFAULT_HEADROOM) -> Sums:
     """What ``samples`` show of the sums ``ctx``'s target keeps in FP16 (requires ``ctx`` loaded for the
     run's target: its accumulation table decides which sums); ``headroom``: 0 (off) or at least 1."""
-    from .oracle.accumulated import AccumulationBounds
+    from .oracle.accumulated import AccumulationBounds, largest
 
     if headroom != 0 and not headroom >= 1.0:
         raise PrecisionError(f"--headroom {headroom:g}: must be 0 (off) or at least 1 "
                              f"(1 = pin only what overflows on the samples)")
     accumulated = AccumulationBounds(ctx)  # where the target sums in FP16: what each such sum reaches
-    bounds = accumulated.measure(samples.feeds)
+    each = accumulated.each(samples.feeds)
+    bounds = largest(each)
     # the sums the samples prove in range are emulated without their check, and the LayerNorms whose FP16
     # statistics they show past 65504 as written on x·2^-j, in every plan measured and in the written
     # model's verification alike
     measured = Measured(proven_sums(bounds, ctx.target.low, headroom),
                         policy.layer_norm_prescales(ctx, bounds, headroom))
-    return Sums(headroom, bounds, measured, accumulated.sessions_built)
+    return Sums(headroom, bounds, measured, accumulated.sessions_built, tuple(each))
 
 
 @dataclass(frozen=True)
@@ -418,14 +437,18 @@ def measure(ctx: ModelContext, samples: Samples, judging: Judging = AS_GIVEN,
     opset raised) and ``samples``, judged by ``judging``, ``headroom`` kept over the samples: what
     :func:`sums` and :func:`judged` measure, the model's FP32 outputs by a plain FP32 run, or, for a
     generation's samples, its FP32 generations (:func:`generations`; ``convert``'s search takes the outputs
-    from its reference run, which also gives the ranges). The caller names ``ctx`` and ``samples`` for
+    from its reference run, which also gives the ranges), with the FP32 ranges at the steps measured, for
+    the generation's bound. The caller names ``ctx`` and ``samples`` for
     onnxruntime's errors (:func:`onnx_precision.oracle.blame.blame`)."""
     from . import oracle  # onnxruntime: only a measuring run needs it
 
     generation = generation_in(samples)
     if generation is not None:
         found = generations(ctx, samples.feeds, generation)
-        return judged(ctx, samples, judging, sums(ctx, forward_samples(samples, found.forward), headroom),
-                      found)
+        # the ranges and the sums at the steps measured: what the generation's bound extrapolates
+        stepped = forward_samples(samples, found.stepped)
+        summed = sums(ctx, stepped, headroom)
+        ranges = oracle.Emulator(ctx).inspection.reference(stepped)
+        return judged(ctx, samples, judging, summed, found.measured(ctx, ranges.peaks, summed.each))
     return judged(ctx, samples, judging, sums(ctx, samples, headroom),
                   oracle.run_fp32(ctx, samples.feeds).outputs)

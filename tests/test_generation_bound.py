@@ -84,11 +84,13 @@ def test_the_llamas_positions_bound_it_at_2049_tokens_in_fp16_and_256_in_bf16():
     assert hold_bound(run, wide={positions}, position_input=positions).first is None
 
 
-def test_the_growing_states_bound_from_20_steps_is_the_step_it_fails_at():
+def test_the_growing_states_bound_from_20_steps_errs_early_of_the_step_it_fails_at():
     run, _ = _reference(growing_state(), steps=20)
     bound = hold_bound(run)
-    assert bound.describe() == ("verified for 20 steps (24 tokens); FP16-safe up to ~33 tokens: beyond it "
-                                "'hN' passes 65504 (estimated: ~2.12e+03 a step, linear fit over steps "
+    # its state's peaks rise by 347 and 3 900 in turn: a line (relative RMS residual 2.7%) and a geometric
+    # growth (2.9%) explain them as well, and the geometric one, more pessimistic, is taken
+    assert bound.describe() == ("verified for 20 steps (24 tokens); FP16-safe up to ~29 tokens: beyond it "
+                                "'hN' passes 65504 (estimated: x1.065 a step, geometric fit over steps "
                                 "10-20)")
     # measured over 32 steps, all-FP16 fails at step 30 (tests/test_generation.py): 4 prefill tokens + 30
-    assert bound.limit_length == 34 and bound.first is not None and bound.first.over_at == 30
+    assert bound.limit_length == 30 and bound.first is not None and bound.first.over_at == 26

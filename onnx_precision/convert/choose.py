@@ -27,13 +27,14 @@ model, still come from the emulation.
 the report says whether that plan happens to pass).
 
 A generation (a decoder, a streaming model: :mod:`onnx_precision.generation`) is judged whole: the
-reference is each sample's FP32 generation, run once; the ranges, the sums and the layerwise ranking are
-measured on each sample's first and last steps' feeds (what grows with the steps shows there, and the
-headroom pins keep it FP32 before anything is searched); every plan runs the generation teacher-forced by
-the reference's tokens, and stops at its first step out of tolerance. The search judges its plans over
-the first :data:`~onnx_precision.generation.HORIZON` steps (a passing plan costs that many, not K + 1);
-the plan it chooses is then judged over all K, and where it fails at step k the search runs again over a
-horizon past k (:func:`_over_horizons`).
+reference is each sample's FP32 generation, run once; the ranges and the sums are measured on each sample's
+feeds at its first step, its quarters and its last (what grows with the steps shows there, and the headroom
+pins keep it FP32 before anything is searched; their trend is what the generation's bound extrapolates,
+:mod:`onnx_precision.generation.inside`), the layerwise ranking on the first and last; every plan runs the
+generation teacher-forced by the reference's tokens, and stops at its first step out of tolerance. The search
+judges its plans over the first :data:`~onnx_precision.generation.HORIZON` steps (a passing plan costs that
+many, not K + 1); the plan it chooses is then judged over all K, and where it fails at step k the search runs
+again over a horizon past k (:func:`_over_horizons`).
 """
 
 from __future__ import annotations
@@ -115,15 +116,18 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples, j
     with clock.phase("reference") as phase:
         generation = generation_in(samples)
         generated = None if generation is None else generations(ctx, samples.feeds, generation)
-        # what one forward pass measures (ranges, sums, layerwise, FLOPs) runs on the samples, or on a
-        # generation's first and last steps
+        # what one forward pass measures (layerwise, FLOPs) runs on the samples, or on a generation's first
+        # and last steps; its ranges and sums at the steps between too, whose trend its bound extrapolates
         forward = samples if generated is None else forward_samples(samples, generated.forward)
-        found = sums(ctx, forward, headroom)
+        stepped = samples if generated is None else forward_samples(samples, generated.stepped)
+        found = sums(ctx, stepped, headroom)
         emulator = Emulator(ctx, measured=found.measured)
         plain = emulator if runner is None else runner
         inspection = plain.inspection or emulator.inspection
         user = policy.resolve(ctx, base_plan)
-        reference = inspection.reference(forward)
+        reference = inspection.reference(stepped)
+        if generated is not None:
+            generated = generated.measured(ctx, reference.peaks, found.each)
         # its FP32 outputs are the model's (sessions without graph optimisations compute the same): the
         # basis is judged on them, with no run of its own (a generation's, on its reference generations)
         basis = judged(ctx, samples, judging, found, reference.outputs if generated is None else generated)

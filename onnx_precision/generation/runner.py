@@ -38,6 +38,7 @@ from ..judge import Comparison, Tolerance, compare_outputs, merge_comparisons
 from ..oracle import PlanRunner
 from ..plan import PrecisionPlan
 from .description import Generation
+from .inside import StepRanges
 from .steps import Feed, first_feed, next_feed, position
 
 _STEP = "@step "
@@ -67,7 +68,8 @@ class GenerationRun:
     (empty for a model fed none). ``lengths``: the length reached after each step (tokens, or chunks).
     ``stopped``: the step a judged candidate stopped at, out of its sample's tolerance (None: every step
     ran). ``feeds``: (step, its feed) for the steps asked to be kept (a reference's, for what one forward
-    pass measures: ranges and sums at the last step).
+    pass measures: ranges and sums at :func:`.inside.measured_steps`). ``inside`` (a reference's, once
+    measured): the peaks inside the model at those steps.
     """
 
     outputs: Mapping[str, np.ndarray]
@@ -81,6 +83,7 @@ class GenerationRun:
     teacher_forced: bool = False
     stopped: int | None = None
     feeds: tuple[tuple[int, Mapping[str, np.ndarray]], ...] = ()
+    inside: StepRanges | None = None
 
     @property
     def steps_run(self) -> int:

@@ -10,8 +10,9 @@ A teacher-forced generation and a free-running one are the same run up to the fi
 candidate's own choice differs from the reference's token (both are fed the same tokens until then): the
 free-running tokens first leave the reference's exactly there, so one generation gives both.
 
-:func:`length_pins` are the pins ``--max-length`` asks for before a search: the state paths (and what reads
-them) whose value the bound says passes the type's maximum before that length.
+:func:`length_pins` are the pins ``--max-length`` asks for before a search: where the bound says a value
+passes the type's maximum before that length, a state's path (and what reads it), any other tensor's
+producer and consumers, a 16-bit sum's node.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..errors import InternalError
 from ..float_types import FP16, LOW_TYPES, LowPrecision
 from ..judge import Comparison
 from ..plan import PrecisionPlan, Reason
+from ..policy import low_holders
 from ..typing_rules import elem_type
 from .bound import Growth, HoldBound, hold_bound
 from .description import Generation
@@ -154,8 +156,9 @@ class GenerationVerdict:
             "failure": None if self.failing is None else self.failing[1],
             "bound": {"text": self.bound.describe(), "verified_length": self.bound.verified_length,
                       "unit": self.bound.unit, "limit_length": self.bound.limit_length,
-                      "first": None if first is None else {"tensor": first.tensor, "limit": first.limit,
-                                                           "model": first.model, "how": first.text()}},
+                      "first": None if first is None else {
+                          "tensor": first.tensor, "kind": first.kind, "limit": first.limit,
+                          "model": first.model, "how": first.text()}},
             "max_length": g.max_length, "holds_max_length": self.holds,
             "tokens": None if a is None else {
                 "compared": a.compared, "agreeing": a.agreeing, "top1_agreement": a.share,
@@ -170,8 +173,8 @@ def verdict(ctx: ModelContext, plan: PrecisionPlan, generation: Generation,
     """The verdict of the written ``plan`` of ``ctx``'s model, whose generations ``runs`` (teacher-forced,
     one per sample) ``judged`` compares with the ``references``: the bound is the tightest over the
     samples' reference generations, the tokens counted over every sample."""
-    wide = wide_tensors(ctx, plan, generation)
-    bounds = [hold_bound(r, low, wide, generation.positions) for r in references]
+    wide, wide_sums = wide_tensors(ctx, plan, generation), wide_nodes(ctx, plan)
+    bounds = [hold_bound(r, low, wide, generation.positions, wide_sums) for r in references]
     bound = min(bounds, key=lambda b: (b.limit_length is None, b.limit_length or 0))
     step = failing_step(judged)
     failing = None if judged.passed or step is None else (step, judged.failure())
@@ -208,14 +211,23 @@ def _together(agreements: Sequence[TokenAgreement]) -> TokenAgreement | None:
 
 
 def wide_tensors(ctx: ModelContext, plan: PrecisionPlan, generation: Generation) -> frozenset[str]:
-    """The graph outputs ``plan`` computes in FP32 (their producers are FP32), and the position input
-    where no 16-bit node reads its values (they stay exact past the 16-bit type's integers)."""
-    outputs = {o.name for o in ctx.model.graph.output}
-    wide = {t for ref in ctx.nodes if not plan.is_low(ref.name) for t in ref.node.output if t in outputs}
+    """The tensors of the main graph no 16-bit node of ``plan`` holds (their producer and every consumer
+    compute in FP32: :func:`onnx_precision.policy.low_holders`), and the position input where no 16-bit node
+    reads its values (they stay exact past the 16-bit type's integers)."""
+    holders = low_holders(ctx)
+    graph = ctx.model.graph
+    names = {v.name for v in (*graph.input, *graph.output)} | {t for ref in ctx.nodes if not ref.graph_path
+                                                               for t in ref.node.output if t}
     positions = generation.positions
+    wide = {t for t in names if t != positions and not any(plan.is_low(n) for n in holders.get(t, ()))}
     if positions is not None and not _read_low(ctx, plan, positions):
         wide.add(positions)
     return frozenset(wide)
+
+
+def wide_nodes(ctx: ModelContext, plan: PrecisionPlan) -> frozenset[str]:
+    """The nodes ``plan`` keeps FP32: a sum among them accumulates in FP32, whatever the target."""
+    return frozenset(ref.name for ref in ctx.nodes if not plan.is_low(ref.name))
 
 
 def _read_low(ctx: ModelContext, plan: PrecisionPlan, tensor: str) -> bool:
@@ -243,30 +255,38 @@ def _is_float(ctx: ModelContext, tensor: str) -> bool:
 
 def length_pins(ctx: ModelContext, plan: PrecisionPlan, generation: Generation,
                 references: Sequence[GenerationRun], low: LowPrecision = FP16) -> dict[str, Reason]:
-    """Node -> why, for ``--max-length``: each state whose value the bound of ``plan`` (the references'
-    generations) says passes ``low``'s maximum before that length keeps its path FP32, and every node that
-    reads a tensor of it (their values are the state's size). Where no state path makes what breaks (a KV
-    cache's new entries, a logit) nothing is pinned here: the verdict says the plan does not hold."""
+    """Node -> why, for ``--max-length``: each value the bound of ``plan`` (the references' generations)
+    says passes ``low``'s maximum before that length is kept FP32 where it is made and read. A state keeps
+    its path FP32, and every node that reads a tensor of it (their values are the state's size); any other
+    tensor (a residual inside the model, a logit) its producer and consumers; a sum the target keeps in
+    16 bits its node. Positions are the decoder rules' to keep FP32
+    (:mod:`onnx_precision.policy.decoder_pins`): where they stop being exact before that length, nothing is
+    pinned here and the verdict says the plan does not hold."""
     length = generation.max_length
     if length is None:
         return {}
     from ..rules.decoder.states import state_paths
 
     paths = {path.output: path for path in state_paths(ctx, generation).values()}
-    wide = wide_tensors(ctx, plan, generation)
+    holders = low_holders(ctx)
+    wide, wide_sums = wide_tensors(ctx, plan, generation), wide_nodes(ctx, plan)
     pins: dict[str, Reason] = {}
     for reference in references:
-        bound = hold_bound(reference, low, wide, generation.positions)
+        bound = hold_bound(reference, low, wide, generation.positions, wide_sums)
         for growth in bound.growths:
-            if not decisive(growth) or growth.over_at is None or bound.start + growth.over_at >= length \
-                    or growth.tensor not in paths:
+            if growth.kind == "position" or not decisive(growth) or growth.over_at is None \
+                    or bound.start + growth.over_at >= length:
                 continue
-            path = paths[growth.tensor]
-            tensors = {t for ref in ctx.nodes if ref.name in path.nodes for t in ref.node.output if t}
-            readers = {r.name for t in tensors for r in ctx.index.consumers.get(t, ())}
-            why = Reason("headroom", f"--max-length {length}: state '{growth.tensor}' passes "
-                                     f"{growth.limit:g} at ~{bound.start + growth.over_at} {bound.unit} "
-                                     f"({growth.text()})")
-            pins.update({n: why for n in (*path.nodes, *sorted(readers)) if plan.is_low(n) and n not in pins})
+            if growth.kind == "value" and growth.tensor in paths:
+                path = paths[growth.tensor]
+                tensors = {t for ref in ctx.nodes if ref.name in path.nodes for t in ref.node.output if t}
+                readers = {r.name for t in tensors for r in ctx.index.consumers.get(t, ())}
+                kept: tuple[str, ...] = (*path.nodes, *sorted(readers))
+                what = f"state '{growth.tensor}' passes {growth.limit:g}"
+            else:
+                kept = (growth.tensor,) if growth.kind == "sum" else holders.get(growth.tensor, ())
+                what = growth.what(low.name)
+            why = Reason("headroom", f"--max-length {length}: {what} at ~{bound.start + growth.over_at} "
+                                     f"{bound.unit} ({growth.text()})")
+            pins.update({n: why for n in kept if plan.is_low(n) and n not in pins})
     return pins
-

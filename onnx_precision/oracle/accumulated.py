@@ -39,20 +39,21 @@ class AccumulationBounds:
 
     def measure(self, feeds: Sequence[Mapping[str, np.ndarray]]) -> dict[str, float]:
         """Node -> the largest bound over ``feeds`` ({} where the target sums nothing in FP16)."""
+        return largest(self.each(feeds))
+
+    def each(self, feeds: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, float]]:
+        """Per feed, node -> its largest bound on it ([] where the target sums nothing in FP16)."""
         model = self._model()
         if model is None or not feeds:
-            return {}
+            return []
         session = make_session(model, self.ctx.base_dir, custom_op_libraries=self.ctx.custom_op_libraries,
                                shared=self.ctx.mapped_weights)
         self.sessions_built += 1
         inputs = {i.name for i in session.get_inputs()}
         names = list(self.outputs.values())
-        largest = dict.fromkeys(self.outputs, 0.0)
-        for feed in feeds:
-            values = cancel.run(session, names, {k: v for k, v in feed.items() if k in inputs})
-            for node, value in zip(self.outputs, values):
-                largest[node] = max(largest[node], float(value))
-        return largest
+        return [dict(zip(self.outputs, map(float, cancel.run(session, names, {k: v for k, v in feed.items()
+                                                                               if k in inputs}))))
+                for feed in feeds]
 
     def _model(self) -> onnx.ModelProto | None:
         ctx = self.ctx
@@ -84,3 +85,11 @@ class AccumulationBounds:
             out.graph.output.append(helper.make_tensor_value_info(largest, wide, []))
             self.outputs[ref.name] = largest
         return out if self.outputs else None
+
+
+def largest(each: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Node -> its largest bound over the feeds of ``each`` (:meth:`AccumulationBounds.each`)."""
+    found: dict[str, float] = {}
+    for bounds in each:
+        found.update({node: max(found.get(node, 0.0), bound) for node, bound in bounds.items()})
+    return found

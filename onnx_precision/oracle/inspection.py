@@ -183,7 +183,8 @@ def _inspect(session: Inspectable, plan: PrecisionPlan | None, feeds: Sequence[F
     order = {n.name: k for k, n in enumerate(nodes)}
     first_bad = [bad for bad in (first_nonfinite(nodes, f) for f in seen.finite) if bad is not None]
     first_node = min(first_bad, key=order.__getitem__) if first_bad else None
-    reference = ReferenceResult(seen.stats, dict(session.producers), first_node, seen.outputs)
+    reference = ReferenceResult(seen.stats, dict(session.producers), first_node, seen.outputs,
+                                peaks=tuple(seen.peaks))
     if plan is None:
         return reference, None
     merged: dict[str, NodeError] = {}
@@ -228,6 +229,7 @@ class _Seen:
     errors: list[dict[str, TensorError]]
     outputs: tuple[dict[str, np.ndarray], ...]
     plan_outputs: tuple[dict[str, np.ndarray], ...]
+    peaks: list[dict[str, float]]
 
 
 def _captured_runs(session: Inspectable, plan: PrecisionPlan | None, feeds: Sequence[Feed]) -> _Seen:
@@ -236,6 +238,7 @@ def _captured_runs(session: Inspectable, plan: PrecisionPlan | None, feeds: Sequ
     cand_outputs: list[dict[str, np.ndarray]] = [{} for _ in feeds]
     finite: list[dict[str, bool]] = [{} for _ in feeds]
     errors: list[dict[str, TensorError]] = [{} for _ in feeds]
+    peaks: list[dict[str, float]] = [{} for _ in feeds]
     chunks = session.chunks(feeds[0] if feeds else None)
     flush = session.low.flush
     first = True
@@ -243,7 +246,7 @@ def _captured_runs(session: Inspectable, plan: PrecisionPlan | None, feeds: Sequ
         for i, feed in enumerate(feeds):
             ref = _captured(session, None, feed, chunk, first)
             chunks.observed(ref)
-            merge_stats(stats, ref, flush)
+            merge_stats(stats, ref, flush, peaks[i])
             if first:
                 outputs[i] = {name: owned(ref[name]) for name in session.outputs if name in ref}
             finite[i].update((name, bool(np.isfinite(v).all())) for name, v in ref.items() if is_float(v))
@@ -256,7 +259,7 @@ def _captured_runs(session: Inspectable, plan: PrecisionPlan | None, feeds: Sequ
                 del cand
             del ref
         first = False
-    return _Seen(stats, finite, errors, tuple(outputs), tuple(cand_outputs))
+    return _Seen(stats, finite, errors, tuple(outputs), tuple(cand_outputs), peaks)
 
 
 def _twin_runs(session: Inspectable, run: TwinRun, plan: PrecisionPlan | None, feeds: Sequence[Feed],
@@ -266,6 +269,7 @@ def _twin_runs(session: Inspectable, run: TwinRun, plan: PrecisionPlan | None, f
     stats: dict[str, TensorStats] = {}
     finite: list[dict[str, bool]] = []
     errors: list[dict[str, TensorError]] = []
+    peaks: list[dict[str, float]] = []
     outputs, plan_outputs = [], []
     for feed in feeds:
         values = run.run(feed)
@@ -284,11 +288,12 @@ def _twin_runs(session: Inspectable, run: TwinRun, plan: PrecisionPlan | None, f
         for name, (ref_stats, _) in seen.items():
             merge_worst(stats, name, ref_stats)
         finite.append({name: ref_stats.finite for name, (ref_stats, _) in seen.items()})
+        peaks.append({name: ref_stats.peak for name, (ref_stats, _) in seen.items()})
         errors.append({name: error for name, (_, error) in seen.items() if error is not None})
         outputs.append({name: owned(values[name]) for name in twin.outputs})
         plan_outputs.append({name: owned(values[copy]) for name, copy in twin.plan_outputs.items()})
         del values
-    return _Seen(stats, finite, errors, tuple(outputs), tuple(plan_outputs) if plan else ())
+    return _Seen(stats, finite, errors, tuple(outputs), tuple(plan_outputs) if plan else (), peaks)
 
 
 def _summarised(floats: np.ndarray, ints: np.ndarray) -> tuple[TensorStats, TensorError | None]:

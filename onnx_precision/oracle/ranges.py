@@ -34,6 +34,11 @@ class TensorStats:
     def overflows_fp16(self) -> bool:
         return self.overflows(FP16)
 
+    @property
+    def peak(self) -> float:
+        """max |x|, NaN where a value is NaN."""
+        return float("nan") if self.nan_count else self.max_abs
+
     def overflows(self, low: LowPrecision) -> bool:
         return bool(np.isfinite(self.max_abs) and self.max_abs > low.max)
 
@@ -85,6 +90,8 @@ class ReferenceResult:
     first_nonfinite: str | None             # first node (topological) non-finite from finite inputs
     outputs: tuple[dict[str, np.ndarray], ...]  # the FP32 graph outputs, per sample
     oracle: str = "emulate"
+    # per sample, each tensor's max |x| on it alone: a generation's steps, each a sample, show a trend
+    peaks: tuple[Mapping[str, float], ...] = ()
 
     def node_stats(self, node: onnx.NodeProto) -> list[TensorStats]:
         return [self.stats[o] for o in node.output if o in self.stats]
@@ -109,11 +116,17 @@ def is_float(value: np.ndarray) -> bool:
     return np.issubdtype(np.asarray(value).dtype, np.floating)
 
 
-def merge_stats(acc: dict[str, TensorStats], values: Mapping[str, np.ndarray], flush: float) -> None:
+def merge_stats(acc: dict[str, TensorStats], values: Mapping[str, np.ndarray], flush: float,
+                peaks: dict[str, float] | None = None) -> None:
+    """``acc`` with the worst case of each float tensor of ``values``; ``peaks`` (one sample's): each one's
+    :attr:`TensorStats.peak`."""
     for name, value in values.items():
         if not is_float(value):
             continue
-        merge_worst(acc, name, tensor_stats(value, flush))
+        stats = tensor_stats(value, flush)
+        merge_worst(acc, name, stats)
+        if peaks is not None:
+            peaks[name] = stats.peak
 
 
 def merge_worst(acc: dict[str, TensorStats], name: str, stats: TensorStats) -> None:
