@@ -424,7 +424,8 @@ def _ieee_range(values: np.ndarray, scratch: np.ndarray) -> tuple[float, float]:
 
 
 def _generic_range(values: np.ndarray) -> tuple[float, float]:
-    magnitude = np.abs(values.astype(np.float64))  # float64: bfloat16 and ints (abs(-128) in int8) too
+    with np.errstate(invalid="ignore"):  # a NaN of a type numpy casts by value (bfloat16, float8): NaN here
+        magnitude = np.abs(values.astype(np.float64))  # float64: bfloat16 and ints (abs(-128) in int8) too
     magnitude = magnitude[~np.isnan(magnitude)]
     if magnitude.size == 0:
         return 0.0, float("inf")
