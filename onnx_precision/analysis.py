@@ -11,7 +11,9 @@ node the evidence becomes one verdict:
 * ``underflow``: values flush to zero in FP16 (a confirmed rule) and the emulated error diverges
   here or within a few nodes downstream, or a Log/division turns NaN/Inf on a flushed input.
   Tiny values that flush without effect are noted by the rules but leave the node safe.
-* ``precision``: the emulated error appears here and exceeds the tolerance, with no range cause.
+* ``precision``: the emulated error appears here and exceeds the tolerance, with no range cause; or a
+  decision here (a rounding, a comparison) flips in 16 bits and the 16-bit run stops on the shapes that
+  follow, where no error is measured (the all-FP16 outputs then fail with the decision named).
 * ``safe``: none of the above.
 
 Rows come in graph order with the problems first, so the first row is where the trouble starts.
@@ -39,7 +41,7 @@ from .data.synthetic import SymbolicDimensions
 from .errors import UsageError
 from .float_types import FP16, LowPrecision
 from .format import json_float, number
-from .judge import Comparison, OutputMetrics, Tolerance, compare_samples
+from .judge import Comparison, OutputMetrics, Tolerance, compare_samples, not_run
 from .options import Composed, GenerationOptions, Judging
 from .options import model_path as model_path_of
 from .oracle import NodeError, TensorStats
@@ -438,7 +440,11 @@ def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | No
         basis = judged(ctx, samples, judging, found, reference.outputs)
     # The FP32 model's own NaN/Inf is reported apart (fp32-nonfinite): FP16 is judged where FP32 is finite.
     finite = [replace(t, allow_fp32_nonfinite=True) for t in basis.tolerances]
-    outputs = compare_samples(basis.references, layerwise.outputs, finite, oracle.EMULATE)
+    stopped = next((c for c in layerwise.shape_changes if c.stopped), None)
+    if stopped is None:
+        outputs = compare_samples(basis.references, layerwise.outputs, finite, oracle.EMULATE)
+    else:  # a flipped decision stopped the plan's run on that sample: it has no outputs to compare
+        outputs = not_run(basis.references[stopped.sample], stopped.describe(), oracle.EMULATE)
     bounds = found.bounds
     if bounds:
         shapes = policy.largest({k: [f[k].shape for f in samples.feeds] for k in samples.feeds[0]})
@@ -478,6 +484,9 @@ def build_rows(facts: rules.ModelFacts, findings: Sequence[rules.Finding], plan:
             strong = [f for f in by_node.get(ref.name, []) if f.severity == rules.HIGH]
             body.setdefault(owner, []).extend(strong)
     diverging = set(layerwise.first_divergence)
+    # the decisions whose flip stopped the plan's run: no error of theirs is measured, the flip is the verdict
+    stops = {name: change for change in layerwise.shape_changes if change.stopped
+             for name, _ in change.decisions}
     written = policy.written_forms(facts.ctx)
     fused = policy.fused_names(policy.decomposed_layer_norms(facts.ctx)) if written else {}
     inside = {n: ln for n, ln in fused.items() if n in policy.always_fp32(facts.ctx)}
@@ -500,6 +509,10 @@ def build_rows(facts: rules.ModelFacts, findings: Sequence[rules.Finding], plan:
             # Subgraph tensors are not recorded: a strong static risk inside a diverging body is the suspect.
             verdict = suspect
             note = f"inside '{ref.graph_path[0][0]}', whose output diverges; subgraph values are not recorded"
+        if node.name in stops and verdict == SAFE:
+            verdict = PRECISION
+            note = (f"its decision flips in {facts.low.name} on sample {stops[node.name].sample}, and the "
+                    f"16-bit run stops on the shapes that follow")
         forced = plan.decisions[node.name].reasons[0] if plan.precision(node.name) is Precision.FP32 else None
         if forced is None and node.name in inside:
             forced = Reason("type", f"inside the LayerNormalization '{inside[node.name]}' the written model "

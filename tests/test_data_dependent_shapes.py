@@ -206,3 +206,28 @@ def test_the_default_convert_pins_what_flips_the_rounding_where_the_16bit_run_st
     assert f"{path} -> {out}: passed" in printed
     assert "FP32 pins (3): predictor (search), round (search), to_int (type)" in printed
     assert any(line.startswith("before: FAIL") and line.endswith(f"{STOPS})") for line in printed)
+
+
+def test_analyze_names_the_decision_whose_flip_stops_the_16bit_run(tmp_path, capsys):
+    # before: exit 1, "internal error ...: ValueError: compare_samples: 1 reference samples but 0 candidates"
+    path, data = str(tmp_path / "d.onnx"), tmp_path / "x"
+    onnx.save(two_lengths_model(), path)
+    data.mkdir()
+    np.savez(data / "a.npz", x=TEN)
+    np.savez(data / "b.npz", x=PHONEMES)
+    assert main(["analyze", path, "--inputs", str(data)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    stops = ("the 16-bit run stops on sample 1 where shapes differ from FP32's (onnxruntime: Attempting to "
+             "broadcast an axis by a dimension other than 1. 10 by 11): the decision of 'round' (Round) "
+             "flipped")
+    assert printed[3:] == [
+        "all-FP16 (emulate oracle, rms: rel RMS err <= 0.05, every slice <= 0.2 (or all |err| <= atol "
+        f"0.001)): fails: y: {stops}",
+        "verdicts: 1 precision, 8 safe",
+        "",
+        "node   op     verdict    FP32 max|x|  min|x|>0  FP16 rel err  rules",
+        "round  Round  precision  4            1         - *           -",
+        "... 8 more nodes: safe",
+        "* first divergence: the emulated FP16 error appears at this node",
+        "",
+        "round: its decision flips in FP16 on sample 1, and the 16-bit run stops on the shapes that follow"]
