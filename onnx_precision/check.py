@@ -26,7 +26,7 @@ from .errors import InternalError, ModelLoadError, PrecisionError, ReferenceFail
 from .float_types import LOW_TYPES, low_of
 from .flops import flop_shares
 from .format import json_safe, percent
-from .judge import Comparison, OutputMetrics, Tolerance, compare_samples, thin_pass_note
+from .judge import Comparison, OutputMetrics, Tolerance, compare_samples, merge_comparisons, thin_pass_note
 from .options import Composed, GenerationOptions, Judging
 from .options import model_path as model_path_of
 from .plan import NodeDecision, Precision, PrecisionPlan
@@ -346,6 +346,7 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
     # after the reference ran: what is wrong with the model (or the samples) is the first thing to say
     _require_distinct(reference, candidate)
     found = None
+    plan = written_plan(candidate, reference)  # where its run stops, which decision of the model flipped
     try:
         if basis.generation is None:
             cands = oracle_lib.run_candidate(candidate, samples.feeds, given.oracle, basis.measured)
@@ -359,9 +360,16 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
     except Exception as e:
         if not oracle_lib.is_ort_error(e):
             raise
-        # onnxruntime rejects the candidate (shapes, types, ops): the user's input, made by any tool
-        raise ModelLoadError(f"{candidate_path}: onnxruntime cannot run the candidate on the samples: "
-                             f"{oracle_lib.ort_message(e)}") from e
+        # a sample on which a decision flips in the candidate, and the shapes after it no longer fit together
+        stopped = None if given.oracle != "emulate" or basis.generation is not None else (
+            oracle_lib.verify.stopped_apart(
+                lambda feeds: oracle_lib.run_candidate(candidate, feeds, "emulate", basis.measured),
+                oracle_lib.Emulator(reference), plan, samples.feeds, basis.references, basis.tolerances, e))
+        if stopped is None:
+            # onnxruntime rejects the candidate (shapes, types, ops): the user's input, made by any tool
+            raise ModelLoadError(f"{candidate_path}: onnxruntime cannot run the candidate on the samples: "
+                                 f"{oracle_lib.ort_message(e)}") from e
+        comparison = merge_comparisons(stopped, oracle_lib.EMULATE)
     forward = basis.forward.feeds
     label, share, share_of = low_share(candidate, reference, forward[0] if forward else {})
     lows = {name: Precision(why.precision) for name, why in low_compute(candidate).items()}
@@ -370,7 +378,8 @@ def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,
         f"{candidate_path}: the candidate computes nothing in 16 bits (every float node is FP32): this check "
         f"compared FP32 with FP32",))
     with oracle_lib.blame(reference, samples):
-        table = judge_runtimes(candidate, reference, basis, comparison if given.oracle == "emulate" else None)
+        table = judge_runtimes(candidate, reference, basis, comparison if given.oracle == "emulate" else None,
+                               plan)
     return CheckResult(model_path, candidate_path, comparison, basis, candidate.target.name, label, share,
                        warnings, share_of, judging_target.source, table, found, unrun)
 

@@ -60,20 +60,24 @@ class FirstFailure:
     op_type: str
     new_nonfinite: int  # NaN/Inf where FP32 is finite, over the samples
     max_rel_err: float
+    # where the run stops because ``node``, a decision, flipped: how (ShapeChange.describe); "" where it ran
+    stopped: str = ""
 
     def describe(self) -> str:
+        if self.stopped:
+            return self.stopped
         what = (f"makes {self.new_nonfinite} NaN/Inf from finite inputs" if self.new_nonfinite else
                 f"max rel err {number(self.max_rel_err)}, its inputs within tolerance")
         return f"node '{self.node}' ({self.op_type}) {what}"
 
     def to_json(self) -> dict:
         return {"node": self.node, "op": self.op_type, "new_nonfinite": self.new_nonfinite,
-                "max_rel_err": self.max_rel_err}
+                "max_rel_err": self.max_rel_err, **({"stopped": self.stopped} if self.stopped else {})}
 
     @staticmethod
     def from_json(obj: Mapping) -> FirstFailure:
         return FirstFailure(str(obj["node"]), str(obj["op"]), int(obj["new_nonfinite"]),
-                            float(obj["max_rel_err"]))
+                            float(obj["max_rel_err"]), str(obj.get("stopped", "")))
 
 
 @dataclass(frozen=True)
@@ -145,11 +149,13 @@ class RuntimeTable:
 
 
 def judge(written: str | ModelContext, model: ModelContext, basis: Basis, own: Comparison | None = None,
-          ) -> RuntimeTable:
+          plan: PrecisionPlan | None = None) -> RuntimeTable:
     """``written`` (the file a run wrote and checked, or the model it wrote in memory, as a context) judged
     under every runtime of the registry like ``model``'s target (:func:`~.target.registry_like`), by
     ``basis``; ``model``: the FP32 model as the run measured it (its target, its custom-op libraries).
-    ``own``: the comparison the run already made under its own target, reused (None: judged here too)."""
+    ``own``: the comparison the run already made under its own target, reused (None: judged here too).
+    ``plan``: the plan ``written`` was written from, which names the decision that flipped where a
+    runtime's run stops on shapes that no longer fit together (None: such a stop is onnxruntime's error)."""
     from .oracle import Emulator
 
     started, sessions, probes = time.perf_counter(), 0, 0
@@ -161,7 +167,7 @@ def judge(written: str | ModelContext, model: ModelContext, basis: Basis, own: C
     verdicts = []
     for target in registry_like(model.target):
         as_run = target is model.target
-        runner = WrittenRunner(read, fp32, target, basis.measured if as_run else UNMEASURED)
+        runner = WrittenRunner(read, fp32, target, basis.measured if as_run else UNMEASURED, plan)
         if runner.spelled not in judged_by:
             comparison = own if as_run and own is not None else judged(runner, basis)
             first = None if comparison.passed else first_failure(runner, basis)
@@ -186,12 +192,18 @@ def judged(runner: WrittenRunner, basis: Basis) -> Comparison:
 
         steps = basis.generation_runner(runner).within(min(HORIZON, basis.generation.steps))
         return judge_generation(steps, WRITTEN, basis.samples.feeds, basis.references, basis.tolerances)[0]
-    from .judge import compare_by_shape
+    from .judge import compare_by_shape, merge_comparisons
     from .oracle import OracleRun
-    from .oracle.verify import only_reference_outputs
+    from .oracle.blame import ShapesDiverged
+    from .oracle.verify import compared_apart, only_reference_outputs
 
     feeds = basis.samples.feeds
-    run = OracleRun(runner.oracle, tuple(runner.run(WRITTEN, feed) for feed in feeds))
+    try:
+        run = OracleRun(runner.oracle, tuple(runner.run(WRITTEN, feed) for feed in feeds))
+    except ShapesDiverged:  # a sample stops where a decision flipped: each judged apart
+        per_sample = compared_apart(lambda feed: runner.run(WRITTEN, feed), feeds, basis.references,
+                                    basis.tolerances, runner.oracle)[0]
+        return merge_comparisons(per_sample, runner.oracle)
     return compare_by_shape(feeds, list(basis.references), only_reference_outputs(run, basis.references),
                             basis.tolerances, run.oracle)
 
@@ -206,6 +218,10 @@ def first_failure(runner: WrittenRunner, basis: Basis) -> FirstFailure | None:
     name = next(iter(result.first_divergence), None)
     if name is None:
         return None
+    stop = next((change for change in result.shape_changes if change.stopped), None)
+    if stop is not None:  # the run stops where a decision flipped: no node's error is measured
+        made = runner.made(name)
+        return FirstFailure(made.name, made.op_type, 0, float("inf"), stop.describe())
     error = result.nodes[name]
     made = runner.made(name)
     return FirstFailure(made.name, made.op_type, error.new_nonfinite, error.max_rel_err)
@@ -287,10 +303,11 @@ class WrittenRunner:
     switchable: frozenset[str] = frozenset()  # no plan changes what it runs
 
     def __init__(self, written: Written, fp32: Emulator, target: Target, measured: Measured = UNMEASURED,
-                 ) -> None:
+                 plan: PrecisionPlan | None = None) -> None:
         from .oracle import emulate_model
 
         self.written, self.fp32, self.low = written, fp32, target.low
+        self.plan = plan  # what it was written from: where its run stops, which decision flipped (blame)
         self.emulated = emulate_model(written.model, written.base_dir, target, measured=measured,
                                       types=written.types)
         self.outputs = tuple(o.name for o in self.emulated.graph.output)
@@ -313,6 +330,7 @@ class WrittenRunner:
         if plan is None:
             return self.fp32.run(None, feed, names, intermediates)
         from . import cancel
+        from .oracle.blame import named_stop
         from .oracle.sessions import cast_feed, input_dtypes, make_session
 
         chunk = tuple(n for n in (intermediates if isinstance(intermediates, tuple) else ())
@@ -328,7 +346,8 @@ class WrittenRunner:
             self._session = (chunk, make_session(exposed, base_dir, custom_op_libraries=libraries))
             self.sessions_built += 1
         fetched = list(self.outputs + chunk)
-        values = cancel.run(self._session[1], fetched, cast_feed(feed, input_dtypes(self.emulated)))
+        with named_stop(self.fp32, self.plan, feed):
+            values = cancel.run(self._session[1], fetched, cast_feed(feed, input_dtypes(self.emulated)))
         self.probes_run += 1
         return dict(zip(fetched, values))
 

@@ -231,3 +231,41 @@ def test_analyze_names_the_decision_whose_flip_stops_the_16bit_run(tmp_path, cap
         "* first divergence: the emulated FP16 error appears at this node",
         "",
         "round: its decision flips in FP16 on sample 1, and the 16-bit run stops on the shapes that follow"]
+
+
+def test_check_fails_a_candidate_whose_run_stops_on_a_flipped_decision_naming_it(tmp_path, capsys):
+    # before: exit 2, "c.onnx: onnxruntime cannot run the candidate on the samples: ... 10 by 11" (and
+    # the runtimes' judgement an internal error of blame's)
+    path, cand, data = str(tmp_path / "d.onnx"), str(tmp_path / "c.onnx"), tmp_path / "x"
+    onnx.save(two_lengths_model(), path)
+    assert main(["convert", path, "-o", cand, "--mode", "all-fp16"]) == 0
+    data.mkdir()
+    np.savez(data / "a.npz", x=TEN)
+    np.savez(data / "b.npz", x=PHONEMES)
+    capsys.readouterr()
+    assert main(["check", path, cand, "--inputs", str(data)]) == 1
+    printed = capsys.readouterr().out.splitlines()
+    (line,) = [line for line in printed if line.startswith("  y: ")]
+    assert line == ("  y: max abs err inf, max rel err inf, rel RMS err inf (worst slice inf), p99 inf, "
+                    f"p99.9 inf, cosine 0.000000, 0/10 outside bound [sample 1: {STOPS}]  FAIL")
+    assert ("runtimes: holds on: none; fails on: generic, tensorrt 10.15, webgpu, openvino-gpu, "
+            "fp16-accumulate (first: the 16-bit run stops on sample 1 where shapes differ from FP32's "
+            "(onnxruntime: Attempting to broadcast an axis by a dimension other than 1. 10 by 11): the "
+            "decision of 'round' (Round) flipped)") in printed
+    assert main(["check", path, cand, "--inputs", str(data / "a.npz")]) == 0  # 10 frames: it runs
+
+
+def test_a_held_out_sample_whose_run_stops_fails_the_convert_naming_the_decision(tmp_path, capsys):
+    # before: exit 1, "internal error ...: onnxruntime rejects a graph derived from ...: ... 10 by 11"
+    path, out = str(tmp_path / "d.onnx"), str(tmp_path / "o.onnx")
+    onnx.save(two_lengths_model(), path)
+    np.savez(tmp_path / "ten.npz", x=TEN)  # the search sees no flip: every node FP16
+    np.savez(tmp_path / "held.npz", x=PHONEMES)
+    held = str(tmp_path / "held.npz")
+    assert main(["convert", path, "-o", out, "--inputs", str(tmp_path / "ten.npz"),
+                 "--validation-inputs", held]) == 1
+    printed = capsys.readouterr().out.splitlines()
+    assert f"{path} -> {out}: failed (the written model fails held-out output 'y' {STOPS} ({held}))" in (
+        printed)
+    assert ("validation: FAIL (worst y: rel RMS err inf, max abs err inf, cosine 0.000000; "
+            f"{STOPS})") in printed

@@ -57,7 +57,7 @@ def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: Aut
             else:
                 verified, native, phases, generation = _verify_generation(ctx, staged_model, auto_result,
                                                                           options)
-            table = runtimes.judge(staged_model, ctx, basis, verified)
+            table = runtimes.judge(staged_model, ctx, basis, verified, auto_result.plan)
         phases += (table.cost,)
         default_load = ""
         if loads and auto_result.passed and verified.passed and (native is None or native.passed):
@@ -71,7 +71,7 @@ def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: Aut
     validation, failure = None, ""
     if options.validation_inputs:
         started = time.perf_counter()
-        validation, failure = _validate(ctx, staged_model, options.validation_inputs, basis)
+        validation, failure = _validate(ctx, staged_model, options.validation_inputs, basis, auto_result.plan)
         phases += (PhaseCost("validation", time.perf_counter() - started, sessions=2, probes=2),)
     return Verification(verified, native, default_load, (write,) + phases, validation, failure, table,
                         generation)
@@ -108,10 +108,11 @@ def _verify_generation(ctx: ModelContext, staged_model: str | ModelContext, auto
 
 
 def _validate(ctx: ModelContext, staged_model: str | ModelContext, inputs: str, basis: Basis,
-              ) -> tuple[Comparison, str]:
-    """The written model on the held-out samples ``inputs``, judged as ``basis`` judges the run's own
-    (:meth:`..basis.Basis.held_out`: against the FP32 model ``ctx`` on them, or a quantized model's
-    reference, each held-out sample within its own bound; a generation's over it, every sum checked)."""
+              plan: PrecisionPlan) -> tuple[Comparison, str]:
+    """The written model (of ``plan``) on the held-out samples ``inputs``, judged as ``basis`` judges the
+    run's own (:meth:`..basis.Basis.held_out`: against the FP32 model ``ctx`` on them, or a quantized model's
+    reference, each held-out sample within its own bound; a generation's over it, every sum checked); one
+    whose run stops because a decision flips under ``plan`` fails naming it."""
     from .. import oracle
     from ..basis import run_samples
 
@@ -121,7 +122,7 @@ def _validate(ctx: ModelContext, staged_model: str | ModelContext, inputs: str, 
         if basis.generation is None:
             comparison, failure = oracle.validate_written(staged_model, held_out.feeds, judged.references,
                                                           judged.tolerances, ctx.custom_op_libraries,
-                                                          ctx.target)
+                                                          ctx.target, (oracle.Emulator(ctx), plan))
         else:
             from ..generation.written import judge, model_runner
 

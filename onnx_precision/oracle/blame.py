@@ -153,6 +153,12 @@ class Runs(Protocol):
     def run(self, plan: PrecisionPlan | None, feed: Feed) -> Mapping[str, np.ndarray]: ...
 
 
+class Diagnoses(Protocol):
+    """What tells why a plan's run failed (an emulator of the model: :meth:`.emulator.Emulator.diverged`)."""
+
+    def diverged(self, plan: PrecisionPlan, feed: Feed, error: BaseException) -> ShapesDiverged | None: ...
+
+
 class Decisions:
     """The first decisions of ``ctx``'s model that can change shapes (:func:`.twin.sets_shapes`: none
     upstream of them does), run apart from what follows them: the model cut to them and the nodes feeding
@@ -230,6 +236,21 @@ class Decisions:
         if not flips:
             return None
         return ShapesDiverged(flips, self.feeding(flips), _status(ort_message(error)), feed)
+
+
+@contextmanager
+def named_stop(fp32: Diagnoses, plan: PrecisionPlan | None, feed: Feed) -> Iterator[None]:
+    """onnxruntime's error out of a run of a model written from ``plan`` on ``feed`` raised as
+    :class:`ShapesDiverged` where one of the first decisions of the FP32 model (``fp32``, an emulator of it:
+    :meth:`.emulator.Emulator.diverged`) flips under ``plan``; as it is otherwise, or where no plan is
+    known."""
+    try:
+        yield
+    except Exception as e:
+        diverged = None if plan is None else fp32.diverged(plan, feed, e)
+        if diverged is None:
+            raise
+        raise diverged from e
 
 
 # decisions whose float outputs are whole numbers, equal between FP32 and a plan unless they flipped (a

@@ -16,9 +16,20 @@ import numpy as np
 from ..context import ModelContext, load_model
 from ..costs import PhaseCost
 from ..errors import OracleUnavailable
-from ..judge import Comparison, Tolerances, compare_by_shape, compare_outputs, each_sample, merge_comparisons
+from ..judge import (
+    Comparison,
+    Tolerances,
+    compare_by_shape,
+    compare_outputs,
+    each_sample,
+    merge_comparisons,
+    not_run,
+)
+from ..plan import PrecisionPlan
 from ..target import GENERIC, UNMEASURED, Measured, Target
 from ..vocab import OracleName
+from .blame import Diagnoses, ShapesDiverged, is_ort_error, named_stop
+from .emulation_session import EMULATE
 from .sessions import Feed
 from .whole_runs import (
     NATIVE_PROVIDERS,
@@ -118,19 +129,73 @@ def verify_output(
 def validate_written(output_path: str | ModelContext, feeds: Sequence[Feed],
                      reference_outputs: Sequence[Mapping], tol: Tolerances,
                      custom_op_libraries: tuple[str, ...] = (), target: Target = GENERIC,
+                     written_from: tuple[Diagnoses, PrecisionPlan] | None = None,
                      ) -> tuple[Comparison, str]:
     """The written model (a file, or a context in memory), emulated, on held-out samples the search
     never saw (every sum checked: the run's proofs hold on its own samples): the comparison over them
-    all and, where one fails, which sample and how ("" when all pass)."""
-    run = _emulated(output_path, feeds, custom_op_libraries, target, UNMEASURED)
-    per_sample = [compare_outputs(ref, cand, t, run.oracle) for ref, cand, t in
-                  zip(reference_outputs, only_reference_outputs(run, reference_outputs),
-                      each_sample(tol, len(reference_outputs)))]
-    merged = merge_comparisons(per_sample, run.oracle)  # judged together, it may fail where no sample does
+    all and, where one fails, which sample and how ("" when all pass). ``written_from``: an emulator of
+    the FP32 model and the plan the model was written from, which tell a held-out sample whose run a
+    flipped decision stops (:func:`stopped_apart`)."""
+    def run(some: Sequence[Feed]) -> OracleRun:
+        return _emulated(output_path, some, custom_op_libraries, target, UNMEASURED)
+
+    try:
+        ran = run(feeds)
+        per_sample = [compare_outputs(ref, cand, t, ran.oracle) for ref, cand, t in
+                      zip(reference_outputs, only_reference_outputs(ran, reference_outputs),
+                          each_sample(tol, len(reference_outputs)))]
+    except Exception as e:
+        stopped = (None if written_from is None else
+                   stopped_apart(run, *written_from, feeds, reference_outputs, tol, e))
+        if stopped is None:
+            raise
+        per_sample = stopped
+    merged = merge_comparisons(per_sample, EMULATE)  # judged together, it may fail where no sample does
     failing = next((i for i, c in enumerate(per_sample) if not c.passed), None)
     if failing is not None:
         return merged, per_sample[failing].failure(failing, len(per_sample))
     return merged, "" if merged.passed else merged.failure()
+
+
+def compared_apart(run: Callable[[Feed], Mapping[str, np.ndarray]], feeds: Sequence[Feed],
+                   reference_outputs: Sequence[Mapping], tol: Tolerances, oracle: str,
+                   ) -> tuple[list[Comparison], int]:
+    """Each sample's comparison, its run apart (``run``), and how many samples stopped: one whose run a
+    flipped decision stops (``run`` raises :class:`.blame.ShapesDiverged`) fails with the decision named."""
+    per_sample, stopped = [], 0
+    for feed, ref, t in zip(feeds, reference_outputs, each_sample(tol, len(reference_outputs))):
+        try:
+            values = run(feed)
+        except ShapesDiverged as e:
+            per_sample.append(not_run(ref, e.why, oracle))
+            stopped += 1
+            continue
+        ran = {name: np.asarray(values[name]) for name in ref if name in values}
+        per_sample.append(compare_outputs(ref, ran, t, oracle))
+    return per_sample, stopped
+
+
+def stopped_apart(run: Callable[[Sequence[Feed]], OracleRun], fp32: Diagnoses, plan: PrecisionPlan,
+                  feeds: Sequence[Feed], reference_outputs: Sequence[Mapping], tol: Tolerances,
+                  error: BaseException) -> list[Comparison] | None:
+    """Where the emulated run (``run``) of a model written from ``plan`` on ``feeds`` together failed with
+    ``error``: each sample's comparison, run apart, a sample whose run stops because a decision of the FP32
+    model (``fp32``, an emulator of it) flips under ``plan`` failing with the decision named; None where
+    ``error`` is not onnxruntime's, or a run apart fails otherwise, or none stops (the failure is another's:
+    :func:`.blame.blame` tells whose)."""
+    if not is_ort_error(error):
+        return None
+
+    def one(feed: Feed) -> Mapping[str, np.ndarray]:
+        with named_stop(fp32, plan, feed):
+            return run([feed]).outputs[0]
+    try:
+        per_sample, stopped = compared_apart(one, feeds, reference_outputs, tol, EMULATE)
+    except Exception as e:
+        if is_ort_error(e):
+            return None
+        raise
+    return per_sample if stopped else None
 
 
 def _written(model: str | ModelContext, custom_op_libraries: tuple[str, ...], target: Target) -> ModelContext:
