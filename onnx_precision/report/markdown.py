@@ -244,11 +244,15 @@ def summary_lines(report: RunReport, report_paths: Sequence[str] = ()) -> list[s
 
 def verdict_line(report: RunReport) -> str:
     """The one line ``convert -q`` prints: the summary's first (what was written, the status and
-    why), the worst output of the last comparison (the written model's, when it was written) with
+    why), what changes what it means as ``check -q`` says it (a target other than generic, data the run
+    made up), the worst output of the last comparison (the written model's, when it was written) with
     its statistic, and the 16-bit share."""
     last = comparisons(report)[-1:]
     worst = [worst_output_text(last[0][1], report.tolerance or Tolerance())] if last else []
-    return "; ".join([summary_lines(report)[0], *worst, f"{report.low_label}: {_share_text(report)}"])
+    under = f" under {report.target}" if report.target != "generic" else ""
+    made_up = " on synthetic data (no --inputs)" if report.samples_synthetic else ""
+    return "; ".join([summary_lines(report)[0] + under + made_up, *worst,
+                      f"{report.low_label}: {_share_text(report)}"])
 
 
 def _pins_line(report: RunReport, limit: int = 6) -> str:
