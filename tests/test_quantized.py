@@ -157,7 +157,7 @@ def test_an_fp8_qdq_block_with_a_large_fp8_weight_converts(tmp_path, capsys):
     path, out = str(tmp_path / "fp8.onnx"), str(tmp_path / "o.onnx")
     onnx.save(fp8_block(), path)
     assert main(["convert", path, "-o", out, "-q"]) == 0
-    assert ": passed;" in capsys.readouterr().out
+    assert ": passed on synthetic data (no --inputs); worst " in capsys.readouterr().out
     written = onnx.load(out)
     assert [t.data_type for t in written.graph.initializer if t.name == "w_q"] == [TensorProto.FLOAT8E4M3FN]
 
