@@ -10,6 +10,8 @@ from conftest import parse
 
 from onnx_precision import rules
 from onnx_precision.context import ModelContext
+from onnx_precision.float_types import BF16, FP16, LowPrecision
+from onnx_precision.target import GenericTarget
 
 
 @dataclass(frozen=True)
@@ -22,15 +24,16 @@ class S:
 
 
 def find(text: str, stats: dict | None = None, rule: str | None = None,
-         rule_set: tuple[rules.Rule, ...] = rules.RULES) -> list[rules.Finding]:
-    model = parse(text)
-    found = rules.run_rules(rules.ModelFacts(ModelContext.of(model), stats=stats), rule_set).findings
+         rule_set: tuple[rules.Rule, ...] = rules.RULES, low: LowPrecision = FP16) -> list[rules.Finding]:
+    ctx = ModelContext.of(parse(text))
+    ctx.target = GenericTarget(low)
+    found = rules.run_rules(rules.ModelFacts(ctx, stats=stats), rule_set).findings
     return [f for f in found if rule is None or f.rule == rule]
 
 
 def only(text: str, stats: dict | None = None, rule: str | None = None,
-         rule_set: tuple[rules.Rule, ...] = rules.RULES) -> rules.Finding:
-    found = find(text, stats, rule, rule_set)
+         rule_set: tuple[rules.Rule, ...] = rules.RULES, low: LowPrecision = FP16) -> rules.Finding:
+    found = find(text, stats, rule, rule_set, low)
     assert len(found) == 1, found
     return found[0]
 
@@ -314,7 +317,12 @@ def test_mask_constant_times_zero_is_nan():
     assert f.node == "node_of_bias" and f.severity == "high" and "0 * -inf = NaN" in f.message
     assert f.evidence["meets"] == "Mul, Add, Softmax"
     assert find(text.format(value="-1e9"), rule="constant-overflow") == []  # the mask rule says it better
-    assert only(text.format(value="-10000.0"), rule="mask-constant").severity == "low"
+    # a mask FP16 holds (-16376, as the decoder rewrite writes float32's minimum) meets no -inf: none said
+    held = only(text.format(value="-16376.0"), rule="mask-constant")
+    assert held.severity == "low" and held.message == "mask constant -1.64e+04 is -16376 in FP16"
+    # BF16 holds -1e9 (as -998 244 352): not -inf there either
+    bf16 = only(text.format(value="-1e9"), rule="mask-constant", low=BF16)
+    assert bf16.severity == "low" and bf16.message == "mask constant -1e+09 is -9.98244e+08 in BF16"
 
 
 def test_integer_cast_to_float_beyond_2048():

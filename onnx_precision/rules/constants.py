@@ -166,9 +166,12 @@ def mask_constant(node: onnx.NodeProto, facts: ModelFacts) -> RuleOutput:
         values = facts.constant(name)
         value = float(np.min(values))  # type: ignore[arg-type]
         meets = [node.op_type] + [c.op_type for c in facts.downstream_ops(node.output[0], 3)]
-        hazards = [_MASK_MEETS[op] for op in dict.fromkeys(meets) if op in _MASK_MEETS]
-        severity = HIGH if value < -facts.low.max else LOW
-        fp16 = "-inf" if value < -facts.low.max else f"{float(np.float16(value)):g}"
+        low = float(facts.low.round(np.array([value]))[0])
+        infinite = not np.isfinite(low)
+        # what -inf meets; a mask that stays finite (-16376, as the decoder rewrite writes it) meets none
+        hazards = [_MASK_MEETS[op] for op in dict.fromkeys(meets) if op in _MASK_MEETS] if infinite else []
+        severity = HIGH if infinite else LOW
+        fp16 = "-inf" if infinite else f"{low:g}"
         yield finding(
             node,
             "mask-constant",
