@@ -36,9 +36,8 @@ import onnx
 from . import oracle, policy, rules
 from .basis import forward_samples, generation_of, generations, judged, measured_model, run_samples, sums
 from .context import ModelContext, load_model
-from .data import SampleSpec
+from .data import SampleSpec, command_spec
 from .data.synthetic import SymbolicDimensions
-from .errors import UsageError
 from .float_types import FP16, LowPrecision
 from .format import json_float, number
 from .judge import Comparison, OutputMetrics, Tolerance, compare_samples, not_run
@@ -377,8 +376,7 @@ class AnalyzeOptions(Composed):
     generation: GenerationOptions = field(default_factory=GenerationOptions)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.samples, SampleSpec):
-            raise UsageError(f"samples {self.samples!r}: expected an onnx_precision.data.SampleSpec")
+        object.__setattr__(self, "samples", command_spec(self.samples, self.judging.memory_budget))
 
 
 def analyze(model_path: str, spec: SampleSpec | None = None, tol: Tolerance | None = None,

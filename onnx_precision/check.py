@@ -21,7 +21,7 @@ import onnx
 from .basis import Basis, generation_of, measure, measured_model, run_samples, unused_generation
 from .context import ModelContext, load_model
 from .coverage import unrun_bodies, unrun_note
-from .data import Samples, SampleSpec
+from .data import Samples, SampleSpec, command_spec
 from .errors import InternalError, ModelLoadError, PrecisionError, ReferenceFailure, UsageError
 from .float_types import LOW_TYPES, low_of
 from .flops import flop_shares
@@ -298,8 +298,7 @@ class CheckOptions(Composed):
     recorded_target: bool = True
 
     def __post_init__(self) -> None:
-        if not isinstance(self.samples, SampleSpec):
-            raise UsageError(f"samples {self.samples!r}: expected an onnx_precision.data.SampleSpec")
+        object.__setattr__(self, "samples", command_spec(self.samples, self.judging.memory_budget))
 
 
 def check(model_path: str, candidate_path: str, spec: SampleSpec | None = None,

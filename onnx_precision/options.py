@@ -168,7 +168,8 @@ class Judging(Group):
     quantizers bypassed) and what the remainder may add to the quantization error (:mod:`.quant_reference`);
     the model as measured: a BF16 run's opset raised or kept (:mod:`.opset_upgrade`), its float64
     compute converted or kept; and the memory a run may hold (:mod:`.memory`: the default load's budget,
-    and the figure the summary holds the run's peak to)."""
+    the figure the summary holds the run's peak to, and what sample files may expand to:
+    :func:`.data.files.sample_bound`)."""
 
     title: ClassVar[str] = "judging"
 
@@ -196,7 +197,9 @@ class Judging(Group):
         help="the memory a run may hold (8G, 512M; weights are mapped from their files, not held): convert "
              "stops its load at onnxruntime's default options past it and says that load was not checked, "
              "and its memory note holds the run's peak to it (default: what the machine, and this process's "
-             "cgroup, have available when the run starts); check and analyze do not read it yet"))
+             "cgroup, have available when the run starts); in every command, sample files may expand to an "
+             "11th of it where that is over 512 MiB, their bound without it (a run holds about 11x its "
+             "samples)"))
 
     def __post_init__(self) -> None:
         if not isinstance(self.tolerance, Tolerance):

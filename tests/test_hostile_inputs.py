@@ -253,8 +253,9 @@ def _unread(data, monkeypatch) -> None:
     monkeypatch.setattr(data, "_payload_array", read)
 
 
-PAST_BOUND = ("its arrays expand to {size} ({feeds}), more than sample data can sensibly be (64 KiB at most, "
-              "counted expanded, whatever the file weighs); give fewer or smaller samples")
+RAISE_IT = "give fewer or smaller samples, or a larger --memory-budget (a run holds about 11x its samples)"
+PAST_BOUND = ("its arrays expand to {size} ({feeds}), more than sample data can sensibly be ({bound} at "
+              "most, counted expanded, whatever the file weighs); " + RAISE_IT)
 
 
 @pytest.mark.parametrize("form", ["npz", "json", "directory"])
@@ -281,7 +282,7 @@ def test_sample_files_are_bounded_by_what_they_expand_to(tmp_path, capsys, out, 
     _unread(small_bound, monkeypatch)
     line = _refused(["convert", model, "-o", str(out / "o.onnx"), "--inputs", str(data)], capsys, out)
     size = "141 KiB" if form == "directory" else "128 KiB"
-    assert line == f"--inputs {data}: " + PAST_BOUND.format(size=size, feeds=feeds)
+    assert line == f"--inputs {data}: " + PAST_BOUND.format(size=size, feeds=feeds, bound="64 KiB")
 
 
 @pytest.mark.parametrize("method, name", [(12, "bzip2"), (14, "lzma")])
@@ -362,9 +363,8 @@ def test_one_feed_at_the_model_s_own_sizes_is_allowed_past_the_bound(tmp_path, s
     (data / "1.npz").write_bytes(_npz_bytes({"x": np.ones((8192, 4), np.float32)}))
     with pytest.raises(DataError) as raised:
         load_samples(model, SampleSpec(inputs=str(data)))
-    assert str(raised.value) == (f"--inputs {data}: its arrays expand to 256 KiB (2 feeds), more than "
-                                 f"sample data can sensibly be (128 KiB at most, counted expanded, whatever "
-                                 f"the file weighs); give fewer or smaller samples")
+    assert str(raised.value) == f"--inputs {data}: " + PAST_BOUND.format(size="256 KiB", feeds="2 feeds",
+                                                                          bound="128 KiB")
 
 
 def test_an_expanding_sample_file_from_python(tmp_path, small_bound, monkeypatch):
@@ -376,7 +376,54 @@ def test_an_expanding_sample_file_from_python(tmp_path, small_bound, monkeypatch
     _unread(small_bound, monkeypatch)
     with pytest.raises(DataError) as raised:
         convert_model(_mlp(tmp_path, batch="N"), str(data))
-    assert str(raised.value) == f"--inputs {data}: " + PAST_BOUND.format(size="128 KiB", feeds="1 feed")
+    assert str(raised.value) == f"--inputs {data}: " + PAST_BOUND.format(size="128 KiB", feeds="1 feed",
+                                                                          bound="64 KiB")
+
+
+def test_a_memory_budget_raises_the_bound_to_an_11th_of_it(tmp_path, capsys, out, small_bound, monkeypatch):
+    # the bound at 64 KiB; --memory-budget 1M raises it to 1e6 // 11 bytes (88.8 KiB) in every command, the
+    # held-out samples' too: 78.1 KiB of samples pass under it, 128 KiB do not
+    from onnx_precision.analysis import AnalyzeOptions
+    from onnx_precision.check import CheckOptions
+    from onnx_precision.convert import ConvertOptions
+    from onnx_precision.data import SampleSpec
+
+    model = _mlp(tmp_path, batch="N")
+    within, past = tmp_path / "within.npz", tmp_path / "past.npz"
+    within.write_bytes(_npz_bytes({"x": np.full((5000, 4), 0.5, np.float32)}))
+    past.write_bytes(_npz_bytes({"x": np.zeros((8192, 4), np.float32)}))
+    convert = ["convert", model, "-o", str(out / "o.onnx"), "--mode", "static", "-q", "--inputs"]
+    line = _refused([*convert, str(within)], capsys, out)
+    assert line == f"--inputs {within}: " + PAST_BOUND.format(size="78.1 KiB", feeds="1 feed", bound="64 KiB")
+    line = _refused([*convert, str(past), "--memory-budget", "1M"], capsys, out)
+    assert line == f"--inputs {past}: " + PAST_BOUND.format(size="128 KiB", feeds="1 feed", bound="88.8 KiB")
+    line = _refused([*convert, str(within), "--validation-inputs", str(past), "--memory-budget", "1M"],
+                    capsys, out)
+    assert line == (f"--validation-inputs {past}: "
+                    + PAST_BOUND.format(size="128 KiB", feeds="1 feed", bound="88.8 KiB"))
+    assert main([*convert, str(within), "--validation-inputs", str(within), "--memory-budget", "1M"]) == 0
+    capsys.readouterr()
+    assert main(["check", model, str(out / "o.onnx"), "--inputs", str(within), "--memory-budget", "1M",
+                 "-q"]) == 0
+    # the one value is the run's budget, whatever a spec given whole says
+    for options in (ConvertOptions, CheckOptions, AnalyzeOptions):
+        given = options(samples=SampleSpec(inputs=str(within), memory_budget=10**9), memory_budget=10**6)
+        assert given.samples.memory_budget == 10**6
+        assert options(samples=SampleSpec(memory_budget=10**9)).samples.memory_budget is None
+
+
+def test_the_sample_bound_is_the_same_on_every_machine_without_a_budget():
+    from onnx_precision.data import SampleSpec
+    from onnx_precision.data.files import MAX_SAMPLE_BYTES, sample_bound
+    from onnx_precision.errors import UsageError
+
+    assert sample_bound(None) == MAX_SAMPLE_BYTES == 512 << 20
+    assert sample_bound(4 << 30) == MAX_SAMPLE_BYTES  # 372 MiB: less than without it
+    assert sample_bound(16 << 30) == (16 << 30) // 11
+    with pytest.raises(UsageError) as raised:
+        SampleSpec(memory_budget=512)
+    assert str(raised.value) == ("--memory-budget 512: expected a memory size of at least 1M (8G, 512M, "
+                                 "3.5GiB), or None")
 
 
 # --- item 13: many layer patterns against many layers ---------------------------------------------------

@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..data import SampleSpec, shape_problem
+from ..data import SampleSpec, command_spec, shape_problem
 from ..errors import UsageError
 from ..options import Composed, GenerationOptions, Judging, Output
 from ..target import Targeting
@@ -57,8 +57,7 @@ class ConvertOptions(Composed):
             if not isinstance(value, (tuple, list)) or not all(isinstance(v, str) for v in value):
                 hint = f" (one is written ({value!r},))" if isinstance(value, str) else ""
                 raise UsageError(f"{name} {value!r}: expected a tuple of strings{hint}")
-        if not isinstance(self.samples, SampleSpec):
-            raise UsageError(f"samples {self.samples!r}: expected an onnx_precision.data.SampleSpec")
+        object.__setattr__(self, "samples", command_spec(self.samples, self.judging.memory_budget))
         probes = self.max_probes
         if probes is not None and (isinstance(probes, bool) or not isinstance(probes, int) or probes < 1):
             raise UsageError(f"max_probes {probes!r}: expected an integer >= 1 (None: no limit)")

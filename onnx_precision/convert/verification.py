@@ -71,7 +71,9 @@ def verify(ctx: ModelContext, staged_model: str | ModelContext, auto_result: Aut
     validation, failure = None, ""
     if options.validation_inputs:
         started = time.perf_counter()
-        validation, failure = _validate(ctx, staged_model, options.validation_inputs, basis, auto_result.plan)
+        held_out = SampleSpec(inputs=options.validation_inputs, option="--validation-inputs",
+                              memory_budget=budget)
+        validation, failure = _validate(ctx, staged_model, held_out, basis, auto_result.plan)
         phases += (PhaseCost("validation", time.perf_counter() - started, sessions=2, probes=2),)
     return Verification(verified, native, default_load, (write,) + phases, validation, failure, table,
                         generation)
@@ -107,16 +109,16 @@ def _verify_generation(ctx: ModelContext, staged_model: str | ModelContext, auto
     return verified, native, tuple(phases), found
 
 
-def _validate(ctx: ModelContext, staged_model: str | ModelContext, inputs: str, basis: Basis,
+def _validate(ctx: ModelContext, staged_model: str | ModelContext, spec: SampleSpec, basis: Basis,
               plan: PrecisionPlan) -> tuple[Comparison, str]:
-    """The written model (of ``plan``) on the held-out samples ``inputs``, judged as ``basis`` judges the
+    """The written model (of ``plan``) on the held-out samples ``spec``, judged as ``basis`` judges the
     run's own (:meth:`..basis.Basis.held_out`: against the FP32 model ``ctx`` on them, or a quantized model's
     reference, each held-out sample within its own bound; a generation's over it, every sum checked); one
     whose run stops because a decision flips under ``plan`` fails naming it."""
     from .. import oracle
     from ..basis import run_samples
 
-    held_out = run_samples(ctx, SampleSpec(inputs=inputs, option="--validation-inputs"), basis.generation)
+    held_out = run_samples(ctx, spec, basis.generation)
     with oracle.blame(ctx, held_out):
         judged = basis.held_out(ctx, held_out)
         if basis.generation is None:
@@ -130,7 +132,7 @@ def _validate(ctx: ModelContext, staged_model: str | ModelContext, inputs: str, 
                                                            ctx.target, UNMEASURED))
             comparison = judge(runner, None, held_out.feeds, judged.references, judged.tolerances)[0]
             failure = "" if comparison.passed else comparison.failure()
-    return comparison, failure and f"held-out {failure} ({inputs})"
+    return comparison, failure and f"held-out {failure} ({spec.inputs})"
 
 
 def _stored_bytes(model_path: str | ModelContext) -> int:

@@ -15,8 +15,9 @@ always labelled. A file's format is told from its content, whatever its name.
 Every feed is checked against the model: names, dtypes, ranks and fixed dimensions; a mismatch is
 a one-line :class:`DataError` naming the source and the input. A file's arrays are checked on their
 headers before any is read, and bounded by what they expand to, not by what the file weighs
-(:data:`.files.MAX_SAMPLE_BYTES`, all feeds of a source together). NaN inside sample data is a
-warning naming the input (the FP32 reference will carry it; FP16 is not blamed for it).
+(:data:`.files.MAX_SAMPLE_BYTES`, all feeds of a source together; more under a memory budget,
+:func:`.files.sample_bound`). NaN inside sample data is a warning naming the input (the FP32 reference
+will carry it; FP16 is not blamed for it).
 
 By job: where feeds come from and loading them, here (:class:`SampleSpec`, :func:`load_samples`, and
 :class:`FeedForm`, how a generation's feeds differ from one forward pass's); what a feed must hold and the
@@ -33,7 +34,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import onnx
 
-from ..errors import DataError
+from ..errors import DataError, UsageError
+from ..options import budget_problem
 from .files import npz_files, read_feeds
 from .inputs import InputInfo, check_array, model_inputs, shape_problem, shape_text, validate_feed
 from .synthetic import index_bounds, synthetic_feed
@@ -43,7 +45,10 @@ from .synthetic import index_bounds, synthetic_feed
 class SampleSpec:
     """Where feeds come from. ``inputs`` is an .npz (one feed), a directory of .npz (one feed
     each) or a Polygraphy JSON (``polygraphy run --save-inputs``); ``feeds`` are feeds in memory
-    (input name -> array each); with neither, synthetic feeds from the model's input metadata, seeded."""
+    (input name -> array each); with neither, synthetic feeds from the model's input metadata, seeded.
+    ``memory_budget``, the memory the run may hold, raises the bound on what a file's arrays may expand to
+    (:func:`.files.sample_bound`); ``convert``, ``check`` and ``analyze`` set it from their
+    :attr:`..options.Judging.memory_budget` (``--memory-budget``)."""
 
     inputs: str | None = None
     seed: int = 0
@@ -51,8 +56,12 @@ class SampleSpec:
     input_ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     feeds: tuple[Mapping[str, np.ndarray], ...] = ()
     option: str = "--inputs"  # the option that names ``inputs``, in messages about the file
+    memory_budget: int | None = None
 
     def __post_init__(self) -> None:
+        problem = budget_problem(self.memory_budget)
+        if problem:
+            raise UsageError(f"--memory-budget {self.memory_budget!r}: expected {problem}")
         if self.inputs is not None and self.feeds:
             raise DataError(f"samples: both a file ({self.inputs}) and {len(self.feeds)} feed(s) in memory; "
                             f"give one")
@@ -60,6 +69,14 @@ class SampleSpec:
             problem = shape_problem(shape)
             if problem:
                 raise DataError(f"--input-shape {name}:{shape_text(shape)}: {problem}")
+
+
+def command_spec(samples: object, memory_budget: int | None) -> SampleSpec:
+    """A command's ``samples`` option, once it is a :class:`SampleSpec` (else a one-line UsageError), with
+    the run's ``memory_budget`` (its Judging's, the one value: a spec's own gives way to it)."""
+    if not isinstance(samples, SampleSpec):
+        raise UsageError(f"samples {samples!r}: expected an onnx_precision.data.SampleSpec")
+    return replace(samples, memory_budget=memory_budget)
 
 
 IN_MEMORY_FEEDS = "feeds given in memory"
@@ -152,7 +169,7 @@ def load_samples(model: onnx.ModelProto, spec: SampleSpec, form: FeedForm = ONE_
                               index_bounds(model))
         return Samples((complete(made.feed),), True, made.source, guessed_shapes=made.guessed_shapes)
     else:
-        located, source = read_feeds(spec.inputs, spec.option, inputs)
+        located, source = read_feeds(spec.inputs, spec.option, inputs, spec.memory_budget)
     warnings: list[str] = []
     feeds = []
     expected = {i.name: i for i in inputs}

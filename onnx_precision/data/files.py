@@ -1,7 +1,8 @@
 """Sample files read: an .npz, a directory of them, a Polygraphy JSON (and Polygraphy's JSON written back).
 
 Every array's header is checked against the model's inputs, and what the arrays of a source claim all
-together is bounded (:data:`MAX_SAMPLE_BYTES`), before any array is read."""
+together is bounded (:data:`MAX_SAMPLE_BYTES`, or more under a memory budget: :func:`sample_bound`), before
+any array is read."""
 
 from __future__ import annotations
 
@@ -30,12 +31,31 @@ from .inputs import InputInfo, check_array, shape_text
 # however large: the model cannot be verified on less.
 MAX_SAMPLE_BYTES = 512 << 20
 
+# What a run holds for each byte of its samples, to raise that bound under a memory budget
+# (--memory-budget B: B // 11, where that is more). Measured by scripts/bench_sample_memory.py on a
+# two-node MLP (y = relu(x @ w), x [N, 4]: each node's output as large as its input), the peaks (VmHWM)
+# of convert, check and analyze, each in a child, given one .npz of one feed: 64 MiB of samples 741, 715,
+# 721 MiB; 128 MiB, 1383, 1316, 1322 MiB (the run alone, on an empty feed: 90 MiB): about 10x the
+# samples over the run's own, 11x in all. The same 128 MiB as 8 feeds of 16 MiB took 806, 819, 640 MiB:
+# one large feed is the worst case. A model whose activations outgrow its inputs holds more.
+SAMPLE_MEMORY_FACTOR = 11
 
-def read_feeds(path: str, option: str, inputs: list[InputInfo],
-                ) -> tuple[list[tuple[str, dict[str, np.ndarray]]], str]:
+
+def sample_bound(memory_budget: int | None) -> int:
+    """What the arrays of one sample source may expand to: :data:`MAX_SAMPLE_BYTES` (the same on every
+    machine), or under ``memory_budget`` (the memory a run may hold) as much as a run holding
+    :data:`SAMPLE_MEMORY_FACTOR` times its samples fits in, where that is more."""
+    if memory_budget is None:
+        return MAX_SAMPLE_BYTES
+    return max(MAX_SAMPLE_BYTES, memory_budget // SAMPLE_MEMORY_FACTOR)
+
+
+def read_feeds(path: str, option: str, inputs: list[InputInfo], memory_budget: int | None = None,
+               ) -> tuple[list[tuple[str, dict[str, np.ndarray]]], str]:
     """(where, feed) pairs, ``where`` naming the file (and the feed's index in a JSON list);
     ``option`` names the file in messages. Every array's header is checked against ``inputs``, and
-    what they claim all together against :data:`MAX_SAMPLE_BYTES`, before any array is read."""
+    what they claim all together against :func:`sample_bound` of ``memory_budget``, before any array is
+    read."""
     npz, polygraphy_json = (replace(kind, option=option)
                             for kind in (user_files.NPZ, user_files.POLYGRAPHY_JSON))
     if not os.path.exists(path):
@@ -48,13 +68,14 @@ def read_feeds(path: str, option: str, inputs: list[InputInfo],
         files = npz_files(path)
         if not files:
             raise DataError(f"{path}: directory contains no .npz files")
-        _check_expansion(path, npz, sum(_npz_claims(f, npz, expected) for f in files), len(files), inputs)
+        claimed = sum(_npz_claims(f, npz, expected) for f in files)
+        _check_expansion(path, npz, claimed, len(files), inputs, memory_budget)
         return [(f, _load_npz(f, npz)) for f in files], f"{path} ({len(files)} .npz files)"
     # The content decides, not the name: a JSON saved as inputs.dat is still a JSON.
     if user_files.read_bytes(path, npz, _HEAD).lstrip()[:1] in (b"[", b"{"):
-        located = _read_polygraphy_json(path, polygraphy_json, inputs)
+        located = _read_polygraphy_json(path, polygraphy_json, inputs, memory_budget)
         return located, path if len(located) == 1 else f"{path} ({len(located)} feeds)"
-    _check_expansion(path, npz, _npz_claims(path, npz, expected), 1, inputs)
+    _check_expansion(path, npz, _npz_claims(path, npz, expected), 1, inputs, memory_budget)
     return [(path, _load_npz(path, npz))], path
 
 
@@ -70,15 +91,16 @@ _HEAD = 64  # bytes read to tell an .npz from a JSON
 
 
 def _check_expansion(path: str, kind: user_files.FileKind, claimed: int, feeds: int,
-                     inputs: list[InputInfo]) -> None:
-    """Refuse a source whose arrays' headers claim more than :data:`MAX_SAMPLE_BYTES` (or one feed at
-    the model's fixed sizes, where that is more)."""
-    bound = max(MAX_SAMPLE_BYTES, sum(_fixed_bytes(i) for i in inputs))
+                     inputs: list[InputInfo], memory_budget: int | None) -> None:
+    """Refuse a source whose arrays' headers claim more than :func:`sample_bound` of ``memory_budget``
+    (or one feed at the model's fixed sizes, where that is more)."""
+    bound = max(sample_bound(memory_budget), sum(_fixed_bytes(i) for i in inputs))
     if claimed > bound:
         raise kind.problem(path, f"its arrays expand to {user_files.size_text(claimed)} ({feeds} "
                                  f"feed{'s' if feeds > 1 else ''}), more than sample data can sensibly be "
                                  f"({user_files.size_text(bound)} at most, counted expanded, whatever the "
-                                 f"file weighs); give fewer or smaller samples")
+                                 f"file weighs); give fewer or smaller samples, or a larger --memory-budget "
+                                 f"(a run holds about {SAMPLE_MEMORY_FACTOR}x its samples)")
 
 
 def _fixed_bytes(info: InputInfo) -> int:
@@ -186,18 +208,18 @@ _SAVED_BY = "as 'polygraphy run --save-inputs' writes them"
 
 
 def _read_polygraphy_json(path: str, kind: user_files.FileKind, inputs: list[InputInfo],
-                          ) -> list[tuple[str, dict[str, np.ndarray]]]:
+                          memory_budget: int | None) -> list[tuple[str, dict[str, np.ndarray]]]:
     """(where, feed) pairs of a Polygraphy JSON: a list of feeds, each input name ->
     ``{"array": payload, "polygraphy_class": "ndarray"}``. Decoded here as Polygraphy's decoder does
     (a base64 .npy; its legacy forms: latin-1 text, an .npz whose first array is the one) but through
     an .npz's checks: every payload's header against the model and the bytes it holds, and all of
-    them against :data:`MAX_SAMPLE_BYTES`, before any array is decoded."""
+    them against :func:`sample_bound` of ``memory_budget``, before any array is decoded."""
     feeds = _json_feeds(path, kind, user_files.read_json(path, kind))
     located = [(path if len(feeds) == 1 else f"{path} (feed {i})", feed) for i, feed in enumerate(feeds)]
     expected = {i.name: i for i in inputs}
     claimed = sum(_payload_claim(path, kind, where, expected, name, payload)
                   for where, feed in located for name, payload in feed.items())
-    _check_expansion(path, kind, claimed, len(feeds), inputs)
+    _check_expansion(path, kind, claimed, len(feeds), inputs, memory_budget)
     return [(where, {name: _payload_array(path, kind, name, payload) for name, payload in feed.items()})
             for where, feed in located]
 
