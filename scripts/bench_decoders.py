@@ -27,8 +27,9 @@ scripts/bench_convert.py for why not ru_maxrss), so no run's memory is counted i
 * ``convert``: ``onnx-precision convert`` in auto mode (the library's :func:`~onnx_precision.convert.convert`)
   of the model with its prefill sample alone, judged over K steps (``--steps``): the steps the written
   model was verified over (K, or the step it fails at), the plan's 16-bit share of estimated FLOPs, its
-  bound (the summary's line), its tokens against FP32's, seconds from the call to the files written and
-  peak MB (the written model goes to a temporary folder).
+  bound (the summary's line), its tokens against FP32's, the CLI's exit code and its terminal summary
+  (printed whole under the table), seconds from the call to the files written and peak MB (the written
+  model goes to a temporary folder).
 """
 
 from __future__ import annotations
@@ -103,6 +104,8 @@ class Conversion:
     status: str = "passed"
     tokens: str = ""  # the summary's tokens line (a decoder's)
     phases: str = ""  # seconds per phase
+    exit_code: int = 0  # the CLI's: 0 passed, 3 passed but onnxruntime's default load failed, 1 failed
+    summary: str = ""  # the terminal summary the CLI prints, whole
 
 
 def conversion(decoder: Decoder, steps: int) -> Conversion | None:
@@ -190,6 +193,7 @@ def child_convert(decoder: Decoder, steps: int) -> Conversion:
     from onnx_precision.convert import ConvertOptions, convert
     from onnx_precision.data import SampleSpec
     from onnx_precision.options import GenerationOptions
+    from onnx_precision.report import summary_lines
 
     options = ConvertOptions(samples=SampleSpec(inputs=decoder.prefill),
                              generation=GenerationOptions(steps=steps))
@@ -207,7 +211,7 @@ def child_convert(decoder: Decoder, steps: int) -> Conversion:
     phases = ", ".join(f"{p.name} {p.seconds:.1f}" for p in report.phases)
     verified = failing if isinstance(failing, int) else steps
     return Conversion(verified, report.low_flop_share(), bound, seconds, _peak_mb(), report.status, tokens,
-                      phases)
+                      phases, result.exit_code, "\n".join(summary_lines(report)))
 
 
 CHILDREN: dict[str, Callable[[Decoder, int], Plain | Naive | Conversion]] = {
@@ -280,7 +284,7 @@ def row(decoder: Decoder, steps: int) -> Mapping[str, str]:
                     "naive s": f"{naive['seconds']:.1f}", "naive MB": f"{naive['peak_mb']:.0f}"})
         if "error" not in plain:  # the emulation's FP32 generation is the plain one's, token for token
             out["ref = plain"] = "yes" if naive["reference_tokens"] == plain["tokens"] else "NO"
-    out.update({"convert": converted.status if converted else "-",
+    out.update({"convert": f"{converted.status} (exit {converted.exit_code})" if converted else "-",
                 "steps verified": str(converted.steps_verified) if converted else "-",
                 "16-bit share": f"{converted.low_share:.1%}" if converted else "-",
                 "convert s": f"{converted.seconds:.1f}" if converted else "-",
@@ -292,7 +296,9 @@ def row(decoder: Decoder, steps: int) -> Mapping[str, str]:
                if "error" not in naive else "",
                f"  plan: {converted.bound}" if converted else "",
                f"  plan tokens: {converted.tokens}" if converted and converted.tokens else "",
-               f"  convert phases (s): {converted.phases}" if converted else ""]
+               f"  convert phases (s): {converted.phases}" if converted else "",
+               "  summary:\n" + "\n".join("    " + line for line in converted.summary.splitlines())
+               if converted else ""]
     out["details"] = "\n".join(d for d in details if d)
     return out
 
