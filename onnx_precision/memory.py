@@ -121,7 +121,8 @@ def available_bytes() -> int:
     cgroup's limit less what it holds where that is lower."""
     available = _fields("/proc/meminfo").get("MemAvailable", 0) * 1024
     for group in cgroups():
-        limit, held = group.limit, group.held
+        limit = group.limit
+        held = None if limit is None else group.held  # memory.stat read only where a limit needs it
         if limit is not None and held is not None:
             available = min(available, max(0, limit - held))
     return available
