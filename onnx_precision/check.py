@@ -27,6 +27,7 @@ from .float_types import LOW_TYPES, low_of
 from .flops import flop_shares
 from .format import json_safe, percent
 from .judge import Comparison, OutputMetrics, Tolerance, compare_samples, merge_comparisons, thin_pass_note
+from .judge.metrics import named_samples
 from .options import Composed, GenerationOptions, Judging
 from .options import model_path as model_path_of
 from .plan import NodeDecision, Precision, PrecisionPlan
@@ -262,9 +263,24 @@ class CheckResult:
                        f"lists each)")
         out += [f"runtimes: {self.runtimes.line()}"] if self.runtimes is not None else []
         out += self.generation.lines() if self.generation is not None else []
-        out.append("PASS: within tolerance" if self.passed else "FAIL: out of tolerance or non-finite")
+        out.append(self._closing())
         notes = (*self.quant_notes, self.unrun, self.note)
         return out + [f"note: {n}" for n in notes if n]
+
+    def _closing(self) -> str:
+        """The verdict's line: where the candidate's run stopped on a sample (a flipped decision changed its
+        shapes: :func:`.oracle.verify.stopped_apart`), that, and what the samples compared came to."""
+        if self.passed:
+            return "PASS: within tolerance"
+        stops = sorted({i for m in self.comparison.outputs for i in m.not_compared})
+        if not stops:
+            return "FAIL: out of tolerance or non-finite"
+        ran = [c for i, c in enumerate(self.comparison.per_sample) if i not in stops]
+        rest = "" if not ran else "; the samples compared are " + (
+            "within tolerance" if merge_comparisons(ran, self.oracle).passed
+            else "out of tolerance or non-finite")
+        return (f"FAIL: the candidate's run stops on {named_samples(stops)} (a flipped decision changed its "
+                f"shapes){rest}")
 
     def _listed(self) -> list[OutputMetrics]:
         """The outputs the terminal lists: each; a generation's, its first failing step's output or its

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx_precision import policy
 from onnx_precision.cli import main
 from onnx_precision.context import ModelContext
-from onnx_precision.judge import Tolerance
+from onnx_precision.judge import Comparison, Tolerance, compare_outputs, merge_comparisons, not_run
 from onnx_precision.oracle import EmulationSession, Emulator, inspect_plan
 from onnx_precision.oracle.blame import Decisions
 from onnx_precision.oracle.rounding import elem_types
@@ -246,13 +246,34 @@ def test_check_fails_a_candidate_whose_run_stops_on_a_flipped_decision_naming_it
     assert main(["check", path, cand, "--inputs", str(data)]) == 1
     printed = capsys.readouterr().out.splitlines()
     (line,) = [line for line in printed if line.startswith("  y: ")]
+    # the 10 elements counted are sample 0's: sample 1's run stopped, and nothing of it was compared
+    # (before: "0/10 outside bound [sample 1: ...]", and the closing line "FAIL: out of tolerance or
+    # non-finite", where nothing was out of tolerance)
     assert line == ("  y: max abs err inf, max rel err inf, rel RMS err inf (worst slice inf), p99 inf, "
-                    f"p99.9 inf, cosine 0.000000, 0/10 outside bound [sample 1: {STOPS}]  FAIL")
+                    "p99.9 inf, cosine 0.000000, 0/10 outside bound (sample 1 not compared: its run "
+                    f"stopped) [sample 1: {STOPS}]  FAIL")
+    assert printed[-1] == ("FAIL: the candidate's run stops on sample 1 (a flipped decision changed its "
+                           "shapes); the samples compared are within tolerance")
     assert ("runtimes: holds on: none; fails on: generic, tensorrt 10.15, webgpu, openvino-gpu, "
             "fp16-accumulate (first: the 16-bit run stops on sample 1 where shapes differ from FP32's "
             "(onnxruntime: Attempting to broadcast an axis by a dimension other than 1. 10 by 11): the "
             "decision of 'round' (Round) flipped)") in printed
     assert main(["check", path, cand, "--inputs", str(data / "a.npz")]) == 0  # 10 frames: it runs
+
+
+def test_the_samples_whose_run_stopped_are_named_as_not_compared():
+    """A merge names each sample whose run stopped (judge.not_run) as not compared, in the line and in
+    the JSON (there only where one stopped)."""
+    ref = {"y": np.ones(4, np.float32)}
+    ran = compare_outputs(ref, ref, Tolerance(), "emulate")
+    merged = merge_comparisons([not_run(ref, "stops", "emulate"), ran, not_run(ref, "stops", "emulate")],
+                               "emulate")
+    (y,) = merged.outputs
+    assert y.summary().endswith("0/4 outside bound (samples 0, 2 not compared: their runs stopped) "
+                                "[sample 0: stops; sample 2: stops]")
+    assert y.to_json()["not_compared"] == [0, 2]
+    assert Comparison.from_json(merged.to_json()).outputs == merged.outputs
+    assert "not_compared" not in ran.outputs[0].to_json()
 
 
 def test_a_held_out_sample_whose_run_stops_fails_the_convert_naming_the_decision(tmp_path, capsys):

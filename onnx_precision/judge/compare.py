@@ -240,8 +240,9 @@ def compare_outputs(
 
 def not_run(reference: Mapping[str, np.ndarray], why: str, oracle: str) -> Comparison:
     """A candidate whose run did not complete on one sample (``why``), against that sample's
-    ``reference``: every output fails for that reason."""
-    return Comparison(tuple(_failed(name, why) for name in reference), False, oracle, 1)
+    ``reference``: every output fails for that reason, not compared."""
+    return Comparison(tuple(replace(_failed(name, why), not_compared=(0,)) for name in reference), False,
+                      oracle, 1)
 
 
 def shapes_key(feed: Mapping[str, np.ndarray]) -> str:
@@ -342,6 +343,7 @@ def _worst(group: Sequence[OutputMetrics]) -> OutputMetrics:
         flat=any(m.flat for m in group),
         elements=sum(m.elements for m in group),
         fp32_nonfinite=sum(m.fp32_nonfinite for m in group),
+        not_compared=tuple(i for i, m in enumerate(group) if m.not_compared),
         failures=tuple(failures),
         tasks=tasks,
         passed_by="" if failures else " / ".join(dict.fromkeys(m.passed_by for m in group if m.passed_by)),

@@ -72,6 +72,9 @@ class OutputMetrics:
     flat: bool = False
     elements: int = 0  # elements where FP32 is finite (the new NaN/Inf among them)
     fp32_nonfinite: int = 0  # elements left out because FP32 itself is NaN/Inf there
+    # the samples whose run stopped before giving the output (judge.not_run; (0,) in one sample's
+    # comparison, each sample's place in a merge's): none of their elements is among those counted
+    not_compared: tuple[int, ...] = ()
     failures: tuple[str, ...] = ()  # why it fails; () when it passes
     tasks: tuple[TaskResult, ...] = ()
     passed_by: str = ""  # the clause it passes under ("all |err| <= atol 0.001", ...); "" when it fails
@@ -111,6 +114,9 @@ class OutputMetrics:
                 f"rel RMS err {number(self.rel_rms_err)} (worst slice {number(self.worst_slice_rel_rms)}), "
                 f"p99 {number(self.p99_abs_err)}, p99.9 {number(self.p999_abs_err)}, "
                 f"cosine {self.cosine:.6f}, {self.outside_bound}/{self.elements} outside bound")
+        if self.not_compared:
+            text += (f" ({named_samples(self.not_compared)} not compared: "
+                     f"{'its run' if len(self.not_compared) == 1 else 'their runs'} stopped)")
         if self.new_nonfinite:
             text += f", {self.new_nonfinite} new NaN/Inf"
         if self.finite_note:
@@ -123,7 +129,7 @@ class OutputMetrics:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "pool":
+            if f.name == "pool" or (f.name == "not_compared" and not value):  # the latter: only where set
                 continue
             if f.name == "tasks":
                 value = [t.to_json() for t in value]
@@ -146,7 +152,7 @@ class OutputMetrics:
                 value = tuple(TaskResult.from_json(t) for t in value)
             elif f.name == "failures":
                 value = tuple(str(v) for v in value)
-            elif f.name == "worst_slice_at":
+            elif f.name in ("worst_slice_at", "not_compared"):
                 value = tuple(int(v) for v in value)
             elif f.type in ("float", float):
                 value = float(value)  # "inf"/"nan" strings too
@@ -200,6 +206,12 @@ class Comparison:
         pool = [m for m in self.outputs if not m.passed] or list(self.outputs)
         return max(pool, key=lambda m: (m.new_nonfinite, _sortable(m.rel_rms_err), _sortable(m.max_abs_err)),
                    default=None)
+
+
+def named_samples(indices: Sequence[int]) -> str:
+    """"sample 1", "samples 0, 2"."""
+    return (f"sample {indices[0]}" if len(indices) == 1 else
+            f"samples {', '.join(str(i) for i in indices)}")
 
 
 def _sortable(x: float | None) -> float:
