@@ -15,6 +15,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import onnx
@@ -23,6 +24,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from onnx_precision.cli import STOP_SIGNALS, main
+from onnx_precision.context import load_model
+from onnx_precision.oracle.runners import WrittenPlanRunner
+from onnx_precision.plan import NodeDecision, Precision, PrecisionPlan
 from onnx_precision.storage import Outputs
 
 SAFETY_S = 300
@@ -66,16 +70,24 @@ for out in sys.argv[2:]:
 sys.exit(code)
 """
 
-# A run, its outputs staged, that swallows the interrupt its signal raises: only the watcher thread
-# can end it (after a grace period cut short here: the test is of what happens, not of how long).
+# A run, its outputs staged and a plan written into the temporary directory it is given (the model's
+# weights external: as a native or reference oracle's probe writes its plan), that swallows the
+# interrupt its signal raises: only the watcher thread can end it (after a grace period cut short here:
+# the test is of what happens, not of how long).
 _STUBBORN = """
-import sys, threading
+import sys, tempfile, threading
 from onnx_precision import cancel, cli
 cancel.GRACE_S = 0.1
+from onnx_precision.context import load_model
+from onnx_precision.oracle.runners import WrittenPlanRunner
+from onnx_precision.plan import NodeDecision, Precision, PrecisionPlan
 from onnx_precision.storage import Outputs
 def held(argv):
     with Outputs() as outputs:
         outputs.reserve(argv[0])
+        tempfile.tempdir = argv[2]
+        runner = WrittenPlanRunner(load_model(argv[1]), "reference", lambda written: lambda feed: {})
+        runner.run(PrecisionPlan({"mm": NodeDecision(Precision.FP16)}), {})
         print("staged", flush=True)
         while True:
             try:
@@ -127,8 +139,8 @@ def _loop_model(directory: str) -> str:
     return path
 
 
-def _mlp(directory: str) -> str:
-    """y = relu(x @ w): a run of a second or less."""
+def _mlp(directory: str, external: bool = False) -> str:
+    """y = relu(x @ w): a run of a second or less; its weight in mlp.data where ``external``."""
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
          helper.make_node("Relu", ["h"], ["y"], name="relu")],
@@ -138,7 +150,10 @@ def _mlp(directory: str) -> str:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     path = os.path.join(directory, "mlp.onnx")
-    onnx.save(model, path)
+    if external:
+        onnx.save(model, path, save_as_external_data=True, location="mlp.data", size_threshold=0)
+    else:
+        onnx.save(model, path)
     return path
 
 
@@ -211,16 +226,40 @@ def test_a_signal_stops_a_run_inside_onnxruntime_as_ctrl_c_does(start, tmp_path)
     assert last == [f"onnx-precision: {s}" for s in said]
 
 
-def test_a_run_that_does_not_unwind_is_ended_and_its_staging_folder_removed(start, out):
+def test_a_run_that_does_not_unwind_is_ended_and_its_staging_folders_removed(start, tmp_path, out):
     """The run swallows the interrupt (as code stuck in something nothing can stop never returns):
-    the watcher thread ends it, with the same code, line and clean-up."""
-    child = start(_STUBBORN, str(out / "o.onnx"))
+    the watcher thread ends it, with the same code, line and clean-up: its outputs' staging folder, and
+    the folder its plan runner wrote a plan into (before: left in the temporary directory,
+    onnx-precision-plan-XXXXXXXX, a TemporaryDirectory that os._exit never cleaned up)."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    child = start(_STUBBORN, str(out / "o.onnx"), _mlp(str(tmp_path), external=True), str(temporary))
     assert _line(child) == "staged\n"
     assert _staging(out)
+    (plans,) = os.listdir(temporary)
+    assert os.listdir(temporary / plans) == ["plan.onnx", "plan.onnx.data"]
     child.send_signal(signal.SIGTERM)
     _, err = child.communicate(timeout=SAFETY_S)
     assert (child.returncode, err.strip().splitlines()[-1]) == (143, "onnx-precision: terminated")
     assert os.listdir(out) == []
+    assert os.listdir(temporary) == []
+
+
+def test_a_plan_folder_goes_with_its_runner_and_one_a_killed_run_left_with_the_next(tmp_path, monkeypatch):
+    """A plan runner's folder is a staging folder of the temporary directory: the runner's end removes it
+    (a run a signal unwinds drops its runner on the way; at the interpreter's exit at the latest), and one
+    left by a run killed outright (its lock free) goes when the next runner makes its own."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    left = tmp_path / ".onnx-precision-killed00.staging"  # as a killed run leaves it: unlocked
+    left.mkdir()
+    (left / "plan.onnx").write_bytes(b"")
+    runner = WrittenPlanRunner(load_model(_mlp(str(tmp_path), external=True)), "reference",
+                               lambda written: lambda feed: {})
+    runner.run(PrecisionPlan({"mm": NodeDecision(Precision.FP16)}), {})
+    (plans,) = _staging(tmp_path)
+    assert plans != left.name
+    del runner
+    assert _staging(tmp_path) == []
 
 
 def test_a_run_killed_outright_takes_its_default_load_and_the_next_run_its_staging_folder(

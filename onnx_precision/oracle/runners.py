@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
@@ -29,6 +30,7 @@ from ..plan import PrecisionPlan
 from ..policy import always_fp32
 from ..rewriter import rewrite
 from ..storage import is_external, model_tensors, save_model
+from ..storage.staging import StagingFolder
 from .inspection import Inspection
 from .sessions import Feed
 from .whole_runs import (
@@ -82,7 +84,7 @@ class WrittenPlanRunner:
         self.sessions_built = 0
         self.probes_run = 0
         self._last: tuple[PrecisionPlan | None, Executor] | None = None
-        self._dir: tempfile.TemporaryDirectory | None = None
+        self._dir: StagingFolder | None = None
 
     @property
     def switchable(self) -> frozenset[str]:
@@ -109,8 +111,11 @@ class WrittenPlanRunner:
             return ModelContext(model, "", self.ctx.base_dir,
                                 custom_op_libraries=self.ctx.custom_op_libraries, target=self.ctx.target)
         if self._dir is None:
-            self._dir = tempfile.TemporaryDirectory(prefix="onnx-precision-plan-")
-        path = os.path.join(self._dir.name, "plan.onnx")
+            # a staging folder, as a run's outputs have: a signal's forced end of the run removes it, one
+            # left by a run killed outright goes when the next is made; else it goes with this runner
+            self._dir = StagingFolder(tempfile.gettempdir())
+            weakref.finalize(self, self._dir.remove)
+        path = os.path.join(self._dir.path, "plan.onnx")
         save_model(model, path, source_dir=self.ctx.base_dir)
         return load_model(path, self.ctx.custom_op_libraries, self.ctx.target)
 
