@@ -27,6 +27,12 @@ from dataclasses import dataclass
 NO_LIMIT = 1 << 62  # cgroup v1 writes "no limit" as a page-rounded 2**63 - 1
 
 
+def measurable() -> bool:
+    """Whether this platform shows a process's memory as this module reads it (Linux's ``/proc``): where
+    not (macOS, Windows), what is available and what a run held read as 0, and no figure is said."""
+    return _read("/proc/self/status") is not None
+
+
 @dataclass(frozen=True)
 class Cgroup:
     """A memory cgroup a process is in (its own or an ancestor): its folder and version."""

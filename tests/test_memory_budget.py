@@ -250,3 +250,19 @@ def test_the_summary_states_the_memory_figures_only_where_memory_was_a_question(
     assert not small.worth_saying(False)
     assert replace(small, model=1 << 30).worth_saying(False)  # 1/16 of the budget
     assert replace(small, held=17 << 30).worth_saying(False)  # over it
+
+
+def test_where_memory_cannot_be_read_the_summary_says_no_figure(tmp_path, capsys, monkeypatch):
+    """macOS and Windows have no /proc: what is available and what a run held read as 0, and a run there
+    said "note: memory: budget 0.00 GB, held at most 0.00 GB ..." on every conversion (a budget of 0 is
+    exceeded by any model)."""
+    from onnx_precision.cli import main
+
+    real = memory._read
+    monkeypatch.setattr(memory, "_read", lambda path: None if path.startswith("/proc/") else real(path))
+    path, out = _matmul(tmp_path, 16), str(tmp_path / "o.onnx")
+    assert main(["convert", path, "-o", out]) == 0
+    assert not any(line.startswith("note: memory") for line in capsys.readouterr().out.splitlines())
+    assert main(["convert", path, "-o", out, "--memory-budget", "2G"]) == 0
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: memory")]
+    assert said == ["note: memory: budget 2.00 GB, not measured (no /proc here)"]

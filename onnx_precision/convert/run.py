@@ -310,6 +310,9 @@ def _memory_note(ctx: ModelContext, watch: memory.Watch, budget_given: bool) -> 
     """What the run held, against its budget, where that is worth saying
     (:meth:`..memory.RunMemory.worth_saying`; else ""): the weights are mapped from their files, never
     held, so what it holds is activations and what a node computes from a weight (its 16-bit rounding)."""
+    if not memory.measurable():  # no /proc: every figure would read 0 ("budget 0.00 GB")
+        unmeasured = f"memory: budget {memory.gigabytes(watch.budget)}, not measured (no /proc here)"
+        return unmeasured if budget_given else ""
     figures = watch.figures(memory.files_bytes([ctx.path, *storage.external_files(ctx.model, ctx.base_dir)]))
     if not figures.worth_saying(budget_given):
         return ""
