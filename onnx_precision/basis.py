@@ -164,7 +164,7 @@ class Generations:
     """What a generation's FP32 reference run measured (:func:`generations`): per sample its generation
     (``runs``) and the feeds one forward pass is measured on (``forward``: each sample's first and last
     steps' feeds: a KV cache of the whole length, a state grown over every step), with the sessions it
-    built. ``stepped``: each sample's feeds at ``steps`` (the first, the quarters, the last:
+    built. ``stepped``: each sample's feeds at ``steps`` (the first, the eighths, the last:
     :func:`~onnx_precision.generation.inside.measured_steps`), where the ranges and the sums are measured,
     whose trend the generation's bound extrapolates (:meth:`measured` gives it the runs)."""
 

@@ -28,7 +28,7 @@ the report says whether that plan happens to pass).
 
 A generation (a decoder, a streaming model: :mod:`onnx_precision.generation`) is judged whole: the
 reference is each sample's FP32 generation, run once; the ranges and the sums are measured on each sample's
-feeds at its first step, its quarters and its last (what grows with the steps shows there, and the headroom
+feeds at its first step, its eighths and its last (what grows with the steps shows there, and the headroom
 pins keep it FP32 before anything is searched; their trend is what the generation's bound extrapolates,
 :mod:`onnx_precision.generation.inside`), the layerwise ranking on the first and last; every plan runs the
 generation teacher-forced by the reference's tokens, and stops at its first step out of tolerance. The search
