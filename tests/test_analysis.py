@@ -138,6 +138,7 @@ def test_dynamic_batch_takes_the_worst_sample():
     assert result.row("sumsq").fp32_range.max_abs > 65504  # only the second sample overflows
 
 
+@pytest.mark.slow  # 1.0 s in a full run on 2 busy cores
 def test_transformer_finds_the_two_culprit_layers(tmp_path):
     example = models.transformer()
     assert len(example.model.graph.node) >= 500
@@ -347,6 +348,7 @@ def test_a_tensor_of_zeros_has_no_margin_and_the_json_says_inf(tmp_path):
     assert rows["silence"]["margins"] == {"overflow_binades": "inf", "underflow_binades": "inf"}
 
 
+@pytest.mark.slow  # 0.9 s in a full run on 2 busy cores
 def test_nodes_inside_a_layernorm_written_as_one_node_are_said_to_compute_in_fp32(tmp_path):
     """From opset 17 the written model computes each decomposed LayerNorm as one LayerNormalization
     with FP32 statistics: its sum of squares (1.55e5) is a risk that the written model never takes."""

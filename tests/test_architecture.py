@@ -103,6 +103,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+@pytest.mark.slow  # 2.0 s in a full run on 2 busy cores
 def test_the_import_graph_is_read_from_the_source():
     graph = _graph()
     assert "onnx_precision.oracle.sessions" in graph["onnx_precision.oracle.inspection"]
@@ -196,6 +197,7 @@ def test_ci_runs_mypy_after_the_tests_and_fails_on_its_errors():
     assert "\n- `mypy` (no arguments" in development
 
 
+@pytest.mark.slow  # 0.5 s in a full run on 2 busy cores
 def test_a_native_oracle_is_one_row():
     """The onnxruntime providers the native oracles run on are named in native_oracles.py alone: the
     registry of runtimes, the oracles by name and the commands a run suggests read its rows."""

@@ -37,6 +37,7 @@ def _plans(ctx: ModelContext, count: int):
         yield policy.resolve(ctx, plan.with_fp32(pinned, plan.decisions[nodes[0]].reasons[0]))
 
 
+@pytest.mark.slow  # 1.4 s in a full run on 2 busy cores
 @pytest.mark.parametrize("target", ["generic", "tensorrt"])
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_a_baked_plan_is_bit_identical_to_the_switch_graph_running_it(name, target):
@@ -192,6 +193,7 @@ def test_the_twin_graph_sees_what_capturing_every_tensor_sees(name, budget, monk
         assert bool(fetched_whole) == bool(budget) and bool(twins[0].twin.summaries) != bool(budget)
 
 
+@pytest.mark.slow  # 1.2 s in a full run on 2 busy cores
 def test_the_twin_graph_compares_each_tensor_right_after_the_node_that_makes_it():
     ctx = load_model(os.path.join(ROOT, "models", "deep_cnn.onnx"))
     emulator = Emulator(ctx)

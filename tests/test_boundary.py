@@ -230,6 +230,7 @@ def test_the_python_api_raises_one_line_errors_for_bad_files(tmp_path):
 
 # --- failure 7 and the process boundary --------------------------------------------------------------
 
+@pytest.mark.slow  # 1.9 s in a full run on 2 busy cores
 def test_sigterm_discards_the_staging_folders_as_ctrl_c_does(tmp_path):
     """A run killed by SIGTERM while its outputs are staged (held there: the rewrite waits for the
     signal) leaves nothing behind and says so. The test waits on events, the child's line and its

@@ -18,6 +18,7 @@ def deep_cnn_all_fp16(tmp_path_factory) -> tuple[str, str, str]:
     return model, write_plan(model, str(tmp_path_factory.mktemp("cnn") / "all16.onnx")), data
 
 
+@pytest.mark.slow  # 1.0 s in a full run on 2 busy cores
 def test_heavy_tailed_noise_passes_check_by_default_and_fails_the_max_check(deep_cnn_all_fp16, capsys):
     model, candidate, data = deep_cnn_all_fp16
     assert main(["check", model, candidate, "--inputs", data, "--threshold", "y:0.5"]) == 0

@@ -269,6 +269,7 @@ def test_the_llamas_sentinel_is_written_finite_which_frees_its_mul_and_changes_n
     assert compare_outputs(reference, run_written(written, feed), Tolerance(), "written").passed
 
 
+@pytest.mark.slow  # 0.6 s in a full run on 2 busy cores
 @pytest.mark.parametrize("sentinel", [FLOAT32_MIN, -1e9], ids=["float32-min", "minus-1e9"])
 def test_a_left_padded_batch_is_nan_in_fp16_with_the_sentinel_and_finite_once_rewritten(sentinel):
     ctx, feed = llama(sentinel), left_padded()
@@ -373,6 +374,7 @@ def test_a_softcaps_tanh_and_scale_are_kept_fp32_where_the_ranges_show_it_satura
     assert (fp16.argmax(-1) == top).mean() < 0.75 and (kept.argmax(-1) == top).all()
 
 
+@pytest.mark.slow  # 1.6 s in a full run on 2 busy cores
 def test_auto_conversion_pins_what_the_decoder_rules_keep_fp32_before_its_search():
     # in memory, no genai_config.json says how long the positions go: the rotary path is pinned with the
     # RMSNorms' statistics, though the prefill passes without them

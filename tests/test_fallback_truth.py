@@ -139,6 +139,7 @@ def whisper_block(seq: int = 16, hidden: int = 32, heads: int = 4, layers: int =
     return model, {"x": (gen.normal(0, 1, (1, seq, hidden)) * x_scale).astype(np.float32), "attn_mask": mask}
 
 
+@pytest.mark.slow  # 1.6 s in a full run on 2 busy cores
 @pytest.mark.parametrize("target", ["generic", "tensorrt"])
 def test_the_fallbacks_plan_is_the_model_written_and_measures_what_it_writes(tmp_path, target):
     """Under TensorRT the FP16 run pins the LayerNorms whose statistics overflow FP16. The mask's sentinel

@@ -126,6 +126,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.slow  # 1.2 s in a full run on 2 busy cores
 def test_server_and_child_end_when_their_caller_is_killed():
     caller = subprocess.Popen([sys.executable, "-c", _CALLER, _WATCHING], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)

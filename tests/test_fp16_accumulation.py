@@ -208,6 +208,7 @@ def test_openvino_gpu_sums_a_reduce_mean_in_fp32_so_todays_plan_holds(tmp_path):
     assert _today_and_new(tmp_path, model, "mean", ["x:0.9,1.5"], "openvino-gpu") == (0, 0, ("passed", []))
 
 
+@pytest.mark.slow  # 0.5 s in a full run on 2 busy cores
 def test_instance_normalization_statistics_are_fp32_on_webgpu_and_fp16_on_the_bound(tmp_path):
     scale, bias = (onnx.numpy_helper.from_array(np.ones(2, np.float32), "s"),
                    onnx.numpy_helper.from_array(np.zeros(2, np.float32), "b"))
@@ -293,6 +294,7 @@ def _proven_case():
     return model, ctx, feeds
 
 
+@pytest.mark.slow  # 0.8 s in a full run on 2 busy cores
 def test_sums_the_samples_prove_in_range_drop_their_check_in_the_search_and_the_verification():
     from onnx_precision.convert import choose
     from onnx_precision.data import Samples
@@ -353,6 +355,7 @@ def _decomposed_layer_norm(width):
     return _model(nodes, [("x", [4, width])], [("y", [4, width])], inits=inits)
 
 
+@pytest.mark.slow  # 0.6 s in a full run on 2 busy cores
 def test_a_decomposed_layer_norm_with_deviations_of_800_over_rows_of_256(tmp_path):
     # Σ(x - mean)² over a row of 256 deviations ~800 is ~1e8 (onnxruntime issue 31626's Whisper LayerNorm).
     # Written as one LayerNormalization (statistics in FP32 by stash_type 1): WebGPU's LayerNormProgram sums

@@ -165,6 +165,7 @@ def _converted(tmp_path, capsys, feeds: list[dict[str, np.ndarray]]) -> tuple[li
     return capsys.readouterr().out.splitlines(), gate
 
 
+@pytest.mark.slow  # 0.9 s in a full run on 2 busy cores
 def test_the_fp8_remainder_costs_what_the_samples_together_say_and_the_note_says_so(tmp_path, capsys):
     printed, gate = _converted(tmp_path, capsys, samples(8))
     assert "FP32 pins: none" in printed  # every Q, DQ and remainder node 16-bit

@@ -36,6 +36,7 @@ def _generation_lines(lines: list[str]) -> list[str]:
     return [line for line in lines if line.startswith(("generation:", "tokens:", "before:"))]
 
 
+@pytest.mark.slow  # 0.6 s in a full run on 2 busy cores
 def test_growing_state_is_caught_at_step_30_from_its_prefill_alone_and_its_state_kept_fp32(tmp_path, capsys):
     out, plan = str(tmp_path / "g.onnx"), str(tmp_path / "plan.json")
     assert main(["convert", model_path(GROWING), "-o", out, "--inputs", prefill_path(GROWING),
@@ -80,6 +81,7 @@ def test_one_forward_pass_writes_the_all_fp16_plan_which_check_fails_at_step_30(
         "(estimated: x1.065 a step, geometric fit over steps 10-20)")
 
 
+@pytest.mark.slow  # 1.0 s in a full run on 2 busy cores
 def test_the_search_judges_a_horizon_and_searches_again_past_the_step_the_whole_generation_fails(tmp_path):
     # headroom off: the ranges at the last step pin nothing, so the plan chosen over steps 0-8 (all FP16)
     # fails at step 30 of the whole generation; the search runs again over 60 steps and pins the state
@@ -93,6 +95,7 @@ def test_the_search_judges_a_horizon_and_searches_again_past_the_step_the_whole_
     assert after is not None and after.passed and len(after.outputs) == 65
 
 
+@pytest.mark.slow  # 2.0 s in a full run on 2 busy cores
 def test_max_length_pins_what_the_bound_says_breaks_before_it(tmp_path):
     plain = _convert(GROWING, str(tmp_path / "a.onnx"), headroom=0, generation=GenerationOptions(steps=20))
     assert plain.exit_code == 0 and plain.plan.fp32_nodes == ()  # 20 steps pass all FP16
@@ -129,6 +132,7 @@ def test_max_length_pins_what_the_bound_says_breaks_before_it(tmp_path):
         "more judges it")
 
 
+@pytest.mark.slow  # 1.8 s in a full run on 2 busy cores
 def test_tiny_llama_from_its_prompt_alone_agrees_with_fp32_token_for_token(tmp_path):
     prompt = tmp_path / "prompt.npz"
     with np.load(prefill_path(LLAMA)) as data:

@@ -105,6 +105,7 @@ def denoiser(tmp_path) -> str:
     return path
 
 
+@pytest.mark.slow  # 0.6 s in a full run on 2 busy cores
 def test_a_crash_of_the_default_load_is_avoided_by_fp32_pins_and_the_model_that_loads_is_written(
         tmp_path, denoiser, capsys, monkeypatch):
     _crash_while_fp16(monkeypatch, "Transpose_5")
@@ -131,6 +132,7 @@ def test_a_crash_of_the_default_load_is_avoided_by_fp32_pins_and_the_model_that_
     assert default_load_problem(out) == ""  # ... and onnxruntime itself loads it at default options
 
 
+@pytest.mark.slow  # 0.8 s in a full run on 2 busy cores
 def test_pins_are_tried_fewest_first_and_a_failure_no_pins_fix_still_exits_3_with_the_workaround(
         tmp_path, denoiser, capsys, monkeypatch):
     ctx = ModelContext.of(gru_denoiser())
@@ -184,6 +186,7 @@ def default_load_problem_of(model: onnx.ModelProto) -> str:
     return default_load.DefaultLoad(ModelContext.of(model)).problem()
 
 
+@pytest.mark.slow  # 0.5 s in a full run on 2 busy cores
 def test_a_model_read_light_gets_the_remedy_its_weights_handed_inline(tmp_path, denoiser, capsys,
                                                                      monkeypatch):
     """A model file read light (its weights left in the file, as every file from

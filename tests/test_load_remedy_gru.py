@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto
 from onnx import helper as h
 from onnx import numpy_helper as nh
@@ -82,6 +83,7 @@ def test_the_pins_widen_to_the_op_kinds_the_failing_optimiser_rewrites():
          "Transpose_13", "Mul_14"))
 
 
+@pytest.mark.slow  # 0.5 s in a full run on 2 busy cores
 def test_a_crash_no_pin_set_avoids_says_which_pin_sets_were_tried(tmp_path, capsys, monkeypatch):
     """A crash while the MatMul reads FP16 (a kind NchwcTransformer does not rewrite): exit 3 as before,
     and a note names the pin sets tried, up to the remedy's bound of loads (3 here; 8 in a run)."""

@@ -109,6 +109,7 @@ def test_dynamic_batch_has_two_batch_sizes_and_only_the_second_overflows():
     assert (small["x"] ** 2).sum(axis=1).max() < 65504 < (large["x"] ** 2).sum(axis=1).max()
 
 
+@pytest.mark.slow  # 1.3 s in a full run on 2 busy cores
 def test_transformer_is_large_and_only_its_outlier_layers_break():
     """Node by node (below opset 17); from 17 its LayerNorms are written as LayerNormalizations, whose
     FP32 statistics hold the outliers: then nothing breaks."""

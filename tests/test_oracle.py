@@ -529,6 +529,7 @@ def test_layerwise_names_the_nodes_where_error_appears():
     assert layerwise(session, fixed, feeds).first_divergence == ()
 
 
+@pytest.mark.slow  # 1.3 s in a full run on 2 busy cores
 def test_an_overflow_downstream_of_another_is_still_a_first_divergence():
     """Layer 8's Pow overflows although layer 3's overflow already put error into its inputs (node by
     node, below opset 17: from 17 the statistics are FP32 inside each written LayerNormalization)."""
@@ -615,6 +616,7 @@ def test_a_written_file_is_verified_with_no_proto_of_it_alive_beside_onnxruntime
     assert verified.worst() is not None and verified.worst().rel_rms_err == 0.0
 
 
+@pytest.mark.slow  # 1.3 s in a full run on 2 busy cores
 def test_a_conversion_does_not_import_onnx_reference():
     """onnx.reference (12 MB of a process's memory once imported) is loaded by the reference oracle
     alone, not by the modules every conversion imports."""

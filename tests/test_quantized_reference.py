@@ -205,6 +205,7 @@ def _vit_block(tmp_path, layers: int = 2) -> str:
     return path
 
 
+@pytest.mark.slow  # 0.6 s in a full run on 2 busy cores
 def test_the_plan_the_search_measures_is_the_plan_written_on_a_qdq_block(tmp_path):
     # A pinned DQ left its quantized group's MatMul and Q 16-bit in the search's emulation, while the
     # written model keeps the group in one type (FP32): the plan passed the search at 0.0148 and the

@@ -87,6 +87,7 @@ for argv in json.loads(sys.argv[1]):
 """
 
 
+@pytest.mark.slow  # 1.8 s in a full run on 2 busy cores
 def test_the_sample_runs_print_what_the_readme_shows(tmp_path):
     runs = _sample_runs()
     assert [shlex.split(c)[:2] for c, _ in runs] == [["onnx-precision", name] for name in

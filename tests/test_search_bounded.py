@@ -51,6 +51,7 @@ def test_most_pins_needed_ends_within_a_bound_and_keeps_only_the_expensive_pins_
                                                       "pin(s) fails: probe of 447 (probe 29)")
 
 
+@pytest.mark.slow  # 1.0 s in a full run on 2 busy cores
 def test_exhaustive_shrinks_a_large_set_to_a_one_minimal_one():
     nodes = [f"n{i:03d}" for i in range(BOUNDED_ABOVE + 40)]
     needed = frozenset(nodes[::3])

@@ -200,6 +200,7 @@ def _staging(directory) -> list[str]:
     return sorted(f for f in os.listdir(directory) if f.startswith(".onnx-precision-"))
 
 
+@pytest.mark.slow  # 1.7 s in a full run on 2 busy cores
 def test_a_signal_stops_a_run_inside_onnxruntime_as_ctrl_c_does(start, tmp_path):
     """Inside a Loop of 2**62 trips, each signal ends the run with its shell exit code, its line, and
     no staging folder (before: SIGINT and SIGTERM went on at full CPU, SIGHUP and SIGQUIT left the
@@ -262,6 +263,7 @@ def test_a_plan_folder_goes_with_its_runner_and_one_a_killed_run_left_with_the_n
     assert _staging(tmp_path) == []
 
 
+@pytest.mark.slow  # 1.1 s in a full run on 2 busy cores
 def test_a_run_killed_outright_takes_its_default_load_and_the_next_run_its_staging_folder(
         start, tmp_path, out, capsys):
     """SIGKILL (the OOM killer, SIGUSR1 alike): nothing of the run can act, yet its default-load

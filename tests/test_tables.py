@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 from onnx_precision import flops, opset_upgrade, quantized
@@ -28,6 +29,7 @@ def _code_strings(path: Path) -> list[tuple[int, str]]:
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
 
 
+@pytest.mark.slow  # 1.1 s in a full run on 2 busy cores
 def test_integer_ops_are_named_only_in_their_table():
     # the list was kept three times (quantized, flops' twins, the search's contractions)
     named = [f"{path.relative_to(PACKAGE)}:{line}: {text}" for path in sorted(PACKAGE.rglob("*.py"))
