@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from .format import json_safe, number, percent
 from .judge import Comparison, Tolerance, statistic
+from .judge.metrics import named_samples
 from .render import for_markdown
 
 
@@ -61,10 +62,13 @@ def output_errors(comparison: Comparison, tol: Tolerance) -> dict[str, float]:
 
 def worst_output_text(comparison: Comparison, tol: Tolerance) -> str:
     """"worst y: rel RMS err 0.0004456": the output furthest from FP32 and its headline statistic
-    (:func:`output_errors`), or its new NaN/Inf."""
+    (:func:`output_errors`), or its new NaN/Inf, or the samples whose run stopped (no statistic measures
+    those: "worst y: sample 1 not compared (its run stopped)")."""
     worst = comparison.worst()
     if worst is None:
         return "no output compared"
+    if worst.not_compared:
+        return f"worst {worst.name}: {named_samples(worst.not_compared)} not compared (the run stopped)"
     if worst.new_nonfinite:
         return f"worst {worst.name}: {worst.new_nonfinite} new NaN/Inf"
     return f"worst {worst.name}: {error_statistic(tol)} {number(output_errors(comparison, tol)[worst.name])}"

@@ -258,6 +258,10 @@ def test_check_fails_a_candidate_whose_run_stops_on_a_flipped_decision_naming_it
             "fp16-accumulate (first: the 16-bit run stops on sample 1 where shapes differ from FP32's "
             "(onnxruntime: Attempting to broadcast an axis by a dimension other than 1. 10 by 11): the "
             "decision of 'round' (Round) flipped)") in printed
+    # -q says the same, not the stand-in statistics of the sample that stopped ("rel RMS err inf")
+    assert main(["check", path, cand, "--inputs", str(data), "-q"]) == 1
+    assert capsys.readouterr().out == (f"{cand} against {path}: failed; worst y: sample 1 not compared (the "
+                                       f"run stopped); FP16: 100.0% of estimated FLOPs\n")
     assert main(["check", path, cand, "--inputs", str(data / "a.npz")]) == 0  # 10 frames: it runs
 
 
