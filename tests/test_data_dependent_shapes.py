@@ -5,6 +5,8 @@ to name and to search away, never a broadcast error of the comparison."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -294,3 +296,26 @@ def test_a_held_out_sample_whose_run_stops_fails_the_convert_naming_the_decision
         printed)
     assert ("validation: FAIL (worst y: rel RMS err inf, max abs err inf, cosine 0.000000; "
             f"{STOPS})") in printed
+
+
+KNIFE = ("note: 'round' decides on a value within 0.3 FP16 step of its boundary on sample 1 (3.4995, 0.0005 "
+         "from 3.5): a 16-bit node upstream can flip it, so what feeds it stays FP32; samples further from "
+         "the boundary would free them")
+
+
+def test_a_decision_on_a_knife_edge_is_named_as_why_what_feeds_it_stays_fp32(tmp_path, capsys):
+    # before: the pins' reasons ("search") were all a user was told
+    path, out, data = str(tmp_path / "d.onnx"), str(tmp_path / "o.onnx"), tmp_path / "x"
+    onnx.save(two_lengths_model(), path)
+    data.mkdir()
+    np.savez(data / "a.npz", x=TEN)
+    np.savez(data / "b.npz", x=PHONEMES)  # 3.4995: a quarter of an FP16 step (2^-9 there) below 3.5
+    assert main(["convert", path, "-o", out, "--inputs", str(data)]) == 0
+    assert KNIFE in capsys.readouterr().out.splitlines()
+    assert KNIFE.removeprefix("note: ") in json.loads((tmp_path / "o.report.json").read_text())["notes"]
+    # 10 frames: every duration 0.2 or more (over 100 steps) from a boundary, here with the predictor kept
+    # FP32 all the same: no note
+    np.savez(tmp_path / "ten.npz", x=TEN)
+    assert main(["convert", path, "-o", out, "--inputs", str(tmp_path / "ten.npz"), "--keep-fp32",
+                 "predictor"]) == 0
+    assert "step of its boundary" not in capsys.readouterr().out

@@ -68,6 +68,7 @@ from ..generation.verdict import length_pins
 from ..judge import Comparison, Tolerance
 from ..options import Judging
 from ..oracle import Emulator, Inspection, LayerwiseResult, PlanRunner, ReferenceResult
+from ..oracle.blame import Edge
 from ..oracle.inspection import NodeStats
 from ..oracle.ranges import first_nonfinite_output
 from ..outcome import FAILED, FP32_NONFINITE, PASSED, AutoResult
@@ -170,7 +171,27 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples, j
     start = _Start(user, base, flagged, before)
     chosen = _static(run, prober, start) if mode == "static" else _over_horizons(
         run, prober, ctx, start, inspection, runner, progress, budget)
-    return replace(chosen, notes=chosen.notes + _size_bound(ctx, chosen.plan, bounds, largest))
+    edges = () if generated is not None else emulator.near_edges(chosen.plan, chosen.status == FAILED,
+                                                                 samples.feeds)
+    return replace(chosen, notes=chosen.notes + _size_bound(ctx, chosen.plan, bounds, largest)
+                   + _knife_edge(edges, ctx.target.low))
+
+
+def _knife_edge(edges: tuple[Edge, ...], low: LowPrecision) -> tuple[str, ...]:
+    """Where the samples put a rounding decision's FP32 input within a few 16-bit steps of its boundary
+    (:meth:`~onnx_precision.oracle.Emulator.near_edges`, the nearest first): the real reason every node
+    feeding it is pinned, which each pin's own reason ("not tried alone: ...") does not say."""
+    if not edges:
+        return ()
+    edge = edges[0]
+    kept = (", so what feeds it stays FP32; samples further from the boundary would free them" if edge.kept
+            else "")
+    more = (f" ({len(edges) - 1} more decision(s) as near: "
+            + ", ".join(f"'{e.node}'" for e in edges[1:4]) + (", ..." if len(edges) > 4 else "") + ")"
+            if len(edges) > 1 else "")
+    return (f"'{edge.node}' decides on a value within {edge.steps:.1f} {low.name} step of its boundary on "
+            f"sample {edge.sample} ({edge.value:.5g}, {edge.distance:.2g} from {edge.boundary:g}): a 16-bit "
+            f"node upstream can flip it{kept}{more}",)
 
 
 def _size_bound(ctx: ModelContext, plan: PrecisionPlan, bounds: Mapping[str, float],

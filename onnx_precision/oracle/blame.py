@@ -32,8 +32,10 @@ from onnx import helper
 from ..context import ModelContext
 from ..data import Samples
 from ..errors import CustomOpError, DataError, InternalError, ModelLoadError, PrecisionError
+from ..float_types import LowPrecision
 from ..graph import is_onnx_domain, reads
 from ..plan import PrecisionPlan
+from ..typing_rules import WIDE
 from .rounding import elem_types
 from .sessions import Feed, make_session, ort_message, ort_text, run_session
 from .twin import is_decision, resizable, sets_shapes
@@ -181,10 +183,20 @@ class Decisions:
                      if sets_shapes(n, elems) and not any(i in after for i in n.input))
 
     @cached_property
+    def _rounding(self) -> dict[str, str]:
+        """The first decisions that round a float made by a node to a whole number, each with that input:
+        where a 16-bit node upstream moves it across a boundary, the decision flips."""
+        elems = elem_types(self.ctx.model, self.ctx.types)
+        made = {o for n in self.ctx.model.graph.node for o in n.output if o}
+        return {n.name: n.input[0] for n in self._first if _boundaries(n) and n.input[0] in made
+                and elems.get(n.input[0]) in WIDE}
+
+    @cached_property
     def _cut(self) -> Runs:
-        """The runs of the model cut to its first decisions, loaded as the run loaded the model (its
-        target's 16-bit type, its float64 kept or not)."""
-        cut = cut_to(self.ctx.model, [o for n in self._first for o in n.output if o])
+        """The runs of the model cut to its first decisions (and the inputs of those that round), loaded as
+        the run loaded the model (its target's 16-bit type, its float64 kept or not)."""
+        outputs = [o for n in self._first for o in n.output if o] + list(self._rounding.values())
+        cut = cut_to(self.ctx.model, list(dict.fromkeys(outputs)))
         ctx = ModelContext.of(cut, self.ctx.base_dir, self.ctx.path, self.ctx.custom_op_libraries)
         return self.emulate(replace(ctx, target=self.ctx.target, keep_float64=self.ctx.keep_float64))
 
@@ -202,6 +214,30 @@ class Decisions:
             if differ:
                 flips.append(Flip(node.name, node.op_type, differ, sum(int(fp32[o].size) for o in outputs)))
         return tuple(flips)
+
+    def near_edges(self, plan: PrecisionPlan, failed: bool, feeds: Sequence[Feed], low: LowPrecision,
+                   ) -> tuple[Edge, ...]:
+        """The first decisions that round an input ``plan`` keeps FP32 (any input, where the run ``failed``)
+        to a value within :data:`KNIFE_EDGE` steps of ``low`` of their boundary on one of ``feeds``, the
+        nearest first, each at its nearest: where the samples sit so, any 16-bit node upstream can flip the
+        decision, and the search keeps all of them FP32. Nothing runs where no such decision is (the
+        model cut to its first decisions, in FP32, once per feed, where one is)."""
+        producers = {o: n.name for n in self.ctx.model.graph.node for o in n.output if o}
+        fp32 = set(plan.fp32_nodes)
+        watched = {node: tensor for node, tensor in self._rounding.items()
+                   if failed or producers[tensor] in fp32}
+        if not watched:
+            return ()
+        ops = {n.name: n for n in self._first}
+        nearest: dict[str, Edge] = {}
+        for sample, feed in enumerate(feeds):
+            values = self._cut.run(None, feed)
+            for node, tensor in watched.items():
+                edge = _nearest(ops[node], sample, np.asarray(values[tensor]), low, producers[tensor] in fp32)
+                if edge is not None and edge.steps <= KNIFE_EDGE and (
+                        node not in nearest or edge.steps < nearest[node].steps):
+                    nearest[node] = edge
+        return tuple(sorted(nearest.values(), key=lambda e: e.steps))
 
     def feeding(self, flips: Sequence[Flip]) -> tuple[str, ...]:
         """The nodes upstream of ``flips``' decisions, nearest first (any error on them can flip one)."""
@@ -251,6 +287,59 @@ def named_stop(fp32: Diagnoses, plan: PrecisionPlan | None, feed: Feed) -> Itera
         if diverged is None:
             raise
         raise diverged from e
+
+
+KNIFE_EDGE = 4.0  # steps of the 16-bit type: a decision on a value this near its boundary is on a knife edge
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A rounding decision's FP32 input nearest its boundary over the samples, and how near: in steps
+    of the run's 16-bit type at that value."""
+
+    node: str
+    op_type: str
+    sample: int
+    value: float
+    boundary: float
+    steps: float
+    kept: bool  # whether the plan keeps the node that makes its input FP32
+
+    @property
+    def distance(self) -> float:
+        return abs(self.value - self.boundary)
+
+
+def _boundaries(node: onnx.NodeProto) -> bool:
+    """Whether ``node`` rounds a float to a whole number (Round, Floor, Ceil, a Cast to an integer type
+    but bool), where the value it is given sets what it decides."""
+    if node.op_type == "Cast":
+        return is_decision(node) and not any(a.name == "to" and a.i == onnx.TensorProto.BOOL
+                                              for a in node.attribute)
+    return node.op_type in _WHOLE
+
+
+def _nearest(node: onnx.NodeProto, sample: int, values: np.ndarray, low: LowPrecision, kept: bool,
+             ) -> Edge | None:
+    """The element of ``values`` (what ``node`` rounds, on one sample) nearest a boundary of ``node``, in
+    steps of ``low``: Round's at k + 0.5 (ONNX rounds half to even), Floor's and Ceil's at the integers, a
+    Cast's (truncation towards zero) at the integers but 0; None where no value is finite."""
+    x = values.astype(np.float64).ravel()
+    x = x[np.isfinite(x)]
+    if not x.size:
+        return None
+    if node.op_type == "Round":
+        bounds = np.floor(x) + 0.5
+    else:
+        bounds = np.rint(x)
+        if node.op_type == "Cast":
+            bounds = np.where(bounds == 0, np.where(x < 0, -1.0, 1.0), bounds)
+    exponent = np.frexp(np.abs(x))[1] - 1  # |x| in [2^e, 2^(e+1))
+    step = np.where(np.abs(x) < low.min_normal, low.min_subnormal,
+                    np.ldexp(1.0, exponent - low.significand_bits))
+    steps = np.abs(x - bounds) / step
+    k = int(np.argmin(steps))
+    return Edge(node.name, node.op_type, sample, float(x[k]), float(bounds[k]), float(steps[k]), kept)
 
 
 # decisions whose float outputs are whole numbers, equal between FP32 and a plan unless they flipped (a

@@ -35,7 +35,7 @@ from ..policy.resolution import dequantize_copies, group_pins
 from ..storage import element_count, model_tensors
 from ..target import UNMEASURED, Measured
 from ..typing_rules import tensor_types
-from .blame import Decisions, ShapesDiverged
+from .blame import Decisions, Edge, ShapesDiverged
 from .emulation_session import EMULATE, Diagnose, EmulationSession, FloatIO, as_fp32
 from .inspection import Chunks, Inspector
 from .rounding import FLOAT, elem_types
@@ -163,6 +163,12 @@ class Emulator:
         the model's first decisions flipped and the shapes after it no longer fit together
         (:class:`.blame.Decisions`: a failing candidate); None where that is not why."""
         return self._decisions.diverged(plan, feed, error)
+
+    def near_edges(self, plan: PrecisionPlan, failed: bool, feeds: Sequence[Feed]) -> tuple[Edge, ...]:
+        """The model's first rounding decisions whose FP32 input, kept FP32 by ``plan`` (any, where the run
+        ``failed``), lies on ``feeds`` within a few 16-bit steps of a boundary
+        (:meth:`.blame.Decisions.near_edges`: the model cut to them, run only where it has such decisions)."""
+        return self._decisions.near_edges(plan, failed, feeds, self.ctx.target.low)
 
     def mixed(self, plan: PrecisionPlan | None) -> bool:
         """Whether ``plan`` has 16-bit nodes in a type other than the target's: the switch graph
