@@ -286,7 +286,12 @@ def named_stop(fp32: Diagnoses, plan: PrecisionPlan | None, feed: Feed) -> Itera
         diverged = None if plan is None else fp32.diverged(plan, feed, e)
         if diverged is None:
             raise
-        raise diverged from e
+        try:
+            raise diverged from e
+        finally:
+            # the exception's traceback holds this frame: a local holding the exception would make a
+            # cycle, keeping the emulator in these frames and its sessions alive until the collector runs
+            del diverged
 
 
 KNIFE_EDGE = 4.0  # steps of the 16-bit type: a decision on a value this near its boundary is on a knife edge

@@ -170,7 +170,12 @@ emulator names such a node only in a type that holds its constants);
             diverged = None if plan is None or self._diagnose is None else self._diagnose(plan, feed, e)
             if diverged is None:
                 raise
-            raise diverged from e
+            try:
+                raise diverged from e
+            finally:
+                # the exception's traceback holds this frame: a local holding the exception would make a
+                # cycle, keeping the emulator in these frames and its sessions alive until the collector runs
+                del diverged
         self.probes_run += 1
         result = dict(zip(names, values))
         if fp16_io:

@@ -142,8 +142,11 @@ class Emulator:
 
     @cached_property
     def _decisions(self) -> Decisions:
-        # the model cut to its first decisions, emulated as this model is (its sums spelled alike)
-        return Decisions(self.ctx, lambda cut: Emulator(cut, self.threads, self.measured))
+        # the model cut to its first decisions, emulated as this model is (its sums spelled alike); the
+        # lambda holds the settings, not this emulator: a cycle back to it would keep its sessions, and the
+        # weights they map, alive past its last use (see _diagnose)
+        threads, measured = self.threads, self.measured
+        return Decisions(self.ctx, lambda cut: Emulator(cut, threads, measured))
 
     @property
     def _diagnose(self) -> Diagnose:
@@ -343,7 +346,12 @@ class TwinSession:
             diverged = None if self.plan is None else self.emulator.diverged(self.plan, feed, e)
             if diverged is None:
                 raise
-            raise diverged from e
+            try:
+                raise diverged from e
+            finally:
+                # the exception's traceback holds this frame: a local holding the exception would make a
+                # cycle, keeping the emulator in these frames and its sessions alive until the collector runs
+                del diverged
         return dict(zip(self._fetches, values))
 
 
