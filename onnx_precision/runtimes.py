@@ -346,7 +346,7 @@ class WrittenRunner:
             self._session = (chunk, make_session(exposed, base_dir, custom_op_libraries=libraries))
             self.sessions_built += 1
         fetched = list(self.outputs + chunk)
-        with named_stop(self.fp32, self.plan, feed):
+        with named_stop(self.fp32.diverged, self.plan, feed):
             values = cancel.run(self._session[1], fetched, cast_feed(feed, input_dtypes(self.emulated)))
         self.probes_run += 1
         return dict(zip(fetched, values))

@@ -155,6 +155,11 @@ class Runs(Protocol):
     def run(self, plan: PrecisionPlan | None, feed: Feed) -> Mapping[str, np.ndarray]: ...
 
 
+# Why a plan's run (plan, feed) failed with onnxruntime's error, where a flipped decision made shapes that
+# no longer fit together (:class:`Decisions`); None: another failure
+Diagnose = Callable[[PrecisionPlan, Feed, BaseException], ShapesDiverged | None]
+
+
 class Diagnoses(Protocol):
     """What tells why a plan's run failed (an emulator of the model: :meth:`.emulator.Emulator.diverged`)."""
 
@@ -275,15 +280,15 @@ class Decisions:
 
 
 @contextmanager
-def named_stop(fp32: Diagnoses, plan: PrecisionPlan | None, feed: Feed) -> Iterator[None]:
-    """onnxruntime's error out of a run of a model written from ``plan`` on ``feed`` raised as
-    :class:`ShapesDiverged` where one of the first decisions of the FP32 model (``fp32``, an emulator of it:
-    :meth:`.emulator.Emulator.diverged`) flips under ``plan``; as it is otherwise, or where no plan is
-    known."""
+def named_stop(diagnose: Diagnose | None, plan: PrecisionPlan | None, feed: Feed) -> Iterator[None]:
+    """onnxruntime's error out of a run of ``plan`` (its emulation, or a model written from it) on ``feed``
+    raised as :class:`ShapesDiverged` where ``diagnose`` (:meth:`.emulator.Emulator.diverged`, of the FP32
+    model) finds one of the model's first decisions flipped under ``plan``; as it is otherwise, or where no
+    plan or diagnosis is known."""
     try:
         yield
     except Exception as e:
-        diverged = None if plan is None else fp32.diverged(plan, feed, e)
+        diverged = None if plan is None or diagnose is None else diagnose(plan, feed, e)
         if diverged is None:
             raise
         try:

@@ -23,7 +23,7 @@ relative to the model's own directory, whatever the working directory.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -38,7 +38,7 @@ from ..policy.resolution import dequantize_copies, group_pins
 from ..target import UNMEASURED, Measured
 from ..typing_rules import is_tensor
 from .baked import build_baked_model
-from .blame import ShapesDiverged
+from .blame import Diagnose, named_stop
 from .inspection import Chunks, Inspector
 from .sessions import Feed, cast_feed, input_dtypes, make_session, session_options
 from .switch_builder import EmulationSource, build_switch_model
@@ -46,9 +46,6 @@ from .switch_graph import SwitchModel
 from .written import emulate_model
 
 EMULATE = "emulate"
-# Why a plan's run (plan, feed) failed with onnxruntime's error, where a flipped decision made shapes that
-# no longer fit together (:class:`.blame.Decisions`); None: another failure
-Diagnose = Callable[[PrecisionPlan, Feed, BaseException], ShapesDiverged | None]
 
 
 class EmulationSession:
@@ -162,20 +159,10 @@ emulator names such a node only in a type that holds its constants);
         full = self.switch_feed(plan)
         for name, value in cast_feed(feed, self._dtypes).items():
             full[name] = self.fed_value(plan, name, value)
-        try:
+        # a plan whose rounding flipped a decision, so that shapes downstream no longer fit together, is a
+        # failing candidate (blame.ShapesDiverged), not a fault of the emulation
+        with named_stop(self._diagnose, plan, feed):
             values = cancel.run(self.session, list(names), full)
-        except Exception as e:
-            # a plan whose rounding flipped a decision, so that shapes downstream no longer fit together, is
-            # a failing candidate (blame.ShapesDiverged), not a fault of the emulation
-            diverged = None if plan is None or self._diagnose is None else self._diagnose(plan, feed, e)
-            if diverged is None:
-                raise
-            try:
-                raise diverged from e
-            finally:
-                # the exception's traceback holds this frame: a local holding the exception would make a
-                # cycle, keeping the emulator in these frames and its sessions alive until the collector runs
-                del diverged
         self.probes_run += 1
         result = dict(zip(names, values))
         if fp16_io:

@@ -35,8 +35,8 @@ from ..policy.resolution import dequantize_copies, group_pins
 from ..storage import element_count, model_tensors
 from ..target import UNMEASURED, Measured
 from ..typing_rules import tensor_types
-from .blame import Decisions, Edge, ShapesDiverged
-from .emulation_session import EMULATE, Diagnose, EmulationSession, FloatIO, as_fp32
+from .blame import Decisions, Diagnose, Edge, ShapesDiverged, named_stop
+from .emulation_session import EMULATE, EmulationSession, FloatIO, as_fp32
 from .inspection import Chunks, Inspector
 from .rounding import FLOAT, elem_types
 from .sessions import Feed, cast_feed, handed, make_session, session_options
@@ -340,18 +340,9 @@ class TwinSession:
 
     def run(self, feed: Feed) -> dict[str, np.ndarray]:
         self.emulator.probes_run += 1
-        try:
+        # the plan's side stops where a flipped decision changed its shapes
+        with named_stop(self.emulator.diverged, self.plan, feed):
             values = cancel.run(self.session, self._fetches, cast_feed(feed, self._dtypes))
-        except Exception as e:  # the plan's side stopped where a flipped decision changed its shapes
-            diverged = None if self.plan is None else self.emulator.diverged(self.plan, feed, e)
-            if diverged is None:
-                raise
-            try:
-                raise diverged from e
-            finally:
-                # the exception's traceback holds this frame: a local holding the exception would make a
-                # cycle, keeping the emulator in these frames and its sessions alive until the collector runs
-                del diverged
         return dict(zip(self._fetches, values))
 
 

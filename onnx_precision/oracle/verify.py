@@ -187,7 +187,7 @@ def stopped_apart(run: Callable[[Sequence[Feed]], OracleRun], fp32: Diagnoses, p
         return None
 
     def one(feed: Feed) -> Mapping[str, np.ndarray]:
-        with named_stop(fp32, plan, feed):
+        with named_stop(fp32.diverged, plan, feed):
             return run([feed]).outputs[0]
     try:
         per_sample, stopped = compared_apart(one, feeds, reference_outputs, tol, EMULATE)
