@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx_precision import policy
 from onnx_precision.cli import main
 from onnx_precision.context import ModelContext
+from onnx_precision.float_types import FP16
 from onnx_precision.judge import Comparison, Tolerance, compare_outputs, merge_comparisons, not_run
 from onnx_precision.oracle import EmulationSession, Emulator, inspect_plan
 from onnx_precision.oracle.blame import Decisions
@@ -320,8 +321,7 @@ def test_a_held_out_sample_whose_run_stops_fails_the_convert_naming_the_decision
 
 
 KNIFE = ("note: 'round' decides on a value within 0.3 FP16 step of its boundary on sample 1 (3.4995, 0.0005 "
-         "from 3.5): a 16-bit node upstream can flip it, so what feeds it stays FP32; samples further from "
-         "the boundary would free them")
+         "from 3.5): a 16-bit node upstream can flip it, and the plan keeps what feeds it FP32")
 
 
 def test_a_decision_on_a_knife_edge_is_named_as_why_what_feeds_it_stays_fp32(tmp_path, capsys):
@@ -340,3 +340,52 @@ def test_a_decision_on_a_knife_edge_is_named_as_why_what_feeds_it_stays_fp32(tmp
     assert main(["convert", path, "-o", out, "--inputs", str(tmp_path / "ten.npz"), "--keep-fp32",
                  "predictor"]) == 0
     assert "step of its boundary" not in capsys.readouterr().out
+
+
+def test_a_rounding_of_weights_alone_is_no_knife_edge_of_the_samples(tmp_path, capsys):
+    """A bias quantised in the graph (Kokoro-82M int8's 'bias_quant_rounded': 1342.0007 cast to an integer,
+    0.0007 from 1342) rounds the same on every sample: it was named as the knife edge the samples sit on,
+    and no sample moves it."""
+    model = two_lengths_model()
+    # 342.0007 from weights alone (0.003 FP16 step from 342); 1342.0007 from the sample (3.2 x 419.37522),
+    # where FP16's step is 1, so that every value is within a step of a whole number
+    model.graph.initializer.extend([numpy_helper.from_array(np.array([342.0007], np.float32), "bias"),
+                                    numpy_helper.from_array(np.array([1.0], np.float32), "unit"),
+                                    numpy_helper.from_array(np.array([419.37522], np.float32), "big")])
+    model.graph.node.extend([helper.make_node("Mul", ["bias", "unit"], ["bias_scaled"], name="bias_scale"),
+                             helper.make_node("Cast", ["bias_scaled"], ["bias_q"], name="bias_quant_rounded",
+                                              to=TensorProto.INT32),
+                             helper.make_node("Gather", ["x", "zero"], ["x0"], name="first_row", axis=1),
+                             helper.make_node("Mul", ["x0", "big"], ["large"], name="scale_large"),
+                             helper.make_node("Floor", ["large"], ["large_floor"], name="large_floor")])
+    model.graph.output.extend([helper.make_tensor_value_info("bias_q", TensorProto.INT32, [1]),
+                               helper.make_tensor_value_info("large_floor", TensorProto.FLOAT, [1])])
+    path, out = str(tmp_path / "d.onnx"), str(tmp_path / "o.onnx")
+    onnx.save(model, path)
+    np.savez(tmp_path / "ten.npz", x=TEN)
+    assert main(["convert", path, "-o", out, "--inputs", str(tmp_path / "ten.npz"), "--keep-fp32",
+                 "predictor|bias_scale|scale_large"]) == 0
+    assert "step of its boundary" not in capsys.readouterr().out
+
+
+def test_a_knife_edge_after_another_decision_is_found_too():
+    """Kokoro-82M int8's '/encoder/Round' (2.49820, 0.9 FP16 step from 2.5) follows other decisions (a
+    Floor of its quantised biases): a decision is looked at whether or not one is upstream of it."""
+    model = two_lengths_model()
+    model.graph.initializer.append(numpy_helper.from_array(np.array(0.0, np.float32), "nothing"))
+    # the predictor reads x + 0 * Ceil(x): the Round after it is no longer one of the first decisions
+    model.graph.node[0].input[0] = "x_again"
+    model.graph.node.extend([helper.make_node("Ceil", ["x"], ["x_ceil"], name="ceil"),
+                             helper.make_node("Mul", ["x_ceil", "nothing"], ["x_zero"], name="times_zero"),
+                             helper.make_node("Add", ["x", "x_zero"], ["x_again"], name="x_again")])
+    nodes = list(model.graph.node)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes[-3:] + nodes[:-3])  # topological order
+    ctx = ModelContext.of(model)
+    plan = policy.resolve(ctx, ctx.all_low_plan()).with_fp32(["predictor"])
+    decisions = Decisions(ctx, Emulator)
+    assert [n.name for n in decisions._first] == ["ceil"]
+    (edge,) = decisions.near_edges(plan, False, [{"x": TEN}, {"x": PHONEMES}], FP16)
+    assert (edge.node, edge.sample, edge.boundary, edge.kept) == ("round", 1, 3.5, True)
+    assert edge.value == pytest.approx(3.4995)
+    assert edge.steps == pytest.approx(0.256, abs=0.001)  # 0.0005 in steps of 2^-9

@@ -184,8 +184,7 @@ def _knife_edge(edges: tuple[Edge, ...], low: LowPrecision) -> tuple[str, ...]:
     if not edges:
         return ()
     edge = edges[0]
-    kept = (", so what feeds it stays FP32; samples further from the boundary would free them" if edge.kept
-            else "")
+    kept = ", and the plan keeps what feeds it FP32" if edge.kept else ""
     more = (f" ({len(edges) - 1} more decision(s) as near: "
             + ", ".join(f"'{e.node}'" for e in edges[1:4]) + (", ..." if len(edges) > 4 else "") + ")"
             if len(edges) > 1 else "")

@@ -189,21 +189,38 @@ class Decisions:
 
     @cached_property
     def _rounding(self) -> dict[str, str]:
-        """The first decisions that round a float made by a node to a whole number, each with that input:
-        where a 16-bit node upstream moves it across a boundary, the decision flips."""
+        """The main graph's decisions that round a float made by a node from the samples to a whole number
+        (the first ones or not: in FP32 each sees its own value), each with that input: where a 16-bit node
+        upstream moves it across a boundary, the decision flips. Not one computed from weights alone (a
+        bias's quantisation rounded in the graph): it is the same on every sample, and no sample moves it."""
         elems = elem_types(self.ctx.model, self.ctx.types)
-        made = {o for n in self.ctx.model.graph.node for o in n.output if o}
-        return {n.name: n.input[0] for n in self._first if _boundaries(n) and n.input[0] in made
+        graph = self.ctx.model.graph
+        fed = {i.name for i in graph.input} - {t.name for t in graph.initializer}
+        for node in graph.node:  # topological: what the samples reach
+            if any(name in fed for name in reads(node)):
+                fed.update(o for o in node.output if o)
+        # what a rounding made is a whole number in either precision: the decision that made it is the one
+        # that can flip (a Cast to int64 of a Round's output is none)
+        made = {o for n in graph.node if n.op_type not in _WHOLE for o in n.output if o}
+        return {n.name: n.input[0] for n in graph.node if _boundaries(n) and n.input[0] in made & fed
                 and elems.get(n.input[0]) in WIDE}
 
-    @cached_property
-    def _cut(self) -> Runs:
-        """The runs of the model cut to its first decisions (and the inputs of those that round), loaded as
-        the run loaded the model (its target's 16-bit type, its float64 kept or not)."""
-        outputs = [o for n in self._first for o in n.output if o] + list(self._rounding.values())
+    def _emulated(self, outputs: Sequence[str]) -> Runs:
+        """The runs of the model cut to ``outputs``, loaded as the run loaded the model (its target's 16-bit
+        type, its float64 kept or not)."""
         cut = cut_to(self.ctx.model, list(dict.fromkeys(outputs)))
         ctx = ModelContext.of(cut, self.ctx.base_dir, self.ctx.path, self.ctx.custom_op_libraries)
         return self.emulate(replace(ctx, target=self.ctx.target, keep_float64=self.ctx.keep_float64))
+
+    @cached_property
+    def _cut(self) -> Runs:
+        """The runs of the model cut to its first decisions."""
+        return self._emulated([o for n in self._first for o in n.output if o])
+
+    @cached_property
+    def _rounded(self) -> Runs:
+        """The runs of the model cut to the inputs of its decisions that round (:attr:`_rounding`)."""
+        return self._emulated(list(self._rounding.values()))
 
     def flipped(self, plan: PrecisionPlan, feed: Feed) -> tuple[Flip, ...]:
         """The first decisions whose outputs differ between FP32 and ``plan`` on ``feed``: a whole-number
@@ -222,21 +239,21 @@ class Decisions:
 
     def near_edges(self, plan: PrecisionPlan, failed: bool, feeds: Sequence[Feed], low: LowPrecision,
                    ) -> tuple[Edge, ...]:
-        """The first decisions that round an input ``plan`` keeps FP32 (any input, where the run ``failed``)
+        """The decisions that round an input ``plan`` keeps FP32 (any input, where the run ``failed``)
         to a value within :data:`KNIFE_EDGE` steps of ``low`` of their boundary on one of ``feeds``, the
         nearest first, each at its nearest: where the samples sit so, any 16-bit node upstream can flip the
         decision, and the search keeps all of them FP32. Nothing runs where no such decision is (the
-        model cut to its first decisions, in FP32, once per feed, where one is)."""
+        model cut to those decisions' inputs, in FP32, once per feed, where one is)."""
         producers = {o: n.name for n in self.ctx.model.graph.node for o in n.output if o}
         fp32 = set(plan.fp32_nodes)
         watched = {node: tensor for node, tensor in self._rounding.items()
                    if failed or producers[tensor] in fp32}
         if not watched:
             return ()
-        ops = {n.name: n for n in self._first}
+        ops = {n.name: n for n in self.ctx.model.graph.node}
         nearest: dict[str, Edge] = {}
         for sample, feed in enumerate(feeds):
-            values = self._cut.run(None, feed)
+            values = self._rounded.run(None, feed)
             for node, tensor in watched.items():
                 edge = _nearest(ops[node], sample, np.asarray(values[tensor]), low, producers[tensor] in fp32)
                 if edge is not None and edge.steps <= KNIFE_EDGE and (
@@ -300,6 +317,9 @@ def named_stop(diagnose: Diagnose | None, plan: PrecisionPlan | None, feed: Feed
 
 
 KNIFE_EDGE = 4.0  # steps of the 16-bit type: a decision on a value this near its boundary is on a knife edge
+# float32 steps (3e-5 relative): a value this near a boundary was computed to be on it, up to float32's
+# rounding over a few ops (Kokoro-82M int8's quantised biases before their Floor: 921.00006, 123.9995)
+WHOLE_BY_CONSTRUCTION = 256
 
 
 @dataclass(frozen=True)
@@ -347,8 +367,15 @@ def _nearest(node: onnx.NodeProto, sample: int, values: np.ndarray, low: LowPrec
     exponent = np.frexp(np.abs(x))[1] - 1  # |x| in [2^e, 2^(e+1))
     step = np.where(np.abs(x) < low.min_normal, low.min_subnormal,
                     np.ldexp(1.0, exponent - low.significand_bits))
-    steps = np.abs(x - bounds) / step
+    # where the type's step is 1 or more (|x| >= 1024 in FP16) every value is within a step of a boundary,
+    # and a value within float32's own rounding of one (WHOLE_BY_CONSTRUCTION of its steps) is a whole
+    # number the graph computes as such: neither is particular to these samples
+    distance = np.abs(x - bounds)
+    whole = distance <= WHOLE_BY_CONSTRUCTION * np.spacing(np.abs(x).astype(np.float32)).astype(np.float64)
+    steps = np.where((step < 1) & ~whole, distance / step, np.inf)
     k = int(np.argmin(steps))
+    if not np.isfinite(steps[k]):
+        return None
     return Edge(node.name, node.op_type, sample, float(x[k]), float(bounds[k]), float(steps[k]), kept)
 
 

@@ -168,7 +168,7 @@ class Emulator:
         return self._decisions.diverged(plan, feed, error)
 
     def near_edges(self, plan: PrecisionPlan, failed: bool, feeds: Sequence[Feed]) -> tuple[Edge, ...]:
-        """The model's first rounding decisions whose FP32 input, kept FP32 by ``plan`` (any, where the run
+        """The model's rounding decisions whose FP32 input, kept FP32 by ``plan`` (any, where the run
         ``failed``), lies on ``feeds`` within a few 16-bit steps of a boundary
         (:meth:`.blame.Decisions.near_edges`: the model cut to them, run only where it has such decisions)."""
         return self._decisions.near_edges(plan, failed, feeds, self.ctx.target.low)
