@@ -321,7 +321,8 @@ def test_a_held_out_sample_whose_run_stops_fails_the_convert_naming_the_decision
 
 
 KNIFE = ("note: 'round' decides on a value within 0.3 FP16 step of its boundary on sample 1 (3.4995, 0.0005 "
-         "from 3.5): a 16-bit node upstream can flip it, and the plan keeps what feeds it FP32")
+         "from 3.5): a 16-bit node upstream can flip it and change a shape after it, and the plan keeps what "
+         "feeds it FP32")
 
 
 def test_a_decision_on_a_knife_edge_is_named_as_why_what_feeds_it_stays_fp32(tmp_path, capsys):
@@ -389,3 +390,22 @@ def test_a_knife_edge_after_another_decision_is_found_too():
     assert (edge.node, edge.sample, edge.boundary, edge.kept) == ("round", 1, 3.5, True)
     assert edge.value == pytest.approx(3.4995)
     assert edge.steps == pytest.approx(0.256, abs=0.001)  # 0.0005 in steps of 2^-9
+
+
+def test_a_knife_edge_that_sets_a_length_is_named_before_a_nearer_one_that_moves_a_value(tmp_path, capsys):
+    """Kokoro-82M int8's bias quantisations (a Floor of hundreds of values, one 0.031 FP16 step from a whole
+    number) were named before its '/encoder/Round' (0.92 step), whose durations set the audio's length: a
+    flip of the one moves a bias by its quantum, of the other changes a shape."""
+    model = two_lengths_model()
+    model.graph.initializer.append(numpy_helper.from_array(np.array([2.272818], np.float32), "w_bias"))
+    model.graph.node.extend([helper.make_node("Gather", ["x", "one"], ["x1"], name="second", axis=1),
+                             helper.make_node("Mul", ["x1", "w_bias"], ["bias_f"], name="bias_scale"),
+                             helper.make_node("Floor", ["bias_f"], ["bias_q"], name="bias_floor")])
+    model.graph.output.append(helper.make_tensor_value_info("bias_q", TensorProto.FLOAT, [1]))
+    path, out, data = str(tmp_path / "d.onnx"), str(tmp_path / "o.onnx"), tmp_path / "x"
+    onnx.save(model, path)
+    data.mkdir()
+    np.savez(data / "a.npz", x=TEN)
+    np.savez(data / "b.npz", x=PHONEMES)  # x[0, 1] = 2.2 in both: 5.0002 floored, 0.05 FP16 step from 5
+    assert main(["convert", path, "-o", out, "--inputs", str(data), "--keep-fp32", "bias_scale"]) == 0
+    assert KNIFE + " (1 more decision(s) as near: 'bias_floor')" in capsys.readouterr().out.splitlines()

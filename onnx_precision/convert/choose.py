@@ -179,18 +179,19 @@ def choose_plan(ctx: ModelContext, base_plan: PrecisionPlan, samples: Samples, j
 
 def _knife_edge(edges: tuple[Edge, ...], low: LowPrecision) -> tuple[str, ...]:
     """Where the samples put a rounding decision's FP32 input within a few 16-bit steps of its boundary
-    (:meth:`~onnx_precision.oracle.Emulator.near_edges`, the nearest first): the real reason every node
-    feeding it is pinned, which each pin's own reason ("not tried alone: ...") does not say."""
+    (:meth:`~onnx_precision.oracle.Emulator.near_edges`: those that set a shape first, then the nearest): a
+    reason the nodes feeding it stay FP32 that each pin's own reason ("not tried alone: ...") does not say."""
     if not edges:
         return ()
     edge = edges[0]
+    shape = " and change a shape after it" if edge.sets_shapes else ""
     kept = ", and the plan keeps what feeds it FP32" if edge.kept else ""
     more = (f" ({len(edges) - 1} more decision(s) as near: "
             + ", ".join(f"'{e.node}'" for e in edges[1:4]) + (", ..." if len(edges) > 4 else "") + ")"
             if len(edges) > 1 else "")
     return (f"'{edge.node}' decides on a value within {edge.steps:.1f} {low.name} step of its boundary on "
             f"sample {edge.sample} ({edge.value:.5g}, {edge.distance:.2g} from {edge.boundary:g}): a 16-bit "
-            f"node upstream can flip it{kept}{more}",)
+            f"node upstream can flip it{shape}{kept}{more}",)
 
 
 def _size_bound(ctx: ModelContext, plan: PrecisionPlan, bounds: Mapping[str, float],

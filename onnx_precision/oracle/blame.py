@@ -240,10 +240,10 @@ class Decisions:
     def near_edges(self, plan: PrecisionPlan, failed: bool, feeds: Sequence[Feed], low: LowPrecision,
                    ) -> tuple[Edge, ...]:
         """The decisions that round an input ``plan`` keeps FP32 (any input, where the run ``failed``)
-        to a value within :data:`KNIFE_EDGE` steps of ``low`` of their boundary on one of ``feeds``, the
-        nearest first, each at its nearest: where the samples sit so, any 16-bit node upstream can flip the
-        decision, and the search keeps all of them FP32. Nothing runs where no such decision is (the
-        model cut to those decisions' inputs, in FP32, once per feed, where one is)."""
+        to a value within :data:`KNIFE_EDGE` steps of ``low`` of their boundary on one of ``feeds``, those
+        whose whole numbers set a shape first (:attr:`_shaping`), then the nearest, each at its nearest:
+        where the samples sit so, any 16-bit node upstream can flip the decision. Nothing runs where no
+        such decision is (the model cut to those decisions' inputs, in FP32, once per feed, where one is)."""
         producers = {o: n.name for n in self.ctx.model.graph.node for o in n.output if o}
         fp32 = set(plan.fp32_nodes)
         watched = {node: tensor for node, tensor in self._rounding.items()
@@ -259,7 +259,34 @@ class Decisions:
                 if edge is not None and edge.steps <= KNIFE_EDGE and (
                         node not in nearest or edge.steps < nearest[node].steps):
                     nearest[node] = edge
-        return tuple(sorted(nearest.values(), key=lambda e: e.steps))
+        shaping = self._shaping
+        return tuple(sorted((replace(e, sets_shapes=e.node in shaping) for e in nearest.values()),
+                            key=lambda e: (not e.sets_shapes, e.steps)))
+
+    @cached_property
+    def _shaping(self) -> frozenset[str]:
+        """The rounding decisions whose whole numbers reach an input that sets a shape (a Range's bounds,
+        an Expand's or a Reshape's shape, ...) through integers alone: a flip there changes a length (a
+        duration rounded the other way); elsewhere it moves a value by one (a bias's quantum)."""
+        graph = self.ctx.model.graph
+        elems = elem_types(self.ctx.model, self.ctx.types)
+        consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+        for node in graph.node:
+            for k, name in enumerate(node.input):
+                consumers.setdefault(name, []).append((node, k))
+        found = set()
+        for decision in (n for n in graph.node if n.name in self._rounding):
+            queue, seen = deque(o for o in decision.output if o), set()
+            while queue and decision.name not in found:
+                tensor = queue.popleft()
+                for node, k in consumers.get(tensor, ()):
+                    if k in _SHAPE_INPUTS.get(node.op_type, ()):
+                        found.add(decision.name)
+                    elif node.name not in seen and (node.op_type in _WHOLE | _KEEPS_WHOLE or all(
+                            _is_integer(elems.get(o)) for o in node.output if o)):
+                        seen.add(node.name)
+                        queue.extend(o for o in node.output if o)
+        return frozenset(found)
 
     def feeding(self, flips: Sequence[Flip]) -> tuple[str, ...]:
         """The nodes upstream of ``flips``' decisions, nearest first (any error on them can flip one)."""
@@ -334,6 +361,7 @@ class Edge:
     boundary: float
     steps: float
     kept: bool  # whether the plan keeps the node that makes its input FP32
+    sets_shapes: bool = False  # whether its whole numbers set a shape (Decisions._shaping)
 
     @property
     def distance(self) -> float:
@@ -377,6 +405,23 @@ def _nearest(node: onnx.NodeProto, sample: int, values: np.ndarray, low: LowPrec
     if not np.isfinite(steps[k]):
         return None
     return Edge(node.name, node.op_type, sample, float(x[k]), float(bounds[k]), float(steps[k]), kept)
+
+
+# (op, the inputs whose values set its output's shape): where a rounding's whole numbers reach one, a flip
+# changes a length
+_SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
+    "Range": (0, 1, 2), "Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,), "Reshape": (1,),
+    "Resize": (2, 3), "Upsample": (1,), "Slice": (1, 2, 3, 4), "Pad": (1,), "OneHot": (1,), "TopK": (1,)}
+
+
+# ops whose outputs are whole numbers where their inputs are: a rounding's durations clipped to at least 1
+# (Kokoro-82M int8's '/encoder/Round' -> Clip -> Cast -> Gather -> CumSum -> Range), moved or selected
+_KEEPS_WHOLE = frozenset({"Clip", "Max", "Min", "Relu", "Abs", "Neg", "Identity", "Squeeze", "Unsqueeze",
+                          "Reshape", "Flatten", "Transpose", "Gather", "Slice", "Concat", "Expand", "Tile"})
+
+
+def _is_integer(elem: int | None) -> bool:
+    return elem is not None and elem != 0 and helper.tensor_dtype_to_np_dtype(elem).kind in "iub"
 
 
 # decisions whose float outputs are whole numbers, equal between FP32 and a plan unless they flipped (a
