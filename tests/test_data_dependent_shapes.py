@@ -35,19 +35,23 @@ NOTE = ("note: the output shape of node 'to_float' (Cast) differs from FP32's on
 def duration_model() -> onnx.ModelProto:
     """x (one feature per phoneme) -> MatMul (the predictor) -> Round -> Cast(int64) -> ReduceSum ->
     Range (a frame index per frame) -> Cast(float) -> Mul: y, one value per frame."""
+    return _frames_model("durations", [numpy_helper.from_array(np.array(0.25, np.float32), "hop")],
+                         [helper.make_node("Mul", ["index_f", "hop"], ["y"], name="times")])
+
+
+def _frames_model(name: str, inits: list[onnx.TensorProto], tail: list[onnx.NodeProto]) -> onnx.ModelProto:
+    """x -> MatMul (the predictor) -> Round -> Cast(int64) -> ReduceSum -> Range -> Cast(float): index_f, a
+    frame index per frame, which ``tail`` (with ``inits``) makes into the output y."""
     inits = [numpy_helper.from_array(np.eye(4, dtype=np.float32), "w"),
              numpy_helper.from_array(np.array(0, np.int64), "zero"),
-             numpy_helper.from_array(np.array(1, np.int64), "one"),
-             numpy_helper.from_array(np.array(0.25, np.float32), "hop")]
+             numpy_helper.from_array(np.array(1, np.int64), "one"), *inits]
     nodes = [helper.make_node("MatMul", ["x", "w"], ["durations"], name="predictor"),
              helper.make_node("Round", ["durations"], ["rounded"], name="round"),
              helper.make_node("Cast", ["rounded"], ["frames_each"], name="to_int", to=TensorProto.INT64),
              helper.make_node("ReduceSum", ["frames_each"], ["frames"], name="total", keepdims=0),
              helper.make_node("Range", ["zero", "frames", "one"], ["index"], name="range"),
-             helper.make_node("Cast", ["index"], ["index_f"], name="to_float", to=TensorProto.FLOAT),
-             helper.make_node("Mul", ["index_f", "hop"], ["y"], name="times")]
-    graph = helper.make_graph(nodes, "durations",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+             helper.make_node("Cast", ["index"], ["index_f"], name="to_float", to=TensorProto.FLOAT), *tail]
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["frames"])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -128,26 +132,10 @@ def two_lengths_model() -> onnx.ModelProto:
     """Frames from the rounded durations (MatMul -> Round -> Cast(int64) -> ReduceSum -> Range -> Cast) added
     to frames of a fixed length (Range(0, 10) -> Cast): where FP16 rounds a duration the other way, the 16-bit
     run's Add meets 11 frames and 10, which onnxruntime refuses to broadcast: the run itself stops."""
-    inits = [numpy_helper.from_array(np.eye(4, dtype=np.float32), "w"),
-             numpy_helper.from_array(np.array(0, np.int64), "zero"),
-             numpy_helper.from_array(np.array(1, np.int64), "one"),
-             numpy_helper.from_array(np.array(10, np.int64), "ten")]
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["durations"], name="predictor"),
-             helper.make_node("Round", ["durations"], ["rounded"], name="round"),
-             helper.make_node("Cast", ["rounded"], ["frames_each"], name="to_int", to=TensorProto.INT64),
-             helper.make_node("ReduceSum", ["frames_each"], ["frames"], name="total", keepdims=0),
-             helper.make_node("Range", ["zero", "frames", "one"], ["index"], name="range"),
-             helper.make_node("Cast", ["index"], ["index_f"], name="to_float", to=TensorProto.FLOAT),
-             helper.make_node("Range", ["zero", "ten", "one"], ["fixed"], name="fixed_range"),
+    fixed = [helper.make_node("Range", ["zero", "ten", "one"], ["fixed"], name="fixed_range"),
              helper.make_node("Cast", ["fixed"], ["fixed_f"], name="fixed_float", to=TensorProto.FLOAT),
              helper.make_node("Add", ["index_f", "fixed_f"], ["y"], name="add")]
-    graph = helper.make_graph(nodes, "two_lengths",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["frames"])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model, full_check=True)
-    return model
+    return _frames_model("two_lengths", [numpy_helper.from_array(np.array(10, np.int64), "ten")], fixed)
 
 
 TEN = np.array([[3.2, 2.2, 1.1, 4.0]], np.float32)  # 10 frames either way, as the fixed path's

@@ -181,8 +181,12 @@ class Decisions:
         self.emulate = emulate
 
     @cached_property
+    def _elems(self) -> Mapping[str, int]:
+        return elem_types(self.ctx.model, self.ctx.types)
+
+    @cached_property
     def _first(self) -> tuple[onnx.NodeProto, ...]:
-        elems = elem_types(self.ctx.model, self.ctx.types)
+        elems = self._elems
         after = resizable(self.ctx.model.graph, elems)
         return tuple(n for n in self.ctx.model.graph.node
                      if sets_shapes(n, elems) and not any(i in after for i in n.input))
@@ -193,7 +197,7 @@ class Decisions:
         (the first ones or not: in FP32 each sees its own value), each with that input: where a 16-bit node
         upstream moves it across a boundary, the decision flips. Not one computed from weights alone (a
         bias's quantisation rounded in the graph): it is the same on every sample, and no sample moves it."""
-        elems = elem_types(self.ctx.model, self.ctx.types)
+        elems = self._elems
         graph = self.ctx.model.graph
         fed = {i.name for i in graph.input} - {t.name for t in graph.initializer}
         for node in graph.node:  # topological: what the samples reach
@@ -269,7 +273,7 @@ class Decisions:
         an Expand's or a Reshape's shape, ...) through integers alone: a flip there changes a length (a
         duration rounded the other way); elsewhere it moves a value by one (a bias's quantum)."""
         graph = self.ctx.model.graph
-        elems = elem_types(self.ctx.model, self.ctx.types)
+        elems = self._elems
         consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
         for node in graph.node:
             for k, name in enumerate(node.input):
